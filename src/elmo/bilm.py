@@ -1,0 +1,181 @@
+"""The bidirectional language model: a shared token encoder feeding separate forward and backward
+stacks of LSTM-with-projection layers, with a residual connection between layers.
+
+Output for a batch: all ``L + 1`` layer activations ``(batch, L+1, time, 2*projection_dim)``.
+Layer 0 is the token vector duplicated ``[e; e]``; layer ``l`` is ``[forward_l; backward_l]``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from elmo.chars import BOS_IDS, EOS_IDS
+from elmo.config import BiLMConfig
+from elmo.encoder import TokenEncoder
+from elmo.lstm import LstmLayer, State
+
+FORWARD, BACKWARD = 0, 1
+
+
+@dataclass
+class BiLMState:
+    """LSTM state of both stacks: ``c`` ``(2, L, batch, dim)``, ``h`` ``(2, L, batch, projection_dim)``.
+
+    Index 0 of the first axis is the forward stack, 1 the backward stack.
+    """
+
+    c: torch.Tensor
+    h: torch.Tensor
+
+    @property
+    def batch_size(self) -> int:
+        return self.c.shape[2]
+
+    def rows(self, n: int) -> "BiLMState":
+        """The state of the first ``n`` rows."""
+        return BiLMState(self.c[:, :, :n], self.h[:, :, :n])
+
+    def expand(self, n: int) -> "BiLMState":
+        """A one-row state repeated for ``n`` rows."""
+        return BiLMState(self.c.expand(-1, -1, n, -1).contiguous(), self.h.expand(-1, -1, n, -1).contiguous())
+
+    def layer(self, direction: int, layer: int) -> State:
+        return self.c[direction, layer], self.h[direction, layer]
+
+
+@dataclass
+class BiLMOutput:
+    """``layers``: ``(batch, L+1, time, 2*projection_dim)``, zero at padding; ``mask``: ``(batch, time)``;
+    ``state``: the final LSTM state of every row (what a stateful caller carries on)."""
+
+    layers: torch.Tensor
+    mask: torch.Tensor
+    state: BiLMState
+
+
+def add_boundaries(char_ids: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Wrap each sentence in ``<S>`` ... ``</S>``: ``(batch, time, 50)`` -> ``(batch, time+2, 50)``.
+
+    The end marker goes right after each row's last real token, so rows of different lengths
+    (including empty ones) all get both markers.
+    """
+    batch, time, n_chars = char_ids.shape
+    lengths = mask.sum(dim=1)
+    out = char_ids.new_zeros(batch, time + 2, n_chars)
+    out[:, 1:-1] = char_ids
+    out[:, 0] = torch.as_tensor(BOS_IDS, device=char_ids.device)
+    out[torch.arange(batch, device=char_ids.device), lengths + 1] = torch.as_tensor(EOS_IDS, device=char_ids.device)
+    new_mask = torch.arange(time + 2, device=mask.device).unsqueeze(0) < (lengths + 2).unsqueeze(1)
+    return out, new_mask
+
+
+def remove_boundaries(layers: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Undo :func:`add_boundaries` on outputs: ``(batch, L+1, time+2, dim)`` -> ``(batch, L+1, time, dim)``."""
+    lengths = mask.sum(dim=1) - 2
+    time = layers.shape[2] - 2
+    new_mask = torch.arange(time, device=mask.device).unsqueeze(0) < lengths.unsqueeze(1)
+    out = layers[:, :, 1:-1] * new_mask[:, None, :, None].to(layers.dtype)
+    return out, new_mask
+
+
+def reverse_within_length(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Reverse each row's real timesteps in place, leaving padding where it is.
+
+    ``x``: ``(batch, time, ...)``; ``mask``: ``(batch, time)``. Applying it twice is the identity.
+    """
+    batch, time = mask.shape
+    lengths = mask.sum(dim=1, keepdim=True)
+    steps = torch.arange(time, device=x.device).unsqueeze(0)
+    index = torch.where(steps < lengths, lengths - 1 - steps, steps)  # (batch, time)
+    index = index.view(batch, time, *([1] * (x.dim() - 2))).expand_as(x)
+    return x.gather(1, index)
+
+
+class BiLM(nn.Module):
+    """Token encoder + forward and backward LSTM stacks.
+
+    ``forward`` takes character ids *without* sentence boundaries; it adds them, runs both
+    directions and by default removes them again.
+    """
+
+    def __init__(self, config: BiLMConfig):
+        super().__init__()
+        config.validate()
+        self.config = config
+        lstm = config.lstm
+        self.token_encoder = TokenEncoder(config.char_cnn, lstm.projection_dim)
+
+        def stack() -> nn.ModuleList:
+            return nn.ModuleList(
+                LstmLayer(lstm.projection_dim, lstm.dim, lstm.projection_dim, lstm.cell_clip, lstm.proj_clip)
+                for _ in range(lstm.n_layers))
+
+        self.forward_layers = stack()
+        self.backward_layers = stack()
+
+    @property
+    def n_layers(self) -> int:
+        return self.config.lstm.n_layers
+
+    @property
+    def output_dim(self) -> int:
+        return self.config.output_dim
+
+    def zero_state(self, batch: int) -> BiLMState:
+        """All-zero LSTM state for ``batch`` rows."""
+        p = next(self.parameters())
+        lstm = self.config.lstm
+        return BiLMState(p.new_zeros(2, lstm.n_layers, batch, lstm.dim),
+                         p.new_zeros(2, lstm.n_layers, batch, lstm.projection_dim))
+
+    def run_stack(self, direction: int, inputs: torch.Tensor, mask: torch.Tensor,
+                  state: BiLMState) -> tuple[list[torch.Tensor], list[State]]:
+        """Run one direction's layers over ``inputs`` ``(batch, time, projection_dim)`` already in
+        that direction's reading order. Returns each layer's output ``(batch, time, projection_dim)``
+        (with the residual added when enabled) and each layer's final ``(c, h)``."""
+        layers = self.forward_layers if direction == FORWARD else self.backward_layers
+        outputs, finals = [], []
+        x = inputs
+        for index, layer in enumerate(layers):
+            out, final = layer(x, mask, state.layer(direction, index))
+            if index > 0 and self.config.lstm.use_skip_connections:
+                # The residual joins the layer's output only; the carried state h stays the cell's own.
+                out = out + x
+            outputs.append(out)
+            finals.append(final)
+            x = out
+        return outputs, finals
+
+    def forward(self, char_ids: torch.Tensor, mask: torch.Tensor, state: BiLMState | None = None,
+                keep_boundaries: bool = False) -> BiLMOutput:
+        """``char_ids``: ``(batch, time, 50)``; ``mask``: ``(batch, time)``; ``state``: initial LSTM
+        state (None for zeros). Returns :class:`BiLMOutput` with ``time`` positions, or ``time + 2``
+        when ``keep_boundaries``."""
+        batch = char_ids.shape[0]
+        ids, full_mask = add_boundaries(char_ids, mask)
+        if state is None:
+            state = self.zero_state(batch)
+        tokens = self.token_encoder(ids)  # (batch, time+2, projection_dim)
+        keep = full_mask.unsqueeze(-1).to(tokens.dtype)
+        tokens = tokens * keep
+
+        forward_out, forward_final = self.run_stack(FORWARD, tokens, full_mask, state)
+        backward_in = reverse_within_length(tokens, full_mask)
+        backward_out, backward_final = self.run_stack(BACKWARD, backward_in, full_mask, state)
+        backward_out = [reverse_within_length(out, full_mask) for out in backward_out]
+
+        layers = [torch.cat([tokens, tokens], dim=-1)]
+        layers += [torch.cat([f, b], dim=-1) * keep for f, b in zip(forward_out, backward_out)]
+        stacked = torch.stack(layers, dim=1)  # (batch, L+1, time+2, 2*projection_dim)
+
+        finals = forward_final + backward_final  # forward layers first, then backward
+        c = torch.stack([c for c, _ in finals]).view(2, self.n_layers, batch, -1)
+        h = torch.stack([h for _, h in finals]).view(2, self.n_layers, batch, -1)
+        new_state = BiLMState(c, h)
+        if keep_boundaries:
+            return BiLMOutput(stacked, full_mask, new_state)
+        stacked, out_mask = remove_boundaries(stacked, full_mask)
+        return BiLMOutput(stacked, out_mask, new_state)

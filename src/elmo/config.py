@@ -1,0 +1,255 @@
+"""Typed configuration of a biLM, read from and written to the bilm-tf ``options.json``.
+
+The original implementation describes a model with a nested JSON object::
+
+    {"lstm": {...}, "char_cnn": {...}, <training fields>}
+
+:class:`BiLMConfig` mirrors it field for field, so ``BiLMConfig.from_dict(d).to_dict() == d`` for
+every options file the original wrote. Unknown or inconsistent fields raise :class:`ConfigError`
+with the dotted name of the field at fault.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+class ConfigError(ValueError):
+    """An options file or dict is malformed; the message names the field at fault."""
+
+
+ACTIVATIONS = ("relu", "tanh")
+# bilm-tf trains with 261 character ids (0..260) and its inference code adds 1 so that 0 can be
+# padding, which makes 262. Files in the wild carry either number; the model is the same.
+VALID_N_CHARACTERS = (261, 262)
+
+
+@dataclass
+class CharCNNConfig:
+    """The character CNN token encoder: ``options["char_cnn"]``."""
+
+    embedding_dim: int = 16
+    filters: list[tuple[int, int]] = field(default_factory=lambda: [(1, 32), (2, 32), (3, 64)])
+    n_highway: int = 1
+    activation: str = "relu"
+    n_characters: int = 262
+    max_characters_per_token: int = 50
+
+    @property
+    def n_filters(self) -> int:
+        """Total number of convolution filters: the width of the highway layers."""
+        return sum(n for _, n in self.filters)
+
+
+@dataclass
+class LSTMConfig:
+    """The two LSTM stacks: ``options["lstm"]``. ``cell_clip``/``proj_clip`` of None mean no clipping."""
+
+    dim: int = 1024
+    projection_dim: int = 128
+    n_layers: int = 2
+    cell_clip: float | None = 3.0
+    proj_clip: float | None = 3.0
+    use_skip_connections: bool = True
+
+
+# Top-level training fields of bilm-tf's options.json, plus the few of our own. Every one is
+# optional: published inference-only options files carry none of them.
+TRAINING_FIELDS: dict[str, type | tuple[type, ...]] = {
+    "bidirectional": bool,
+    "dropout": (int, float),
+    "n_epochs": int,
+    "n_train_tokens": int,
+    "batch_size": int,
+    "all_clip_norm_val": (int, float),
+    "n_negative_samples_batch": int,
+    "unroll_steps": int,
+    "n_tokens_vocab": int,
+    "sample_softmax": bool,
+    "share_embedding_softmax": bool,
+    "learning_rate": (int, float),
+    # Our own additions; bilm-tf ignores keys it does not know.
+    "optimizer": str,
+    "weight_decay": (int, float),
+    "warmup_steps": int,
+}
+
+
+@dataclass
+class BiLMConfig:
+    """A whole biLM: token encoder, LSTM stacks and (optionally) the training settings."""
+
+    char_cnn: CharCNNConfig = field(default_factory=CharCNNConfig)
+    lstm: LSTMConfig = field(default_factory=LSTMConfig)
+    training: dict[str, Any] = field(default_factory=dict)
+
+    # ----------------------------------------------------------------------------- reading
+    @classmethod
+    def from_dict(cls, options: dict[str, Any]) -> "BiLMConfig":
+        """Build and validate a config from an ``options.json`` object."""
+        if not isinstance(options, dict):
+            raise ConfigError("options: expected a JSON object")
+        unknown = set(options) - {"lstm", "char_cnn"} - set(TRAINING_FIELDS)
+        if unknown:
+            raise ConfigError(f"{sorted(unknown)[0]}: unknown field (known: lstm, char_cnn, "
+                              f"{', '.join(TRAINING_FIELDS)})")
+        if "char_cnn" not in options:
+            raise ConfigError("char_cnn: missing; only character-input biLMs are supported")
+        if "lstm" not in options:
+            raise ConfigError("lstm: missing")
+        training = {}
+        for name, value in options.items():
+            if name in TRAINING_FIELDS:
+                _check_type(name, value, TRAINING_FIELDS[name])
+                training[name] = value
+        config = cls(char_cnn=_char_cnn_from_dict(options["char_cnn"]),
+                     lstm=_lstm_from_dict(options["lstm"]), training=training)
+        config.validate()
+        return config
+
+    @classmethod
+    def from_json(cls, path: str | os.PathLike) -> "BiLMConfig":
+        """Read an ``options.json`` file; errors name the file and the field."""
+        try:
+            with open(path, encoding="utf-8") as f:
+                options = json.load(f)
+        except json.JSONDecodeError as e:
+            raise ConfigError(f"{path}: not valid JSON (line {e.lineno}, column {e.colno}): {e.msg}") from e
+        try:
+            return cls.from_dict(options)
+        except ConfigError as e:
+            raise ConfigError(f"{path}: {e}") from e
+
+    # ----------------------------------------------------------------------------- writing
+    def to_dict(self) -> dict[str, Any]:
+        """The ``options.json`` object, in the original's layout."""
+        cnn = self.char_cnn
+        lstm = {k: v for k, v in asdict(self.lstm).items() if v is not None}
+        options: dict[str, Any] = {
+            "lstm": lstm,
+            "char_cnn": {
+                "embedding": {"dim": cnn.embedding_dim},
+                "filters": [[w, n] for w, n in cnn.filters],
+                "n_highway": cnn.n_highway,
+                "activation": cnn.activation,
+                "n_characters": cnn.n_characters,
+                "max_characters_per_token": cnn.max_characters_per_token,
+            },
+        }
+        options.update(self.training)
+        return options
+
+    def to_json(self, path: str | os.PathLike) -> None:
+        """Write ``options.json`` atomically."""
+        from elmo.fileio import atomic_write_text
+
+        atomic_write_text(path, json.dumps(self.to_dict(), indent=2) + "\n")
+
+    # -------------------------------------------------------------------------- validation
+    def validate(self) -> None:
+        """Raise :class:`ConfigError` naming the first inconsistent field."""
+        cnn, lstm = self.char_cnn, self.lstm
+        _positive("char_cnn.embedding.dim", cnn.embedding_dim)
+        if not cnn.filters:
+            raise ConfigError("char_cnn.filters: needs at least one [width, n_filters] pair")
+        for i, (width, n) in enumerate(cnn.filters):
+            _positive(f"char_cnn.filters[{i}] width", width)
+            _positive(f"char_cnn.filters[{i}] n_filters", n)
+            if width > cnn.max_characters_per_token:
+                raise ConfigError(f"char_cnn.filters[{i}]: width {width} is wider than "
+                                  f"max_characters_per_token={cnn.max_characters_per_token}")
+        if cnn.n_highway < 0:
+            raise ConfigError(f"char_cnn.n_highway: must be >= 0, got {cnn.n_highway}")
+        if cnn.activation not in ACTIVATIONS:
+            raise ConfigError(f"char_cnn.activation: must be one of {ACTIVATIONS}, got {cnn.activation!r}")
+        if cnn.n_characters not in VALID_N_CHARACTERS:
+            raise ConfigError(f"char_cnn.n_characters: must be 261 or 262 (the bilm-tf byte "
+                              f"scheme), got {cnn.n_characters}")
+        if cnn.max_characters_per_token != 50:
+            raise ConfigError("char_cnn.max_characters_per_token: the character id scheme is "
+                              f"fixed at 50 slots, got {cnn.max_characters_per_token}")
+        _positive("lstm.dim", lstm.dim)
+        _positive("lstm.projection_dim", lstm.projection_dim)
+        _positive("lstm.n_layers", lstm.n_layers)
+        for name in ("cell_clip", "proj_clip"):
+            value = getattr(lstm, name)
+            if value is not None and value <= 0:
+                raise ConfigError(f"lstm.{name}: must be positive, got {value}")
+        if "dropout" in self.training and not 0 <= self.training["dropout"] < 1:
+            raise ConfigError(f"dropout: must be in [0, 1), got {self.training['dropout']}")
+        if self.training.get("bidirectional") is False:
+            raise ConfigError("bidirectional: only bidirectional biLMs are supported")
+        for name in ("n_epochs", "batch_size", "unroll_steps", "n_tokens_vocab",
+                     "n_negative_samples_batch", "n_train_tokens"):
+            if name in self.training:
+                _positive(name, self.training[name])
+
+    @property
+    def output_dim(self) -> int:
+        """Width of every ELMo layer: forward and backward projections concatenated."""
+        return 2 * self.lstm.projection_dim
+
+    @property
+    def n_output_layers(self) -> int:
+        """Number of biLM layers an ELMo mix sees: the token layer plus one per LSTM layer."""
+        return self.lstm.n_layers + 1
+
+
+def _check_type(name: str, value: Any, expected: type | tuple[type, ...]) -> None:
+    # bool is an int in Python; a field that wants a number must not accept true/false.
+    if isinstance(value, bool) and bool not in (expected if isinstance(expected, tuple) else (expected,)):
+        raise ConfigError(f"{name}: expected a number, got {value!r}")
+    if not isinstance(value, expected):
+        want = expected.__name__ if isinstance(expected, type) else "/".join(t.__name__ for t in expected)
+        raise ConfigError(f"{name}: expected {want}, got {value!r}")
+
+
+def _positive(name: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ConfigError(f"{name}: must be a positive integer, got {value!r}")
+
+
+def _take(section: str, d: Any, allowed: dict[str, type | tuple[type, ...]], required: set[str]) -> dict:
+    if not isinstance(d, dict):
+        raise ConfigError(f"{section}: expected a JSON object")
+    unknown = set(d) - set(allowed)
+    if unknown:
+        raise ConfigError(f"{section}.{sorted(unknown)[0]}: unknown field (known: {', '.join(allowed)})")
+    missing = required - set(d)
+    if missing:
+        raise ConfigError(f"{section}.{sorted(missing)[0]}: missing")
+    for name, value in d.items():
+        if value is None and name in ("cell_clip", "proj_clip"):
+            continue
+        _check_type(f"{section}.{name}", value, allowed[name])
+    return d
+
+
+def _char_cnn_from_dict(d: Any) -> CharCNNConfig:
+    d = _take("char_cnn", d, {"embedding": dict, "filters": list, "n_highway": int, "activation": str,
+                              "n_characters": int, "max_characters_per_token": int},
+              {"embedding", "filters", "n_highway", "n_characters"})
+    embedding = _take("char_cnn.embedding", d["embedding"], {"dim": int}, {"dim"})
+    filters = []
+    for i, pair in enumerate(d["filters"]):
+        if (not isinstance(pair, (list, tuple)) or len(pair) != 2
+                or not all(isinstance(x, int) and not isinstance(x, bool) for x in pair)):
+            raise ConfigError(f"char_cnn.filters[{i}]: expected [width, n_filters], got {pair!r}")
+        filters.append((pair[0], pair[1]))
+    return CharCNNConfig(embedding_dim=embedding["dim"], filters=filters, n_highway=d["n_highway"],
+                         activation=d.get("activation", "relu"), n_characters=d["n_characters"],
+                         max_characters_per_token=d.get("max_characters_per_token", 50))
+
+
+def _lstm_from_dict(d: Any) -> LSTMConfig:
+    number = (int, float)
+    d = _take("lstm", d, {"dim": int, "projection_dim": int, "n_layers": int, "cell_clip": number,
+                          "proj_clip": number, "use_skip_connections": bool},
+              {"dim", "projection_dim", "n_layers"})
+    return LSTMConfig(dim=d["dim"], projection_dim=d["projection_dim"], n_layers=d["n_layers"],
+                      cell_clip=d.get("cell_clip"), proj_clip=d.get("proj_clip"),
+                      use_skip_connections=d.get("use_skip_connections", False))
+

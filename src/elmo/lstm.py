@@ -1,0 +1,101 @@
+"""One LSTM layer with a projection and clipping, in bilm-tf's exact arithmetic.
+
+For each timestep (TensorFlow's ``LSTMCell(num_proj=..., cell_clip=..., proj_clip=...)``)::
+
+    i, j, f, o = split(x_t W_x + h_{t-1} W_h + b, 4)         # TF's gate order
+    c_t = sigmoid(f + 1) * c_{t-1} + sigmoid(i) * tanh(j)    # forget bias +1, not stored in b
+    c_t = clip(c_t, cell_clip)
+    h_t = clip((sigmoid(o) * tanh(c_t)) W_P, proj_clip)      # h_t is the projected output
+
+At padded timesteps the state is carried unchanged and the output is zero, so the final state of
+each row is the state after its last real token (TF's ``dynamic_rnn`` with ``sequence_length``).
+
+:func:`lstm_plain` is the per-timestep specification; faster paths must match it.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+FORGET_BIAS = 1.0
+
+State = tuple[torch.Tensor, torch.Tensor]  # (c (batch, dim), h (batch, projection_dim))
+
+
+class LstmLayer(nn.Module):
+    """Parameters of one LSTM-with-projection layer.
+
+    ``input_weight``: ``(4*dim, input_dim)``, ``state_weight``: ``(4*dim, projection_dim)``,
+    ``bias``: ``(4*dim,)`` (without the forget bias), ``projection``: ``(projection_dim, dim)``.
+    """
+
+    def __init__(self, input_dim: int, dim: int, projection_dim: int,
+                 cell_clip: float | None, proj_clip: float | None):
+        super().__init__()
+        self.input_dim, self.dim, self.projection_dim = input_dim, dim, projection_dim
+        self.cell_clip, self.proj_clip = cell_clip, proj_clip
+        self.input_weight = nn.Parameter(torch.empty(4 * dim, input_dim))
+        self.state_weight = nn.Parameter(torch.empty(4 * dim, projection_dim))
+        self.bias = nn.Parameter(torch.zeros(4 * dim))
+        self.projection = nn.Parameter(torch.empty(projection_dim, dim))
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """Glorot-uniform over the joint ``[x; h]`` matrix, as TF initialises ``W_0``."""
+        bound = math.sqrt(6.0 / (self.input_dim + self.projection_dim + 4 * self.dim))
+        nn.init.uniform_(self.input_weight, -bound, bound)
+        nn.init.uniform_(self.state_weight, -bound, bound)
+        nn.init.zeros_(self.bias)
+        bound = math.sqrt(6.0 / (self.dim + self.projection_dim))
+        nn.init.uniform_(self.projection, -bound, bound)
+
+    def zero_state(self, batch: int, like: torch.Tensor) -> State:
+        """Zero ``(c, h)`` for ``batch`` rows, on ``like``'s device and dtype."""
+        return (like.new_zeros(batch, self.dim), like.new_zeros(batch, self.projection_dim))
+
+    def forward(self, inputs: torch.Tensor, mask: torch.Tensor, state: State | None = None,
+                ) -> tuple[torch.Tensor, State]:
+        """Run the layer: see :func:`lstm_plain`."""
+        return lstm_plain(self, inputs, mask, state)
+
+
+def lstm_step(layer: LstmLayer, x_gates: torch.Tensor, state: State) -> State:
+    """One timestep from precomputed input gates ``x_gates`` ``(batch, 4*dim)``; returns ``(c, h)``."""
+    c_prev, h_prev = state
+    gates = x_gates + h_prev @ layer.state_weight.t()
+    i, j, f, o = gates.chunk(4, dim=1)
+    c = torch.sigmoid(f + FORGET_BIAS) * c_prev + torch.sigmoid(i) * torch.tanh(j)
+    if layer.cell_clip is not None:
+        c = c.clamp(-layer.cell_clip, layer.cell_clip)
+    h = (torch.sigmoid(o) * torch.tanh(c)) @ layer.projection.t()
+    if layer.proj_clip is not None:
+        h = h.clamp(-layer.proj_clip, layer.proj_clip)
+    return c, h
+
+
+def lstm_plain(layer: LstmLayer, inputs: torch.Tensor, mask: torch.Tensor,
+               state: State | None = None) -> tuple[torch.Tensor, State]:
+    """The per-timestep reference loop.
+
+    ``inputs``: ``(batch, time, input_dim)``; ``mask``: ``(batch, time)`` bool, a prefix of True per
+    row; ``state``: ``(c, h)`` or None for zeros. Returns ``outputs`` ``(batch, time, projection_dim)``
+    (zero where masked) and the final ``(c, h)`` of every row.
+    """
+    batch, time, _ = inputs.shape
+    c, h = state if state is not None else layer.zero_state(batch, inputs)
+    outputs = []
+    for t in range(time):
+        x_gates = inputs[:, t] @ layer.input_weight.t() + layer.bias
+        c_new, h_new = lstm_step(layer, x_gates, (c, h))
+        keep = mask[:, t].unsqueeze(1)
+        c = torch.where(keep, c_new, c)
+        h = torch.where(keep, h_new, h)
+        outputs.append(torch.where(keep, h_new, torch.zeros_like(h_new)))
+    if outputs:
+        out = torch.stack(outputs, dim=1)
+    else:
+        out = inputs.new_zeros(batch, 0, layer.projection_dim)
+    return out, (c, h)

@@ -1,0 +1,175 @@
+"""Reading and writing biLM weights.
+
+Two formats:
+
+* the original bilm-tf layout, ``options.json`` + ``weights.hdf5``, as published by AllenNLP and
+  read by every ELMo tool; every TensorFlow convention is undone here and nowhere else;
+* a native checkpoint (``.pt``): our state dict plus the config, read with ``weights_only=True``
+  so a file handed to us can never run code.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import h5py
+import numpy as np
+import torch
+
+from elmo.bilm import BiLM
+from elmo.config import BiLMConfig
+from elmo.fileio import atomic_path
+
+NATIVE_FORMAT = "elmo-bilm"
+NATIVE_VERSION = 1
+
+
+class WeightsError(ValueError):
+    """A weights file does not match its options; the message names the dataset and shapes."""
+
+
+def _lstm_prefix(direction: int, layer: int) -> str:
+    return f"RNN_{direction}/RNN/MultiRNNCell/Cell{layer}/LSTMCell"
+
+
+def _tf_datasets(model: BiLM) -> Iterator[tuple[str, tuple[int, ...], torch.Tensor, str]]:
+    """Every dataset of the bilm-tf file as ``(name, tf_shape, parameter, conversion)``.
+
+    ``conversion`` says how the TF array maps onto our parameter:
+    ``"copy"`` (same layout), ``"t"`` (TF stores ``x @ W``, torch ``W @ x``: transpose),
+    ``"conv"`` (TF ``(1, width, in, out)`` vs torch ``(out, in, width)``),
+    ``"embed"`` (TF has no row for the padding id 0: ours is row 0, kept at zero),
+    ``"lstm_x"``/``"lstm_h"`` (TF stacks the input and the state weights in one ``W_0`` of shape
+    ``(input_dim + projection_dim, 4*dim)``, inputs first).
+    """
+    enc = model.token_encoder
+    cfg = model.config
+    yield "char_embed", (261, cfg.char_cnn.embedding_dim), enc.char_embedding.weight, "embed"
+    for i, conv in enumerate(enc.convs):
+        out_ch, in_ch, width = conv.weight.shape
+        yield f"CNN/W_cnn_{i}", (1, width, in_ch, out_ch), conv.weight, "conv"
+        yield f"CNN/b_cnn_{i}", (out_ch,), conv.bias, "copy"
+    for k, highway in enumerate(enc.highways):
+        n = highway.carry.weight.shape[0]
+        for name, linear in (("carry", highway.carry), ("transform", highway.transform)):
+            yield f"CNN_high_{k}/W_{name}", (n, n), linear.weight, "t"
+            yield f"CNN_high_{k}/b_{name}", (n,), linear.bias, "copy"
+    if enc.projection is not None:
+        out_dim, in_dim = enc.projection.weight.shape
+        yield "CNN_proj/W_proj", (in_dim, out_dim), enc.projection.weight, "t"
+        yield "CNN_proj/b_proj", (out_dim,), enc.projection.bias, "copy"
+    for direction, stack in enumerate((model.forward_layers, model.backward_layers)):
+        for index, layer in enumerate(stack):
+            prefix = _lstm_prefix(direction, index)
+            w0 = (layer.input_dim + layer.projection_dim, 4 * layer.dim)
+            yield f"{prefix}/W_0", w0, layer.input_weight, "lstm_x"
+            yield f"{prefix}/W_0", w0, layer.state_weight, "lstm_h"
+            yield f"{prefix}/B", (4 * layer.dim,), layer.bias, "copy"
+            yield f"{prefix}/W_P_0", (layer.dim, layer.projection_dim), layer.projection, "t"
+
+
+def _tf_to_torch(array: np.ndarray, conversion: str, param: torch.Tensor) -> torch.Tensor:
+    if conversion == "copy":
+        out = array
+    elif conversion == "t":
+        out = array.T
+    elif conversion == "conv":
+        out = array[0].transpose(2, 1, 0)
+    elif conversion == "embed":
+        out = np.concatenate([np.zeros((1, array.shape[1]), dtype=array.dtype), array])
+    elif conversion == "lstm_x":
+        out = array[: param.shape[1]].T
+    elif conversion == "lstm_h":
+        out = array[-param.shape[1]:].T
+    else:  # pragma: no cover - the table above is closed
+        raise AssertionError(conversion)
+    return torch.from_numpy(np.ascontiguousarray(out, dtype=np.float32))
+
+
+def load_bilm_tf(options_file: str | os.PathLike, weights_file: str | os.PathLike) -> BiLM:
+    """Build a :class:`BiLM` from the original ``options.json`` and ``weights.hdf5``.
+
+    Accepts float16 or float32 datasets and always gives a float32 model. A missing or mis-shaped
+    dataset raises :class:`WeightsError` naming it and the shape the options call for.
+    """
+    config = BiLMConfig.from_json(options_file)
+    model = BiLM(config)
+    try:
+        fin = h5py.File(weights_file, "r")
+    except OSError as e:
+        raise WeightsError(f"{weights_file}: cannot open as HDF5 ({e})") from e
+    with fin, torch.no_grad():
+        for name, shape, param, conversion in _tf_datasets(model):
+            if name not in fin:
+                raise WeightsError(f"{weights_file}: dataset '{name}' is missing "
+                                   f"(expected shape {shape} from {options_file})")
+            dataset = fin[name]
+            if not isinstance(dataset, h5py.Dataset) or tuple(dataset.shape) != shape:
+                got = tuple(dataset.shape) if isinstance(dataset, h5py.Dataset) else "a group"
+                raise WeightsError(f"{weights_file}: dataset '{name}' has shape {got}, but "
+                                   f"{options_file} needs {shape}")
+            param.copy_(_tf_to_torch(dataset[...], conversion, param))
+    return model
+
+
+def save_bilm_tf(model: BiLM, output_dir: str | os.PathLike, *, weights_name: str = "weights.hdf5",
+                 options_name: str = "options.json", dtype: str = "float32") -> tuple[str, str]:
+    """Write ``options.json`` and ``weights.hdf5`` in the original layout (atomically).
+
+    ``dtype`` may be ``"float16"`` to halve the file; :func:`load_bilm_tf` restores float32.
+    Returns the two paths.
+    """
+    os.makedirs(output_dir, exist_ok=True)
+    arrays: dict[str, np.ndarray] = {}
+    for name, shape, param, conversion in _tf_datasets(model):
+        value = param.detach().float().cpu().numpy()
+        if conversion == "copy":
+            arrays[name] = value
+        elif conversion == "t":
+            arrays[name] = value.T
+        elif conversion == "conv":
+            arrays[name] = value.transpose(2, 1, 0)[None]
+        elif conversion == "embed":
+            arrays[name] = value[1:]
+        elif conversion == "lstm_x":
+            arrays[name] = np.concatenate([value.T, np.zeros((shape[0] - value.shape[1], shape[1]), np.float32)])
+        elif conversion == "lstm_h":
+            arrays[name][-value.shape[1]:] = value.T
+        assert arrays[name].shape == shape, (name, arrays[name].shape, shape)
+    weights_path = os.path.join(output_dir, weights_name)
+    with atomic_path(weights_path) as tmp:
+        with h5py.File(tmp, "w") as fout:
+            for name, array in arrays.items():
+                fout.create_dataset(name, data=array.astype(dtype))
+    options_path = os.path.join(output_dir, options_name)
+    model.config.to_json(options_path)
+    return options_path, weights_path
+
+
+def save_checkpoint(model: BiLM, path: str | os.PathLike, **extra) -> None:
+    """Save the model's state dict and config (plus any plain-data ``extra``) atomically."""
+    payload = {"format": NATIVE_FORMAT, "version": NATIVE_VERSION, "config": model.config.to_dict(),
+               "state_dict": model.state_dict(), **extra}
+    with atomic_path(path) as tmp:
+        torch.save(payload, tmp)
+
+
+def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = "cpu") -> tuple[BiLM, dict]:
+    """Load a native checkpoint with ``weights_only=True``. Returns the model and the whole payload."""
+    try:
+        payload = torch.load(path, map_location=map_location, weights_only=True)
+    except Exception as e:  # torch raises several types for foreign or corrupt files
+        raise WeightsError(f"{path}: not a readable elmo checkpoint ({type(e).__name__}: {e})") from e
+    if not isinstance(payload, dict) or payload.get("format") != NATIVE_FORMAT:
+        raise WeightsError(f"{path}: not an elmo checkpoint (no '{NATIVE_FORMAT}' format marker)")
+    if payload.get("version") != NATIVE_VERSION:
+        raise WeightsError(f"{path}: checkpoint version {payload.get('version')} is not supported "
+                           f"(this elmo reads version {NATIVE_VERSION})")
+    config = BiLMConfig.from_dict(payload["config"])
+    model = BiLM(config)
+    missing, unexpected = model.load_state_dict(payload["state_dict"], strict=False)
+    if missing or unexpected:
+        raise WeightsError(f"{path}: state dict does not match its config "
+                           f"(missing {missing[:3]}, unexpected {unexpected[:3]})")
+    return model, payload
