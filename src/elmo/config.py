@@ -253,3 +253,30 @@ def _lstm_from_dict(d: Any) -> LSTMConfig:
                       cell_clip=d.get("cell_clip"), proj_clip=d.get("proj_clip"),
                       use_skip_connections=d.get("use_skip_connections", False))
 
+
+
+# The character CNN of every model AllenNLP published: 2048 filters of widths 1 to 7.
+_PUBLISHED_FILTERS = [(1, 32), (2, 32), (3, 64), (4, 128), (5, 256), (6, 512), (7, 1024)]
+
+
+def _published(dim: int, projection_dim: int, n_highway: int) -> BiLMConfig:
+    return BiLMConfig(
+        char_cnn=CharCNNConfig(embedding_dim=16, filters=list(_PUBLISHED_FILTERS), n_highway=n_highway),
+        lstm=LSTMConfig(dim=dim, projection_dim=projection_dim, n_layers=2, cell_clip=3, proj_clip=3,
+                        use_skip_connections=True))
+
+
+# Architectures of the published models, by the names AllenNLP gave them.
+PUBLISHED_SIZES = {
+    "small": lambda: _published(1024, 128, 1),
+    "medium": lambda: _published(2048, 256, 1),
+    "original": lambda: _published(4096, 512, 2),
+}
+
+
+def published_config(name: str) -> BiLMConfig:
+    """The architecture of a published model: ``"small"`` (2x1024_128), ``"medium"``
+    (2x2048_256) or ``"original"`` (2x4096_512, also the 5.5B model's)."""
+    if name not in PUBLISHED_SIZES:
+        raise ConfigError(f"unknown model size {name!r}; expected one of {sorted(PUBLISHED_SIZES)}")
+    return PUBLISHED_SIZES[name]()

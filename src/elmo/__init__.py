@@ -1,0 +1,24 @@
+"""ELMo: deep contextualized word representations (Peters et al. 2018).
+
+Public API::
+
+    from elmo import Embedder, Elmo, BiLM, BiLMConfig, ScalarMix, batch_to_char_ids
+"""
+
+from elmo.bilm import BiLM, BiLMOutput, BiLMState
+from elmo.chars import batch_to_char_ids, tokenize
+from elmo.config import BiLMConfig, CharCNNConfig, ConfigError, LSTMConfig
+from elmo.elmo import Elmo, ElmoOutput
+from elmo.embed import Embedder
+from elmo.scalar_mix import ScalarMix
+from elmo.states import DEFAULT_STATE, STATE_MODES
+from elmo.weights import WeightsError, load_bilm_tf, load_checkpoint, save_bilm_tf, save_checkpoint
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "BiLM", "BiLMConfig", "BiLMOutput", "BiLMState", "CharCNNConfig", "ConfigError", "DEFAULT_STATE",
+    "Elmo", "ElmoOutput", "Embedder", "LSTMConfig", "STATE_MODES", "ScalarMix", "WeightsError",
+    "batch_to_char_ids", "load_bilm_tf", "load_checkpoint", "save_bilm_tf", "save_checkpoint",
+    "tokenize",
+]

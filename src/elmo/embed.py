@@ -1,0 +1,153 @@
+"""Embedding text with a biLM: the :class:`Embedder` API and the ``allennlp elmo``-compatible
+HDF5 output.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+from collections.abc import Iterable, Sequence
+
+import h5py
+import numpy as np
+import torch
+from tqdm import tqdm
+
+from elmo.bilm import BiLM
+from elmo.chars import batch_to_char_ids, tokenize
+from elmo.fileio import atomic_path, read_lines
+from elmo.states import DEFAULT_STATE, StateKeeper
+
+Layers = str | Sequence[int]
+
+# BLAS picks a different kernel for matrix products of fewer than 4 rows, whose rounding differs
+# in the last bits. Padding deterministic-mode batches to 4 rows (with empty sentences) makes a
+# sentence's vectors bitwise identical whatever it is batched with (tests/test_states.py).
+MIN_BATCH_ROWS = 4
+
+
+def select_layers(layers: np.ndarray, which: Layers) -> np.ndarray:
+    """Pick from one sentence's ``(L+1, n_tokens, dim)`` activations.
+
+    ``"all"`` -> ``(L+1, n, dim)``; ``"top"`` -> ``(n, dim)``; ``"average"`` -> ``(n, dim)``;
+    a list of indices -> ``(len(list), n, dim)``.
+    """
+    if isinstance(which, str):
+        if which == "all":
+            return layers
+        if which == "top":
+            return layers[-1]
+        if which == "average":
+            return layers.mean(axis=0)
+        raise ValueError(f"layers: expected 'all', 'top', 'average' or a list of indices, got {which!r}")
+    indices = list(which)
+    for i in indices:
+        if not -layers.shape[0] <= i < layers.shape[0]:
+            raise ValueError(f"layers: index {i} out of range; the biLM has {layers.shape[0]} layers")
+    return layers[indices]
+
+
+class Embedder:
+    """Turns sentences into ELMo layer activations.
+
+    ``state`` is the LSTM state policy (see :mod:`elmo.states`): ``"warm"`` (default) and
+    ``"reset"`` make every sentence's vectors independent of batching and of earlier calls;
+    ``"stateful"`` reproduces the original, carrying state by row across batches *and calls*.
+    """
+
+    def __init__(self, model: BiLM, *, state: str = DEFAULT_STATE, device: str | torch.device | None = None,
+                 batch_size: int = 64):
+        self.device = torch.device(device) if device is not None else next(model.parameters()).device
+        self.model = model.to(self.device).eval()
+        self.states = StateKeeper(self.model, state)
+        self.batch_size = batch_size
+
+    @classmethod
+    def from_files(cls, options_file: str | os.PathLike, weights_file: str | os.PathLike, **kwargs) -> "Embedder":
+        """Load the original ``options.json`` + ``weights.hdf5``."""
+        from elmo.weights import load_bilm_tf
+
+        return cls(load_bilm_tf(options_file, weights_file), **kwargs)
+
+    @property
+    def state(self) -> str:
+        return self.states.mode
+
+    def reset_state(self) -> None:
+        """Forget the state carried between calls in stateful mode."""
+        self.states.reset()
+
+    @torch.inference_mode()
+    def embed_batch(self, batch: Sequence[Sequence[str]]) -> list[np.ndarray]:
+        """One batch through the biLM: a ``(L+1, n_tokens, dim)`` float32 array per sentence."""
+        rows = list(batch)
+        if self.states.mode != "stateful":  # in stateful mode extra rows would carry state
+            rows += [[]] * (MIN_BATCH_ROWS - len(rows))
+        ids, mask = batch_to_char_ids(rows)
+        out = self.model(ids.to(self.device), mask.to(self.device), self.states.initial(len(rows)))
+        self.states.update(out.state)
+        layers = out.layers.float().cpu().numpy()
+        return [layers[i, :, :len(sentence)] for i, sentence in enumerate(batch)]
+
+    def _batches(self, sentences: list[list[str]], batch_size: int) -> Iterable[list[int]]:
+        order = list(range(len(sentences)))
+        if self.states.mode != "stateful":
+            # Similar lengths together waste less on padding; file order is only a contract in
+            # stateful mode, where it decides which state each sentence starts from.
+            order.sort(key=lambda i: -len(sentences[i]))
+        for start in range(0, len(order), batch_size):
+            yield order[start:start + batch_size]
+
+    def embed_sentences(self, sentences: Sequence[str | Sequence[str]], layers: Layers = "all",
+                        batch_size: int | None = None, progress: bool = False) -> list[np.ndarray]:
+        """Embed sentences (strings are split on whitespace, or pass token lists).
+
+        Returns float32 arrays in input order, shaped as :func:`select_layers` says. In stateful
+        mode, batches are consecutive runs of ``batch_size`` sentences in input order.
+        """
+        batch_size = batch_size or self.batch_size
+        tokenized = [tokenize(s) if isinstance(s, str) else list(s) for s in sentences]
+        results: list[np.ndarray | None] = [None] * len(tokenized)
+        with tqdm(total=len(tokenized), unit="sent", disable=not progress) as bar:
+            for indices in self._batches(tokenized, batch_size):
+                for i, array in zip(indices, self.embed_batch([tokenized[i] for i in indices])):
+                    results[i] = select_layers(array, layers)
+                bar.update(len(indices))
+        return results  # type: ignore[return-value]
+
+    def embed_file(self, input_path: str | os.PathLike, output_path: str | os.PathLike,
+                   layers: Layers = "all", batch_size: int | None = None, progress: bool | None = None,
+                   chunk_sentences: int = 4096) -> int:
+        """Embed a text file (one sentence per line, plain or ``.gz``) into HDF5, in the layout of
+        the old ``allennlp elmo`` command: one float32 dataset per line index (``"0"``, ``"1"``,
+        ...) and a ``sentence_to_index`` dataset holding a JSON object from line text to index.
+
+        Streams the input in chunks, so memory stays bounded on long files. The output appears
+        only once complete. A line that is not UTF-8 raises ValueError with its line number.
+        Returns the number of lines embedded.
+        """
+        batch_size = batch_size or self.batch_size
+        # Whole batches per chunk, so stateful mode still sees consecutive batches of batch_size.
+        chunk = max(1, chunk_sentences // batch_size) * batch_size
+        n_lines = sum(1 for _ in read_lines(input_path))
+        sentence_to_index: dict[str, str] = {}
+        # tqdm's disable=None means "show only on a terminal".
+        disable = None if progress is None else not progress
+        with atomic_path(output_path) as tmp, h5py.File(tmp, "w") as fout, \
+                tqdm(total=n_lines, unit="sent", disable=disable) as bar:
+            lines = read_lines(input_path)
+            index = 0
+            while True:
+                block = [line.strip() for line in itertools.islice(lines, chunk)]
+                if not block:
+                    break
+                vectors = self.embed_sentences(block, layers=layers, batch_size=batch_size)
+                for text, array in zip(block, vectors):
+                    fout.create_dataset(str(index), data=array.astype(np.float32))
+                    sentence_to_index[text] = str(index)
+                    index += 1
+                bar.update(len(block))
+            dataset = fout.create_dataset("sentence_to_index", (1,), dtype=h5py.string_dtype())
+            dataset[0] = json.dumps(sentence_to_index)
+        return index

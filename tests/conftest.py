@@ -1,0 +1,55 @@
+import json
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+import torch
+
+from elmo import load_bilm_tf
+
+FIXTURES = Path(__file__).parent / "fixtures"
+ALLENNLP = FIXTURES / "allennlp-elmo"
+BILM_TF = FIXTURES / "bilm-tf" / "model"
+
+# (folder, sentences file) of the two reference sets
+FIXTURE_SETS = {
+    "allennlp": (ALLENNLP, "sentences.json"),
+    "bilm-tf": (BILM_TF, "lm_embeddings_sentences.json"),
+}
+
+
+def load_fixture_model(name: str):
+    folder, _ = FIXTURE_SETS[name]
+    return load_bilm_tf(folder / "options.json", folder / "lm_weights.hdf5").eval()
+
+
+def fixture_batches(name: str):
+    """The 10 reference batches: batch i = (sentences[0][i], sentences[1][i], sentences[2][i]),
+    each a token list, with the expected (2, n_tokens, 16) top-layer array of each sentence."""
+    folder, sentence_file = FIXTURE_SETS[name]
+    sentences = json.loads((folder / sentence_file).read_text())
+    expected = []
+    for k in range(3):
+        with h5py.File(folder / f"lm_embeddings_{k}.hdf5", "r") as f:
+            expected.append([f[str(i)][...] for i in range(len(sentences[k]))])
+    batches = []
+    for i in range(len(sentences[0])):
+        batches.append(([sentences[k][i].split() for k in range(3)], [expected[k][i] for k in range(3)]))
+    return batches
+
+
+def top_as_fixture(layers: np.ndarray, proj: int = 16) -> np.ndarray:
+    """(L+1, n, 2*proj) activations -> the fixture's (2, n, proj) [forward top, backward top]."""
+    top = layers[-1]
+    return np.stack([top[:, :proj], top[:, proj:]])
+
+
+@pytest.fixture(scope="session")
+def allennlp_model():
+    return load_fixture_model("allennlp")
+
+
+@pytest.fixture(autouse=True)
+def _deterministic():
+    torch.manual_seed(0)
