@@ -132,15 +132,19 @@ class BiLM(nn.Module):
                          p.new_zeros(2, lstm.n_layers, batch, lstm.projection_dim))
 
     def run_stack(self, direction: int, inputs: torch.Tensor, mask: torch.Tensor,
-                  state: BiLMState) -> tuple[list[torch.Tensor], list[State]]:
+                  state: BiLMState, dropout: float = 0.0) -> tuple[list[torch.Tensor], list[State]]:
         """Run one direction's layers over ``inputs`` ``(batch, time, projection_dim)`` already in
         that direction's reading order. Returns each layer's output ``(batch, time, projection_dim)``
-        (with the residual added when enabled) and each layer's final ``(c, h)``."""
+        (with the residual added when enabled) and each layer's final ``(c, h)``.
+
+        ``dropout`` (training only) drops each layer's input, as bilm-tf's DropoutWrapper inside
+        its ResidualWrapper does: the residual adds the undropped input."""
         layers = self.forward_layers if direction == FORWARD else self.backward_layers
         outputs, finals = [], []
         x = inputs
         for index, layer in enumerate(layers):
-            out, final = layer(x, mask, state.layer(direction, index))
+            x_in = nn.functional.dropout(x, dropout, self.training) if dropout > 0 else x
+            out, final = layer(x_in, mask, state.layer(direction, index))
             if index > 0 and self.config.lstm.use_skip_connections:
                 # The residual joins the layer's output only; the carried state h stays the cell's own.
                 out = out + x

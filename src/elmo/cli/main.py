@@ -5,9 +5,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from elmo.cli import embed
+from elmo.cli import embed, train, finetune, export, evaluate
 
-VERBS = {"embed": embed}
+VERBS = {"embed": embed, "train": train, "finetune": finetune, "export": export, "evaluate": evaluate}
 
 
 def build_parser() -> argparse.ArgumentParser:

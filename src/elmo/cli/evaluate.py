@@ -1,0 +1,47 @@
+"""``elmo evaluate``: held-out perplexity with the full softmax."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from elmo.data import expand_paths
+from elmo.evaluate import evaluate
+from elmo.fileio import atomic_path
+from elmo.lm import load_language_model
+
+HELP = "Forward, backward and average perplexity of a trained biLM on tokenized text."
+
+
+def add_parser(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("model", help="run directory, checkpoint file, or exported folder")
+    parser.add_argument("--data", required=True, nargs="+", help="tokenized shards: paths or quoted globs")
+    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--unroll-steps", type=int, default=20)
+    parser.add_argument("--max-targets", type=int, help="stop each direction after about this many predictions")
+    parser.add_argument("--per-sentence", help="write per-sentence log-probabilities (TSV) here")
+    parser.add_argument("--json", help="also write the results as JSON here")
+    parser.add_argument("--device", default="cpu")
+
+
+def run(args: argparse.Namespace) -> int:
+    model, vocab = load_language_model(args.model)
+    result = evaluate(model, vocab, expand_paths(args.data), batch_size=args.batch_size,
+                      unroll_steps=args.unroll_steps, max_targets=args.max_targets,
+                      per_sentence=bool(args.per_sentence), device=args.device, progress=True)
+    sentences = result.pop("sentences", None)
+    print(f"forward perplexity   {result['forward_perplexity']:.2f}")
+    print(f"backward perplexity  {result['backward_perplexity']:.2f}")
+    print(f"average perplexity   {result['average_perplexity']:.2f}")
+    print(f"unigram perplexity   {result['unigram_perplexity']:.2f}  (the data's own unigram distribution)")
+    print(f"predictions per direction {result['targets']}, vocabulary {result['vocab_size']}, "
+          f"out-of-vocabulary rate {100 * result['oov_rate']:.2f}% (scored as <UNK>)")
+    if args.per_sentence:
+        with atomic_path(args.per_sentence) as tmp, open(tmp, "w", encoding="utf-8") as f:
+            f.write("sentence\tforward_logprob\tbackward_logprob\tpredictions\n")
+            for index, forward, backward, count in sentences:
+                f.write(f"{index}\t{forward:.6f}\t{backward:.6f}\t{count}\n")
+    if args.json:
+        with atomic_path(args.json) as tmp, open(tmp, "w", encoding="utf-8") as f:
+            json.dump(result, f, indent=2)
+    return 0

@@ -1,0 +1,24 @@
+"""``elmo export``: write a run's model in the original layout, plus softmax and vocabulary."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from elmo.lm import export_language_model, load_language_model
+
+HELP = "Export a training run as options.json + weights.hdf5 (+ softmax_weights.hdf5, vocab.txt)."
+
+
+def add_parser(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("run", help="run directory (its newest checkpoint) or a checkpoint file")
+    parser.add_argument("--output", required=True, help="folder to write")
+    parser.add_argument("--dtype", choices=["float32", "float16"], default="float32",
+                        help="storage precision of the weights (loading always gives float32)")
+
+
+def run(args: argparse.Namespace) -> int:
+    model, vocab = load_language_model(args.run)
+    export_language_model(model, vocab, args.output, dtype=args.dtype)
+    print(f"exported to {args.output}: options.json weights.hdf5 softmax_weights.hdf5 vocab.txt", file=sys.stderr)
+    return 0

@@ -1,0 +1,22 @@
+"""``elmo finetune``: continue training a trained biLM on in-domain text, keeping its vocabulary."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from elmo.cli.train import add_common, launch, settings_from
+
+HELP = "Fine-tune a trained biLM (run directory or exported model) on new text."
+
+
+def add_parser(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("model", help="run directory, or exported folder with softmax_weights.hdf5 and vocab.txt")
+    add_common(parser)
+
+
+def run(args: argparse.Namespace) -> int:
+    settings = settings_from(args, init_from=args.model, config=None, vocab=None)
+    code = launch(settings, args.gpus, args.processes)
+    print(f"run directory: {settings.output}", file=sys.stderr)
+    return code

@@ -1,0 +1,169 @@
+"""The biLM as a language model: the biLM plus its shared softmax, the per-direction loss, and
+loading a trained model from a run directory, a training checkpoint or an exported folder.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import h5py
+import numpy as np
+import torch
+from torch import nn
+
+from elmo.bilm import BACKWARD, FORWARD, BiLM, BiLMState
+from elmo.config import BiLMConfig
+from elmo.encoder import encode_distinct
+from elmo.fileio import atomic_path
+from elmo.softmax import Softmax
+from elmo.vocab import Vocabulary
+from elmo.weights import WeightsError, load_bilm_tf, save_bilm_tf
+
+SOFTMAX_FILE = "softmax_weights.hdf5"
+VOCAB_FILE = "vocab.txt"
+TRAIN_FORMAT = "elmo-train"
+
+
+@dataclass
+class DirectionLoss:
+    """Summed negative log-likelihood over ``count`` predicted positions, and the final state."""
+
+    nll_sum: torch.Tensor
+    count: int
+    state: BiLMState | None = None
+
+
+class LanguageModel(nn.Module):
+    """A :class:`BiLM` and the softmax both directions share."""
+
+    def __init__(self, config: BiLMConfig, vocab_size: int):
+        super().__init__()
+        self.bilm = BiLM(config)
+        self.softmax = Softmax(vocab_size, config.lstm.projection_dim)
+
+    @property
+    def config(self) -> BiLMConfig:
+        return self.bilm.config
+
+    def forward(self, forward_batch: dict, backward_batch: dict, state: BiLMState, dropout: float = 0.0,
+                n_samples: int = 0, generator: torch.Generator | None = None,
+                ) -> tuple[torch.Tensor, torch.Tensor, BiLMState]:
+        """One training window of both directions (independent streams, shared encoder and
+        softmax). Returns the per-position NLL of each direction and the new (detached) state."""
+        nll_f, finals_f = self.direction_nll(FORWARD, forward_batch["char_ids"], forward_batch["targets"],
+                                             forward_batch["mask"], state, dropout, n_samples, generator)
+        nll_b, finals_b = self.direction_nll(BACKWARD, backward_batch["char_ids"], backward_batch["targets"],
+                                             backward_batch["mask"], state, dropout, n_samples, generator)
+        new_state = stack_states(finals_f, finals_b)
+        return nll_f, nll_b, BiLMState(new_state.c.detach(), new_state.h.detach())
+
+    def direction_nll(self, direction: int, char_ids: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor,
+                      state: BiLMState, dropout: float = 0.0, n_samples: int = 0,
+                      generator: torch.Generator | None = None) -> tuple[torch.Tensor, list]:
+        """Per-position NLL ``(n_masked,)`` of one direction's window and its layers' final states.
+
+        ``char_ids``: ``(batch, unroll, 50)`` in that direction's reading order; ``targets`` and
+        ``mask``: ``(batch, unroll)``. ``n_samples`` > 0 uses the sampled softmax.
+        """
+        tokens = encode_distinct(self.bilm.token_encoder, char_ids)  # (batch, unroll, projection_dim)
+        outputs, finals = self.bilm.run_stack(direction, tokens, mask, state, dropout)
+        top = outputs[-1]
+        if dropout > 0:
+            top = nn.functional.dropout(top, dropout, self.training)
+        hidden, wanted = top[mask], targets[mask]
+        if n_samples > 0 and self.training:
+            nll = self.softmax.sampled_loss(hidden, wanted, n_samples, generator)
+        else:
+            nll = self.softmax.full_loss(hidden, wanted)
+        return nll, finals
+
+
+def stack_states(forward_finals: list, backward_finals: list) -> BiLMState:
+    """Per-layer ``(c, h)`` lists of both directions -> a :class:`BiLMState`."""
+    finals = forward_finals + backward_finals
+    n_layers = len(forward_finals)
+    c = torch.stack([c for c, _ in finals]).view(2, n_layers, *finals[0][0].shape)
+    h = torch.stack([h for _, h in finals]).view(2, n_layers, *finals[0][1].shape)
+    return BiLMState(c, h)
+
+
+# ------------------------------------------------------------------------------------ files
+def save_softmax(softmax: Softmax, path: str | os.PathLike) -> None:
+    """Write ``softmax/W`` ``(vocab, dim)`` and ``softmax/b`` ``(vocab,)``, the layout of the
+    published softmax weights files."""
+    with atomic_path(path) as tmp, h5py.File(tmp, "w") as f:
+        f["softmax/W"] = softmax.weight.detach().float().cpu().numpy()
+        f["softmax/b"] = softmax.bias.detach().float().cpu().numpy()
+
+
+def load_softmax(path: str | os.PathLike, vocab_size: int, dim: int) -> Softmax:
+    softmax = Softmax(vocab_size, dim)
+    with h5py.File(path, "r") as f:
+        for name, param, shape in (("softmax/W", softmax.weight, (vocab_size, dim)), ("softmax/b", softmax.bias, (vocab_size,))):
+            if name not in f:
+                raise WeightsError(f"{path}: dataset '{name}' is missing (expected shape {shape})")
+            if tuple(f[name].shape) != shape:
+                raise WeightsError(f"{path}: dataset '{name}' has shape {tuple(f[name].shape)}, "
+                                   f"but the vocabulary and options need {shape}")
+            with torch.no_grad():
+                param.copy_(torch.from_numpy(np.asarray(f[name][...], dtype=np.float32)))
+    return softmax
+
+
+def export_language_model(model: LanguageModel, vocab: Vocabulary, output_dir: str | os.PathLike,
+                          dtype: str = "float32") -> None:
+    """Write ``options.json`` + ``weights.hdf5`` (original layout), ``softmax_weights.hdf5`` and
+    ``vocab.txt`` into ``output_dir``."""
+    save_bilm_tf(model.bilm, output_dir, dtype=dtype)
+    save_softmax(model.softmax, os.path.join(output_dir, SOFTMAX_FILE))
+    vocab.save(os.path.join(output_dir, VOCAB_FILE))
+
+
+def latest_checkpoint(run_dir: str | os.PathLike) -> str | None:
+    """Newest complete checkpoint of a run directory (temporary files of a killed save are ignored)."""
+    folder = os.path.join(run_dir, "checkpoints")
+    if not os.path.isdir(folder):
+        return None
+    names = sorted(n for n in os.listdir(folder) if n.startswith("step-") and n.endswith(".pt"))
+    return os.path.join(folder, names[-1]) if names else None
+
+
+def load_train_checkpoint(path: str | os.PathLike) -> dict:
+    """Read a training checkpoint (``weights_only=True``: it can hold no code)."""
+    try:
+        payload = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:
+        raise WeightsError(f"{path}: not a readable training checkpoint ({type(e).__name__}: {e})") from e
+    if not isinstance(payload, dict) or payload.get("format") != TRAIN_FORMAT:
+        raise WeightsError(f"{path}: not an elmo training checkpoint")
+    return payload
+
+
+def load_language_model(path: str | os.PathLike) -> tuple[LanguageModel, Vocabulary]:
+    """Load a trained LM from a run directory (its newest checkpoint), a checkpoint file, or an
+    exported folder (``options.json``, ``weights.hdf5``, ``softmax_weights.hdf5``, ``vocab.txt``)."""
+    path = os.fspath(path)
+    checkpoint = path if os.path.isfile(path) else latest_checkpoint(path)
+    if checkpoint is not None:
+        payload = load_train_checkpoint(checkpoint)
+        config = BiLMConfig.from_dict(payload["config"])
+        vocab = Vocabulary(payload["vocab"])
+        model = LanguageModel(config, len(vocab))
+        model.load_state_dict(payload["model"])
+        return model, vocab
+    needed = ["options.json", "weights.hdf5", SOFTMAX_FILE, VOCAB_FILE]
+    missing = [n for n in needed if not os.path.isfile(os.path.join(path, n))]
+    if missing:
+        raise FileNotFoundError(f"{path}: neither a run directory with checkpoints nor an exported model "
+                                f"(missing {', '.join(missing)})")
+    vocab = Vocabulary.from_file(os.path.join(path, VOCAB_FILE))
+    bilm = load_bilm_tf(os.path.join(path, "options.json"), os.path.join(path, "weights.hdf5"))
+    model = LanguageModel(bilm.config, len(vocab))
+    model.bilm = bilm
+    model.softmax = load_softmax(os.path.join(path, SOFTMAX_FILE), len(vocab), bilm.config.lstm.projection_dim)
+    return model, vocab
+
+
+__all__ = ["BACKWARD", "FORWARD", "LanguageModel", "export_language_model", "latest_checkpoint",
+           "load_language_model", "load_train_checkpoint", "stack_states"]

@@ -1,0 +1,105 @@
+"""The biLM's output layer: a softmax over the word vocabulary, shared by both directions.
+
+Training uses the full softmax for small vocabularies, or a sampled softmax with a log-uniform
+(Zipfian) candidate sampler and negatives shared by the whole batch, as bilm-tf does through
+``tf.nn.sampled_softmax_loss``. Evaluation always uses the full softmax.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+
+class Softmax(nn.Module):
+    """``logits = h W^T + b``; ``weight``: ``(vocab, projection_dim)``, ``bias``: ``(vocab,)``."""
+
+    def __init__(self, vocab_size: int, dim: int):
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(vocab_size, dim))
+        self.bias = nn.Parameter(torch.zeros(vocab_size))
+        # bilm-tf: truncated normal with stddev 1/sqrt(dim).
+        nn.init.trunc_normal_(self.weight, std=1.0 / math.sqrt(dim), a=-2.0 / math.sqrt(dim), b=2.0 / math.sqrt(dim))
+
+    @property
+    def vocab_size(self) -> int:
+        return self.weight.shape[0]
+
+    def log_probs(self, hidden: torch.Tensor) -> torch.Tensor:
+        """``hidden``: ``(n, dim)`` -> log-probabilities ``(n, vocab)`` (full softmax)."""
+        return torch.log_softmax(hidden @ self.weight.t() + self.bias, dim=-1)
+
+    def full_loss(self, hidden: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        """Per-position negative log-likelihood ``(n,)`` of ``targets`` ``(n,)``."""
+        logits = hidden @ self.weight.t() + self.bias
+        return nn.functional.cross_entropy(logits.float(), targets, reduction="none")
+
+    def sampled_loss(self, hidden: torch.Tensor, targets: torch.Tensor, n_samples: int,
+                     generator: torch.Generator | None = None) -> torch.Tensor:
+        """Sampled-softmax negative log-likelihood ``(n,)``, an estimate of :meth:`full_loss`.
+
+        ``n_samples`` distinct negatives are drawn once for the whole batch from the log-uniform
+        distribution (which suits a vocabulary sorted by descending frequency). Every logit is
+        corrected by ``-log(expected count)``, and a negative that equals a row's target is masked
+        out ("accidental hit"), as in TensorFlow.
+        """
+        sampled, sampled_count, tries = log_uniform_sample(self.vocab_size, n_samples, hidden.device, generator)
+        true_count = expected_count(targets, self.vocab_size, tries)
+        true_logits = (hidden * self.weight[targets]).sum(-1) + self.bias[targets] - torch.log(true_count)
+        sampled_logits = hidden @ self.weight[sampled].t() + self.bias[sampled] - torch.log(sampled_count)
+        hits = targets.unsqueeze(1) == sampled.unsqueeze(0)
+        sampled_logits = sampled_logits.masked_fill(hits, torch.finfo(sampled_logits.dtype).min)
+        logits = torch.cat([true_logits.unsqueeze(1), sampled_logits], dim=1).float()
+        return -torch.log_softmax(logits, dim=1)[:, 0]
+
+
+def log_uniform_probability(ids: torch.Tensor, vocab_size: int) -> torch.Tensor:
+    """P(k) = log((k + 2) / (k + 1)) / log(vocab_size + 1), the Zipfian sampler of TensorFlow."""
+    ids = ids.double()
+    return (torch.log1p(1.0 / (ids + 1.0)) / math.log(vocab_size + 1.0)).float()
+
+
+def expected_count(ids: torch.Tensor, vocab_size: int, tries: int) -> torch.Tensor:
+    """Expected number of times ``ids`` appear in ``tries`` draws, as TF's unique sampler reports:
+    ``1 - (1 - p)^tries``."""
+    p = log_uniform_probability(ids, vocab_size).double()
+    return (-torch.expm1(tries * torch.log1p(-p))).float().clamp_min(1e-30)
+
+
+def log_uniform_sample(vocab_size: int, n_samples: int, device: torch.device | str,
+                       generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """Draw until ``n_samples`` distinct ids are seen. Returns them ``(n_samples,)``, their
+    expected counts ``(n_samples,)`` and the number of draws it took."""
+    n_samples = min(n_samples, vocab_size)
+    log_range = math.log(vocab_size + 1.0)
+    seen: list[torch.Tensor] = []
+    found = torch.zeros(vocab_size, dtype=torch.bool)
+    n_found, tries = 0, 0
+    while n_found < n_samples:
+        # Inverse CDF of the log-uniform distribution.
+        u = torch.rand(2 * n_samples, generator=generator, dtype=torch.float64)
+        draws = (torch.exp(u * log_range).floor().long() - 1).clamp(0, vocab_size - 1)
+        for start in range(0, len(draws), 1024):  # stop counting tries as soon as enough are found
+            chunk = draws[start:start + 1024]
+            is_new = ~found[chunk]
+            # Within the chunk, only the first occurrence of an id is new.
+            first = torch.zeros_like(is_new)
+            uniq, inverse = torch.unique(chunk, return_inverse=True)
+            first_pos = torch.full((len(uniq),), len(chunk), dtype=torch.long).scatter_reduce(
+                0, inverse, torch.arange(len(chunk)), reduce="amin")
+            first[first_pos] = True
+            new = is_new & first
+            cumulative = n_found + new.long().cumsum(0)
+            if cumulative[-1] >= n_samples:
+                stop = int(torch.nonzero(cumulative >= n_samples)[0]) + 1
+                chunk, new = chunk[:stop], new[:stop]
+            seen.append(chunk[new])
+            found[chunk[new]] = True
+            n_found += int(new.sum())
+            tries += len(chunk)
+            if n_found >= n_samples:
+                break
+    sampled = torch.cat(seen)[:n_samples].to(device)
+    return sampled, expected_count(sampled, vocab_size, tries), tries
