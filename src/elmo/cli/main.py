@@ -5,9 +5,10 @@ from __future__ import annotations
 import argparse
 import sys
 
-from elmo.cli import embed, train, finetune, export, evaluate
+from elmo.cli import embed, train, finetune, export, evaluate, prepare, vocab
 
-VERBS = {"embed": embed, "train": train, "finetune": finetune, "export": export, "evaluate": evaluate}
+VERBS = {"embed": embed, "train": train, "finetune": finetune, "export": export, "evaluate": evaluate,
+         "prepare": prepare, "vocab": vocab}
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,38 @@
+"""``elmo prepare``: raw text in, tokenized training shards out (the 1B Word Benchmark layout)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from elmo.data import expand_paths
+from elmo.prepare import prepare_corpus
+
+HELP = ("Split raw text (one paragraph per line, a blank line between articles) into sentences, "
+        "tokenize them and write train/held-out shards of one sentence per line.")
+
+
+def add_parser(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("inputs", nargs="+", metavar="RAW",
+                        help="raw text files, plain or .gz (quoted glob patterns are expanded)")
+    parser.add_argument("--output", required=True,
+                        help="directory for train/shard-*.txt, heldout/shard-*.txt and prepare.json")
+    parser.add_argument("--heldout-fraction", type=float, default=0.0,
+                        help="share of articles that go to held-out, by a hash of their text (default 0)")
+    parser.add_argument("--sentences-per-shard", type=int, default=100_000,
+                        help="sentences per shard file (default 100000)")
+    parser.add_argument("--lang", default="en", help="language of the Moses tokenizer's rules (default en)")
+    parser.add_argument("--min-tokens", type=int, default=1,
+                        help="drop sentences with fewer tokens (default 1)")
+
+
+def run(args: argparse.Namespace) -> int:
+    stats = prepare_corpus(expand_paths(args.inputs), args.output, heldout_fraction=args.heldout_fraction,
+                           sentences_per_shard=args.sentences_per_shard, lang=args.lang,
+                           min_tokens=args.min_tokens, progress=None)
+    for split in ("train", "heldout"):
+        s = stats[split]
+        if s["articles"]:
+            print(f"{split}: {s['articles']} articles, {s['sentences']} sentences, {s['tokens']} tokens "
+                  f"in {s['shards']} shards under {args.output}/{split}", file=sys.stderr)
+    return 0

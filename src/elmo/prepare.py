@@ -1,0 +1,274 @@
+"""Raw text -> training shards in the layout of the 1B Word Benchmark, which the published ELMo
+models were trained on: one tokenized sentence per line, tokens separated by single spaces.
+
+The input is plain or ``.gz`` UTF-8 text with one paragraph per line and a blank line between
+articles (documents). Each paragraph loses its Wikipedia citation markers, is split into
+sentences by NLTK's Punkt, trained unsupervised on the first ~2.5 M characters of the input
+itself (works for any language, needs no downloaded model), and each sentence is tokenized by the
+Moses tokenizer, as the 1B Word Benchmark was. Whole articles go to a held-out split by a
+stable hash of their text, so train and held-out never share an article. Everything streams:
+memory does not grow with the input, and the same input and options give byte-identical output.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import itertools
+import json
+import os
+import re
+from collections.abc import Iterable, Iterator, Sequence
+from importlib.metadata import version
+
+from nltk.tokenize.punkt import PunktParameters, PunktSentenceTokenizer, PunktTrainer
+from sacremoses import MosesTokenizer
+from sacremoses.corpus import NonbreakingPrefixes
+from tqdm import tqdm
+
+from elmo.fileio import atomic_path, atomic_write_text, read_lines
+
+# Wikipedia's inline citation and maintenance markers are not prose, and the language model
+# should not learn to predict them. Removed: numbered notes "[12]" and named note groups
+# "[note 3]", "[nb 2]", "[web 1]", each with an optional page reference as Wikipedia's {{rp}}
+# renders it ("[18]: 346–347", "[3]: 12, 15", "[22]: vi"); lettered notes "[a]" (but not the
+# editorial "[t]he" inside a word, nor "R[x]" in mathematics); and maintenance tags such as
+# "[citation needed]", "[who?]", "[dubious – discuss]", "[update]". Brackets in prose ("[sic]",
+# "[the]", "[ˈnɛiˌmeːɣə(n)]") stay. Consecutive markers ("[1][2][note 1]") each match.
+CITATION_MARKERS = re.compile(r"""
+      \[ (?: \d+ | [A-Za-z]{1,6}\.?\ \d+ ) \]
+      (?: :\s? (?: p\.\s? )? (?: \d+ (?: [–-]\d+ )? (?: ,\s?\d+ (?: [–-]\d+ )? )* | [ivx]+ (?=\s|$) ) )?
+    | (?<![A-Z]) \[ [a-z] \] (?![A-Za-z])
+    | \[ (?: (?: [a-z][^\[\]]{0,40}? )? (?: needed | \? | –\ discuss )
+           | update | needs\ update | vague | quantify | specify | ambiguous | failed\ verification
+           | (?: permanent\ )? dead\ link | verify | need\ quotation\ to\ verify | self-published\ source ) \]
+""", re.VERBOSE)
+
+# Text for Punkt to learn the input's abbreviations, collocations and sentence starters from;
+# bounded because training holds it all (2.5 M characters: ~4.5 s and ~0.1 GB).
+PUNKT_SAMPLE_CHARS = 2_500_000
+
+# An article's split is decided by a hash of its first paragraphs up to this many characters
+# (the whole article, for nearly all), so an input without blank lines still streams.
+ARTICLE_KEY_CHARS = 1 << 16
+
+SPLITS = ("train", "heldout")
+SHARD_NAME = re.compile(r"shard-\d{5}\.txt")
+STATS_FILE = "prepare.json"
+
+
+def remove_citations(text: str) -> str:
+    """``text`` without Wikipedia citation and maintenance markers (see ``CITATION_MARKERS``)."""
+    return CITATION_MARKERS.sub("", text)
+
+
+def _check_lang(lang: str) -> None:
+    known = sorted(set(NonbreakingPrefixes().available_langs.values()))
+    if lang not in known:
+        raise ValueError(f"lang: the Moses tokenizer has no rules for {lang!r}; known: {', '.join(known)}")
+
+
+class ParagraphTokenizer:
+    """One paragraph of raw text -> its sentences, each a list of tokens.
+
+    Citation markers are removed, sentences are split by Punkt with ``punkt`` parameters, and
+    words by the Moses tokenizer for ``lang`` (no XML escaping: ``&`` stays ``&``).
+    """
+
+    def __init__(self, punkt: PunktParameters, lang: str = "en"):
+        _check_lang(lang)
+        self.lang = lang
+        self._sentences = PunktSentenceTokenizer(punkt)
+        self._moses = MosesTokenizer(lang)
+
+    @classmethod
+    def train(cls, paragraphs: Iterable[str], lang: str = "en",
+              sample_chars: int = PUNKT_SAMPLE_CHARS) -> tuple[ParagraphTokenizer, int]:
+        """Train Punkt unsupervised on paragraphs (citations removed) until ``sample_chars``
+        characters are read; returns the tokenizer and the number of characters it learned from.
+        Reads no further than that, so ``paragraphs`` may be an endless stream."""
+        _check_lang(lang)  # before the slow training
+        sample: list[str] = []
+        size = 0
+        for paragraph in paragraphs:
+            if size >= sample_chars:
+                break
+            paragraph = remove_citations(paragraph).strip()
+            if paragraph:
+                sample.append(paragraph)
+                size += len(paragraph)
+        trainer = PunktTrainer()
+        trainer.train("\n\n".join(sample), finalize=True)
+        return cls(trainer.get_params(), lang), size
+
+    def tokenize(self, paragraph: str) -> list[list[str]]:
+        """The sentences of ``paragraph`` as token lists (empty sentences left out)."""
+        result = []
+        for sentence in self._sentences.tokenize(remove_citations(paragraph)):
+            # Moses returns str.split() of its output: no token holds whitespace that a reader
+            # splitting the shard line on whitespace would cut.
+            tokens = self._moses.tokenize(sentence, escape=False)
+            if tokens:
+                result.append(tokens)
+        return result
+
+
+class _ShardWriter:
+    """Writes lines to ``directory/shard-00000.txt``, ``shard-00001.txt``, ... with
+    ``per_shard`` lines each; every shard appears under its name only once complete."""
+
+    def __init__(self, directory: str, per_shard: int):
+        self.directory, self.per_shard = directory, per_shard
+        self.shards = 0
+        self._lines = 0
+        self._stack: contextlib.ExitStack | None = None
+        self._file = None
+
+    def write(self, line: str) -> None:
+        if self._stack is None:
+            self._stack = contextlib.ExitStack()
+            tmp = self._stack.enter_context(atomic_path(os.path.join(self.directory, f"shard-{self.shards:05d}.txt")))
+            self._file = self._stack.enter_context(open(tmp, "w", encoding="utf-8", newline="\n"))
+        self._file.write(line + "\n")
+        self._lines += 1
+        if self._lines == self.per_shard:
+            self._finish(None, None, None)
+
+    def _finish(self, exc_type, exc, tb) -> None:
+        # Closes the file, then renames it into place, or on an exception deletes it.
+        if self._stack is not None:
+            stack, self._stack, self._file = self._stack, None, None
+            stack.__exit__(exc_type, exc, tb)
+            if exc_type is None:
+                self.shards += 1
+                self._lines = 0
+
+    def __enter__(self) -> _ShardWriter:
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        self._finish(exc_type, exc, tb)
+
+
+def _is_heldout(paragraphs: Sequence[str], fraction: float) -> bool:
+    """Whether the article starting with ``paragraphs`` goes to held-out: a hash of its text read
+    as a number in [0, 1), below ``fraction``. Stable across runs, machines and Python versions."""
+    if fraction <= 0.0:
+        return False
+    digest = hashlib.blake2b("\n".join(paragraphs).encode("utf-8"), digest_size=8).digest()
+    return int.from_bytes(digest, "big") / 2.0**64 < fraction
+
+
+def _assign_articles(lines: Iterable[str], heldout_fraction: float) -> Iterator[tuple[str, str, bool]]:
+    """``(split, paragraph, first of its article)`` for each paragraph of one file's ``lines``.
+
+    Paragraphs wait until their article's split is decided: at the blank line ending it, or once
+    ``ARTICLE_KEY_CHARS`` characters are waiting, so memory stays bounded even without blank lines.
+    """
+    split: str | None = None  # of the current article, once decided
+    pending: list[str] = []  # its first paragraphs, while the split is undecided
+    pending_chars = 0
+    # A None after the last line ends the file's last article.
+    for line in itertools.chain(lines, [None]):
+        blank = line is None or not line.strip()
+        if not blank and split is not None:
+            yield split, line, False  # the rest of a very long article
+            continue
+        if not blank:
+            pending.append(line)
+            pending_chars += len(line)
+        if pending and (blank or pending_chars >= ARTICLE_KEY_CHARS):
+            split = "heldout" if _is_heldout(pending, heldout_fraction) else "train"
+            for i, paragraph in enumerate(pending):
+                yield split, paragraph, i == 0
+            pending, pending_chars = [], 0
+        if blank:
+            split = None
+
+
+def _paragraphs(paths: Sequence[str]) -> Iterator[str]:
+    """The non-blank lines of the files, in order."""
+    for path in paths:
+        for line in read_lines(path):
+            if line.strip():
+                yield line
+
+
+def prepare_corpus(inputs: Sequence[str | os.PathLike], output_dir: str | os.PathLike,
+                   heldout_fraction: float = 0.0, sentences_per_shard: int = 100_000, lang: str = "en",
+                   min_tokens: int = 1, progress: bool | None = False) -> dict:
+    """Tokenize raw text files (plain or ``.gz``; one paragraph per line, a blank line between
+    articles) into ``output_dir/train/shard-00000.txt``, ... and, with ``heldout_fraction`` > 0,
+    ``output_dir/heldout/shard-00000.txt``, ...: one sentence per line, tokens separated by
+    single spaces, ``sentences_per_shard`` sentences per shard. Each article goes to held-out with
+    probability ``heldout_fraction``, decided by a hash of its text. Sentences with fewer than
+    ``min_tokens`` tokens are dropped. ``progress``: a progress bar over input lines (None: only
+    on a terminal).
+
+    Writes and returns the statistics (``output_dir/prepare.json``): the options, and per split
+    the articles, paragraphs, sentences, tokens and shards written and the sentences dropped. Raises ValueError naming the
+    file and line of input that is not UTF-8, and refuses an output directory that already holds
+    shards (a mix of two runs would be silently wrong).
+    """
+    inputs = [os.fspath(p) for p in inputs]
+    output_dir = os.fspath(output_dir)
+    if not inputs:
+        raise ValueError("no input files given")
+    if not 0.0 <= heldout_fraction <= 1.0:
+        raise ValueError(f"heldout_fraction: must be in [0, 1], got {heldout_fraction}")
+    if sentences_per_shard < 1:
+        raise ValueError(f"sentences_per_shard: must be at least 1, got {sentences_per_shard}")
+    if min_tokens < 1:
+        raise ValueError(f"min_tokens: must be at least 1, got {min_tokens}")
+    _check_lang(lang)
+    for path in inputs:
+        if not os.path.isfile(path):
+            raise FileNotFoundError(f"{path}: no such file")
+    for split in SPLITS:
+        folder = os.path.join(output_dir, split)
+        if os.path.isdir(folder) and any(SHARD_NAME.fullmatch(name) for name in os.listdir(folder)):
+            raise ValueError(f"{folder}: already holds shards from an earlier run; remove them or choose "
+                             "another output directory")
+
+    with contextlib.closing(_paragraphs(inputs)) as paragraphs:  # closes the file it stopped in
+        tokenizer, sample_chars = ParagraphTokenizer.train(paragraphs, lang)
+    counts = {split: dict(articles=0, paragraphs=0, sentences=0, tokens=0, dropped_sentences=0) for split in SPLITS}
+
+    with contextlib.ExitStack() as stack:
+        writers = {split: stack.enter_context(_ShardWriter(os.path.join(output_dir, split), sentences_per_shard))
+                   for split in SPLITS}
+        bar = stack.enter_context(tqdm(unit=" lines", desc="prepare",
+                                       disable=None if progress is None else not progress))
+
+        def counted(lines: Iterable[str]) -> Iterator[str]:
+            for line in lines:
+                bar.update()
+                yield line
+
+        def write(split: str, paragraph: str) -> None:
+            split_counts = counts[split]
+            split_counts["paragraphs"] += 1
+            for tokens in tokenizer.tokenize(paragraph):
+                if len(tokens) < min_tokens:
+                    split_counts["dropped_sentences"] += 1
+                    continue
+                writers[split].write(" ".join(tokens))
+                split_counts["sentences"] += 1
+                split_counts["tokens"] += len(tokens)
+
+        for path in inputs:
+            for split, paragraph, first in _assign_articles(counted(read_lines(path)), heldout_fraction):
+                counts[split]["articles"] += first
+                write(split, paragraph)
+
+    stats = {
+        "inputs": inputs,
+        "options": {"heldout_fraction": heldout_fraction, "sentences_per_shard": sentences_per_shard,
+                    "lang": lang, "min_tokens": min_tokens},
+        "tools": {"nltk": version("nltk"), "sacremoses": version("sacremoses")},
+        "punkt_sample_chars": sample_chars,
+        **{split: {**counts[split], "shards": writers[split].shards} for split in SPLITS},
+    }
+    atomic_write_text(os.path.join(output_dir, STATS_FILE), json.dumps(stats, indent=2, ensure_ascii=False) + "\n")
+    return stats
+

@@ -1,0 +1,232 @@
+"""``elmo prepare``: raw text -> tokenized shards, on tiny corpora made here."""
+
+import gzip
+import re
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from elmo import prepare
+from elmo.cli.main import main
+from elmo.prepare import ParagraphTokenizer, prepare_corpus, remove_citations
+
+
+def tokenizer_for(*paragraphs: str) -> ParagraphTokenizer:
+    tokenizer, _ = ParagraphTokenizer.train(paragraphs)
+    return tokenizer
+
+
+def write_articles(path, articles: list[list[str]]) -> None:
+    """One paragraph per line, a blank line between articles (as the raw Wikipedia shards)."""
+    text = "\n\n".join("\n".join(paragraphs) for paragraphs in articles) + "\n"
+    if str(path).endswith(".gz"):
+        with gzip.open(path, "wt", encoding="utf-8") as f:
+            f.write(text)
+    else:
+        path.write_text(text, encoding="utf-8")
+
+
+def numbered_articles(n: int) -> list[list[str]]:
+    """Articles whose every sentence carries its article's number, so a sentence's source is known."""
+    return [[f"Article a{i} starts here with words. It has a second sentence about a{i}.",
+             f"A later paragraph of a{i} follows! Does it end with a question about a{i}?"] for i in range(n)]
+
+
+def read_split(root, split: str) -> list[str]:
+    folder = root / split
+    if not folder.is_dir():
+        return []
+    lines = []
+    for name in sorted(os.listdir(folder)):
+        lines += (folder / name).read_text(encoding="utf-8").splitlines()
+    return lines
+
+
+def tree(root) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def test_citation_markers_are_removed_and_prose_brackets_kept():
+    text = ("Spirituality has expanded.[1][2][3][note 1] It aims at God[4] and the Spirit[web 1] "
+            "and more,[nb 2] as said.[18]: 346–347 Then[16]: 68, 70–72 again.[22]: vi Also small[a] "
+            "grains[citation needed] of who[who?] and that[dubious  – discuss] too.")
+    assert remove_citations(text) == ("Spirituality has expanded. It aims at God and the Spirit and more, as said. "
+                                      "Then again. Also small grains of who and that too.")
+    kept = 'He wrote that "[t]he framers [sic] saw R[x] and [ˈnɛiˌmeːɣə(n)]", i.e.[3]: i.e. this.'
+    assert remove_citations(kept) == 'He wrote that "[t]he framers [sic] saw R[x] and [ˈnɛiˌmeːɣə(n)]", i.e.: i.e. this.'
+
+
+def test_paragraph_is_split_into_sentences_and_citations_dropped():
+    paragraph = "The cat sat on the mat.[1] It was happy! Was the dog there? No, the dog was out."
+    sentences = tokenizer_for(paragraph).tokenize(paragraph)
+    assert sentences == [["The", "cat", "sat", "on", "the", "mat", "."], ["It", "was", "happy", "!"],
+                         ["Was", "the", "dog", "there", "?"], ["No", ",", "the", "dog", "was", "out", "."]]
+
+
+def test_moses_tokenization_as_in_the_1b_word_benchmark():
+    # The 1B Word Benchmark (Moses tokenizer.perl) writes "Don 't !": the apostrophe stays with
+    # the clitic, unlike the Penn Treebank's "do n't".
+    paragraph = 'I don\'t live in the U.S. anymore, she said: "it\'s (really) over" & done.'
+    [tokens] = tokenizer_for(paragraph).tokenize(paragraph)
+    assert tokens == ["I", "don", "'t", "live", "in", "the", "U.S.", "anymore", ",", "she", "said", ":", '"',
+                      "it", "'s", "(", "really", ")", "over", '"', "&", "done", "."]
+
+
+def test_tokens_never_hold_whitespace():
+    paragraph = "It is 10\u00a0km long and 5\u2009m wide,\u3000mostly\u200a flat."
+    [tokens] = tokenizer_for(paragraph).tokenize(paragraph)
+    assert all(len(t.split()) == 1 for t in tokens)
+    assert " ".join(tokens).split() == tokens
+    assert tokens[:4] == ["It", "is", "10", "km"]
+
+
+def test_heldout_split_is_by_article_disjoint_and_near_the_fraction(tmp_path):
+    raw = tmp_path / "raw.txt"
+    write_articles(raw, numbered_articles(400))
+    stats = prepare_corpus([raw], tmp_path / "out", heldout_fraction=0.25)
+    where: dict[str, set[str]] = {}
+    for split in ("train", "heldout"):
+        for line in read_split(tmp_path / "out", split):
+            article = next(t for t in line.split() if t.startswith("a") and t[1:].isdigit())
+            where.setdefault(article, set()).add(split)
+    assert len(where) == 400
+    assert all(len(splits) == 1 for splits in where.values())  # no article in both
+    heldout = {a for a, s in where.items() if s == {"heldout"}}
+    assert 0.18 < len(heldout) / 400 < 0.32
+    assert stats["heldout"]["articles"] == len(heldout) and stats["train"]["articles"] == 400 - len(heldout)
+    # Every article gave its 4 sentences to one split.
+    assert stats["heldout"]["sentences"] == 4 * len(heldout)
+    assert stats["train"]["paragraphs"] + stats["heldout"]["paragraphs"] == 800
+    # The assignment depends on the article's text only: the same articles in another order and
+    # file land in the same splits.
+    reordered = tmp_path / "reordered.txt"
+    write_articles(reordered, numbered_articles(400)[::-1])
+    prepare_corpus([reordered], tmp_path / "again", heldout_fraction=0.25)
+    assert sorted(read_split(tmp_path / "again", "heldout")) == sorted(read_split(tmp_path / "out", "heldout"))
+
+
+def test_no_heldout_without_fraction(tmp_path):
+    raw = tmp_path / "raw.txt"
+    write_articles(raw, numbered_articles(20))
+    stats = prepare_corpus([raw], tmp_path / "out")
+    assert not (tmp_path / "out" / "heldout").exists()
+    assert stats["heldout"]["sentences"] == 0 and stats["train"]["sentences"] == 80
+    assert len(read_split(tmp_path / "out", "train")) == 80
+
+
+def test_same_input_gives_byte_identical_output_in_another_process(tmp_path):
+    raw = tmp_path / "raw.txt"
+    write_articles(raw, numbered_articles(60))
+    prepare_corpus([raw], tmp_path / "one", heldout_fraction=0.3, sentences_per_shard=50)
+    # A fresh interpreter with another hash seed: nothing may depend on set or dict hashing order.
+    code = ("import sys; from elmo.prepare import prepare_corpus; "
+            "prepare_corpus([sys.argv[1]], sys.argv[2], heldout_fraction=0.3, sentences_per_shard=50)")
+    env = {**os.environ, "PYTHONHASHSEED": "12345"}
+    subprocess.run([sys.executable, "-c", code, str(raw), str(tmp_path / "two")], check=True, env=env)
+    one, two = tree(tmp_path / "one"), tree(tmp_path / "two")
+    assert len(one) >= 4 and one == two
+
+
+def test_gzip_input_gives_the_same_shards(tmp_path):
+    articles = numbered_articles(10)
+    write_articles(tmp_path / "raw.txt", articles)
+    write_articles(tmp_path / "raw.txt.gz", articles)
+    prepare_corpus([tmp_path / "raw.txt"], tmp_path / "plain")
+    prepare_corpus([tmp_path / "raw.txt.gz"], tmp_path / "gz")
+    plain = read_split(tmp_path / "plain", "train")
+    assert len(plain) == 40 and plain == read_split(tmp_path / "gz", "train")
+
+
+def test_shards_rotate_at_sentences_per_shard(tmp_path):
+    raw = tmp_path / "raw.txt"
+    write_articles(raw, numbered_articles(3))  # 12 sentences
+    stats = prepare_corpus([raw], tmp_path / "out", sentences_per_shard=5)
+    names = sorted(os.listdir(tmp_path / "out" / "train"))
+    assert names == ["shard-00000.txt", "shard-00001.txt", "shard-00002.txt"]  # no temporary files left
+    sizes = [len((tmp_path / "out" / "train" / n).read_text().splitlines()) for n in names]
+    assert sizes == [5, 5, 2] and stats["train"]["shards"] == 3
+    lines = read_split(tmp_path / "out", "train")
+    assert lines[0] == "Article a0 starts here with words ." and lines[-1].endswith("a2 ?")
+    # Tokens separated by single spaces, as in the 1B Word Benchmark.
+    assert all(line == " ".join(line.split()) for line in lines)
+
+
+def test_long_article_without_blank_lines_streams_to_one_split(tmp_path, monkeypatch):
+    monkeypatch.setattr(prepare, "ARTICLE_KEY_CHARS", 200)  # decide after ~3 paragraphs
+    paragraphs = [f"Paragraph number p{i} of one long article. It goes on." for i in range(40)]
+    raw = tmp_path / "raw.txt"
+    write_articles(raw, [paragraphs])
+    stats = prepare_corpus([raw], tmp_path / "out", heldout_fraction=0.5)
+    split = "train" if stats["train"]["articles"] else "heldout"
+    assert stats[split]["articles"] == 1 and stats[split]["paragraphs"] == 40
+    lines = read_split(tmp_path / "out", split)
+    assert len(lines) == 80 and lines[0].startswith("Paragraph number p0 ")  # order kept
+
+
+def test_min_tokens_drops_short_sentences(tmp_path):
+    raw = tmp_path / "raw.txt"
+    write_articles(raw, [["Yes. This sentence is long enough. No!"]])
+    stats = prepare_corpus([raw], tmp_path / "out", min_tokens=3)
+    assert read_split(tmp_path / "out", "train") == ["This sentence is long enough ."]
+    assert stats["train"]["dropped_sentences"] == 2 and stats["train"]["sentences"] == 1
+
+
+def test_stats_file_records_options_and_counts(tmp_path):
+    raw = tmp_path / "raw.txt"
+    write_articles(raw, numbered_articles(5))
+    stats = prepare_corpus([raw], tmp_path / "out", sentences_per_shard=7, min_tokens=2)
+    saved = json.loads((tmp_path / "out" / "prepare.json").read_text())
+    assert saved == stats
+    assert saved["options"] == {"heldout_fraction": 0.0, "sentences_per_shard": 7, "lang": "en", "min_tokens": 2}
+    assert saved["train"]["tokens"] == sum(len(line.split()) for line in read_split(tmp_path / "out", "train"))
+    assert saved["punkt_sample_chars"] > 0 and saved["inputs"] == [str(raw)]
+
+
+def test_bad_utf8_names_file_and_line(tmp_path):
+    raw = tmp_path / "raw.txt"
+    raw.write_bytes(b"A good first paragraph.\n\nAnother good one.\nBad \xff byte here.\n")
+    with pytest.raises(ValueError, match=re.escape(f"{raw}:4: not valid UTF-8")):
+        prepare_corpus([raw], tmp_path / "out")
+
+
+def test_refuses_output_that_already_holds_shards(tmp_path):
+    raw = tmp_path / "raw.txt"
+    write_articles(raw, numbered_articles(2))
+    prepare_corpus([raw], tmp_path / "out")
+    with pytest.raises(ValueError, match="already holds shards"):
+        prepare_corpus([raw], tmp_path / "out")
+
+
+def test_bad_options_are_refused(tmp_path):
+    raw = tmp_path / "raw.txt"
+    write_articles(raw, numbered_articles(1))
+    with pytest.raises(ValueError, match="heldout_fraction"):
+        prepare_corpus([raw], tmp_path / "out", heldout_fraction=1.5)
+    with pytest.raises(ValueError, match="no rules for 'xx'"):
+        prepare_corpus([raw], tmp_path / "out", lang="xx")
+    with pytest.raises(FileNotFoundError, match="missing.txt: no such file"):
+        prepare_corpus([raw, tmp_path / "missing.txt"], tmp_path / "out")
+
+
+def test_cli_end_to_end(tmp_path, capsys):
+    raw = tmp_path / "raw.txt.gz"
+    write_articles(raw, numbered_articles(40))
+    out = tmp_path / "out"
+    assert main(["prepare", str(raw), "--output", str(out), "--heldout-fraction", "0.5",
+                 "--sentences-per-shard", "30", "--min-tokens", "2"]) == 0
+    assert "sentences" in capsys.readouterr().err
+    stats = json.loads((out / "prepare.json").read_text())
+    assert stats["options"] == {"heldout_fraction": 0.5, "sentences_per_shard": 30, "lang": "en", "min_tokens": 2}
+    assert stats["train"]["sentences"] + stats["heldout"]["sentences"] == 160
+    assert len(read_split(out, "train")) == stats["train"]["sentences"] > 0
+    assert (out / "train" / "shard-00000.txt").is_file() and (out / "heldout" / "shard-00000.txt").is_file()
+
+
+def test_cli_reports_bad_input_in_one_line(tmp_path, capsys):
+    raw = tmp_path / "raw.txt"
+    raw.write_bytes(b"Fine.\n\xc3\x28 broken\n")
+    assert main(["prepare", str(raw), "--output", str(tmp_path / "out")]) == 2
+    assert f"elmo prepare: error: {raw}:2: not valid UTF-8" in capsys.readouterr().err
