@@ -182,10 +182,11 @@ class BiLMConfig:
             raise ConfigError(f"dropout: must be in [0, 1), got {self.training['dropout']}")
         if self.training.get("bidirectional") is False:
             raise ConfigError("bidirectional: only bidirectional biLMs are supported")
-        for name in ("n_epochs", "batch_size", "unroll_steps", "n_tokens_vocab",
-                     "n_negative_samples_batch", "n_train_tokens"):
+        for name in ("n_epochs", "batch_size", "unroll_steps", "n_tokens_vocab", "n_train_tokens"):
             if name in self.training:
                 _positive(name, self.training[name])
+        if self.training.get("n_negative_samples_batch", 0) < 0:  # 0 means the full softmax
+            raise ConfigError("n_negative_samples_batch: must be >= 0 (0: full softmax)")
 
     @property
     def output_dim(self) -> int:

@@ -413,5 +413,8 @@ def train(settings: TrainSettings) -> dict:
         return trainer.run()
     finally:
         if trainer.ctx.world > 1 and dist.is_initialized():
+            # Leave together: a rank tearing down gloo while another still writes the last
+            # checkpoint can abort the process.
+            dist.barrier()
             dist.destroy_process_group()
 
