@@ -11,9 +11,11 @@ from elmo import Embedder, batch_to_char_ids
 TOLERANCE = 1e-5
 
 
+@pytest.mark.parametrize("fast", [True, False], ids=["fast", "plain"])
 @pytest.mark.parametrize("name", ["allennlp", "bilm-tf"])
-def test_stateful_biLM_reproduces_reference_outputs(name):
+def test_stateful_biLM_reproduces_reference_outputs(name, fast):
     model = load_fixture_model(name)
+    model.fast = fast
     state = None
     worst = 0.0
     with torch.no_grad():

@@ -101,10 +101,11 @@ class BiLM(nn.Module):
     directions and by default removes them again.
     """
 
-    def __init__(self, config: BiLMConfig):
+    def __init__(self, config: BiLMConfig, fast: bool = True):
         super().__init__()
         config.validate()
         self.config = config
+        self.fast = fast  # False: the per-timestep reference path, the specification
         lstm = config.lstm
         self.token_encoder = TokenEncoder(config.char_cnn, lstm.projection_dim)
 
@@ -144,7 +145,7 @@ class BiLM(nn.Module):
         x = inputs
         for index, layer in enumerate(layers):
             x_in = nn.functional.dropout(x, dropout, self.training) if dropout > 0 else x
-            out, final = layer(x_in, mask, state.layer(direction, index))
+            out, final = layer(x_in, mask, state.layer(direction, index), fast=self.fast)
             if index > 0 and self.config.lstm.use_skip_connections:
                 # The residual joins the layer's output only; the carried state h stays the cell's own.
                 out = out + x

@@ -1,0 +1,63 @@
+"""Shared pieces of the benchmarks: this machine's matmul peak, model FLOPs, peak memory."""
+
+from __future__ import annotations
+
+import platform
+import resource
+import time
+
+import torch
+
+from elmo.config import BiLMConfig
+
+
+def machine() -> dict:
+    """What the numbers were measured on."""
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    return {"cpu": cpu, "threads": torch.get_num_threads(), "torch": torch.__version__,
+            "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None}
+
+
+def matmul_peak_flops(dtype: torch.dtype = torch.float32, size: int = 2048, repeats: int = 5,
+                      device: str = "cpu") -> float:
+    """Best achieved FLOP/s of a square matrix product: the denominator of MFU."""
+    a = torch.randn(size, size, dtype=dtype, device=device)
+    b = torch.randn(size, size, dtype=dtype, device=device)
+    best = float("inf")
+    for _ in range(repeats + 1):
+        if device != "cpu":
+            torch.cuda.synchronize()
+        start = time.perf_counter()
+        a @ b
+        if device != "cpu":
+            torch.cuda.synchronize()
+        best = min(best, time.perf_counter() - start)
+    return 2 * size ** 3 / best
+
+
+def token_encoder_flops(config: BiLMConfig) -> int:
+    """Forward FLOPs of the token encoder for one token (all 50 character slots)."""
+    cnn = config.char_cnn
+    flops = sum(2 * width * cnn.embedding_dim * n * (cnn.max_characters_per_token - width + 1)
+                for width, n in cnn.filters)
+    flops += cnn.n_highway * 2 * (2 * cnn.n_filters ** 2)
+    if cnn.n_filters != config.lstm.projection_dim:
+        flops += 2 * cnn.n_filters * config.lstm.projection_dim
+    return flops
+
+
+def lstm_flops(config: BiLMConfig) -> int:
+    """Forward FLOPs of one direction's LSTM stack for one token."""
+    lstm = config.lstm
+    per_layer = 2 * (2 * lstm.projection_dim) * 4 * lstm.dim + 2 * lstm.dim * lstm.projection_dim
+    return lstm.n_layers * per_layer
+
+
+def peak_rss_bytes() -> int:
+    """Peak resident memory of this process so far (Linux reports KiB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
