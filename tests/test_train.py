@@ -125,6 +125,8 @@ def test_training_lowers_the_loss(tmp_path):
     rows = (tmp_path / "run" / "metrics.csv").read_text().splitlines()
     first_loss = float(rows[1].split(",")[2])
     assert result["step"] == 60 and result["loss"] < first_loss - 0.5
+    events = list((tmp_path / "run" / "tensorboard").glob("events.out.tfevents.*"))
+    assert events and events[0].stat().st_size > 0
     options = (tmp_path / "run" / "options.json").read_text()
     assert '"n_train_tokens": 139' in options  # counted from the data, never hand-set
 
