@@ -26,6 +26,9 @@ Layers = str | Sequence[int]
 # sentence's vectors bitwise identical whatever it is batched with (tests/test_states.py).
 MIN_BATCH_ROWS = 4
 
+# Precision of the matrix products on the fast path; states and nonlinearities stay float32.
+PRECISIONS = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
 
 def select_layers(layers: np.ndarray, which: Layers) -> np.ndarray:
     """Pick from one sentence's ``(L+1, n_tokens, dim)`` activations.
@@ -57,11 +60,21 @@ class Embedder:
     """
 
     def __init__(self, model: BiLM, *, state: str = DEFAULT_STATE, device: str | torch.device | None = None,
-                 batch_size: int = 64):
+                 batch_size: int = 64, max_tokens: int = 4096, precision: str = "float32",
+                 vocab_cache: str | os.PathLike | None = None):
+        if precision not in PRECISIONS:
+            raise ValueError(f"precision: expected one of {sorted(PRECISIONS)}, got {precision!r}")
         self.device = torch.device(device) if device is not None else next(model.parameters()).device
         self.model = model.to(self.device).eval()
+        self.model.compute_dtype = PRECISIONS[precision]
         self.states = StateKeeper(self.model, state)
         self.batch_size = batch_size
+        self.max_tokens = max_tokens
+        self.cache: dict[str, torch.Tensor] = {}
+        if vocab_cache is not None:
+            from elmo.vocab_cache import load_vocab_cache
+
+            self.cache = {w: v.to(self.device) for w, v in load_vocab_cache(vocab_cache, self.model).items()}
 
     @classmethod
     def from_files(cls, options_file: str | os.PathLike, weights_file: str | os.PathLike, **kwargs) -> "Embedder":
@@ -85,19 +98,55 @@ class Embedder:
         if self.states.mode != "stateful":  # in stateful mode extra rows would carry state
             rows += [[]] * (MIN_BATCH_ROWS - len(rows))
         ids, mask = batch_to_char_ids(rows)
-        out = self.model(ids.to(self.device), mask.to(self.device), self.states.initial(len(rows)))
+        ids, mask = ids.to(self.device), mask.to(self.device)
+        tokens = self._cached_token_vectors(rows, ids, mask) if self.cache else None
+        out = self.model(ids, mask, self.states.initial(len(rows)), tokens=tokens)
         self.states.update(out.state)
         layers = out.layers.float().cpu().numpy()
         return [layers[i, :, :len(sentence)] for i, sentence in enumerate(batch)]
 
+    def _cached_token_vectors(self, rows: list[list[str]], ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """Token vectors ``(batch, time+2, dim)`` with boundaries: cached words looked up, the
+        rest (and the boundary markers) through the fast encoder."""
+        from elmo.bilm import add_boundaries
+        from elmo.encoder import encode_fast
+
+        ids, full_mask = add_boundaries(ids, mask)
+        need = full_mask.clone()
+        positions, vectors = [], []
+        for i, sentence in enumerate(rows):
+            for t, word in enumerate(sentence):
+                vector = self.cache.get(word)
+                if vector is not None:
+                    need[i, t + 1] = False
+                    positions.append((i, t + 1))
+                    vectors.append(vector)
+        tokens = encode_fast(self.model.token_encoder, ids, need, self.model.compute_dtype)
+        if positions:
+            index = torch.tensor(positions, device=ids.device)
+            tokens[index[:, 0], index[:, 1]] = torch.stack(vectors)
+        return tokens
+
     def _batches(self, sentences: list[list[str]], batch_size: int) -> Iterable[list[int]]:
+        """Batches of sentence indices. Stateful mode: consecutive runs of ``batch_size`` in input
+        order (which row a sentence takes decides its state). Otherwise: longest first, each
+        batch at most ``batch_size`` sentences and ``max_tokens`` padded tokens, so similar
+        lengths share a batch and little work goes to padding."""
         order = list(range(len(sentences)))
-        if self.states.mode != "stateful":
-            # Similar lengths together waste less on padding; file order is only a contract in
-            # stateful mode, where it decides which state each sentence starts from.
-            order.sort(key=lambda i: -len(sentences[i]))
-        for start in range(0, len(order), batch_size):
-            yield order[start:start + batch_size]
+        if self.states.mode == "stateful":
+            for start in range(0, len(order), batch_size):
+                yield order[start:start + batch_size]
+            return
+        order.sort(key=lambda i: -len(sentences[i]))
+        batch: list[int] = []
+        for i in order:
+            longest = len(sentences[batch[0]]) + 2 if batch else len(sentences[i]) + 2
+            if batch and (len(batch) >= batch_size or (len(batch) + 1) * longest > self.max_tokens):
+                yield batch
+                batch = []
+            batch.append(i)
+        if batch:
+            yield batch
 
     def embed_sentences(self, sentences: Sequence[str | Sequence[str]], layers: Layers = "all",
                         batch_size: int | None = None, progress: bool = False) -> list[np.ndarray]:

@@ -9,7 +9,14 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from elmo.chars import MAX_CHARS, PAD_CHAR
 from elmo.config import CharCNNConfig
+
+PAD_ID = PAD_CHAR + 1  # the id of a padding slot inside a word (after the +1 shift)
+# Buckets of real-slot counts: short words are convolved over short character windows.
+LENGTH_BUCKETS = (6, 8, 10, 12, 16, 24, 32, MAX_CHARS)
+# Elements of one convolution output per chunk (float32: 4 bytes each): bounds peak memory.
+CONV_CHUNK_ELEMENTS = 1 << 23
 
 
 class Highway(nn.Module):
@@ -76,3 +83,89 @@ def encode_distinct(encoder: TokenEncoder, char_ids: torch.Tensor) -> torch.Tens
     distinct, inverse = torch.unique(char_ids.reshape(-1, n_chars), dim=0, return_inverse=True)
     vectors = encoder(distinct.unsqueeze(0))[0]  # (n_distinct, output_dim)
     return vectors[inverse].reshape(batch, time, -1)
+
+
+def padding_window_constants(encoder: TokenEncoder, dtype: torch.dtype = torch.float32) -> list[torch.Tensor]:
+    """For each convolution, its output on a window made only of padding slots: ``(n_filters,)``.
+
+    Every word has such windows after its end-of-word marker, and they give the same value for
+    every word, so the max over all 50 positions is the max over the windows that touch real
+    characters and this constant.
+    """
+    pad = encoder.char_embedding.weight[PAD_ID].to(dtype)  # (char_dim,)
+    out = []
+    for conv in encoder.convs:
+        weight = conv.weight.to(dtype)  # (n_filters, char_dim, width)
+        out.append(conv.bias.to(dtype) + torch.einsum("ocw,c->o", weight, pad))
+    return out
+
+
+def _cnn_on_real_slots(encoder: TokenEncoder, ids: torch.Tensor, n_real: torch.Tensor, constants: list[torch.Tensor],
+                       dtype: torch.dtype) -> torch.Tensor:
+    """Pooled CNN features ``(n, n_filters)`` of tokens ``ids`` ``(n, 50)`` whose real slots
+    (begin-of-word to end-of-word) number at most ``n_real.max()``."""
+    widths = [conv.kernel_size[0] for conv in encoder.convs]
+    span = min(MAX_CHARS, int(n_real.max()) + max(widths) - 1)  # slots any real-touching window reaches
+    chars = encoder.char_embedding(ids[:, :span]).to(dtype).transpose(1, 2)  # (n, char_dim, span)
+    pooled = []
+    for conv, width, constant in zip(encoder.convs, widths, constants):
+        values = nn.functional.conv1d(chars, conv.weight.to(dtype), conv.bias.to(dtype))  # (n, filters, span-width+1)
+        best = values.max(dim=2).values
+        # Only words with an all-padding window in the full 50 slots take the constant into the max.
+        has_padding_window = (n_real <= MAX_CHARS - width).unsqueeze(1)
+        pooled.append(torch.where(has_padding_window, torch.maximum(best, constant), best).float())
+    return torch.cat(pooled, dim=1)
+
+
+def encode_words_fast(encoder: TokenEncoder, ids: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """Token vectors ``(n, output_dim)`` for ``n`` *distinct, real* tokens ``ids`` ``(n, 50)``.
+
+    Equal to ``encoder(ids)`` up to float rounding, but convolves each word only over the
+    windows that touch its characters (grouped in length buckets) and works in chunks, so memory
+    stays bounded however many words come in. ``dtype`` may be ``torch.bfloat16`` (or float16 on
+    GPU) for the convolutions and matrix products; the result is float32.
+    """
+    n = ids.shape[0]
+    out = ids.new_zeros((n, encoder.output_dim), dtype=torch.float32)
+    if n == 0:
+        return out
+    n_real = (ids != PAD_ID).sum(dim=1)  # begin-of-word .. end-of-word
+    constants = padding_window_constants(encoder, dtype)
+    bucket_of = torch.bucketize(n_real, torch.tensor(LENGTH_BUCKETS, device=ids.device))
+    max_filters = max(conv.out_channels for conv in encoder.convs)
+    for bucket in bucket_of.unique().tolist():
+        members = torch.nonzero(bucket_of == bucket).squeeze(1)
+        span = min(MAX_CHARS, LENGTH_BUCKETS[bucket] + 10)
+        chunk = max(1, CONV_CHUNK_ELEMENTS // (max_filters * span))
+        for start in range(0, len(members), chunk):
+            rows = members[start:start + chunk]
+            features = _cnn_on_real_slots(encoder, ids[rows], n_real[rows], constants, dtype)
+            out[rows] = _highway_and_projection(encoder, encoder.activation(features), dtype)
+    return out
+
+
+def _highway_and_projection(encoder: TokenEncoder, x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """The encoder after pooling, with the matrix products in ``dtype`` and the rest in float32."""
+    for highway in encoder.highways:
+        x_low = x.to(dtype)
+        gate = torch.sigmoid(nn.functional.linear(x_low, highway.carry.weight.to(dtype), highway.carry.bias.to(dtype)).float())
+        transformed = torch.relu(nn.functional.linear(x_low, highway.transform.weight.to(dtype),
+                                                      highway.transform.bias.to(dtype)).float())
+        x = gate * transformed + (1.0 - gate) * x
+    if encoder.projection is not None:
+        x = nn.functional.linear(x.to(dtype), encoder.projection.weight.to(dtype), encoder.projection.bias.to(dtype)).float()
+    return x
+
+
+def encode_fast(encoder: TokenEncoder, char_ids: torch.Tensor, mask: torch.Tensor,
+                dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """Token vectors ``(batch, time, output_dim)`` for ``char_ids`` ``(batch, time, 50)``,
+    running the encoder once per distinct real token and never on padding (zero there)."""
+    batch, time, n_chars = char_ids.shape
+    out = char_ids.new_zeros((batch, time, encoder.output_dim), dtype=torch.float32)
+    real = char_ids[mask]  # (n_real, 50)
+    if real.shape[0] == 0:
+        return out
+    distinct, inverse = torch.unique(real, dim=0, return_inverse=True)
+    out[mask] = encode_words_fast(encoder, distinct, dtype)[inverse]
+    return out

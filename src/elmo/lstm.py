@@ -127,3 +127,58 @@ def lstm_fast(layer: LstmLayer, inputs: torch.Tensor, mask: torch.Tensor,
     if not outputs:
         return inputs.new_zeros(batch, 0, layer.projection_dim), (c, h)
     return torch.stack(outputs, dim=1), (c, h)
+
+
+# Timesteps whose input gates are precomputed at once: bounds memory on very long sentences.
+GATE_CHUNK_STEPS = 128
+
+
+@torch.inference_mode()
+def bilstm_inference(forward_layer: LstmLayer, backward_layer: LstmLayer, inputs: torch.Tensor,
+                     lengths: torch.Tensor, c: torch.Tensor, h: torch.Tensor,
+                     dtype: torch.dtype = torch.float32) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Both directions of one layer at once, for inference.
+
+    ``inputs``: ``(2, batch, time, input_dim)``: index 0 the forward reading order, 1 the
+    backward one (each row already reversed within its length). Rows must be sorted by
+    ``lengths`` ``(batch,)``, longest first: at step ``t`` only the rows still running are
+    computed, so no work goes to padding. ``c`` ``(2, batch, dim)`` and ``h`` ``(2, batch, proj)``
+    are the initial states. Returns ``outputs`` ``(2, batch, time, proj)`` (zero at padding) and
+    the final ``(c, h)``. Matrix products run in ``dtype`` (bfloat16/float16 for speed); the
+    cell state and nonlinearities stay float32. Same numbers as :func:`lstm_plain` in float32.
+    """
+    _, batch, time, input_dim = inputs.shape
+    dim, proj = forward_layer.dim, forward_layer.projection_dim
+    layers = (forward_layer, backward_layer)
+    w_x = torch.stack([l.input_weight.t() for l in layers]).to(dtype)        # (2, input_dim, 4*dim)
+    w_h = torch.stack([l.state_weight.t() for l in layers]).to(dtype)        # (2, proj, 4*dim)
+    w_p = torch.stack([l.projection.t() for l in layers]).to(dtype)          # (2, dim, proj)
+    bias = torch.stack([l.bias for l in layers]).unsqueeze(1)                # (2, 1, 4*dim)
+    cell_clip, proj_clip = forward_layer.cell_clip, forward_layer.proj_clip
+    c, h = c.clone(), h.clone()
+    outputs = inputs.new_zeros((2, batch, time, proj), dtype=torch.float32)
+    # running[t] = number of rows whose sentence is longer than t (rows are sorted).
+    running = (lengths.unsqueeze(0) > torch.arange(time, device=lengths.device).unsqueeze(1)).sum(1).tolist()
+    for start in range(0, time, GATE_CHUNK_STEPS):
+        stop = min(time, start + GATE_CHUNK_STEPS)
+        rows = running[start]
+        if rows == 0:
+            break
+        x = inputs[:, :rows, start:stop].to(dtype).reshape(2, -1, input_dim)
+        x_gates = torch.baddbmm(bias.to(dtype), x, w_x).float().view(2, rows, stop - start, 4 * dim)
+        for t in range(start, stop):
+            n = running[t]
+            if n == 0:
+                break
+            gates = x_gates[:, :n, t - start] + torch.bmm(h[:, :n].to(dtype), w_h).float()  # (2, n, 4*dim)
+            i, j, f, o = gates.chunk(4, dim=2)
+            c_new = torch.sigmoid(f + FORGET_BIAS) * c[:, :n] + torch.sigmoid(i) * torch.tanh(j)
+            if cell_clip is not None:
+                c_new = c_new.clamp(-cell_clip, cell_clip)
+            h_new = torch.bmm((torch.sigmoid(o) * torch.tanh(c_new)).to(dtype), w_p).float()
+            if proj_clip is not None:
+                h_new = h_new.clamp(-proj_clip, proj_clip)
+            c[:, :n] = c_new
+            h[:, :n] = h_new
+            outputs[:, :n, t] = h_new
+    return outputs, c, h

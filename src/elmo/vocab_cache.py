@@ -1,0 +1,71 @@
+"""Precomputed context-independent token vectors (``elmo cache-vocab``).
+
+The token encoder's output for a word never depends on context, so the vectors of a word list
+can be computed once and looked up instead of running the character CNN; words not in the
+cache fall back to the CNN. The file is HDF5: ``embedding`` ``(n_words, projection_dim)``
+float32 (the name bilm-tf's ``dump_token_embeddings`` uses), ``words`` ``(n_words,)`` and the
+``fingerprint`` of the token encoder it was computed with, so a cache is never used with another
+model.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Sequence
+
+import h5py
+import numpy as np
+import torch
+
+from elmo.bilm import BiLM
+from elmo.chars import batch_to_char_ids
+from elmo.encoder import encode_words_fast
+from elmo.fileio import atomic_path
+
+
+def encoder_fingerprint(model: BiLM) -> str:
+    """SHA-256 of the token encoder's parameters: identifies the model a cache belongs to."""
+    digest = hashlib.sha256()
+    for name, tensor in sorted(model.token_encoder.state_dict().items()):
+        digest.update(name.encode())
+        digest.update(tensor.detach().float().cpu().numpy().tobytes())
+    return digest.hexdigest()
+
+
+@torch.inference_mode()
+def compute_token_vectors(model: BiLM, words: Sequence[str], chunk: int = 4096) -> np.ndarray:
+    """Token vectors ``(len(words), projection_dim)`` float32, computed with the fast encoder."""
+    out = np.zeros((len(words), model.config.lstm.projection_dim), dtype=np.float32)
+    for start in range(0, len(words), chunk):
+        ids, _ = batch_to_char_ids([[w] for w in words[start:start + chunk]])
+        vectors = encode_words_fast(model.token_encoder, ids[:, 0].to(next(model.parameters()).device))
+        out[start:start + len(vectors)] = vectors.cpu().numpy()
+    return out
+
+
+def save_vocab_cache(model: BiLM, words: Sequence[str], path: str | os.PathLike) -> int:
+    """Compute and write the cache for ``words`` (duplicates and empty strings dropped)."""
+    unique = list(dict.fromkeys(w for w in words if w))
+    vectors = compute_token_vectors(model, unique)
+    with atomic_path(path) as tmp, h5py.File(tmp, "w") as f:
+        f["embedding"] = vectors
+        f.create_dataset("words", data=unique, dtype=h5py.string_dtype())
+        f.attrs["fingerprint"] = encoder_fingerprint(model)
+    return len(unique)
+
+
+def load_vocab_cache(path: str | os.PathLike, model: BiLM) -> dict[str, torch.Tensor]:
+    """Read a cache as ``word -> vector``; refuses a cache made with another token encoder."""
+    with h5py.File(path, "r") as f:
+        for name in ("embedding", "words"):
+            if name not in f:
+                raise ValueError(f"{path}: not a vocabulary cache (no '{name}' dataset)")
+        if f.attrs.get("fingerprint") != encoder_fingerprint(model):
+            raise ValueError(f"{path}: this cache was computed with a different model's token encoder")
+        words = [w.decode("utf-8") if isinstance(w, bytes) else w for w in f["words"][...]]
+        vectors = torch.from_numpy(np.asarray(f["embedding"][...], dtype=np.float32))
+    if vectors.shape != (len(words), model.config.lstm.projection_dim):
+        raise ValueError(f"{path}: 'embedding' has shape {tuple(vectors.shape)}, expected "
+                         f"({len(words)}, {model.config.lstm.projection_dim})")
+    return dict(zip(words, vectors))
