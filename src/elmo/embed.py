@@ -15,16 +15,12 @@ import torch
 from tqdm import tqdm
 
 from elmo.bilm import BiLM
-from elmo.chars import batch_to_char_ids, tokenize
+from elmo.chars import BOS_TOKEN, EOS_TOKEN, batch_to_char_ids, tokenize
+from elmo.encoder import encode_words_fast
 from elmo.fileio import atomic_path, read_lines
 from elmo.states import DEFAULT_STATE, StateKeeper
 
 Layers = str | Sequence[int]
-
-# BLAS picks a different kernel for matrix products of fewer than 4 rows, whose rounding differs
-# in the last bits. Padding deterministic-mode batches to 4 rows (with empty sentences) makes a
-# sentence's vectors bitwise identical whatever it is batched with (tests/test_states.py).
-MIN_BATCH_ROWS = 4
 
 # Precision of the matrix products on the fast path; states and nonlinearities stay float32.
 PRECISIONS = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -61,7 +57,7 @@ class Embedder:
 
     def __init__(self, model: BiLM, *, state: str = DEFAULT_STATE, device: str | torch.device | None = None,
                  batch_size: int = 64, max_tokens: int = 4096, precision: str = "float32",
-                 vocab_cache: str | os.PathLike | None = None):
+                 vocab_cache: str | os.PathLike | None = None, token_memo: int = 100_000):
         if precision not in PRECISIONS:
             raise ValueError(f"precision: expected one of {sorted(PRECISIONS)}, got {precision!r}")
         self.device = torch.device(device) if device is not None else next(model.parameters()).device
@@ -71,6 +67,11 @@ class Embedder:
         self.batch_size = batch_size
         self.max_tokens = max_tokens
         self.cache: dict[str, torch.Tensor] = {}
+        # Token vectors never depend on context: a word seen in an earlier batch is looked up,
+        # not encoded again. Bounded, and dropped whenever the encoder's weights change.
+        self.token_memo_size = token_memo
+        self._memo: dict[str, torch.Tensor] = {}
+        self._memo_key: tuple | None = None
         if vocab_cache is not None:
             from elmo.vocab_cache import load_vocab_cache
 
@@ -95,37 +96,55 @@ class Embedder:
     def embed_batch(self, batch: Sequence[Sequence[str]]) -> list[np.ndarray]:
         """One batch through the biLM: a ``(L+1, n_tokens, dim)`` float32 array per sentence."""
         rows = list(batch)
-        if self.states.mode != "stateful":  # in stateful mode extra rows would carry state
-            rows += [[]] * (MIN_BATCH_ROWS - len(rows))
         ids, mask = batch_to_char_ids(rows)
         ids, mask = ids.to(self.device), mask.to(self.device)
-        tokens = self._cached_token_vectors(rows, ids, mask) if self.cache else None
+        use_lookup = self.model.fast and (self.cache or self.token_memo_size > 0)
+        tokens = self._token_vectors(rows, ids, mask) if use_lookup else None
         out = self.model(ids, mask, self.states.initial(len(rows)), tokens=tokens)
         self.states.update(out.state)
         layers = out.layers.float().cpu().numpy()
         return [layers[i, :, :len(sentence)] for i, sentence in enumerate(batch)]
 
-    def _cached_token_vectors(self, rows: list[list[str]], ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        """Token vectors ``(batch, time+2, dim)`` with boundaries: cached words looked up, the
-        rest (and the boundary markers) through the fast encoder."""
-        from elmo.bilm import add_boundaries
-        from elmo.encoder import encode_fast
+    def _memo_for_current_weights(self) -> dict[str, torch.Tensor]:
+        # A tensor's _version grows with every in-place change (optimizer steps, load_state_dict).
+        key = (self.model.compute_dtype,) + tuple((id(p), p._version) for p in self.model.token_encoder.parameters())
+        if key != self._memo_key or len(self._memo) > self.token_memo_size:
+            self._memo, self._memo_key = {}, key
+        return self._memo
 
-        ids, full_mask = add_boundaries(ids, mask)
-        need = full_mask.clone()
-        positions, vectors = [], []
-        for i, sentence in enumerate(rows):
-            for t, word in enumerate(sentence):
+    def _token_vectors(self, rows: list[list[str]], ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """Token vectors ``(batch, time+2, dim)`` with boundaries: words in the vocabulary cache
+        or the memo are looked up, the others encoded once each (and remembered)."""
+        memo = self._memo_for_current_weights() if self.token_memo_size > 0 else {}
+        found, missing = {}, {}
+        for sentence in rows:
+            for word in (BOS_TOKEN, *sentence, EOS_TOKEN):
+                if word in found or word in missing:
+                    continue
                 vector = self.cache.get(word)
-                if vector is not None:
-                    need[i, t + 1] = False
-                    positions.append((i, t + 1))
-                    vectors.append(vector)
-        tokens = encode_fast(self.model.token_encoder, ids, need, self.model.compute_dtype)
-        if positions:
-            index = torch.tensor(positions, device=ids.device)
-            tokens[index[:, 0], index[:, 1]] = torch.stack(vectors)
-        return tokens
+                if vector is None:
+                    vector = memo.get(word)
+                if vector is None:
+                    missing[word] = len(missing)
+                else:
+                    found[word] = vector
+        if missing:
+            words = list(missing)
+            word_ids, _ = batch_to_char_ids([[w] for w in words])
+            vectors = encode_words_fast(self.model.token_encoder, word_ids[:, 0].to(self.device), self.model.compute_dtype)
+            for word, vector in zip(words, vectors):
+                found[word] = vector
+                if self.token_memo_size > 0:
+                    memo[word] = vector
+        table = torch.stack(list(found.values()))  # (n_words, dim)
+        index = {word: i for i, word in enumerate(found)}
+        positions = torch.zeros(ids.shape[0], ids.shape[1] + 2, dtype=torch.long)
+        keep = torch.zeros(ids.shape[0], ids.shape[1] + 2, 1)
+        for i, sentence in enumerate(rows):
+            row = [index[BOS_TOKEN], *(index[w] for w in sentence), index[EOS_TOKEN]]
+            positions[i, :len(row)] = torch.tensor(row)
+            keep[i, :len(row)] = 1.0
+        return table[positions.to(self.device)] * keep.to(self.device)
 
     def _batches(self, sentences: list[list[str]], batch_size: int) -> Iterable[list[int]]:
         """Batches of sentence indices. Stateful mode: consecutive runs of ``batch_size`` in input

@@ -131,6 +131,10 @@ def lstm_fast(layer: LstmLayer, inputs: torch.Tensor, mask: torch.Tensor,
 
 # Timesteps whose input gates are precomputed at once: bounds memory on very long sentences.
 GATE_CHUNK_STEPS = 128
+# Batched products of fewer than 4 rows take another BLAS kernel whose rounding differs in the
+# last bits; with at least 4 rows a row's result does not depend on how many others there are.
+# Keeping 4 rows in every product makes a sentence's vectors independent of its batch.
+MIN_ACTIVE_ROWS = 4
 
 
 @torch.inference_mode()
@@ -148,6 +152,13 @@ def bilstm_inference(forward_layer: LstmLayer, backward_layer: LstmLayer, inputs
     cell state and nonlinearities stay float32. Same numbers as :func:`lstm_plain` in float32.
     """
     _, batch, time, input_dim = inputs.shape
+    if batch < MIN_ACTIVE_ROWS:  # pad with empty rows: see MIN_ACTIVE_ROWS
+        extra = MIN_ACTIVE_ROWS - batch
+        outputs, c, h = bilstm_inference(
+            forward_layer, backward_layer, nn.functional.pad(inputs, (0, 0, 0, 0, 0, extra)),
+            nn.functional.pad(lengths, (0, extra)), nn.functional.pad(c, (0, 0, 0, extra)),
+            nn.functional.pad(h, (0, 0, 0, extra)), dtype)
+        return outputs[:, :batch], c[:, :batch], h[:, :batch]
     dim, proj = forward_layer.dim, forward_layer.projection_dim
     layers = (forward_layer, backward_layer)
     w_x = torch.stack([l.input_weight.t() for l in layers]).to(dtype)        # (2, input_dim, 4*dim)
@@ -161,16 +172,19 @@ def bilstm_inference(forward_layer: LstmLayer, backward_layer: LstmLayer, inputs
     running = (lengths.unsqueeze(0) > torch.arange(time, device=lengths.device).unsqueeze(1)).sum(1).tolist()
     for start in range(0, time, GATE_CHUNK_STEPS):
         stop = min(time, start + GATE_CHUNK_STEPS)
-        rows = running[start]
-        if rows == 0:
+        if running[start] == 0:
             break
+        rows = max(running[start], MIN_ACTIVE_ROWS)
         x = inputs[:, :rows, start:stop].to(dtype).reshape(2, -1, input_dim)
         x_gates = torch.baddbmm(bias.to(dtype), x, w_x).float().view(2, rows, stop - start, 4 * dim)
         for t in range(start, stop):
             n = running[t]
             if n == 0:
                 break
-            gates = x_gates[:, :n, t - start] + torch.bmm(h[:, :n].to(dtype), w_h).float()  # (2, n, 4*dim)
+            # Compute at least MIN_ACTIVE_ROWS rows (finished ones are computed, never stored).
+            m = max(n, MIN_ACTIVE_ROWS)
+            gates = x_gates[:, :m, t - start] + torch.bmm(h[:, :m].to(dtype), w_h).float()  # (2, m, 4*dim)
+            gates = gates[:, :n]
             i, j, f, o = gates.chunk(4, dim=2)
             c_new = torch.sigmoid(f + FORGET_BIAS) * c[:, :n] + torch.sigmoid(i) * torch.tanh(j)
             if cell_clip is not None:

@@ -1,0 +1,187 @@
+"""Embedding speed: the fast path against the plain per-timestep path, same sentences, one run.
+
+For each model size (random weights of the published shapes) and batch size, every
+configuration runs in a fresh process (so its peak memory is its own) over the same real
+sentences:
+
+* ``plain``: the readable specification (``BiLM(fast=False)``), batches in input order, the
+  character CNN over every slot of every padded position, one LSTM step at a time: how the
+  widely used PyTorch ELMo runs.
+* ``fast``: ``Embedder`` defaults (float32, warm state, length-sorted token-budget batches).
+* ``fast+bf16``: the same with bfloat16 matrix products (AVX-512 BF16 on this CPU).
+* ``fast+cache``: float32 with a vocabulary cache of ``--cache-words`` words.
+
+Printed and saved: tokens/s, sentences/s, peak memory, speed-up over plain, model FLOPs per
+token and the fraction of this machine's measured float32 matmul peak reached; for bf16 its
+largest and mean deviation from float32. Batch 1 also reports the latency of 20-token sentences.
+
+    python benchmarks/embed_speed.py --text DATA/wiki-heldout/train/shard-00000.txt \
+        --cache-words DATA/vocab-50k.txt --output benchmarks/results/embed_speed.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from common import lstm_flops, machine, matmul_peak_flops, peak_rss_bytes, token_encoder_flops  # noqa: E402
+
+
+def load_sentences(path: str, n: int) -> list[list[str]]:
+    out = []
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            tokens = line.split()
+            if tokens:
+                out.append(tokens)
+            if len(out) == n:
+                break
+    if len(out) < n:
+        raise SystemExit(f"{path}: only {len(out)} sentences, {n} wanted")
+    return out
+
+
+def make_model(size: str, fast: bool):
+    import torch
+
+    from elmo import BiLM
+    from elmo.config import published_config
+
+    torch.manual_seed(0)
+    model = BiLM(published_config(size), fast=fast).eval()
+    # Random biases too, so no gate sits at an untypical exact zero.
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("bias"):
+                p.uniform_(-0.1, 0.1)
+    return model
+
+
+def run_one(args) -> dict:
+    """One configuration, in this process."""
+    import numpy as np
+    import torch
+
+    from elmo import Embedder
+    from elmo.chars import batch_to_char_ids
+
+    sentences = load_sentences(args.text, args.sentences)
+    model = make_model(args.size, fast=args.path != "plain")
+    result = {"size": args.size, "path": args.path, "batch_size": args.batch_size, "sentences": len(sentences),
+              "tokens": sum(map(len, sentences))}
+    if args.path == "plain":
+        start = time.perf_counter()
+        with torch.inference_mode():
+            for i in range(0, len(sentences), args.batch_size):
+                ids, mask = batch_to_char_ids(sentences[i:i + args.batch_size])
+                model(ids, mask)
+        seconds = time.perf_counter() - start
+    else:
+        options = {"precision": "bfloat16" if args.path == "fast+bf16" else "float32"}
+        if args.path == "fast+cache":
+            from elmo.vocab_cache import save_vocab_cache
+
+            with open(args.cache_words, encoding="utf-8") as f:
+                words = [line.strip() for line in f if line.strip()]
+            cache = os.path.join(tempfile.mkdtemp(), "cache.hdf5")
+            start = time.perf_counter()
+            save_vocab_cache(model, words, cache)
+            result["cache_build_seconds"] = time.perf_counter() - start
+            result["cache_words"] = len(words)
+            covered = sum(w in set(words) for s in sentences for w in s)
+            result["cache_coverage"] = covered / result["tokens"]
+            options["vocab_cache"] = cache
+        embedder = Embedder(model, batch_size=args.batch_size, **options)
+        embedder.embed_sentences(sentences[:2])  # the warm state is computed once, not timed
+        start = time.perf_counter()
+        vectors = embedder.embed_sentences(sentences, batch_size=args.batch_size)
+        seconds = time.perf_counter() - start
+        if args.path == "fast+bf16":
+            reference = Embedder(model, batch_size=args.batch_size).embed_sentences(sentences)
+            diffs = [np.abs(a - b) for a, b in zip(vectors, reference)]
+            result["bf16_max_abs_deviation"] = float(max(d.max() for d in diffs if d.size))
+            result["bf16_mean_abs_deviation"] = float(np.mean([d.mean() for d in diffs if d.size]))
+            result["reference_mean_abs_value"] = float(np.mean([np.abs(r).mean() for r in reference if r.size]))
+        if args.batch_size == 1:
+            twenty = [s for s in load_sentences(args.text, 20 * args.sentences) if len(s) == 20][:30]
+            latencies = []
+            for s in twenty:
+                t0 = time.perf_counter()
+                embedder.embed_sentences([s], batch_size=1)
+                latencies.append(time.perf_counter() - t0)
+            result["latency_20_tokens_ms"] = 1000 * statistics.median(latencies)
+    result["seconds"] = seconds
+    result["tokens_per_second"] = result["tokens"] / seconds
+    result["sentences_per_second"] = len(sentences) / seconds
+    result["peak_memory_bytes"] = peak_rss_bytes()
+    config = model.config
+    result["model_flops_per_token"] = token_encoder_flops(config) + 2 * lstm_flops(config)
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--text", required=True, help="tokenized sentences, one per line")
+    parser.add_argument("--cache-words", required=True, help="word list for the vocabulary cache")
+    parser.add_argument("--sentences", type=int, default=1000)
+    parser.add_argument("--plain-sentences", type=int, default=200,
+                        help="sentences for the slow plain path of the original size (and its ratio)")
+    parser.add_argument("--sizes", nargs="+", default=["small", "original"])
+    parser.add_argument("--batch-sizes", nargs="+", type=int, default=[64, 1])
+    parser.add_argument("--output", default="benchmarks/results/embed_speed.json")
+    parser.add_argument("--one", nargs=4, metavar=("SIZE", "PATH", "BATCH", "SENTENCES"), help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.one:
+        args.size, args.path, batch, n = args.one
+        args.batch_size, args.sentences = int(batch), int(n)
+        print(json.dumps(run_one(args)))
+        return 0
+
+    def one(size, path, batch, n):
+        out = subprocess.run([sys.executable, __file__, "--text", args.text, "--cache-words", args.cache_words,
+                              "--one", size, path, str(batch), str(n)], check=True, capture_output=True, text=True)
+        return json.loads(out.stdout.strip().splitlines()[-1])
+
+    peak = matmul_peak_flops()
+    results = []
+    for size in args.sizes:
+        for batch in args.batch_sizes:
+            # The plain path of the big model is slow: it and its ratio use fewer sentences.
+            n_plain = args.sentences if size == "small" else args.plain_sentences
+            rows = [one(size, "plain", batch, n_plain)]
+            if n_plain != args.sentences:
+                rows.append(dict(one(size, "fast", batch, n_plain), note="ratio reference"))
+            rows += [one(size, path, batch, args.sentences) for path in ("fast", "fast+bf16", "fast+cache")]
+            plain_rate = rows[0]["tokens_per_second"]
+            same_set = rows[1]["tokens_per_second"] if n_plain != args.sentences else None
+            for row in rows:
+                row["speedup_over_plain"] = row["tokens_per_second"] / plain_rate
+                if same_set and row["path"] != "plain":
+                    # Scale by the fast path's rate on the plain path's own sentences.
+                    row["speedup_over_plain"] = (row["tokens_per_second"] / rows[2]["tokens_per_second"]) * same_set / plain_rate
+                row["fraction_of_matmul_peak"] = row["model_flops_per_token"] * row["tokens_per_second"] / peak
+                results.append(row)
+    header = f"{'size':9}{'batch':>6} {'path':12}{'sents':>6}{'tokens/s':>10}{'sent/s':>8}{'peak MB':>9}{'x plain':>8}{'% peak':>8}"
+    print(header)
+    for r in results:
+        print(f"{r['size']:9}{r['batch_size']:>6} {r['path']:12}{r['sentences']:>6}{r['tokens_per_second']:>10.0f}"
+              f"{r['sentences_per_second']:>8.1f}{r['peak_memory_bytes'] / 2**20:>9.0f}{r['speedup_over_plain']:>8.1f}"
+              f"{100 * r['fraction_of_matmul_peak']:>7.1f}%" + (f"  20-token latency {r['latency_20_tokens_ms']:.1f} ms"
+                                                              if "latency_20_tokens_ms" in r else ""))
+    print(f"matmul peak {peak / 1e9:.0f} GFLOP/s float32")
+    os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
+    with open(args.output, "w", encoding="utf-8") as f:
+        json.dump({"machine": machine(), "matmul_peak_flops": peak, "results": results}, f, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
