@@ -10,6 +10,7 @@ sentences:
 * ``fast``: ``Embedder`` defaults (float32, warm state, length-sorted token-budget batches).
 * ``fast+bf16``: the same with bfloat16 matrix products (AVX-512 BF16 on this CPU).
 * ``fast+cache``: float32 with a vocabulary cache of ``--cache-words`` words.
+* ``fast+bf16+cache``: both.
 
 Printed and saved: tokens/s, sentences/s, peak memory, speed-up over plain, model FLOPs per
 token and the fraction of this machine's measured float32 matmul peak reached; for bf16 its
@@ -85,8 +86,8 @@ def run_one(args) -> dict:
                 model(ids, mask)
         seconds = time.perf_counter() - start
     else:
-        options = {"precision": "bfloat16" if args.path == "fast+bf16" else "float32"}
-        if args.path == "fast+cache":
+        options = {"precision": "bfloat16" if "bf16" in args.path else "float32"}
+        if "cache" in args.path:
             from elmo.vocab_cache import save_vocab_cache
 
             with open(args.cache_words, encoding="utf-8") as f:
@@ -159,7 +160,8 @@ def main(argv: list[str] | None = None) -> int:
             rows = [one(size, "plain", batch, n_plain)]
             if n_plain != args.sentences:
                 rows.append(dict(one(size, "fast", batch, n_plain), note="ratio reference"))
-            rows += [one(size, path, batch, args.sentences) for path in ("fast", "fast+bf16", "fast+cache")]
+            rows += [one(size, path, batch, args.sentences)
+                     for path in ("fast", "fast+bf16", "fast+cache", "fast+bf16+cache")]
             plain_rate = rows[0]["tokens_per_second"]
             same_set = rows[1]["tokens_per_second"] if n_plain != args.sentences else None
             for row in rows:

@@ -101,3 +101,19 @@ def test_batch_size_must_be_positive(tmp_path, capsys):
     src.write_text("x\n")
     assert main(["embed", str(src), str(tmp_path / "o.hdf5"), *MODEL_ARGS, "--batch-size", "0"]) == 2
     assert "--batch-size" in capsys.readouterr().err
+
+
+def test_cache_vocab_then_embed_with_it(tmp_path):
+    words = tmp_path / "words.txt"
+    words.write_text("the\ncat\nsat\n")
+    cache = tmp_path / "cache.hdf5"
+    assert main(["cache-vocab", str(words), str(cache), *MODEL_ARGS]) == 0
+    src = tmp_path / "in.txt"
+    src.write_text("the cat sat on a mat\n")
+    plain, cached = tmp_path / "plain.hdf5", tmp_path / "cached.hdf5"
+    assert main(["embed", str(src), str(plain), *MODEL_ARGS]) == 0
+    assert main(["embed", str(src), str(cached), *MODEL_ARGS, "--vocab-cache", str(cache),
+                 "--precision", "float32", "--max-tokens", "64"]) == 0
+    with h5py.File(plain, "r") as a, h5py.File(cached, "r") as b:
+        np.testing.assert_allclose(a["0"][...], b["0"][...], atol=1e-5, rtol=0)
+    assert main(["embed", str(src), str(tmp_path / "bf.hdf5"), *MODEL_ARGS, "--precision", "bfloat16"]) == 0

@@ -23,12 +23,19 @@ def add_parser(parser: argparse.ArgumentParser) -> None:
                         help="LSTM state policy; 'stateful' reproduces allennlp elmo exactly "
                              f"(default {DEFAULT_STATE})")
     parser.add_argument("--device", default="cpu", help="torch device (default cpu)")
+    parser.add_argument("--precision", default="float32", choices=["float32", "bfloat16", "float16"],
+                        help="matrix products in this precision (bfloat16: fast on CPUs with AVX-512 BF16 or AMX; "
+                             "float16: GPUs); states stay float32")
+    parser.add_argument("--vocab-cache", help="token vectors from elmo cache-vocab (other words use the CNN)")
+    parser.add_argument("--max-tokens", type=int, default=4096,
+                        help="padded tokens per batch (not in stateful mode, where batches are --batch-size lines)")
 
 
 def run(args: argparse.Namespace) -> int:
     if args.batch_size < 1:
         raise ValueError(f"--batch-size: must be at least 1, got {args.batch_size}")
-    embedder = Embedder.from_files(args.options, args.weights, state=args.state, device=args.device)
+    embedder = Embedder.from_files(args.options, args.weights, state=args.state, device=args.device,
+                                   precision=args.precision, vocab_cache=args.vocab_cache, max_tokens=args.max_tokens)
     n = embedder.embed_file(args.input, args.output, layers=args.layers, batch_size=args.batch_size)
     print(f"wrote {n} sentences to {args.output}", file=sys.stderr)
     return 0

@@ -5,10 +5,10 @@ from __future__ import annotations
 import argparse
 import sys
 
-from elmo.cli import embed, train, finetune, export, evaluate, prepare, vocab
+from elmo.cli import embed, train, finetune, export, evaluate, prepare, vocab, cache_vocab
 
 VERBS = {"embed": embed, "train": train, "finetune": finetune, "export": export, "evaluate": evaluate,
-         "prepare": prepare, "vocab": vocab}
+         "prepare": prepare, "vocab": vocab, "cache-vocab": cache_vocab}
 
 
 def build_parser() -> argparse.ArgumentParser:
