@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from elmo.cli.common import add_model_arguments, load_model
 from elmo.embed import Embedder
 from elmo.states import DEFAULT_STATE, STATE_MODES
 
@@ -14,8 +15,7 @@ HELP = "Embed a file of sentences (one per line, tokens split on whitespace) int
 def add_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("input", help="text file, one sentence per line (plain or .gz)")
     parser.add_argument("output", help="HDF5 file to write")
-    parser.add_argument("--options", required=True, help="options.json of the biLM")
-    parser.add_argument("--weights", required=True, help="weights.hdf5 of the biLM")
+    add_model_arguments(parser)
     parser.add_argument("--layers", default="all", choices=["all", "top", "average"],
                         help="all: (layers, tokens, dim) per sentence; top or average: (tokens, dim)")
     parser.add_argument("--batch-size", type=int, default=64, help="sentences per batch (default 64)")
@@ -34,8 +34,8 @@ def add_parser(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.batch_size < 1:
         raise ValueError(f"--batch-size: must be at least 1, got {args.batch_size}")
-    embedder = Embedder.from_files(args.options, args.weights, state=args.state, device=args.device,
-                                   precision=args.precision, vocab_cache=args.vocab_cache, max_tokens=args.max_tokens)
+    embedder = Embedder(load_model(args), state=args.state, device=args.device, precision=args.precision,
+                        vocab_cache=args.vocab_cache, max_tokens=args.max_tokens)
     n = embedder.embed_file(args.input, args.output, layers=args.layers, batch_size=args.batch_size)
     print(f"wrote {n} sentences to {args.output}", file=sys.stderr)
     return 0
