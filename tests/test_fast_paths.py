@@ -190,3 +190,17 @@ def test_ten_thousand_token_sentence_has_bounded_memory():
     result = json.loads(out.stdout.strip().splitlines()[-1])
     assert result["shape"] == [10_000, 256]
     assert result["growth_mb"] < 400, result
+
+
+def test_stacked_weights_follow_weight_changes():
+    torch.manual_seed(5)
+    model = BiLM(make_config()).eval()
+    ids, mask = batch_to_char_ids([["a", "b", "c"]])
+    with torch.no_grad():
+        before = model(ids, mask).layers
+        model.forward_layers[0].state_weight.mul_(1.5)
+        after = model(ids, mask).layers
+        plain = BiLM(make_config(), fast=False).eval()
+        plain.load_state_dict(model.state_dict())
+        torch.testing.assert_close(after, plain(ids, mask).layers, rtol=0, atol=1e-5)
+    assert (after - before).abs().max() > 1e-4

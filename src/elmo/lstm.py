@@ -143,10 +143,26 @@ def _tanh(x: torch.Tensor) -> torch.Tensor:
     return torch.sigmoid(x * 2.0).mul_(2.0).sub_(1.0)
 
 
+StackedWeights = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
+
+
+@torch.inference_mode()
+def stack_directions(forward_layer: LstmLayer, backward_layer: LstmLayer, dtype: torch.dtype) -> StackedWeights:
+    """Both directions' weights laid out for batched products: input ``(2, input_dim, 4*dim)``,
+    state ``(2, proj, 4*dim)``, projection ``(2, dim, proj)`` (all in ``dtype``) and bias
+    ``(2, 1, 4*dim)``."""
+    layers = (forward_layer, backward_layer)
+    return (torch.stack([l.input_weight.t() for l in layers]).to(dtype),
+            torch.stack([l.state_weight.t() for l in layers]).to(dtype),
+            torch.stack([l.projection.t() for l in layers]).to(dtype),
+            torch.stack([l.bias for l in layers]).unsqueeze(1))
+
+
 @torch.inference_mode()
 def bilstm_inference(forward_layer: LstmLayer, backward_layer: LstmLayer, inputs: torch.Tensor,
                      lengths: torch.Tensor, c: torch.Tensor, h: torch.Tensor,
-                     dtype: torch.dtype = torch.float32) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                     dtype: torch.dtype = torch.float32, weights: StackedWeights | None = None,
+                     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Both directions of one layer at once, for inference.
 
     ``inputs``: ``(2, batch, time, input_dim)``: index 0 the forward reading order, 1 the
@@ -156,6 +172,7 @@ def bilstm_inference(forward_layer: LstmLayer, backward_layer: LstmLayer, inputs
     are the initial states. Returns ``outputs`` ``(2, batch, time, proj)`` (zero at padding) and
     the final ``(c, h)``. Matrix products run in ``dtype`` (bfloat16/float16 for speed); the
     cell state and nonlinearities stay float32. Same numbers as :func:`lstm_plain` in float32.
+    ``weights`` are :func:`stack_directions`'s result, when the caller keeps them between calls.
     """
     _, batch, time, input_dim = inputs.shape
     if batch < MIN_ACTIVE_ROWS:  # pad with empty rows: see MIN_ACTIVE_ROWS
@@ -163,14 +180,10 @@ def bilstm_inference(forward_layer: LstmLayer, backward_layer: LstmLayer, inputs
         outputs, c, h = bilstm_inference(
             forward_layer, backward_layer, nn.functional.pad(inputs, (0, 0, 0, 0, 0, extra)),
             nn.functional.pad(lengths, (0, extra)), nn.functional.pad(c, (0, 0, 0, extra)),
-            nn.functional.pad(h, (0, 0, 0, extra)), dtype)
+            nn.functional.pad(h, (0, 0, 0, extra)), dtype, weights)
         return outputs[:, :batch], c[:, :batch], h[:, :batch]
     dim, proj = forward_layer.dim, forward_layer.projection_dim
-    layers = (forward_layer, backward_layer)
-    w_x = torch.stack([l.input_weight.t() for l in layers]).to(dtype)        # (2, input_dim, 4*dim)
-    w_h = torch.stack([l.state_weight.t() for l in layers]).to(dtype)        # (2, proj, 4*dim)
-    w_p = torch.stack([l.projection.t() for l in layers]).to(dtype)          # (2, dim, proj)
-    bias = torch.stack([l.bias for l in layers]).unsqueeze(1)                # (2, 1, 4*dim)
+    w_x, w_h, w_p, bias = weights if weights is not None else stack_directions(forward_layer, backward_layer, dtype)
     cell_clip, proj_clip = forward_layer.cell_clip, forward_layer.proj_clip
     c, h = c.clone(), h.clone()
     outputs = inputs.new_zeros((2, batch, time, proj), dtype=torch.float32)
