@@ -90,4 +90,5 @@ class Elmo(nn.Module):
 
     def l2_penalty(self) -> torch.Tensor:
         """Sum of every mix's L2 penalty on its layer weights; add it to the task loss."""
-        return sum((m.l2_penalty() for m in self.mixes), torch.zeros(()))
+        # Summed on the mixes' own device (a CPU zero to start from would fail on a GPU).
+        return torch.stack([m.l2_penalty() for m in self.mixes]).sum()
