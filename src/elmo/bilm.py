@@ -34,10 +34,6 @@ class BiLMState:
     def batch_size(self) -> int:
         return self.c.shape[2]
 
-    def rows(self, n: int) -> "BiLMState":
-        """The state of the first ``n`` rows."""
-        return BiLMState(self.c[:, :, :n], self.h[:, :, :n])
-
     def expand(self, n: int) -> "BiLMState":
         """A one-row state repeated for ``n`` rows."""
         return BiLMState(self.c.expand(-1, -1, n, -1).contiguous(), self.h.expand(-1, -1, n, -1).contiguous())
