@@ -89,12 +89,12 @@ def stack_states(forward_finals: list, backward_finals: list) -> BiLMState:
 
 
 # ------------------------------------------------------------------------------------ files
-def save_softmax(softmax: Softmax, path: str | os.PathLike) -> None:
+def save_softmax(softmax: Softmax, path: str | os.PathLike, dtype: str = "float32") -> None:
     """Write ``softmax/W`` ``(vocab, dim)`` and ``softmax/b`` ``(vocab,)``, the layout of the
-    published softmax weights files."""
+    published softmax weights files; ``dtype="float16"`` halves the file (loading gives float32)."""
     with atomic_path(path) as tmp, h5py.File(tmp, "w") as f:
-        f["softmax/W"] = softmax.weight.detach().float().cpu().numpy()
-        f["softmax/b"] = softmax.bias.detach().float().cpu().numpy()
+        f["softmax/W"] = softmax.weight.detach().float().cpu().numpy().astype(dtype)
+        f["softmax/b"] = softmax.bias.detach().float().cpu().numpy().astype(dtype)
 
 
 def load_softmax(path: str | os.PathLike, vocab_size: int, dim: int) -> Softmax:
@@ -116,7 +116,7 @@ def export_language_model(model: LanguageModel, vocab: Vocabulary, output_dir: s
     """Write ``options.json`` + ``weights.hdf5`` (original layout), ``softmax_weights.hdf5`` and
     ``vocab.txt`` into ``output_dir``."""
     save_bilm_tf(model.bilm, output_dir, dtype=dtype)
-    save_softmax(model.softmax, os.path.join(output_dir, SOFTMAX_FILE))
+    save_softmax(model.softmax, os.path.join(output_dir, SOFTMAX_FILE), dtype=dtype)
     vocab.save(os.path.join(output_dir, VOCAB_FILE))
 
 
