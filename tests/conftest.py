@@ -1,4 +1,8 @@
+import contextlib
+import functools
+import http.server
 import json
+import threading
 from pathlib import Path
 
 import h5py
@@ -53,3 +57,39 @@ def allennlp_model():
 @pytest.fixture(autouse=True)
 def _deterministic():
     torch.manual_seed(0)
+
+
+class CountingHandler(http.server.SimpleHTTPRequestHandler):
+    """Serves a directory, records the paths of GET requests, and keeps quiet."""
+
+    requests: list[str]
+
+    def do_GET(self):
+        self.requests.append(self.path)
+        if self.path == "/truncated":  # announces more bytes than it sends
+            self.send_response(200)
+            self.send_header("Content-Length", "1000")
+            self.end_headers()
+            self.wfile.write(b"x" * 10)
+            return
+        super().do_GET()
+
+    def log_message(self, format, *args):
+        pass
+
+
+@contextlib.contextmanager
+def serve_directory(directory):
+    """An HTTP server on 127.0.0.1 serving ``directory``: yields ``(base_url, requests)``."""
+    requests: list[str] = []
+    handler = type("Handler", (CountingHandler,), {"requests": requests})
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(handler, directory=str(directory)))
+    # A short poll interval: the default 0.5 s makes every shutdown wait half a second.
+    thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.01}, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{httpd.server_address[1]}", requests
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+        thread.join()

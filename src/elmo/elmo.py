@@ -30,15 +30,21 @@ class ElmoOutput:
 class Elmo(nn.Module):
     """Frozen biLM + ``num_output_representations`` scalar mixes.
 
+    Without ``bilm``, the packaged default model is used (see :mod:`elmo.pretrained`).
+
     ``mode``, ``do_layer_norm``, ``dropout`` and ``l2_coef`` configure every mix (see
     :class:`~elmo.scalar_mix.ScalarMix`); ``state`` picks the LSTM state policy
     (:mod:`elmo.states`). The biLM stays in eval mode and gets no gradients.
     """
 
-    def __init__(self, bilm: BiLM, num_output_representations: int = 1, *, mode: str | int = "mix",
+    def __init__(self, bilm: BiLM | None = None, num_output_representations: int = 1, *, mode: str | int = "mix",
                  do_layer_norm: bool = False, dropout: float = 0.5, l2_coef: float = 0.0,
                  state: str = DEFAULT_STATE):
         super().__init__()
+        if bilm is None:
+            from elmo.pretrained import load_pretrained
+
+            bilm = load_pretrained()
         self.bilm = bilm
         for p in self.bilm.parameters():
             p.requires_grad_(False)
@@ -55,6 +61,15 @@ class Elmo(nn.Module):
         from elmo.weights import load_bilm_tf
 
         return cls(load_bilm_tf(options_file, weights_file), **kwargs)
+
+    @classmethod
+    def from_pretrained(cls, name: str = "default", *, cache_dir: str | os.PathLike | None = None,
+                        progress: bool = True, **kwargs) -> "Elmo":
+        """Build on a named model: ``"default"`` (packaged) or a published one, downloaded and cached
+        (``"small"``, ``"medium"``, ``"original"``, ``"original-5.5b"``)."""
+        from elmo.pretrained import load_pretrained
+
+        return cls(load_pretrained(name, cache_dir=cache_dir, progress=progress), **kwargs)
 
     @property
     def output_dim(self) -> int:

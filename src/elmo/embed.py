@@ -53,13 +53,18 @@ class Embedder:
     ``state`` is the LSTM state policy (see :mod:`elmo.states`): ``"warm"`` (default) and
     ``"reset"`` make every sentence's vectors independent of batching and of earlier calls;
     ``"stateful"`` reproduces the original, carrying state by row across batches *and calls*.
+    Without ``model``, the packaged default model is used (see :mod:`elmo.pretrained`).
     """
 
-    def __init__(self, model: BiLM, *, state: str = DEFAULT_STATE, device: str | torch.device | None = None,
+    def __init__(self, model: BiLM | None = None, *, state: str = DEFAULT_STATE, device: str | torch.device | None = None,
                  batch_size: int = 64, max_tokens: int = 4096, precision: str = "float32",
                  vocab_cache: str | os.PathLike | None = None, token_memo: int = 100_000):
         if precision not in PRECISIONS:
             raise ValueError(f"precision: expected one of {sorted(PRECISIONS)}, got {precision!r}")
+        if model is None:
+            from elmo.pretrained import load_pretrained
+
+            model = load_pretrained()
         self.device = torch.device(device) if device is not None else next(model.parameters()).device
         self.model = model.to(self.device).eval()
         self.model.compute_dtype = PRECISIONS[precision]
@@ -83,6 +88,15 @@ class Embedder:
         from elmo.weights import load_bilm_tf
 
         return cls(load_bilm_tf(options_file, weights_file), **kwargs)
+
+    @classmethod
+    def from_pretrained(cls, name: str = "default", *, cache_dir: str | os.PathLike | None = None,
+                        progress: bool = True, **kwargs) -> "Embedder":
+        """Load a named model: ``"default"`` (packaged) or a published one, downloaded and cached
+        (``"small"``, ``"medium"``, ``"original"``, ``"original-5.5b"``)."""
+        from elmo.pretrained import load_pretrained
+
+        return cls(load_pretrained(name, cache_dir=cache_dir, progress=progress), **kwargs)
 
     @property
     def state(self) -> str:

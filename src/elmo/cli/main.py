@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from elmo.download import DownloadError
 from elmo.cli import embed, train, finetune, export, evaluate, prepare, vocab, cache_vocab
 
 VERBS = {"embed": embed, "train": train, "finetune": finetune, "export": export, "evaluate": evaluate,
@@ -23,7 +24,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return VERBS[args.verb].run(args) or 0
-    except (ValueError, OSError) as e:
+    except (ValueError, OSError, DownloadError) as e:
         # Bad input gets one clear line naming the file, line or field, not a traceback.
         print(f"elmo {args.verb}: error: {e}", file=sys.stderr)
         return 2

@@ -1,0 +1,109 @@
+"""Named pretrained biLMs: the model shipped inside the package and the AllenNLP-published ones.
+
+``"default"`` is the small English model trained for this library on Wikipedia (see
+``resources/model/MODEL_CARD.md``); it is part of the package and needs no network.
+``"small"``, ``"medium"``, ``"original"`` and ``"original-5.5b"`` are the models AllenNLP
+published; their ``options.json`` + ``weights.hdf5`` are downloaded once into a cache directory
+(:func:`elmo.download.default_cache_dir`, or ``$ELMO_CACHE``) and reused from there.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+from elmo.bilm import BiLM
+
+DEFAULT_MODEL = "default"
+
+# Where the published files live; ``$ELMO_MODELS_URL`` points elsewhere (a mirror, or a local
+# server in the tests). Each model's files sit under ``<base>/<folder>/``.
+PUBLISHED_BASE_URL = "https://s3-us-west-2.amazonaws.com/allennlp/models/elmo"
+
+
+@dataclass(frozen=True)
+class PublishedModel:
+    """One AllenNLP-published biLM: its folder and file names under the base URL.
+
+    ``*_sha256`` / ``*_size`` pin the expected files where we know them; where they are ``None``
+    the download still records the SHA-256 and size of what it fetched, and every later use of the
+    cache checks the file against that record.
+    """
+
+    folder: str
+    options_name: str
+    weights_name: str
+    description: str
+    options_size: int | None = None
+    options_sha256: str | None = None
+    weights_size: int | None = None
+    weights_sha256: str | None = None
+
+
+def _published(folder: str, stem: str, description: str) -> PublishedModel:
+    return PublishedModel(folder, f"elmo_{stem}_options.json", f"elmo_{stem}_weights.hdf5", description)
+
+
+PUBLISHED: dict[str, PublishedModel] = {
+    "small": _published("2x1024_128_2048cnn_1xhighway", "2x1024_128_2048cnn_1xhighway",
+                        "2x1024_128, 1B Word Benchmark, 13.6M parameters (without softmax)"),
+    "medium": _published("2x2048_256_2048cnn_1xhighway", "2x2048_256_2048cnn_1xhighway",
+                         "2x2048_256, 1B Word Benchmark, 28.0M parameters"),
+    "original": _published("2x4096_512_2048cnn_2xhighway", "2x4096_512_2048cnn_2xhighway",
+                           "2x4096_512, 1B Word Benchmark, 93.6M parameters (the paper's model)"),
+    "original-5.5b": _published("2x4096_512_2048cnn_2xhighway_5.5B", "2x4096_512_2048cnn_2xhighway_5.5B",
+                                "2x4096_512, Wikipedia + WMT news crawl (5.5B tokens), 93.6M parameters"),
+}
+
+
+def model_names() -> list[str]:
+    """Every name :func:`model_files` accepts."""
+    return [DEFAULT_MODEL, *PUBLISHED]
+
+
+def packaged_model_dir() -> Path:
+    """Folder of the shipped default model: ``options.json``, ``weights.hdf5``,
+    ``softmax_weights.hdf5``, ``vocab.txt`` and ``MODEL_CARD.md``."""
+    return Path(str(resources.files("elmo") / "resources" / "model"))
+
+
+def model_files(name: str = DEFAULT_MODEL, *, cache_dir: str | os.PathLike | None = None,
+                progress: bool = True) -> tuple[Path, Path]:
+    """``(options.json, weights.hdf5)`` of the named model, downloading a published one if needed.
+
+    Raises ValueError for an unknown name and :class:`elmo.download.DownloadError` when a published
+    model is not cached and cannot be fetched (the message says where to put the files by hand).
+    """
+    if name == DEFAULT_MODEL:
+        folder = packaged_model_dir()
+        options, weights = folder / "options.json", folder / "weights.hdf5"
+        if not weights.is_file():
+            raise FileNotFoundError(f"{weights}: the packaged default model is missing; reinstall elmo")
+        return options, weights
+    if name not in PUBLISHED:
+        raise ValueError(f"model: unknown name {name!r}; expected one of {', '.join(model_names())}")
+    from elmo.download import RemoteFile, default_cache_dir, fetch
+
+    spec = PUBLISHED[name]
+    base = os.environ.get("ELMO_MODELS_URL", PUBLISHED_BASE_URL).rstrip("/")
+    folder = Path(cache_dir if cache_dir is not None else default_cache_dir()) / name
+    options = fetch(RemoteFile(f"{base}/{spec.folder}/{spec.options_name}", spec.options_name,
+                               spec.options_size, spec.options_sha256), folder, progress=progress)
+    weights = fetch(RemoteFile(f"{base}/{spec.folder}/{spec.weights_name}", spec.weights_name,
+                               spec.weights_size, spec.weights_sha256), folder, progress=progress)
+    return options, weights
+
+
+def load_pretrained(name: str = DEFAULT_MODEL, *, cache_dir: str | os.PathLike | None = None,
+                    progress: bool = True) -> BiLM:
+    """The named biLM (see :func:`model_names`), in eval mode."""
+    from elmo.weights import load_bilm_tf
+
+    options, weights = model_files(name, cache_dir=cache_dir, progress=progress)
+    return load_bilm_tf(options, weights).eval()
+
+
+__all__ = ["DEFAULT_MODEL", "PUBLISHED", "PublishedModel", "load_pretrained", "model_files", "model_names",
+           "packaged_model_dir"]
