@@ -1,0 +1,505 @@
+"""Readers for the downstream-task data sets: each returns a list of plain dataclasses.
+
+==========================  ==========================  =====================================
+reader                      data set                    record
+==========================  ==========================  =====================================
+``read_conll_ner``          CoNLL-2003, WNUT-17 (NER)   ``TaggedSentence`` (BIO tags)
+``read_conllu_upos``        UD English-EWT (POS)        ``TaggedSentence`` (UPOS tags)
+``read_conll2000_chunks``   CoNLL-2000 (chunking)       ``TaggedSentence`` (BIO tags)
+``read_sst``                SST-5 (sentiment)           ``LabeledSentence`` ("0".."4")
+``read_sick``               SICK (entailment)           ``SentencePair``
+``read_snli_devtest``       SNLI dev/test (InferSent)   ``SentencePair``
+==========================  ==========================  =====================================
+
+``read_dataset(kind, path, split)`` picks one of them by name.
+
+Conventions shared by all readers:
+
+* Files are UTF-8, plain or ``.gz`` (read by :func:`elmo.fileio.read_lines`; ``\\n`` or
+  ``\\r\\n`` endings). Every U+FEFF (a byte-order mark, or a stray zero-width no-break space
+  inside a line, as in WNUT-17's dev set) is removed before parsing: it is invisible and carries
+  no meaning in any of these formats.
+* Anything malformed raises :class:`DatasetError` (a ``ValueError``) whose message starts with
+  ``"{path}:{line}: "``; problems with a whole file (empty, no records, a header lacking a
+  column) are reported at line 1. Bad arguments (an unknown split or kind) raise a plain
+  ``ValueError``; missing files raise ``FileNotFoundError``.
+* Tokens are kept exactly as the data set spells them (PTB escapes such as ``-LRB-`` and ``\\/``
+  in SST stay), except for SICK, whose sentences are raw text: they are tokenized by the Moses
+  tokenizer, as the 1B Word Benchmark that the published ELMo models were trained on was
+  (``elmo.chars.tokenize`` is ``str.split`` and would leave ``"young,"`` in one token).
+* Tagged data (NER, chunking) is returned in IOB2 (BIO): every span starts with ``B-``. Each
+  sentence goes through :func:`iob1_to_iob2`, which turns IOB1 into IOB2 and leaves IOB2 as it
+  is, so either scheme reads the same way (and a stray ``I-X`` that follows a span of another
+  type starts a new span, as conlleval counts it).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import zipfile
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Union
+
+from elmo.chars import tokenize as split_on_whitespace
+from elmo.fileio import read_lines
+
+PathLike = Union[str, os.PathLike]
+
+
+@dataclass
+class TaggedSentence:
+    """A sentence with one tag per token (NER, chunking, POS)."""
+
+    tokens: list[str]
+    tags: list[str]
+
+
+@dataclass
+class LabeledSentence:
+    """A sentence with one label (sentiment)."""
+
+    tokens: list[str]
+    label: str
+
+
+@dataclass
+class SentencePair:
+    """A premise, a hypothesis and their relation (entailment)."""
+
+    premise: list[str]
+    hypothesis: list[str]
+    label: str
+
+
+class DatasetError(ValueError):
+    """A malformed data file: the message is ``"{path}:{line}: {what}"``."""
+
+    def __init__(self, path: PathLike, line: int, what: str):
+        self.path = os.fspath(path)
+        self.line = line
+        self.what = what
+        super().__init__(f"{self.path}:{line}: {what}")
+
+    def __reduce__(self):
+        return type(self), (self.path, self.line, self.what)
+
+
+# ---------------------------------------------------------------------------------------------
+# Lines
+
+def _numbered_lines(path: PathLike) -> Iterator[tuple[int, str]]:
+    """``(1-based line number, line)`` of a plain or ``.gz`` UTF-8 file, U+FEFF removed."""
+    lines = read_lines(path)
+    number = 0
+    while True:
+        try:
+            line = next(lines)
+        except StopIteration:
+            return
+        except ValueError as e:  # read_lines: "{path}:{n}: not valid UTF-8 (...)"
+            prefix = f"{path}:{number + 1}: "
+            message = str(e)
+            raise DatasetError(path, number + 1, message.removeprefix(prefix)) from None
+        number += 1
+        yield number, line.replace("\ufeff", "")
+
+
+def _zip_member_lines(zip_path: PathLike, member: str) -> Iterator[tuple[int, str]]:
+    """Like ``_numbered_lines`` for one member of a zip archive."""
+    where = f"{os.fspath(zip_path)}/{member}"
+    with zipfile.ZipFile(zip_path) as archive:
+        try:
+            f = archive.open(member)
+        except KeyError:
+            raise FileNotFoundError(f"{os.fspath(zip_path)}: the archive has no member {member}") from None
+        with f:
+            for number, raw in enumerate(f, start=1):
+                try:
+                    line = raw.decode("utf-8")
+                except UnicodeDecodeError as e:
+                    raise DatasetError(where, number, f"not valid UTF-8 ({e.reason} at byte {e.start})") from None
+                yield number, line.rstrip("\r\n").replace("\ufeff", "")
+
+
+# ---------------------------------------------------------------------------------------------
+# Column-tagged files: CoNLL-2003, WNUT-17, CoNLL-2000
+
+_BIO_TAG = re.compile(r"O|[BI]-\S+")
+
+
+def iob1_to_iob2(tags: Sequence[str]) -> list[str]:
+    """The IOB2 (BIO) form of one sentence's tags, in which every span starts with ``B-``.
+
+    An ``I-X`` that starts a span (first tag, after ``O``, or after a tag of another type)
+    becomes ``B-X``; everything else is kept. IOB2 input comes back unchanged. Raises
+    ``ValueError`` for a tag that is not ``O``, ``B-X`` or ``I-X``.
+    """
+    result = []
+    previous = "O"
+    for i, tag in enumerate(tags):
+        if not _BIO_TAG.fullmatch(tag):
+            raise ValueError(f"tag {i}: {tag!r} is not O, B-TYPE or I-TYPE")
+        if tag.startswith("I-") and (previous == "O" or previous[2:] != tag[2:]):
+            tag = "B-" + tag[2:]
+        result.append(tag)
+        previous = tag
+    return result
+
+
+def _read_column_tagged(lines: Iterator[tuple[int, str]], where: PathLike) -> list[TaggedSentence]:
+    """Token per line, columns separated by tabs (if the line has any) or single spaces; first
+    column the token, last the tag; blank lines end sentences; ``-DOCSTART-`` lines are skipped.
+    Every token line must have as many columns as the file's first one."""
+    sentences: list[TaggedSentence] = []
+    tokens: list[str] = []
+    tags: list[str] = []
+    n_columns = 0
+    columns_line = 0
+
+    def finish() -> None:
+        if tokens:
+            sentences.append(TaggedSentence(tokens=list(tokens), tags=iob1_to_iob2(tags)))
+            tokens.clear()
+            tags.clear()
+
+    for number, line in lines:
+        if not line.strip():
+            finish()
+            continue
+        columns = line.split("\t") if "\t" in line else line.split(" ")
+        if columns[0] == "-DOCSTART-":
+            finish()
+            continue
+        if not n_columns:
+            if len(columns) < 2:
+                raise DatasetError(where, number, f"expected a token and a tag, found {len(columns)} column")
+            n_columns, columns_line = len(columns), number
+        elif len(columns) != n_columns:
+            raise DatasetError(where, number, f"{len(columns)} columns, but line {columns_line} has {n_columns}")
+        for i, column in enumerate(columns, start=1):
+            if not column:
+                raise DatasetError(where, number, f"column {i} is empty")
+        tag = columns[-1]
+        if not _BIO_TAG.fullmatch(tag):
+            raise DatasetError(where, number, f"invalid tag {tag!r} (expected O, B-TYPE or I-TYPE)")
+        tokens.append(columns[0])
+        tags.append(tag)
+    finish()
+    if not sentences:
+        raise DatasetError(where, 1, "no sentences")
+    return sentences
+
+
+def read_conll_ner(path: PathLike) -> list[TaggedSentence]:
+    """CoNLL-2003 (``token POS chunk NER``) or WNUT-17 (``token<TAB>tag``) NER data.
+
+    The first column is the token and the last the tag, returned in IOB2. Blank (or
+    whitespace-only) lines separate sentences; ``-DOCSTART-`` lines are skipped.
+    """
+    return _read_column_tagged(_numbered_lines(path), path)
+
+
+def read_conll2000_chunks(zip_path: PathLike, split: str) -> list[TaggedSentence]:
+    """CoNLL-2000 chunking (``token POS chunk``), split ``"train"`` or ``"test"``, read from NLTK's
+    ``conll2000.zip`` (members ``conll2000/train.txt``, ``conll2000/test.txt``) without NLTK.
+
+    Tags are the chunk column, in IOB2. Errors name the member as ``{zip_path}/{member}``.
+    """
+    if split not in ("train", "test"):
+        raise ValueError(f"conll2000: split must be 'train' or 'test', got {split!r}")
+    member = f"conll2000/{split}.txt"
+    return _read_column_tagged(_zip_member_lines(zip_path, member), f"{os.fspath(zip_path)}/{member}")
+
+
+# ---------------------------------------------------------------------------------------------
+# CoNLL-U: UD English-EWT
+
+UPOS_TAGS = frozenset({
+    "ADJ", "ADP", "ADV", "AUX", "CCONJ", "DET", "INTJ", "NOUN", "NUM", "PART", "PRON", "PROPN",
+    "PUNCT", "SCONJ", "SYM", "VERB", "X",
+})
+
+
+def read_conllu_upos(path: PathLike) -> list[TaggedSentence]:
+    """Words and UPOS tags of a CoNLL-U file (plain or ``.gz``).
+
+    Multiword-token ranges (``3-4``) and empty nodes (``3.1``) are skipped, so the tokens are
+    the syntactic words. Lines are split on tabs only, as the CoNLL-U spec says (UD v2 allows
+    spaces inside FORM); the ID column is parsed by the ``conllu`` library. Word IDs must run
+    1, 2, 3, ... in each sentence, and UPOS must be one of the 17 universal tags.
+    """
+    from conllu.exceptions import ParseException
+    from conllu.parser import parse_id_value
+
+    sentences: list[TaggedSentence] = []
+    tokens: list[str] = []
+    tags: list[str] = []
+    for number, line in _numbered_lines(path):
+        if not line.strip():
+            if tokens:
+                sentences.append(TaggedSentence(tokens=tokens, tags=tags))
+                tokens, tags = [], []
+            continue
+        if line.startswith("#"):
+            continue
+        columns = line.split("\t")
+        if len(columns) != 10:
+            raise DatasetError(path, number, f"expected 10 tab-separated columns, found {len(columns)}")
+        try:
+            token_id = parse_id_value(columns[0])
+        except ParseException:
+            token_id = None
+        if token_id is None:
+            raise DatasetError(path, number, f"invalid ID {columns[0]!r}")
+        if isinstance(token_id, tuple):  # (3, "-", 4): multiword token; (3, ".", 1): empty node
+            continue
+        if token_id != len(tokens) + 1:
+            raise DatasetError(path, number, f"word ID {token_id}, expected {len(tokens) + 1}")
+        form, upos = columns[1], columns[3]
+        if not form:
+            raise DatasetError(path, number, "empty FORM")
+        if upos not in UPOS_TAGS:
+            raise DatasetError(path, number, f"UPOS {upos!r} is not a universal POS tag")
+        tokens.append(form)
+        tags.append(upos)
+    if tokens:
+        sentences.append(TaggedSentence(tokens=tokens, tags=tags))
+    if not sentences:
+        raise DatasetError(path, 1, "no sentences")
+    return sentences
+
+
+# ---------------------------------------------------------------------------------------------
+# PTB-format trees: SST-5
+
+SST_LABELS = ("0", "1", "2", "3", "4")
+_TREE_ATOM = re.compile(r"[^ \t()]+")  # a label or a word; only ASCII space and tab separate
+
+
+@dataclass
+class _Node:
+    label: str
+    column: int
+    words: int = 0
+    subtrees: int = 0
+
+
+def parse_sst_tree(text: str) -> tuple[str, list[str]]:
+    """The root label and the leaves (words) of one SST tree such as ``(3 (2 It) (4 works))``.
+
+    Every node is ``(LABEL WORD)`` or ``(LABEL SUBTREE...)`` with LABEL one of ``0``..``4``.
+    Only spaces and tabs separate atoms, so a word may hold other whitespace (SST's
+    ``8<NBSP>1\\/2`` is one word). Raises ``ValueError`` saying what is wrong and at which
+    (1-based) column.
+    """
+    stack: list[_Node] = []
+    leaves: list[str] = []
+    root: str | None = None
+    i, n = 0, len(text)
+    while i < n:
+        char = text[i]
+        if char in " \t":
+            i += 1
+            continue
+        if root is not None and char != ")":
+            raise ValueError(f"column {i + 1}: text after the end of the tree")
+        if char == "(":
+            j = i + 1
+            while j < n and text[j] in " \t":
+                j += 1
+            label = _TREE_ATOM.match(text, j)
+            if label is None:
+                raise ValueError(f"column {i + 1}: node without a label")
+            if label.group() not in SST_LABELS:
+                raise ValueError(f"column {j + 1}: label {label.group()!r} is not one of 0-4")
+            if stack:
+                parent = stack[-1]
+                if parent.words:
+                    raise ValueError(f"column {i + 1}: a node holds both a word and subtrees")
+                parent.subtrees += 1
+            stack.append(_Node(label.group(), i + 1))
+            i = label.end()
+        elif char == ")":
+            if not stack:
+                raise ValueError(f"column {i + 1}: unbalanced parentheses: ')' closes nothing")
+            node = stack.pop()
+            if not node.words and not node.subtrees:
+                raise ValueError(f"column {node.column}: node with label {node.label} is empty")
+            if not stack:
+                root = node.label
+            i += 1
+        else:
+            word = _TREE_ATOM.match(text, i)
+            assert word is not None
+            if not stack:
+                raise ValueError(f"column {i + 1}: expected '(', found {word.group()!r}")
+            node = stack[-1]
+            if node.words:
+                raise ValueError(f"column {i + 1}: a node holds more than one word")
+            if node.subtrees:
+                raise ValueError(f"column {i + 1}: a node holds both a word and subtrees")
+            node.words = 1
+            leaves.append(word.group())
+            i = word.end()
+    if stack:
+        raise ValueError(f"column {n + 1}: unbalanced parentheses: {len(stack)} node(s) not closed")
+    if root is None:
+        raise ValueError("no tree")
+    return root, leaves
+
+
+def read_sst(path: PathLike) -> list[LabeledSentence]:
+    """SST-5 trees, one per line: tokens are the leaves, the label the root's ("0".."4").
+
+    Blank lines are skipped.
+    """
+    sentences: list[LabeledSentence] = []
+    for number, line in _numbered_lines(path):
+        if not line.strip():
+            continue
+        try:
+            label, tokens = parse_sst_tree(line)
+        except ValueError as e:
+            raise DatasetError(path, number, str(e)) from None
+        sentences.append(LabeledSentence(tokens=tokens, label=label))
+    if not sentences:
+        raise DatasetError(path, 1, "no trees")
+    return sentences
+
+
+# ---------------------------------------------------------------------------------------------
+# Sentence pairs: SICK, SNLI
+
+SICK_LABELS = ("ENTAILMENT", "NEUTRAL", "CONTRADICTION")
+SICK_SPLITS = {"train": "TRAIN", "trial": "TRIAL", "test": "TEST"}
+_SICK_COLUMNS = ("sentence_A", "sentence_B", "entailment_label", "SemEval_set")
+
+
+@lru_cache(maxsize=1)
+def _moses():
+    from sacremoses import MosesTokenizer
+
+    return MosesTokenizer("en")
+
+
+def _tokenize_text(text: str) -> list[str]:
+    """Raw English text -> tokens, by the Moses tokenizer (no XML escaping), like the 1B Word
+    Benchmark: ``"The man's t-shirt isn't red."`` -> ``The man 's t-shirt isn 't red .``"""
+    return _moses().tokenize(text, escape=False)
+
+
+def read_sick(path: PathLike, split: str) -> list[SentencePair]:
+    """The pairs of SICK's ``split`` (``"train"``, ``"trial"`` or ``"test"``, by ``SemEval_set``).
+
+    ``SICK.txt`` is tab-separated with a header naming the columns (read by name);
+    premise = ``sentence_A``, hypothesis = ``sentence_B`` (raw text, Moses-tokenized), label =
+    ``entailment_label``. Every row is checked, not only those of ``split``.
+    """
+    if split not in SICK_SPLITS:
+        raise ValueError(f"sick: split must be one of {', '.join(SICK_SPLITS)}, got {split!r}")
+    wanted = SICK_SPLITS[split]
+    lines = _numbered_lines(path)
+    first = next(lines, None)
+    if first is None or not first[1].strip():
+        raise DatasetError(path, 1, "empty file" if first is None else "empty header line")
+    header = first[1].split("\t")
+    missing = [name for name in _SICK_COLUMNS if name not in header]
+    if missing:
+        raise DatasetError(path, 1, f"the header has no column {', '.join(missing)}")
+    a, b, lab, semeval = (header.index(name) for name in _SICK_COLUMNS)
+    pairs: list[SentencePair] = []
+    for number, line in lines:
+        if not line.strip():
+            continue
+        fields = line.split("\t")
+        if len(fields) != len(header):
+            raise DatasetError(path, number, f"{len(fields)} columns, but the header has {len(header)}")
+        if fields[semeval] not in SICK_SPLITS.values():
+            raise DatasetError(path, number, f"unknown SemEval_set {fields[semeval]!r}")
+        if fields[lab] not in SICK_LABELS:
+            raise DatasetError(path, number, f"unknown entailment_label {fields[lab]!r}")
+        if fields[semeval] != wanted:
+            continue
+        premise, hypothesis = _tokenize_text(fields[a]), _tokenize_text(fields[b])
+        for name, tokens in (("sentence_A", premise), ("sentence_B", hypothesis)):
+            if not tokens:
+                raise DatasetError(path, number, f"empty {name}")
+        pairs.append(SentencePair(premise=premise, hypothesis=hypothesis, label=fields[lab]))
+    if not pairs:
+        raise DatasetError(path, 1, f"no pairs with SemEval_set {wanted}")
+    return pairs
+
+
+SNLI_LABELS = ("entailment", "neutral", "contradiction")
+SNLI_SPLITS = ("train", "dev", "test")
+
+
+def read_snli_devtest(directory: PathLike, split: str) -> list[SentencePair]:
+    """SNLI pairs in the InferSent / e-SNLI layout: ``s1.{split}`` (premises), ``s2.{split}``
+    (hypotheses), ``labels.{split}`` (``entailment``/``neutral``/``contradiction``), one pair per
+    line. Sentences are already tokenized (split on whitespace). The three files must have the
+    same number of lines.
+    """
+    if split not in SNLI_SPLITS:
+        raise ValueError(f"snli: split must be one of {', '.join(SNLI_SPLITS)}, got {split!r}")
+    paths = [os.path.join(os.fspath(directory), f"{name}.{split}") for name in ("s1", "s2", "labels")]
+    premises, hypotheses, labels = ([line for _, line in _numbered_lines(p)] for p in paths)
+    counts = [len(premises), len(hypotheses), len(labels)]
+    if len(set(counts)) > 1:
+        longest = max(range(3), key=counts.__getitem__)
+        summary = ", ".join(f"{p} has {c}" for p, c in zip(paths, counts))
+        raise DatasetError(paths[longest], min(counts) + 1,
+                           f"line counts differ ({summary}); they must have one line per pair")
+    if not counts[0]:
+        raise DatasetError(paths[0], 1, "empty file")
+    pairs: list[SentencePair] = []
+    for i, (s1, s2, label) in enumerate(zip(premises, hypotheses, labels)):
+        label = label.strip()
+        if label not in SNLI_LABELS:
+            raise DatasetError(paths[2], i + 1, f"unknown label {label!r}")
+        premise, hypothesis = split_on_whitespace(s1), split_on_whitespace(s2)
+        for path, tokens in ((paths[0], premise), (paths[1], hypothesis)):
+            if not tokens:
+                raise DatasetError(path, i + 1, "empty sentence")
+        pairs.append(SentencePair(premise=premise, hypothesis=hypothesis, label=label))
+    return pairs
+
+
+# ---------------------------------------------------------------------------------------------
+# By name
+
+_FILE_READERS: dict[str, Callable[[PathLike], list]] = {
+    "conll2003": read_conll_ner,
+    "wnut17": read_conll_ner,
+    "ud-ewt": read_conllu_upos,
+    "sst5": read_sst,
+}
+_SPLIT_READERS: dict[str, Callable[[PathLike, str], list]] = {
+    "conll2000": read_conll2000_chunks,
+    "sick": read_sick,
+    "snli": read_snli_devtest,
+}
+DATASET_KINDS = tuple(_FILE_READERS) + tuple(_SPLIT_READERS)
+
+
+def read_dataset(kind: str, path: PathLike, split: str | None = None
+                 ) -> list[TaggedSentence] | list[LabeledSentence] | list[SentencePair]:
+    """Read a data set by kind.
+
+    ``conll2003``, ``wnut17``, ``ud-ewt`` and ``sst5``: ``path`` is the split's file and
+    ``split`` must be None. ``conll2000`` (``path`` = ``conll2000.zip``; train/test), ``sick``
+    (``path`` = ``SICK.txt``; train/trial/test) and ``snli`` (``path`` = the directory;
+    dev/test): ``split`` is required.
+    """
+    if kind in _FILE_READERS:
+        if split is not None:
+            raise ValueError(f"{kind}: pass the split's file as path and no split (got split={split!r})")
+        return _FILE_READERS[kind](path)
+    if kind in _SPLIT_READERS:
+        if split is None:
+            raise ValueError(f"{kind}: a split is required")
+        return _SPLIT_READERS[kind](path, split)
+    raise ValueError(f"unknown dataset kind {kind!r}; known: {', '.join(DATASET_KINDS)}")
