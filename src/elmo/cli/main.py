@@ -6,10 +6,10 @@ import argparse
 import sys
 
 from elmo.download import DownloadError
-from elmo.cli import embed, train, finetune, export, evaluate, prepare, vocab, cache_vocab
+from elmo.cli import embed, train, finetune, export, evaluate, prepare, vocab, cache_vocab, task
 
 VERBS = {"embed": embed, "train": train, "finetune": finetune, "export": export, "evaluate": evaluate,
-         "prepare": prepare, "vocab": vocab, "cache-vocab": cache_vocab}
+         "prepare": prepare, "vocab": vocab, "cache-vocab": cache_vocab, "task": task}
 
 
 def build_parser() -> argparse.ArgumentParser:

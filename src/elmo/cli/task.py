@@ -1,0 +1,52 @@
+"""``elmo task train CONFIG.toml`` and ``elmo task evaluate RUN_DIR --data FILE``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+HELP = "Train a task model with or without ELMo (tagging, classification, sentence pairs), or evaluate one."
+
+
+def add_parser(parser: argparse.ArgumentParser) -> None:
+    sub = parser.add_subparsers(dest="task_verb", required=True, metavar="{train,evaluate}")
+    train = sub.add_parser("train", help="train the model a TOML config describes",
+                           description="Train the model a TOML config describes (see configs/tasks/).")
+    train.add_argument("config", help="TOML task config")
+    train.add_argument("--output", help="run directory (overrides the config's output)")
+    train.add_argument("--seed", type=int, help="random seed (overrides train.seed)")
+    train.add_argument("--no-elmo", action="store_true", help="the baseline: the same model without ELMo")
+    train.add_argument("--resume", action="store_true", help="continue the run from its last finished epoch")
+    train.add_argument("--no-progress", action="store_true", help="no progress bars")
+    evaluate = sub.add_parser("evaluate", help="score a trained run on a data file",
+                              description="Score a run's best model on a data file of the run's dataset kind.")
+    evaluate.add_argument("run", help="run directory of elmo task train")
+    evaluate.add_argument("--data", required=True, help="data file (or folder, for SNLI)")
+    evaluate.add_argument("--split", help="split inside the file, for CoNLL-2000 (zip), SICK and SNLI")
+    evaluate.add_argument("--json", help="also write the result as JSON here")
+
+
+def run(args: argparse.Namespace) -> int:
+    from elmo.fileio import atomic_write_text
+    from elmo.tasks.config import load_task_config
+    from elmo.tasks.training import evaluate_task, train_task
+
+    if args.task_verb == "train":
+        overrides: dict = {}
+        if args.output:
+            overrides["output"] = args.output
+        if args.seed is not None:
+            overrides["train"] = {"seed": args.seed}
+        if args.no_elmo:
+            overrides["elmo"] = {"enabled": False}
+        config = load_task_config(args.config, overrides)
+        metrics = train_task(config, resume=args.resume, progress=not args.no_progress)
+        summary = {k: metrics[k] for k in ("best_epoch", "dev", "test") if k in metrics}
+        print(json.dumps(summary), file=sys.stderr)
+        return 0
+    result = evaluate_task(args.run, args.data, args.split)
+    print(f"{result['metric']} {result['score']:.4f} on {result['examples']} examples")
+    if args.json:
+        atomic_write_text(args.json, json.dumps(result, indent=1) + "\n")
+    return 0

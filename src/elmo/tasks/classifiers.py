@@ -1,0 +1,261 @@
+"""Task models for sentence classification (SST-5) and sentence-pair inference (SNLI, SICK).
+
+Two classic architectures the ELMo paper (Peters et al. 2018, section 5) adds ELMo to:
+
+* :class:`SentenceClassifier`: the biattentive classification network (BCN) of McCann et al.
+  (2017), used for SST-5, simplified (one sentence attending to itself, a ReLU classifier in
+  place of the maxout network) but with the same stages;
+* :class:`ESIM`: the enhanced sequential inference model of Chen et al. (2017), used for SNLI.
+
+Each model is identical with and without ELMo except for the concatenated ELMo vectors: a
+:class:`~elmo.tasks.integration.TaskElmo` with ELMo disabled has ``input_dim == output_dim == 0``
+and contributes nothing. ELMo at the *input* is concatenated to the token features, ELMo at the
+*output* to the encoder output the paper names (BCN: the integrator's output; ESIM: the projected
+enhancement, the input of the composition layer).
+
+Batches follow :mod:`elmo.tasks.features`; one sentence (or one side of a pair) is a dict
+
+* ``"words"``: ``(batch, time)`` long; ``"chars"``: ``(batch, time, max_chars)`` long;
+* ``"mask"``: ``(batch, time)`` bool, True at real tokens, which come first in each row;
+* ``"elmo"``: ``(batch, L+1, time, dim)`` cached biLM layers, or None for a model without ELMo.
+
+Masking is exact: what lies beyond the mask (word ids, characters, ELMo values) never changes a
+result. The recurrent layers run on packed sequences, attention and pooling ignore masked
+positions, and fully masked rows (empty sentences) give zeros rather than NaN.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+
+from elmo.tasks.features import TokenFeatures
+from elmo.tasks.integration import TaskElmo, concat
+
+Batch = dict  # a sentence dict as in the module docstring, or a pair/labelled batch of them
+
+
+# --------------------------------------------------------------------------- masked building blocks
+
+def _very_negative(tensor: torch.Tensor) -> float:
+    """The most negative finite value of ``tensor``'s dtype: a fill that loses every max and softmax."""
+    return torch.finfo(tensor.dtype).min
+
+
+def encode(lstm: nn.LSTM, inputs: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Run a batch-first ``lstm`` over the real tokens of each row only.
+
+    ``inputs``: ``(batch, time, in_dim)``; ``mask``: ``(batch, time)`` with the real tokens first.
+    Returns ``(batch, time, out_dim)``, zero at masked positions. The sequences are packed, so the
+    backward direction of a bidirectional LSTM starts at each row's last real token and padding
+    never leaks in. Empty rows are run over one (padding) step and then zeroed.
+    """
+    lengths = mask.sum(dim=1).clamp(min=1).cpu()
+    packed = pack_padded_sequence(inputs, lengths, batch_first=True, enforce_sorted=False)
+    outputs, _ = lstm(packed)
+    outputs, _ = pad_packed_sequence(outputs, batch_first=True, total_length=inputs.shape[1])
+    return zero_masked(outputs, mask)
+
+
+def zero_masked(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """``values``: ``(batch, time, dim)`` with the positions where ``mask`` ``(batch, time)`` is False set to 0."""
+    return values.masked_fill(~mask.unsqueeze(-1), 0.0)
+
+
+def masked_softmax(scores: torch.Tensor, mask: torch.Tensor, dim: int = -1) -> torch.Tensor:
+    """Softmax of ``scores`` along ``dim`` over the positions where ``mask`` (broadcastable) is True.
+
+    Masked positions get weight exactly 0; a slice with no allowed position is all zeros (not NaN).
+    """
+    scores = scores.masked_fill(~mask, _very_negative(scores))
+    return torch.softmax(scores, dim=dim) * mask.to(scores.dtype)
+
+
+def masked_max(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Max over time of the real tokens: ``(batch, time, dim)``, ``(batch, time)`` -> ``(batch, dim)``
+    (zeros for an empty row)."""
+    filled = values.masked_fill(~mask.unsqueeze(-1), _very_negative(values))
+    return filled.max(dim=1).values.masked_fill(~mask.any(dim=1, keepdim=True), 0.0)
+
+
+def masked_min(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Min over time of the real tokens: ``(batch, time, dim)``, ``(batch, time)`` -> ``(batch, dim)``."""
+    return -masked_max(-values, mask)
+
+
+def masked_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Mean over time of the real tokens: ``(batch, time, dim)``, ``(batch, time)`` -> ``(batch, dim)``."""
+    total = zero_masked(values, mask).sum(dim=1)
+    count = mask.sum(dim=1, keepdim=True).clamp(min=1).to(values.dtype)
+    return total / count
+
+
+def bilstm(input_dim: int, hidden: int) -> nn.LSTM:
+    """A one-layer batch-first BiLSTM: ``input_dim`` -> ``2 * hidden``."""
+    return nn.LSTM(input_dim, hidden, batch_first=True, bidirectional=True)
+
+
+# --------------------------------------------------------------------------- shared pieces
+
+class _TaskModel(nn.Module):
+    """What both models share: token features with ELMo, the loss and the predictions."""
+
+    features: TokenFeatures
+    elmo: TaskElmo
+
+    def _elmo_parts(self, sentence: Batch) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        """The ELMo vectors ``(batch, time, dim)`` for the input and the output (None where unused),
+        zero beyond the mask. Raises ValueError when the model uses ELMo and the batch has none."""
+        mask, layers = sentence["mask"], sentence.get("elmo")
+        if layers is not None and layers.shape[2] != mask.shape[1]:
+            raise ValueError(f"ELMo layers cover {layers.shape[2]} tokens, the batch {mask.shape[1]}")
+        parts = self.elmo.for_input(layers, mask), self.elmo.for_output(layers, mask)
+        return tuple(None if p is None else zero_masked(p, mask) for p in parts)
+
+    def _inputs(self, sentence: Batch) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """``[features; ELMo input]`` ``(batch, time, features.output_dim + elmo.input_dim)`` and the
+        output ELMo ``(batch, time, elmo.output_dim)`` or None."""
+        elmo_in, elmo_out = self._elmo_parts(sentence)
+        tokens = self.features(sentence["words"], sentence["chars"])
+        return concat(tokens, elmo_in), elmo_out
+
+    def logits(self, batch: Batch) -> torch.Tensor:  # pragma: no cover - defined by subclasses
+        raise NotImplementedError
+
+    def forward(self, batch: Batch) -> torch.Tensor:
+        """Same as :meth:`logits`."""
+        return self.logits(batch)
+
+    def loss(self, batch: Batch) -> torch.Tensor:
+        """Scalar: mean cross-entropy against ``batch["label"]`` ``(batch,)`` plus the ELMo mixes'
+        L2 penalty."""
+        logits = self.logits(batch)
+        return F.cross_entropy(logits, batch["label"]) + self.elmo.l2_penalty().to(logits)
+
+    @torch.no_grad()
+    def predict(self, batch: Batch) -> list[int]:
+        """The most likely class of each example. Call ``eval()`` first to turn dropout off."""
+        return self.logits(batch).argmax(dim=-1).tolist()
+
+
+# --------------------------------------------------------------------------- BCN
+
+class SentenceClassifier(_TaskModel):
+    """Biattentive classification network (McCann et al. 2017) for one sentence, e.g. SST-5.
+
+    Stages, with ``H = hidden`` and ``E_in``/``E_out`` the ELMo dims (0 when unused)::
+
+        [features; ELMo_in]                     (B, T, F + E_in)
+        -> Linear + ReLU                        (B, T, H)
+        -> BiLSTM encoder: X                    (B, T, 2H)
+        -> biattention with itself:             A = softmax(X X^T) over real tokens, C = A X
+        -> BiLSTM integrator on [X; X-C; X*C]   (B, T, 2H)
+        -> [.; ELMo_out]: Y                     (B, T, 2H + E_out)
+        -> pool Y: max, mean, min, self-attentive (B, 4 (2H + E_out))
+        -> dropout -> Linear + ReLU -> Linear   (B, n_classes)
+
+    Batch: a sentence dict (``"words"``, ``"chars"``, ``"mask"``, ``"elmo"``) plus ``"label"``
+    ``(B,)`` long for :meth:`loss`.
+    """
+
+    def __init__(self, features: TokenFeatures, elmo: TaskElmo, n_classes: int, *,
+                 hidden: int = 100, dropout: float = 0.3):
+        super().__init__()
+        self.features = features
+        self.elmo = elmo
+        self.pre_encode = nn.Linear(features.output_dim + elmo.input_dim, hidden)
+        self.encoder = bilstm(hidden, hidden)
+        self.integrator = bilstm(3 * 2 * hidden, hidden)
+        pooled_dim = 2 * hidden + elmo.output_dim
+        self.self_attention = nn.Linear(pooled_dim, 1)
+        self.dropout = nn.Dropout(dropout)
+        self.hidden = nn.Linear(4 * pooled_dim, hidden)
+        self.output = nn.Linear(hidden, n_classes)
+
+    def logits(self, batch: Batch) -> torch.Tensor:
+        """``(B, n_classes)`` unnormalised class scores."""
+        mask = batch["mask"]
+        inputs, elmo_out = self._inputs(batch)                        # (B, T, F + E_in)
+        encoded = encode(self.encoder, torch.relu(self.pre_encode(inputs)), mask)  # X: (B, T, 2H)
+
+        # Biattention of the sentence with itself: every token attends over the real tokens.
+        scores = encoded @ encoded.transpose(1, 2)                   # (B, T, T)
+        attention = masked_softmax(scores, mask.unsqueeze(1))         # rows: queries, cols: keys
+        context = attention @ encoded                                 # C: (B, T, 2H)
+
+        integrated = encode(self.integrator,
+                            torch.cat([encoded, encoded - context, encoded * context], dim=-1), mask)
+        integrated = concat(integrated, elmo_out)                     # Y: (B, T, 2H + E_out)
+
+        weights = masked_softmax(self.self_attention(integrated).squeeze(-1), mask)  # (B, T)
+        self_attended = (weights.unsqueeze(-1) * integrated).sum(dim=1)              # (B, 2H + E_out)
+        pooled = torch.cat([masked_max(integrated, mask), masked_mean(integrated, mask),
+                            masked_min(integrated, mask), self_attended], dim=-1)
+        return self.output(torch.relu(self.hidden(self.dropout(pooled))))
+
+
+# --------------------------------------------------------------------------- ESIM
+
+class ESIM(_TaskModel):
+    """Enhanced sequential inference model (Chen et al. 2017) for sentence pairs, e.g. SNLI, SICK.
+
+    For premise ``a`` (length ``Ta``) and hypothesis ``b`` (``Tb``), with ``H = hidden``::
+
+        [features; ELMo_in] -> dropout -> BiLSTM          a: (B, Ta, 2H), b: (B, Tb, 2H)
+        e_ij = a_i . b_j                                  (B, Ta, Tb)
+        a~ = softmax_j(e) b,  b~ = softmax_i(e)^T a       over the other side's real tokens
+        m_a = [a; a~; a - a~; a * a~]                     (B, Ta, 8H), likewise m_b
+        -> Linear + ReLU -> [.; ELMo_out] -> dropout      (B, Ta, H + E_out)
+        -> BiLSTM composition                             v_a: (B, Ta, 2H), likewise v_b
+        [mean v_a; max v_a; mean v_b; max v_b]            (B, 8H)
+        -> dropout -> Linear + tanh -> Linear             (B, n_classes)
+
+    Both sides share every layer, including the ELMo mixes. Batch: ``"premise"`` and
+    ``"hypothesis"``, each a sentence dict, and ``"label"`` ``(B,)`` long for :meth:`loss`.
+    """
+
+    def __init__(self, features: TokenFeatures, elmo: TaskElmo, n_classes: int, *,
+                 hidden: int = 100, dropout: float = 0.5):
+        super().__init__()
+        self.features = features
+        self.elmo = elmo
+        self.dropout = nn.Dropout(dropout)
+        self.input_encoder = bilstm(features.output_dim + elmo.input_dim, hidden)
+        self.projection = nn.Linear(4 * 2 * hidden, hidden)
+        self.composition = bilstm(hidden + elmo.output_dim, hidden)
+        self.hidden = nn.Linear(4 * 2 * hidden, hidden)
+        self.output = nn.Linear(hidden, n_classes)
+
+    def logits(self, batch: Batch) -> torch.Tensor:
+        """``(B, n_classes)`` unnormalised class scores."""
+        premise, hypothesis = batch["premise"], batch["hypothesis"]
+        mask_a, mask_b = premise["mask"], hypothesis["mask"]
+        inputs_a, elmo_out_a = self._inputs(premise)
+        inputs_b, elmo_out_b = self._inputs(hypothesis)
+        a = encode(self.input_encoder, self.dropout(inputs_a), mask_a)   # (B, Ta, 2H)
+        b = encode(self.input_encoder, self.dropout(inputs_b), mask_b)   # (B, Tb, 2H)
+
+        # Soft alignment: each token of one side attends over the real tokens of the other.
+        e = a @ b.transpose(1, 2)                                          # (B, Ta, Tb)
+        a_aligned = masked_softmax(e, mask_b.unsqueeze(1), dim=2) @ b      # a~: (B, Ta, 2H)
+        b_aligned = masked_softmax(e, mask_a.unsqueeze(2), dim=1).transpose(1, 2) @ a  # b~: (B, Tb, 2H)
+
+        v_a = self._compose(a, a_aligned, elmo_out_a, mask_a)             # (B, Ta, 2H)
+        v_b = self._compose(b, b_aligned, elmo_out_b, mask_b)             # (B, Tb, 2H)
+        pooled = torch.cat([masked_mean(v_a, mask_a), masked_max(v_a, mask_a),
+                            masked_mean(v_b, mask_b), masked_max(v_b, mask_b)], dim=-1)  # (B, 8H)
+        return self.output(torch.tanh(self.hidden(self.dropout(pooled))))
+
+    def _compose(self, x: torch.Tensor, aligned: torch.Tensor, elmo_out: torch.Tensor | None,
+                 mask: torch.Tensor) -> torch.Tensor:
+        """Enhance ``x`` ``(B, T, 2H)`` with its alignment ``aligned`` ``(B, T, 2H)``, project, add
+        the output ELMo ``(B, T, E_out)`` and run the composition BiLSTM -> ``(B, T, 2H)``."""
+        enhanced = torch.cat([x, aligned, x - aligned, x * aligned], dim=-1)  # (B, T, 8H)
+        projected = concat(torch.relu(self.projection(enhanced)), elmo_out)  # (B, T, H + E_out)
+        return encode(self.composition, self.dropout(projected), mask)
+
+
+__all__ = ["ESIM", "SentenceClassifier", "encode", "masked_max", "masked_mean", "masked_min", "masked_softmax",
+           "zero_masked"]

@@ -1,0 +1,110 @@
+"""biLM layers of a data set, computed once and kept on disk.
+
+The biLM is frozen while a task trains, so its ``L+1`` layers for every sentence never change:
+they are computed once per (model, sentences) pair and stored in one HDF5 file holding
+``layers`` ``(total_tokens, L+1, dim)`` and ``offsets`` ``(n_sentences + 1,)``. The file name
+carries a hash of the model's weights, the embedding state policy and the sentences, so a
+changed model or data set never reads a stale cache. Layers are stored as float16 by default,
+which halves the file; the task's mixes see them as float32.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+import h5py
+import numpy as np
+import torch
+
+from elmo.bilm import BiLM
+from elmo.embed import Embedder
+from elmo.fileio import atomic_path
+
+FORMAT = "elmo-layer-cache-1"
+
+
+def model_fingerprint(model: BiLM) -> str:
+    """SHA-256 of every parameter of the biLM: identifies the model a cache was made with."""
+    digest = hashlib.sha256()
+    for name, tensor in sorted(model.state_dict().items()):
+        digest.update(name.encode())
+        digest.update(tensor.detach().float().cpu().numpy().tobytes())
+    return digest.hexdigest()
+
+
+def sentences_fingerprint(sentences: Sequence[Sequence[str]]) -> str:
+    """SHA-256 of the tokenized sentences (token boundaries included)."""
+    digest = hashlib.sha256()
+    for sentence in sentences:
+        digest.update("\x1f".join(sentence).encode("utf-8"))
+        digest.update(b"\x1e")
+    return digest.hexdigest()
+
+
+class LayerCache:
+    """The cached layers of one data set, held in memory: ``cache[i]`` is ``(L+1, n_i, dim)``."""
+
+    def __init__(self, layers: np.ndarray, offsets: np.ndarray):
+        self.layers = layers  # (total_tokens, L+1, dim)
+        self.offsets = offsets
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    @property
+    def n_layers(self) -> int:
+        return self.layers.shape[1]
+
+    @property
+    def dim(self) -> int:
+        return self.layers.shape[2]
+
+    def __getitem__(self, index: int) -> np.ndarray:
+        start, end = self.offsets[index], self.offsets[index + 1]
+        return self.layers[start:end].transpose(1, 0, 2)
+
+    def batch(self, indices: Sequence[int], time: int) -> torch.Tensor:
+        """Padded float32 layers ``(len(indices), L+1, time, dim)`` for a batch of sentences."""
+        out = torch.zeros(len(indices), self.n_layers, time, self.dim)
+        for row, index in enumerate(indices):
+            start, end = self.offsets[index], self.offsets[index + 1]
+            n = min(end - start, time)
+            out[row, :, :n] = torch.from_numpy(self.layers[start:start + n].astype(np.float32)).transpose(0, 1)
+        return out
+
+
+def cache_path(cache_dir: str | os.PathLike, name: str, model: BiLM, state: str,
+               sentences: Sequence[Sequence[str]]) -> Path:
+    """Where the layers of ``sentences`` under ``model`` are (or will be) cached."""
+    key = hashlib.sha256(f"{model_fingerprint(model)}:{state}:{sentences_fingerprint(sentences)}".encode())
+    return Path(cache_dir) / f"{name}-{key.hexdigest()[:16]}.hdf5"
+
+
+def load_or_compute(embedder: Embedder, sentences: Sequence[Sequence[str]], cache_dir: str | os.PathLike,
+                    name: str, *, dtype: str = "float16", progress: bool = True) -> LayerCache:
+    """The layers of ``sentences``: read from ``cache_dir`` if cached, else computed and saved."""
+    path = cache_path(cache_dir, name, embedder.model, embedder.state, sentences)
+    if path.is_file():
+        with h5py.File(path, "r") as f:
+            if f.attrs.get("format") == FORMAT and len(f["offsets"]) == len(sentences) + 1:
+                return LayerCache(f["layers"][...], f["offsets"][...])
+    arrays = embedder.embed_sentences([list(s) for s in sentences], layers="all", progress=progress)
+    lengths = [a.shape[1] for a in arrays]
+    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    n_layers = embedder.model.config.n_output_layers
+    dim = 2 * embedder.model.config.lstm.projection_dim
+    layers = np.zeros((offsets[-1], n_layers, dim), dtype=dtype)
+    for array, start in zip(arrays, offsets[:-1]):
+        layers[start:start + array.shape[1]] = array.transpose(1, 0, 2)
+    with atomic_path(path) as tmp, h5py.File(tmp, "w") as f:
+        f.attrs["format"] = FORMAT
+        f.attrs["state"] = embedder.state
+        f.create_dataset("layers", data=layers)
+        f.create_dataset("offsets", data=offsets)
+    return LayerCache(layers, offsets)
+
+
+__all__ = ["LayerCache", "cache_path", "load_or_compute", "model_fingerprint", "sentences_fingerprint"]

@@ -1,0 +1,331 @@
+"""Train and evaluate a task model from a :class:`~elmo.tasks.config.TaskConfig`.
+
+A run directory holds ``config.json``, ``best.pt`` (the model with the best dev score so far),
+``last.pt`` (everything needed to continue: model, optimizer, epoch, history, random state),
+and ``metrics.json`` (dev score per epoch, best epoch, dev and test scores of the best model,
+the learned ELMo layer weights). Checkpoints are written atomically and loaded with
+``weights_only=True``; a killed run continues with ``resume=True`` from its last finished epoch.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+from elmo.fileio import atomic_path, atomic_write_text
+from elmo.tasks.config import TaskConfig, task_config_from_dict
+from elmo.tasks.features import TokenFeatures, WordVocab, char_ids, load_glove, word_ids
+from elmo.tasks.integration import TaskElmo
+from elmo.tasks.layer_cache import LayerCache, load_or_compute
+from elmo.tasks.readers import LabeledSentence, SentencePair, TaggedSentence, read_dataset
+
+CHECKPOINT_FORMAT = "elmo-task-1"
+FALLBACK_VECTOR_DIM = 50
+
+
+# ------------------------------------------------------------------------------------ data
+def sentences_of(examples: Sequence) -> list[list[str]]:
+    """Every token sequence in the examples (both sides of a pair), in a fixed order."""
+    if examples and isinstance(examples[0], SentencePair):
+        return [e.premise for e in examples] + [e.hypothesis for e in examples]
+    return [e.tokens for e in examples]
+
+
+def labels_of(example) -> list[str] | str:
+    return example.tags if isinstance(example, TaggedSentence) else example.label
+
+
+@dataclass
+class Split:
+    """Examples of one split and, when ELMo is used, their cached biLM layers (for pairs the
+    premises come first, then the hypotheses, as in :func:`sentences_of`)."""
+
+    examples: list
+    layers: LayerCache | None = None
+
+
+def make_batch(split: Split, indices: Sequence[int], vocab: WordVocab, labels: dict[str, int]) -> dict:
+    """The batch dict the task models take (see :mod:`elmo.tasks.tagger` and ``classifiers``)."""
+    examples = [split.examples[i] for i in indices]
+
+    def side(sentences: list[list[str]], layer_indices: list[int] | None) -> dict:
+        time = max(max((len(s) for s in sentences), default=0), 1)
+        mask = torch.zeros(len(sentences), time, dtype=torch.bool)
+        for row, s in enumerate(sentences):
+            mask[row, :len(s)] = True
+        layers = split.layers.batch(layer_indices, time) if split.layers is not None else None
+        return {"words": word_ids(sentences, vocab, time), "chars": char_ids(sentences, time), "mask": mask,
+                "elmo": layers}
+
+    if isinstance(examples[0], SentencePair):
+        n = len(split.examples)
+        batch = {"premise": side([e.premise for e in examples], list(indices)),
+                 "hypothesis": side([e.hypothesis for e in examples], [n + i for i in indices])}
+    else:
+        batch = side([e.tokens for e in examples], list(indices))
+    if isinstance(examples[0], TaggedSentence):
+        tags = torch.zeros(batch["mask"].shape, dtype=torch.long)
+        for row, e in enumerate(examples):
+            tags[row, :len(e.tags)] = torch.tensor([labels.get(t, 0) for t in e.tags], dtype=torch.long)
+        batch["tags"] = tags
+    else:
+        batch["label"] = torch.tensor([labels.get(e.label, 0) for e in examples], dtype=torch.long)
+    return batch
+
+
+def read_split(config: TaskConfig, which: str) -> list | None:
+    spec = getattr(config.data, which)
+    if spec is None:
+        return None
+    return read_dataset(config.data.kind, spec.path, spec.split)
+
+
+def load_splits(config: TaskConfig) -> dict[str, list]:
+    """train / dev / test examples; dev carved from train when the config asks for it."""
+    train = read_split(config, "train")
+    generator = random.Random(config.train.seed)
+    if config.data.dev is None:
+        order = list(range(len(train)))
+        random.Random(0).shuffle(order)  # the same dev set for every seed
+        n_dev = max(1, round(config.data.dev_fraction * len(train)))
+        dev = [train[i] for i in sorted(order[:n_dev])]
+        train = [train[i] for i in sorted(order[n_dev:])]
+    else:
+        dev = read_split(config, "dev")
+    if config.data.train_fraction < 1.0:
+        order = list(range(len(train)))
+        generator.shuffle(order)
+        keep = max(1, round(config.data.train_fraction * len(train)))
+        train = [train[i] for i in sorted(order[:keep])]
+    splits = {"train": train, "dev": dev}
+    test = read_split(config, "test")
+    if test is not None:
+        splits["test"] = test
+    return splits
+
+
+# ------------------------------------------------------------------------------------ model
+def build_model(config: TaskConfig, embeddings: torch.Tensor, n_labels: int, n_layers: int, dim: int) -> torch.nn.Module:
+    """The task model of ``config.task`` on the given word vectors; ``n_layers``/``dim`` are the biLM's."""
+    features = TokenFeatures(embeddings, freeze=config.model.freeze_vectors, char_filters=config.model.char_filters)
+    elmo = TaskElmo(config.elmo, n_layers, dim)
+    m = config.model
+    if config.task == "tagging":
+        from elmo.tasks.tagger import Tagger
+
+        return Tagger(features, elmo, n_labels, hidden=m.hidden, layers=m.layers, dropout=m.dropout, crf=m.crf)
+    from elmo.tasks.classifiers import ESIM, SentenceClassifier
+
+    if config.task == "classification":
+        return SentenceClassifier(features, elmo, n_labels, hidden=m.hidden, dropout=m.dropout)
+    return ESIM(features, elmo, n_labels, hidden=m.hidden, dropout=m.dropout)
+
+
+def load_bilm_source(config: TaskConfig):
+    """The Embedder that computes ELMo layers for this config (None for a baseline)."""
+    if not config.elmo.enabled:
+        return None
+    from elmo.embed import Embedder
+    from elmo.pretrained import model_names
+
+    source = config.bilm.model
+    if source in model_names():
+        return Embedder.from_pretrained(source, state=config.bilm.state, batch_size=config.bilm.batch_size)
+    return Embedder.from_files(os.path.join(source, "options.json"), os.path.join(source, "weights.hdf5"),
+                               state=config.bilm.state, batch_size=config.bilm.batch_size)
+
+
+# ------------------------------------------------------------------------------------ metrics
+def score(config: TaskConfig, gold: list, predicted: list) -> float:
+    """Span F1 (seqeval, on IOB2 tags) or accuracy (per token for tagging), as a fraction."""
+    if config.metric == "span_f1":
+        from seqeval.metrics import f1_score
+
+        return float(f1_score(gold, predicted))
+    if config.task == "tagging":
+        pairs = [(g, p) for gs, ps in zip(gold, predicted) for g, p in zip(gs, ps)]
+    else:
+        pairs = list(zip(gold, predicted))
+    return sum(g == p for g, p in pairs) / max(len(pairs), 1)
+
+
+@torch.no_grad()
+def predict(model, split: Split, vocab: WordVocab, labels: dict[str, int], batch_size: int) -> list:
+    """Predicted labels (strings) for every example of the split, in order."""
+    names = {i: name for name, i in labels.items()}
+    model.eval()
+    out = []
+    for start in range(0, len(split.examples), batch_size):
+        indices = list(range(start, min(start + batch_size, len(split.examples))))
+        for prediction in model.predict(make_batch(split, indices, vocab, labels)):
+            out.append([names[t] for t in prediction] if isinstance(prediction, list) else names[prediction])
+    return out
+
+
+def evaluate_split(config, model, split: Split, vocab, labels) -> float:
+    predicted = predict(model, split, vocab, labels, config.train.batch_size)
+    return score(config, [labels_of(e) for e in split.examples], predicted)
+
+
+# ------------------------------------------------------------------------------------ running
+def _seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def _save(path: str, payload: dict) -> None:
+    with atomic_path(path) as tmp:
+        torch.save(payload, tmp)
+
+
+def _layers_for(embedder, splits: dict[str, list], config: TaskConfig, progress: bool) -> dict[str, Split]:
+    out = {}
+    for name, examples in splits.items():
+        layers = None
+        if embedder is not None:
+            label = f"{config.data.kind}-{name}"
+            layers = load_or_compute(embedder, sentences_of(examples), config.cache_dir, label, progress=progress)
+        out[name] = Split(examples, layers)
+    return out
+
+
+def train_task(config: TaskConfig, *, resume: bool = False, progress: bool = True) -> dict:
+    """Train ``config``'s model with early stopping on dev; returns the final metrics dict."""
+    os.makedirs(config.output, exist_ok=True)
+    atomic_write_text(os.path.join(config.output, "config.json"), json.dumps(config.to_dict(), indent=1))
+    _seed_everything(config.train.seed)
+    started = time.time()
+    splits = load_splits(config)
+    label_names = sorted({t for e in splits["train"] for t in (e.tags if isinstance(e, TaggedSentence) else [e.label])})
+    labels = {name: i for i, name in enumerate(label_names)}
+    every_sentence = [s for examples in splits.values() for s in sentences_of(examples)]
+    if config.data.vectors:
+        from elmo.tasks.features import vector_words
+
+        known = vector_words(config.data.vectors)
+        train_words = {w.lower() for s in sentences_of(splits["train"]) for w in s}
+        vocab = WordVocab(sorted(train_words | ({w.lower() for s in every_sentence for w in s} & known)))
+        embeddings, found = load_glove(config.data.vectors, vocab, seed=config.train.seed)
+    else:
+        vocab = WordVocab.build(sentences_of(splits["train"]))
+        embeddings = torch.randn(len(vocab), FALLBACK_VECTOR_DIM) * 0.1
+        embeddings[0] = 0
+        found = 0
+
+    embedder = load_bilm_source(config)
+    data = _layers_for(embedder, splits, config, progress)
+    n_layers = embedder.model.config.n_output_layers if embedder else 1
+    dim = 2 * embedder.model.config.lstm.projection_dim if embedder else 1
+    _seed_everything(config.train.seed)
+    model = build_model(config, embeddings, len(labels), n_layers, dim)
+    optimizer = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=config.train.learning_rate)
+    history: list[dict] = []
+    best_score, best_epoch, first_epoch = -math.inf, 0, 1
+    last_path = os.path.join(config.output, "last.pt")
+    if resume and os.path.isfile(last_path):
+        state = torch.load(last_path, map_location="cpu", weights_only=True)
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        history, best_score, best_epoch = state["history"], state["best_score"], state["best_epoch"]
+        first_epoch = state["epoch"] + 1
+        torch.set_rng_state(state["torch_rng"])
+        random.setstate(_tuple_state(state["python_rng"]))
+
+    order = list(range(len(data["train"].examples)))
+    for epoch in range(first_epoch, config.train.epochs + 1):
+        if epoch - best_epoch > config.train.patience and best_epoch > 0:
+            break
+        model.train()
+        random.shuffle(order)
+        total, batches = 0.0, 0
+        bar = tqdm(range(0, len(order), config.train.batch_size), desc=f"epoch {epoch}", unit="batch",
+                   disable=not progress, leave=False)
+        for start in bar:
+            batch = make_batch(data["train"], order[start:start + config.train.batch_size], vocab, labels)
+            loss = model.loss(batch)
+            optimizer.zero_grad()
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), config.train.grad_clip)
+            optimizer.step()
+            total, batches = total + loss.item(), batches + 1
+            bar.set_postfix(loss=f"{total / batches:.3f}")
+        dev_score = evaluate_split(config, model, data["dev"], vocab, labels)
+        history.append({"epoch": epoch, "train_loss": total / max(batches, 1), "dev": dev_score})
+        if progress:
+            print(f"epoch {epoch}: train loss {total / max(batches, 1):.4f}, dev {config.metric} {dev_score:.4f}")
+        payload = _payload(config, model, vocab, label_names, n_layers, dim)
+        if dev_score > best_score:
+            best_score, best_epoch = dev_score, epoch
+            _save(os.path.join(config.output, "best.pt"), payload)
+        _save(last_path, {**payload, "optimizer": optimizer.state_dict(), "epoch": epoch, "history": history,
+                          "best_score": best_score, "best_epoch": best_epoch, "torch_rng": torch.get_rng_state(),
+                          "python_rng": _list_state(random.getstate())})
+
+    best = load_task_model(config.output)[0]
+    metrics = {"task": config.task, "metric": config.metric, "elmo": config.to_dict()["elmo"],
+               "best_epoch": best_epoch, "dev": evaluate_split(config, best, data["dev"], vocab, labels),
+               "history": history, "train_examples": len(data["train"].examples),
+               "words_with_vectors": found, "vocabulary": len(vocab),
+               "layer_weights": best.elmo.layer_weights(), "seconds": round(time.time() - started, 1)}
+    if "test" in data:
+        metrics["test"] = evaluate_split(config, best, data["test"], vocab, labels)
+    atomic_write_text(os.path.join(config.output, "metrics.json"), json.dumps(metrics, indent=1))
+    return metrics
+
+
+def _payload(config, model, vocab, label_names, n_layers, dim) -> dict:
+    return {"format": CHECKPOINT_FORMAT, "config": config.to_dict(), "model": model.state_dict(),
+            "vocab": vocab.words[2:], "labels": label_names, "bilm_layers": n_layers, "bilm_dim": dim}
+
+
+def _list_state(state):
+    """random.getstate() as nested lists (loadable with weights_only=True)."""
+    return [state[0], list(state[1]), state[2]]
+
+
+def _tuple_state(state):
+    return (state[0], tuple(state[1]), state[2])
+
+
+def load_task_model(run_dir: str | os.PathLike):
+    """``(model, config, vocab, labels)`` of a run's best checkpoint, in eval mode."""
+    path = os.path.join(run_dir, "best.pt")
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"{path}: no best checkpoint; is {run_dir} a task run directory?")
+    payload = torch.load(path, map_location="cpu", weights_only=True)
+    if payload.get("format") != CHECKPOINT_FORMAT:
+        raise ValueError(f"{path}: not an elmo task checkpoint")
+    config = task_config_from_dict(payload["config"], where=path)
+    vocab = WordVocab(payload["vocab"])
+    embeddings = payload["model"]["features.words.weight"]
+    model = build_model(config, embeddings, len(payload["labels"]), payload["bilm_layers"], payload["bilm_dim"])
+    model.load_state_dict(payload["model"])
+    labels = {name: i for i, name in enumerate(payload["labels"])}
+    return model.eval(), config, vocab, labels
+
+
+def evaluate_task(run_dir: str | os.PathLike, path: str, split: str | None = None, *, progress: bool = True) -> dict:
+    """Score a run's best model on a data file (read with the run's dataset kind)."""
+    model, config, vocab, labels = load_task_model(run_dir)
+    examples = read_dataset(config.data.kind, path, split)
+    embedder = load_bilm_source(config)
+    layers = None
+    if embedder is not None:
+        layers = load_or_compute(embedder, sentences_of(examples), config.cache_dir, f"{config.data.kind}-eval",
+                                 progress=progress)
+    value = evaluate_split(config, model, Split(examples, layers), vocab, labels)
+    return {"run": os.fspath(run_dir), "data": path, "split": split, "metric": config.metric, "score": value,
+            "examples": len(examples)}
+
+
+__all__ = ["build_model", "evaluate_task", "load_splits", "load_task_model", "make_batch", "score", "train_task"]

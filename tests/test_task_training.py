@@ -1,0 +1,232 @@
+"""elmo.tasks end to end on tiny synthetic data: configs, the layer cache, training, resuming,
+evaluation from the CLI, with and without ELMo (the fixture biLM stands in for a real one)."""
+
+import json
+import random
+import shutil
+
+import numpy as np
+import pytest
+
+from conftest import ALLENNLP
+from elmo.cli.main import main
+from elmo.embed import Embedder
+from elmo.tasks.config import load_task_config
+from elmo.tasks.layer_cache import load_or_compute
+from elmo.tasks.training import score, train_task
+
+NAMES = ["Anna", "Berg", "Oslo", "Paris", "Maria", "Peter"]
+WORDS = ["visited", "the", "city", "of", "met", "and", "saw", "a", "friend", "in"]
+
+
+@pytest.fixture(scope="module")
+def bilm_dir(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("bilm")
+    shutil.copy(ALLENNLP / "options.json", folder / "options.json")
+    shutil.copy(ALLENNLP / "lm_weights.hdf5", folder / "weights.hdf5")
+    return folder
+
+
+def write_ner(path, n, seed):
+    rng = random.Random(seed)
+    lines = []
+    for _ in range(n):
+        for _ in range(rng.randint(3, 7)):
+            if rng.random() < 0.35:
+                lines.append(f"{rng.choice(NAMES)} NNP B-NP B-PER")
+            else:
+                lines.append(f"{rng.choice(WORDS)} NN B-NP O")
+        lines.append("")
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+def write_sst(path, n, seed):
+    rng = random.Random(seed)
+    lines = []
+    for _ in range(n):
+        good = rng.random() < 0.5
+        word = "great" if good else "awful"
+        label = 4 if good else 0
+        lines.append(f"({label} (2 (2 the) (2 film)) ({label} (2 is) ({label} {word})))")
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+def write_sick(path, n, seed):
+    rng = random.Random(seed)
+    header = ("pair_ID\tsentence_A\tsentence_B\tentailment_label\trelatedness_score\tentailment_AB\tentailment_BA\t"
+              "sentence_A_original\tsentence_B_original\tsentence_A_dataset\tsentence_B_dataset\tSemEval_set")
+    rows = [header]
+    for i in range(n):
+        subject = rng.choice(["A man", "A woman", "A dog"])
+        same = rng.random() < 0.5
+        other = subject if same else ("A cat" if subject != "A cat" else "A man")
+        label = "ENTAILMENT" if same else "CONTRADICTION"
+        split = "TRAIN" if i < n * 0.7 else ("TRIAL" if i < n * 0.85 else "TEST")
+        rows.append(f"{i}\t{subject} is running\t{other} is running\t{label}\t3\tx\tx\tx\tx\tx\tx\t{split}")
+    path.write_text("\n".join(rows) + "\n", encoding="utf-8")
+
+
+def write_vectors(path):
+    rng = np.random.default_rng(0)
+    words = [w.lower() for w in NAMES + WORDS] + ["great", "awful", "film", "is", "man", "running"]
+    path.write_text("".join(f"{w} {' '.join(f'{v:.3f}' for v in rng.normal(size=6))}\n" for w in words))
+
+
+def write_config(path, body):
+    path.write_text(body, encoding="utf-8")
+    return path
+
+
+@pytest.fixture
+def ner_config(tmp_path, bilm_dir):
+    write_ner(tmp_path / "train.txt", 40, 1)
+    write_ner(tmp_path / "dev.txt", 10, 2)
+    write_vectors(tmp_path / "vectors.txt")
+    return write_config(tmp_path / "ner.toml", f"""
+task = "tagging"
+metric = "span_f1"
+output = "{tmp_path / 'run'}"
+cache_dir = "{tmp_path / 'cache'}"
+[data]
+kind = "conll2003"
+train = "{tmp_path / 'train.txt'}"
+dev = "{tmp_path / 'dev.txt'}"
+test = "{tmp_path / 'dev.txt'}"
+vectors = "{tmp_path / 'vectors.txt'}"
+[model]
+hidden = 16
+char_filters = 8
+dropout = 0.1
+[elmo]
+placement = "input"
+dropout = 0.1
+[bilm]
+model = "{bilm_dir}"
+[train]
+epochs = 3
+batch_size = 8
+learning_rate = 0.01
+""")
+
+
+def test_tagger_trains_with_elmo_and_evaluates_from_the_cli(ner_config, tmp_path, capsys):
+    assert main(["task", "train", str(ner_config), "--no-progress"]) == 0
+    run = tmp_path / "run"
+    metrics = json.loads((run / "metrics.json").read_text())
+    assert [h["epoch"] for h in metrics["history"]] == [1, 2, 3]
+    assert metrics["dev"] == max(h["dev"] for h in metrics["history"])
+    assert metrics["test"] == metrics["dev"]  # the test file is the dev file here
+    weights = metrics["layer_weights"]["input"]
+    assert len(weights) == 3 and sum(weights) == pytest.approx(1.0)
+    assert len(list((tmp_path / "cache").glob("conll2003-*.hdf5"))) == 3  # train, dev, test
+    capsys.readouterr()
+    out = tmp_path / "eval.json"
+    assert main(["task", "evaluate", str(run), "--data", str(tmp_path / "dev.txt"), "--json", str(out)]) == 0
+    assert json.loads(out.read_text())["score"] == pytest.approx(metrics["dev"])
+    assert capsys.readouterr().out.startswith("span_f1 ")
+
+
+def test_baseline_needs_no_bilm_and_resume_continues(ner_config, tmp_path):
+    config = load_task_config(ner_config, {"elmo": {"enabled": False}, "train": {"epochs": 2}})
+    first = train_task(config, progress=False)
+    assert first["layer_weights"] == {} and not (tmp_path / "cache").exists()
+    longer = load_task_config(ner_config, {"elmo": {"enabled": False}, "train": {"epochs": 3}})
+    resumed = train_task(longer, resume=True, progress=False)
+    assert [h["epoch"] for h in resumed["history"]] == [1, 2, 3]
+    assert resumed["history"][:2] == first["history"]
+    # Without resume a run starts over: the same seed gives the same first epochs.
+    again = train_task(config, progress=False)
+    assert again["history"] == first["history"]
+
+
+def test_tagger_learns_the_toy_task(ner_config):
+    config = load_task_config(ner_config, {"elmo": {"enabled": False}, "train": {"epochs": 8}})
+    assert train_task(config, progress=False)["dev"] > 0.9
+
+
+@pytest.mark.parametrize("placement", ["output", "both"])
+def test_sentence_classifier_and_esim_train(tmp_path, bilm_dir, placement):
+    write_sst(tmp_path / "sst.txt", 30, 3)
+    write_sick(tmp_path / "SICK.txt", 40, 4)
+    write_vectors(tmp_path / "vectors.txt")
+    common = f"""
+[model]
+hidden = 12
+char_filters = 0
+dropout = 0.1
+[elmo]
+placement = "{placement}"
+layers = "average"
+[bilm]
+model = "{bilm_dir}"
+[train]
+epochs = 2
+batch_size = 8
+"""
+    sst = write_config(tmp_path / "sst.toml", f"""
+task = "classification"
+metric = "accuracy"
+output = "{tmp_path / 'sst-run'}"
+cache_dir = "{tmp_path / 'cache'}"
+[data]
+kind = "sst5"
+train = "{tmp_path / 'sst.txt'}"
+dev = "{tmp_path / 'sst.txt'}"
+vectors = "{tmp_path / 'vectors.txt'}"
+""" + common)
+    sick = write_config(tmp_path / "sick.toml", f"""
+task = "pair"
+metric = "accuracy"
+output = "{tmp_path / 'sick-run'}"
+cache_dir = "{tmp_path / 'cache'}"
+[data]
+kind = "sick"
+train = {{ path = "{tmp_path / 'SICK.txt'}", split = "train" }}
+dev = {{ path = "{tmp_path / 'SICK.txt'}", split = "trial" }}
+test = {{ path = "{tmp_path / 'SICK.txt'}", split = "test" }}
+""" + common)
+    for config_path, run in ((sst, "sst-run"), (sick, "sick-run")):
+        metrics = train_task(load_task_config(config_path), progress=False)
+        assert 0.0 <= metrics["dev"] <= 1.0 and len(metrics["history"]) == 2
+        assert set(metrics["layer_weights"]) == ({"output"} if placement == "output" else {"input", "output"})
+        assert (tmp_path / run / "best.pt").is_file()
+    assert main(["task", "evaluate", str(tmp_path / "sick-run"), "--data", str(tmp_path / "SICK.txt"),
+                 "--split", "test"]) == 0
+
+
+def test_layer_cache_matches_the_embedder_and_is_reused(tmp_path, bilm_dir):
+    embedder = Embedder.from_files(bilm_dir / "options.json", bilm_dir / "weights.hdf5")
+    sentences = [["The", "cat", "sat"], ["A", "dog"], []]
+    cache = load_or_compute(embedder, sentences, tmp_path, "toy", progress=False)
+    direct = embedder.embed_sentences(sentences)
+    for i, expected in enumerate(direct):
+        assert cache[i].shape == expected.shape
+        np.testing.assert_allclose(cache[i].astype(np.float32), expected, atol=2e-3, rtol=1e-3)  # float16 storage
+    files = list(tmp_path.glob("toy-*.hdf5"))
+    assert len(files) == 1
+    stamp = files[0].stat().st_mtime_ns
+    again = load_or_compute(embedder, sentences, tmp_path, "toy", progress=False)
+    assert files[0].stat().st_mtime_ns == stamp and np.array_equal(again.layers, cache.layers)
+    load_or_compute(embedder, sentences[:2], tmp_path, "toy", progress=False)
+    assert len(list(tmp_path.glob("toy-*.hdf5"))) == 2  # other sentences, another file
+    batch = cache.batch([1, 0], time=4)
+    assert batch.shape == (2, 3, 4, 32) and float(batch[0, :, 2:].abs().sum()) == 0.0
+
+
+def test_scores():
+    class Config:
+        metric, task = "span_f1", "tagging"
+    gold = [["B-PER", "I-PER", "O", "B-LOC"]]
+    assert score(Config, gold, gold) == 1.0
+    assert score(Config, gold, [["B-PER", "O", "O", "B-LOC"]]) == pytest.approx(0.5)
+    Config.metric = "accuracy"
+    assert score(Config, gold, [["B-PER", "O", "O", "B-LOC"]]) == 0.75
+    Config.task = "classification"
+    assert score(Config, ["1", "2", "3", "4"], ["1", "2", "0", "0"]) == 0.5
+
+
+def test_bad_config_names_file_and_field(ner_config, capsys):
+    text = ner_config.read_text().replace('placement = "input"', 'placement = "middle"')
+    ner_config.write_text(text)
+    assert main(["task", "train", str(ner_config)]) == 2
+    assert f"{ner_config}: elmo.placement: expected one of input, output, both" in capsys.readouterr().err
