@@ -16,6 +16,7 @@ def add_parser(parser: argparse.ArgumentParser) -> None:
     train.add_argument("config", help="TOML task config")
     train.add_argument("--output", help="run directory (overrides the config's output)")
     train.add_argument("--seed", type=int, help="random seed (overrides train.seed)")
+    train.add_argument("--epochs", type=int, help="most epochs to train (overrides train.epochs)")
     train.add_argument("--no-elmo", action="store_true", help="the baseline: the same model without ELMo")
     train.add_argument("--resume", action="store_true", help="continue the run from its last finished epoch")
     train.add_argument("--no-progress", action="store_true", help="no progress bars")
@@ -36,8 +37,11 @@ def run(args: argparse.Namespace) -> int:
         overrides: dict = {}
         if args.output:
             overrides["output"] = args.output
+        overrides["train"] = {}
         if args.seed is not None:
-            overrides["train"] = {"seed": args.seed}
+            overrides["train"]["seed"] = args.seed
+        if args.epochs is not None:
+            overrides["train"]["epochs"] = args.epochs
         if args.no_elmo:
             overrides["elmo"] = {"enabled": False}
         config = load_task_config(args.config, overrides)
