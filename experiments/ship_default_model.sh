@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Package the pretraining run's newest checkpoint as the default model (issue 5), and measure
+# what its model card reports:
+#   bash experiments/ship_default_model.sh /work/data/pretrain/B /work/data
+# Writes src/elmo/resources/model/ (float16 storage) and docs/pretraining/{curve.csv,curve.png,
+# forecast.json,*-eval.json,float16.txt}. The evaluations score the packaged (float16) files.
+set -euo pipefail
+RUN=${1:-/work/data/pretrain/B}
+DATA=${2:-/work/data}
+MODEL=src/elmo/resources/model
+OUT=docs/pretraining
+mkdir -p "$OUT"
+elmo export "$RUN" --output "$MODEL" --dtype float16
+python experiments/pretrain_curve.py "$RUN" --output "$OUT"
+for set in wikitext2-test ptb-test wiki-heldout; do
+  elmo evaluate "$MODEL" --data "$DATA/$set/train/*.txt" --json "$OUT/$set-eval.json" 2>/dev/null
+done
+python experiments/float16_deviation.py "$RUN" --text "$DATA/wiki-heldout/train/shard-00000.txt" \
+  --sentences 300 | tee "$OUT/float16.txt"
+du -b "$MODEL"/* | tee "$OUT/package-size.txt"
