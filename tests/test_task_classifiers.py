@@ -6,7 +6,8 @@ import random
 import pytest
 import torch
 
-from elmo.tasks.classifiers import ESIM, SentenceClassifier, masked_max, masked_mean, masked_min, masked_softmax
+from elmo.tasks.classifiers import ESIM, SentenceClassifier
+from elmo.tasks.masked import masked_max, masked_mean, masked_min, masked_softmax
 from elmo.tasks.features import TASK_MAX_CHARS, TokenFeatures, WordVocab, char_ids, word_ids
 from elmo.tasks.integration import ElmoOptions, TaskElmo
 

@@ -17,10 +17,10 @@ from __future__ import annotations
 
 import torch
 from torch import nn
-from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from elmo.tasks.features import TokenFeatures
 from elmo.tasks.integration import TaskElmo, concat
+from elmo.tasks.masked import encode
 
 
 class CRF(nn.Module):
@@ -149,13 +149,8 @@ class Tagger(nn.Module):
         inputs = concat(self.features(batch["words"], batch["chars"]), self.elmo.for_input(layers, mask))
         inputs = self.input_dropout(inputs)
 
-        # Packing keeps padding out of both directions. A row of length 0 is run over one
-        # (padding) step, since packing needs positive lengths; its scores are masked anyway.
-        lengths = mask.sum(dim=1).clamp(min=1).cpu()
-        packed = pack_padded_sequence(inputs, lengths, batch_first=True, enforce_sorted=False)
-        encoded, _ = self.encoder(packed)
-        encoded, _ = pad_packed_sequence(encoded, batch_first=True, total_length=inputs.shape[1])
-        encoded = self.output_dropout(encoded)
+        # Packed, so padding stays out of both directions; scores at padding are masked anyway.
+        encoded = self.output_dropout(encode(self.encoder, inputs, mask))
 
         encoded = concat(encoded, self.elmo.for_output(layers, mask))
         return self.projection(encoded)
