@@ -10,7 +10,6 @@ model.
 
 from __future__ import annotations
 
-import hashlib
 import os
 from collections.abc import Sequence
 
@@ -22,15 +21,7 @@ from elmo.bilm import BiLM
 from elmo.chars import batch_to_char_ids
 from elmo.encoder import encode_words_fast
 from elmo.fileio import atomic_path
-
-
-def encoder_fingerprint(model: BiLM) -> str:
-    """SHA-256 of the token encoder's parameters: identifies the model a cache belongs to."""
-    digest = hashlib.sha256()
-    for name, tensor in sorted(model.token_encoder.state_dict().items()):
-        digest.update(name.encode())
-        digest.update(tensor.detach().float().cpu().numpy().tobytes())
-    return digest.hexdigest()
+from elmo.weights import weights_fingerprint
 
 
 @torch.inference_mode()
@@ -51,7 +42,7 @@ def save_vocab_cache(model: BiLM, words: Sequence[str], path: str | os.PathLike)
     with atomic_path(path) as tmp, h5py.File(tmp, "w") as f:
         f["embedding"] = vectors
         f.create_dataset("words", data=unique, dtype=h5py.string_dtype())
-        f.attrs["fingerprint"] = encoder_fingerprint(model)
+        f.attrs["fingerprint"] = weights_fingerprint(model.token_encoder)
     return len(unique)
 
 
@@ -61,7 +52,7 @@ def load_vocab_cache(path: str | os.PathLike, model: BiLM) -> dict[str, torch.Te
         for name in ("embedding", "words"):
             if name not in f:
                 raise ValueError(f"{path}: not a vocabulary cache (no '{name}' dataset)")
-        if f.attrs.get("fingerprint") != encoder_fingerprint(model):
+        if f.attrs.get("fingerprint") != weights_fingerprint(model.token_encoder):
             raise ValueError(f"{path}: this cache was computed with a different model's token encoder")
         words = [w.decode("utf-8") if isinstance(w, bytes) else w for w in f["words"][...]]
         vectors = torch.from_numpy(np.asarray(f["embedding"][...], dtype=np.float32))

@@ -10,12 +10,15 @@ Two formats:
 
 from __future__ import annotations
 
+import hashlib
 import os
 from collections.abc import Iterator
 
 import h5py
 import numpy as np
 import torch
+
+from torch import nn
 
 from elmo.bilm import BiLM
 from elmo.config import BiLMConfig
@@ -145,6 +148,16 @@ def save_bilm_tf(model: BiLM, output_dir: str | os.PathLike, *, weights_name: st
     options_path = os.path.join(output_dir, options_name)
     model.config.to_json(options_path)
     return options_path, weights_path
+
+
+def weights_fingerprint(module: nn.Module) -> str:
+    """SHA-256 of a module's parameters and buffers (names included): tells apart the models a
+    derived file (vocabulary cache, cached layers) was computed with."""
+    digest = hashlib.sha256()
+    for name, tensor in sorted(module.state_dict().items()):
+        digest.update(name.encode())
+        digest.update(tensor.detach().float().cpu().numpy().tobytes())
+    return digest.hexdigest()
 
 
 def save_checkpoint(model: BiLM, path: str | os.PathLike, **extra) -> None:

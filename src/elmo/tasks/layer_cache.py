@@ -22,17 +22,9 @@ import torch
 from elmo.bilm import BiLM
 from elmo.embed import Embedder
 from elmo.fileio import atomic_path
+from elmo.weights import weights_fingerprint
 
 FORMAT = "elmo-layer-cache-1"
-
-
-def model_fingerprint(model: BiLM) -> str:
-    """SHA-256 of every parameter of the biLM: identifies the model a cache was made with."""
-    digest = hashlib.sha256()
-    for name, tensor in sorted(model.state_dict().items()):
-        digest.update(name.encode())
-        digest.update(tensor.detach().float().cpu().numpy().tobytes())
-    return digest.hexdigest()
 
 
 def sentences_fingerprint(sentences: Sequence[Sequence[str]]) -> str:
@@ -79,7 +71,7 @@ class LayerCache:
 def cache_path(cache_dir: str | os.PathLike, name: str, model: BiLM, state: str,
                sentences: Sequence[Sequence[str]]) -> Path:
     """Where the layers of ``sentences`` under ``model`` are (or will be) cached."""
-    key = hashlib.sha256(f"{model_fingerprint(model)}:{state}:{sentences_fingerprint(sentences)}".encode())
+    key = hashlib.sha256(f"{weights_fingerprint(model)}:{state}:{sentences_fingerprint(sentences)}".encode())
     return Path(cache_dir) / f"{name}-{key.hexdigest()[:16]}.hdf5"
 
 
@@ -107,4 +99,4 @@ def load_or_compute(embedder: Embedder, sentences: Sequence[Sequence[str]], cach
     return LayerCache(layers, offsets)
 
 
-__all__ = ["LayerCache", "cache_path", "load_or_compute", "model_fingerprint", "sentences_fingerprint"]
+__all__ = ["LayerCache", "cache_path", "load_or_compute", "sentences_fingerprint"]
