@@ -23,7 +23,7 @@ from tqdm import tqdm
 
 from elmo.fileio import atomic_path, atomic_write_text
 from elmo.tasks.config import TaskConfig, task_config_from_dict
-from elmo.tasks.features import TokenFeatures, WordVocab, char_ids, load_glove, word_ids
+from elmo.tasks.features import TokenFeatures, WordVocab, char_ids, load_glove, vector_words, word_ids
 from elmo.tasks.integration import TaskElmo
 from elmo.tasks.layer_cache import LayerCache, load_or_compute
 from elmo.tasks.readers import LabeledSentence, SentencePair, TaggedSentence, read_dataset
@@ -45,7 +45,7 @@ def labels_of(example) -> list[str] | str:
 
 
 @dataclass
-class Split:
+class LoadedSplit:
     """Examples of one split and, when ELMo is used, their cached biLM layers (for pairs the
     premises come first, then the hypotheses, as in :func:`sentences_of`)."""
 
@@ -53,7 +53,7 @@ class Split:
     layers: LayerCache | None = None
 
 
-def make_batch(split: Split, indices: Sequence[int], vocab: WordVocab, labels: dict[str, int]) -> dict:
+def make_batch(split: LoadedSplit, indices: Sequence[int], vocab: WordVocab, labels: dict[str, int]) -> dict:
     """The batch dict the task models take (see :mod:`elmo.tasks.tagger` and ``classifiers``)."""
     examples = [split.examples[i] for i in indices]
 
@@ -159,7 +159,7 @@ def score(config: TaskConfig, gold: list, predicted: list) -> float:
 
 
 @torch.no_grad()
-def predict(model, split: Split, vocab: WordVocab, labels: dict[str, int], batch_size: int) -> list:
+def predict(model, split: LoadedSplit, vocab: WordVocab, labels: dict[str, int], batch_size: int) -> list:
     """Predicted labels (strings) for every example of the split, in order."""
     names = {i: name for name, i in labels.items()}
     model.eval()
@@ -171,7 +171,7 @@ def predict(model, split: Split, vocab: WordVocab, labels: dict[str, int], batch
     return out
 
 
-def evaluate_split(config, model, split: Split, vocab, labels) -> float:
+def evaluate_split(config, model, split: LoadedSplit, vocab, labels) -> float:
     predicted = predict(model, split, vocab, labels, config.train.batch_size)
     return score(config, [labels_of(e) for e in split.examples], predicted)
 
@@ -188,14 +188,14 @@ def _save(path: str, payload: dict) -> None:
         torch.save(payload, tmp)
 
 
-def _layers_for(embedder, splits: dict[str, list], config: TaskConfig, progress: bool) -> dict[str, Split]:
+def _layers_for(embedder, splits: dict[str, list], config: TaskConfig, progress: bool) -> dict[str, LoadedSplit]:
     out = {}
     for name, examples in splits.items():
         layers = None
         if embedder is not None:
             label = f"{config.data.kind}-{name}"
             layers = load_or_compute(embedder, sentences_of(examples), config.cache_dir, label, progress=progress)
-        out[name] = Split(examples, layers)
+        out[name] = LoadedSplit(examples, layers)
     return out
 
 
@@ -208,13 +208,10 @@ def train_task(config: TaskConfig, *, resume: bool = False, progress: bool = Tru
     splits = load_splits(config)
     label_names = sorted({t for e in splits["train"] for t in (e.tags if isinstance(e, TaggedSentence) else [e.label])})
     labels = {name: i for i, name in enumerate(label_names)}
-    every_sentence = [s for examples in splits.values() for s in sentences_of(examples)]
     if config.data.vectors:
-        from elmo.tasks.features import vector_words
-
-        known = vector_words(config.data.vectors)
-        train_words = {w.lower() for s in sentences_of(splits["train"]) for w in s}
-        vocab = WordVocab(sorted(train_words | ({w.lower() for s in every_sentence for w in s} & known)))
+        # Dev and test words join the vocabulary only where they have a pretrained vector.
+        every_word = {w.lower() for examples in splits.values() for s in sentences_of(examples) for w in s}
+        vocab = WordVocab.build(sentences_of(splits["train"]), also=every_word & vector_words(config.data.vectors))
         embeddings, found = load_glove(config.data.vectors, vocab, seed=config.train.seed)
     else:
         vocab = WordVocab.build(sentences_of(splits["train"]))
@@ -323,7 +320,7 @@ def evaluate_task(run_dir: str | os.PathLike, path: str, split: str | None = Non
     if embedder is not None:
         layers = load_or_compute(embedder, sentences_of(examples), config.cache_dir, f"{config.data.kind}-eval",
                                  progress=progress)
-    value = evaluate_split(config, model, Split(examples, layers), vocab, labels)
+    value = evaluate_split(config, model, LoadedSplit(examples, layers), vocab, labels)
     return {"run": os.fspath(run_dir), "data": path, "split": split, "metric": config.metric, "score": value,
             "examples": len(examples)}
 
