@@ -5,7 +5,7 @@
     python experiments/task_experiments.py placement   # Table 3: ELMo at input, output, both
     python experiments/task_experiments.py samples     # Figure 1: 1% / 10% / 100% of the training data
     python experiments/task_experiments.py weights     # Figure 2: learned layer weights (from earlier runs)
-    python experiments/task_experiments.py domain-text --output TEXT   # the task's training text, for elmo finetune
+    python experiments/task_experiments.py domain-text --output TEXT [--split dev]  # the task's text, for elmo finetune
     python experiments/task_experiments.py domain --finetuned MODEL_DIR   # the biLM adapted to that text
 
 Every run goes to ``--runs/<experiment>/<config>/<variant>/seed-<n>`` and is skipped when its
@@ -17,6 +17,7 @@ the packaged model).
 from __future__ import annotations
 
 import argparse
+import glob
 import json
 import os
 import statistics
@@ -40,29 +41,69 @@ VARIANTS = {
 }
 
 
-def run_variant(args, experiment: str, config_path: str, variant: str, overrides: dict, seed: int) -> dict:
-    """Train one (config, variant, seed) unless its metrics already exist; return its metrics."""
+def variant_config(args, experiment: str, config_path: str, variant: str, overrides: dict, seed: int):
+    """The TaskConfig of one (config, variant, seed): the file plus the variant's overrides."""
     name = os.path.splitext(os.path.basename(config_path))[0]
-    output = os.path.join(args.runs, experiment, name, variant, f"seed-{seed}")
-    done = os.path.join(output, "metrics.json")
-    if os.path.isfile(done):
-        with open(done, encoding="utf-8") as f:
-            return json.load(f)
     merged = {key: dict(value) for key, value in overrides.items()}
-    merged["output"] = output
+    merged["output"] = os.path.join(args.runs, experiment, name, variant, f"seed-{seed}")
     merged["train"] = {**merged.get("train", {}), "seed": seed}
     if args.epochs:
         merged["train"]["epochs"] = args.epochs
     if args.bilm:  # a variant's own biLM (the domain experiment's) wins
         merged["bilm"] = {"model": args.bilm, **merged.get("bilm", {})}
     merged["cache_dir"] = args.cache
-    config = load_task_config(config_path, merged)
+    return load_task_config(config_path, merged)
+
+
+def finished_run(args, config) -> tuple[str | None, bool]:
+    """The folder whose metrics.json holds ``config``'s result and whether it is another
+    experiment's identical run; (None, False) while nothing has trained it yet."""
+    if os.path.isfile(os.path.join(config.output, "metrics.json")):
+        return config.output, False
+    name = os.path.basename(os.path.dirname(os.path.dirname(config.output)))
+    same = identical_run(args.runs, name, config.train.seed, config.to_dict())
+    return (same, True) if same is not None else (None, False)
+
+
+def run_variant(args, experiment: str, config_path: str, variant: str, overrides: dict, seed: int) -> dict:
+    """Train one (config, variant, seed) unless it, or an identical run, has finished; return its metrics."""
+    name = os.path.splitext(os.path.basename(config_path))[0]
+    config = variant_config(args, experiment, config_path, variant, overrides, seed)
+    folder, reused = finished_run(args, config)
+    if folder is not None:
+        with open(os.path.join(folder, "metrics.json"), encoding="utf-8") as f:
+            metrics = json.load(f)
+        if reused:
+            print(f"{name} {variant} seed {seed}: same settings as {folder}, reusing its metrics", file=sys.stderr)
+            args.reused += 1
+        else:
+            args.trained.append(metrics["seconds"])
+        return metrics
     started = time.time()
     metrics = train_task(config, resume=True, progress=not args.quiet)
+    args.trained.append(metrics["seconds"])
     print(f"{name} {variant} seed {seed}: dev {metrics['dev']:.4f}"
           + (f" test {metrics['test']:.4f}" if "test" in metrics else "")
           + f" ({time.time() - started:.0f} s)", file=sys.stderr)
     return metrics
+
+
+def identical_run(runs: str, name: str, seed: int, settings: dict) -> str | None:
+    """A finished run of another experiment whose settings equal ``settings`` (apart from its
+    output folder), so that e.g. the layers experiment's "mix, lambda 0.001" reuses the main
+    table's +ELMo run instead of training the same model again."""
+    wanted = {k: v for k, v in settings.items() if k != "output"}
+    for path in sorted(glob.glob(os.path.join(runs, "*", name, "*", f"seed-{seed}", "config.json"))):
+        folder = os.path.dirname(path)
+        if os.path.normpath(folder) == os.path.normpath(settings["output"]):
+            continue
+        if not os.path.isfile(os.path.join(folder, "metrics.json")):
+            continue
+        with open(path, encoding="utf-8") as f:
+            earlier = json.load(f)
+        if {k: v for k, v in earlier.items() if k != "output"} == wanted:
+            return folder
+    return None
 
 
 def reported(metrics: dict) -> float:
@@ -98,8 +139,12 @@ def table(args, experiment: str, variants: dict) -> list[str]:
     return lines
 
 
-def write_markdown(path: str, title: str, command: str, lines: list[str]) -> None:
-    text = f"# {title}\n\nProduced by `{command}`.\nScores are percentages, mean ± std over seeds.\n\n" + "\n".join(lines) + "\n"
+def write_markdown(args, path: str, title: str, command: str, lines: list[str]) -> None:
+    cost = (f"Training time: {sum(args.trained) / 60:.1f} minutes over the {len(args.trained)} runs of this experiment "
+            f"(the sum of each run's `seconds` in its metrics.json, one thread per run, layer caching included); "
+            f"{args.reused} more came from identical runs of an earlier experiment.")
+    text = (f"# {title}\n\nProduced by `{command}`.\nScores are percentages, mean ± std over seeds.\n\n"
+            + "\n".join(lines) + "\n\n" + cost + "\n")
     atomic_write_text(path, text)
     print(text)
 
@@ -130,9 +175,10 @@ def weights_plot(args) -> None:
     for config_path in args.configs:
         name = os.path.splitext(os.path.basename(config_path))[0]
         for placement in ("input", "output"):
-            path = os.path.join(args.runs, "placement", name, "both", f"seed-{args.seeds[0]}", "metrics.json")
-            if os.path.isfile(path):
-                with open(path, encoding="utf-8") as f:
+            config = variant_config(args, "placement", config_path, "both", VARIANTS["placement"]["both"], args.seeds[0])
+            folder, _ = finished_run(args, config)
+            if folder is not None:
+                with open(os.path.join(folder, "metrics.json"), encoding="utf-8") as f:
                     weights = json.load(f)["layer_weights"].get(placement)
                 if weights:
                     rows.append((f"{name} ({placement})", weights))
@@ -153,13 +199,16 @@ def weights_plot(args) -> None:
     print(f"wrote {args.png}")
 
 
-def write_task_text(config_path: str, output: str) -> None:
-    """The training split's sentences, one per line: unlabeled in-domain text for ``elmo finetune``."""
+def write_task_text(config_path: str, split: str, output: str) -> None:
+    """One split's sentences, one per line: the training split is the unlabeled in-domain text for
+    ``elmo finetune``; dev gives held-out text for ``elmo evaluate``."""
     from elmo.tasks.training import load_splits, sentences_of
 
-    train = load_splits(load_task_config(config_path))["train"]
-    atomic_write_text(output, "".join(" ".join(s) + "\n" for s in sentences_of(train)))
-    print(f"wrote {len(train)} training examples of {config_path} to {output}")
+    examples = load_splits(load_task_config(config_path)).get(split)
+    if examples is None:
+        raise SystemExit(f"{config_path}: has no {split} split")
+    atomic_write_text(output, "".join(" ".join(s) + "\n" for s in sentences_of(examples)))
+    print(f"wrote {len(examples)} {split} examples of {config_path} to {output}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -174,11 +223,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--finetuned", help="domain: exported folder of the biLM fine-tuned on the task text")
     parser.add_argument("--output", help="Markdown file to write (default under docs/tasks/)")
     parser.add_argument("--png", default="docs/tasks/layer-weights.png")
+    parser.add_argument("--split", default="train", choices=["train", "dev", "test"], help="domain-text: which split")
     parser.add_argument("--quiet", action="store_true")
     args = parser.parse_args(argv)
+    args.trained, args.reused = [], 0  # seconds of this experiment's own runs; runs taken from earlier ones
     command = "python experiments/task_experiments.py " + " ".join(argv if argv is not None else sys.argv[1:])
     default_configs = {"samples": ["configs/tasks/ner-conll2003.toml", "configs/tasks/sst5.toml"],
-                       "domain": ["configs/tasks/ner-wnut17.toml"]}
+                       "domain": ["configs/tasks/ner-wnut17.toml"], "domain-text": ["configs/tasks/ner-wnut17.toml"]}
     args.configs = args.configs or default_configs.get(args.experiment, ALL_CONFIGS)
     titles = {"main": "Baseline vs +ELMo (the paper's Table 1)", "layers": "Layer weighting (the paper's Table 2)",
               "placement": "Where to include ELMo (the paper's Table 3)",
@@ -186,20 +237,20 @@ def main(argv: list[str] | None = None) -> int:
               "domain": "Domain fine-tuning of the biLM"}
     output = args.output or f"docs/tasks/{args.experiment}.md"
     if args.experiment in ("main", "layers", "placement"):
-        write_markdown(output, titles[args.experiment], command, table(args, args.experiment, VARIANTS[args.experiment]))
+        write_markdown(args, output, titles[args.experiment], command, table(args, args.experiment, VARIANTS[args.experiment]))
     elif args.experiment == "samples":
-        write_markdown(output, titles["samples"], command, samples(args))
+        write_markdown(args, output, titles["samples"], command, samples(args))
     elif args.experiment == "weights":
         weights_plot(args)
     elif args.experiment == "domain-text":
         if not args.output:
             parser.error("domain-text needs --output: the text file to write")
-        write_task_text(args.configs[0], args.output)
+        write_task_text(args.configs[0], args.split, args.output)
     else:
         if not args.finetuned:
             parser.error("domain needs --finetuned: the exported biLM fine-tuned with elmo finetune on the task text")
         variants = {"unadapted": {}, "fine-tuned": {"bilm": {"model": args.finetuned}}}
-        write_markdown(output, titles["domain"], command, table(args, "domain", variants))
+        write_markdown(args, output, titles["domain"], command, table(args, "domain", variants))
     return 0
 
 
