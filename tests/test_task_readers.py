@@ -291,18 +291,18 @@ def test_sick_fixture():
     path = FIXTURES / "SICK.txt"
     assert read_sick(path, "train") == [
         SentencePair(["A", "man", "is", "playing", "a", "guitar"],
-                     ["A", "person", "is", "playing", "an", "instrument"], "ENTAILMENT"),
+                     ["A", "person", "is", "playing", "an", "instrument"], "entailment"),
         # Moses tokenization, as in the 1B Word Benchmark: punctuation and clitics split off.
         SentencePair(["A", "young", ",", "happy", "child", "isn", "'t", "sleeping"],
-                     ["The", "child", "is", "asleep"], "CONTRADICTION"),
+                     ["The", "child", "is", "asleep"], "contradiction"),
     ]
     assert read_sick(path, "trial") == [
         SentencePair(["Two", "dogs", "are", "running", "on", "the", "beach"],
-                     ["The", "woman", "'s", "cat", "is", "eating"], "NEUTRAL"),
+                     ["The", "woman", "'s", "cat", "is", "eating"], "neutral"),
     ]
     assert read_sick(str(path), "test") == [
         SentencePair(["A", "boy", "is", "riding", "a", "bike"],
-                     ["A", "boy", "is", "riding", "a", "t-shirt-shaped", "bike"], "NEUTRAL"),
+                     ["A", "boy", "is", "riding", "a", "t-shirt-shaped", "bike"], "neutral"),
     ]
     with pytest.raises(ValueError, match="split must be one of train, trial, test"):
         read_sick(path, "dev")
@@ -395,7 +395,7 @@ def test_read_dataset_dispatch(conll2000_zip):
     assert read_dataset("ud-ewt", FIXTURES / "en_ewt-sample.conllu") == EXPECTED_EWT
     assert read_dataset("sst5", FIXTURES / "sst5.txt")[3].label == "0"
     assert len(read_dataset("conll2000", conll2000_zip, "train")) == 2
-    assert read_dataset("sick", FIXTURES / "SICK.txt", "trial")[0].label == "NEUTRAL"
+    assert read_dataset("sick", FIXTURES / "SICK.txt", "trial")[0].label == "neutral"
     assert len(read_dataset("snli", FIXTURES / "snli", "dev")) == 3
 
 
@@ -490,9 +490,9 @@ def test_real_sst5(split, counts):
 
 @needs_shared
 @pytest.mark.parametrize("split, counts", [
-    ("train", {"ENTAILMENT": 1274, "NEUTRAL": 2524, "CONTRADICTION": 641}),
-    ("trial", {"ENTAILMENT": 143, "NEUTRAL": 281, "CONTRADICTION": 71}),
-    ("test", {"ENTAILMENT": 1404, "NEUTRAL": 2790, "CONTRADICTION": 712}),
+    ("train", {"entailment": 1274, "neutral": 2524, "contradiction": 641}),
+    ("trial", {"entailment": 143, "neutral": 281, "contradiction": 71}),
+    ("test", {"entailment": 1404, "neutral": 2790, "contradiction": 712}),
 ])
 def test_real_sick(split, counts):
     pairs = read_sick(SHARED / "nli" / "sick" / "SICK.txt", split)

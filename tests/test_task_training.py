@@ -13,7 +13,7 @@ from elmo.cli.main import main
 from elmo.embed import Embedder
 from elmo.tasks.config import load_task_config
 from elmo.tasks.layer_cache import load_or_compute
-from elmo.tasks.training import score, train_task
+from elmo.tasks.training import evaluate_task, score, train_task
 
 NAMES = ["Anna", "Berg", "Oslo", "Paris", "Maria", "Peter"]
 WORDS = ["visited", "the", "city", "of", "met", "and", "saw", "a", "friend", "in"]
@@ -60,7 +60,7 @@ def write_sick(path, n, seed):
         subject = rng.choice(["A man", "A woman", "A dog"])
         same = rng.random() < 0.5
         other = subject if same else ("A cat" if subject != "A cat" else "A man")
-        label = "ENTAILMENT" if same else "CONTRADICTION"
+        label = "ENTAILMENT" if same else "CONTRADICTION"  # the reader lower-cases them
         split = "TRAIN" if i < n * 0.7 else ("TRIAL" if i < n * 0.85 else "TEST")
         rows.append(f"{i}\t{subject} is running\t{other} is running\t{label}\t3\tx\tx\tx\tx\tx\tx\t{split}")
     path.write_text("\n".join(rows) + "\n", encoding="utf-8")
@@ -192,6 +192,17 @@ test = {{ path = "{tmp_path / 'SICK.txt'}", split = "test" }}
         assert (tmp_path / run / "best.pt").is_file()
     assert main(["task", "evaluate", str(tmp_path / "sick-run"), "--data", str(tmp_path / "SICK.txt"),
                  "--split", "test"]) == 0
+    # SNLI as an extra test set of the SICK model: same (lower-case) label names, read as kind snli.
+    snli = tmp_path / "snli"
+    snli.mkdir()
+    (snli / "s1.test").write_text("A man is running\nA dog is running\n", encoding="utf-8")
+    (snli / "s2.test").write_text("A man is running\nA cat is running\n", encoding="utf-8")
+    (snli / "labels.test").write_text("entailment\ncontradiction\n", encoding="utf-8")
+    result = evaluate_task(tmp_path / "sick-run", str(snli), "test", kind="snli", progress=False)
+    assert result["kind"] == "snli" and result["examples"] == 2 and result["score"] in (0.0, 0.5, 1.0)
+    (snli / "labels.test").write_text("entailment\nneutral\n", encoding="utf-8")  # never in this SICK sample
+    with pytest.raises(ValueError, match=r"snli: label\(s\) neutral are not among"):
+        evaluate_task(tmp_path / "sick-run", str(snli), "test", kind="snli", progress=False)
 
 
 def test_layer_cache_matches_the_embedder_and_is_reused(tmp_path, bilm_dir):

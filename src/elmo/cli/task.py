@@ -6,6 +6,8 @@ import argparse
 import json
 import sys
 
+from elmo.tasks.readers import DATASET_KINDS
+
 HELP = "Train a task model with or without ELMo (tagging, classification, sentence pairs), or evaluate one."
 
 
@@ -25,6 +27,8 @@ def add_parser(parser: argparse.ArgumentParser) -> None:
     evaluate.add_argument("run", help="run directory of elmo task train")
     evaluate.add_argument("--data", required=True, help="data file (or folder, for SNLI)")
     evaluate.add_argument("--split", help="split inside the file, for CoNLL-2000 (zip), SICK and SNLI")
+    evaluate.add_argument("--kind", choices=DATASET_KINDS,
+                          help="read --data as this dataset kind (default: the run's own; snli scores a SICK model on SNLI)")
     evaluate.add_argument("--json", help="also write the result as JSON here")
 
 
@@ -49,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
         summary = {k: metrics[k] for k in ("best_epoch", "dev", "test") if k in metrics}
         print(json.dumps(summary), file=sys.stderr)
         return 0
-    result = evaluate_task(args.run, args.data, args.split)
+    result = evaluate_task(args.run, args.data, args.split, kind=args.kind)
     print(f"{result['metric']} {result['score']:.4f} on {result['examples']} examples")
     if args.json:
         atomic_write_text(args.json, json.dumps(result, indent=1) + "\n")

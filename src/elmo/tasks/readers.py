@@ -396,7 +396,8 @@ def read_sick(path: PathLike, split: str) -> list[SentencePair]:
 
     ``SICK.txt`` is tab-separated with a header naming the columns (read by name);
     premise = ``sentence_A``, hypothesis = ``sentence_B`` (raw text, Moses-tokenized), label =
-    ``entailment_label``. Every row is checked, not only those of ``split``.
+    ``entailment_label``, lower-cased like SNLI's (``entailment``, ``neutral``, ``contradiction``).
+    Every row is checked, not only those of ``split``.
     """
     if split not in SICK_SPLITS:
         raise ValueError(f"sick: split must be one of {', '.join(SICK_SPLITS)}, got {split!r}")
@@ -427,7 +428,8 @@ def read_sick(path: PathLike, split: str) -> list[SentencePair]:
         for name, tokens in (("sentence_A", premise), ("sentence_B", hypothesis)):
             if not tokens:
                 raise DatasetError(path, number, f"empty {name}")
-        pairs.append(SentencePair(premise=premise, hypothesis=hypothesis, label=fields[lab]))
+        # SNLI's lower-case spelling, so that a SICK model can be scored on SNLI.
+        pairs.append(SentencePair(premise=premise, hypothesis=hypothesis, label=fields[lab].lower()))
     if not pairs:
         raise DatasetError(path, 1, f"no pairs with SemEval_set {wanted}")
     return pairs

@@ -311,17 +311,25 @@ def load_task_model(run_dir: str | os.PathLike):
     return model.eval(), config, vocab, labels
 
 
-def evaluate_task(run_dir: str | os.PathLike, path: str, split: str | None = None, *, progress: bool = True) -> dict:
-    """Score a run's best model on a data file (read with the run's dataset kind)."""
+def evaluate_task(run_dir: str | os.PathLike, path: str, split: str | None = None, *, kind: str | None = None,
+                  progress: bool = True) -> dict:
+    """Score a run's best model on a data file, read as dataset ``kind`` (by default the run's
+    own; e.g. ``kind="snli"`` scores a SICK model on SNLI). Gold labels the model never saw are
+    an error, not a silent miss."""
     model, config, vocab, labels = load_task_model(run_dir)
-    examples = read_dataset(config.data.kind, path, split)
+    examples = read_dataset(kind or config.data.kind, path, split)
+    gold = {t for e in examples for t in (labels_of(e) if isinstance(e, TaggedSentence) else [labels_of(e)])}
+    if gold - labels.keys():
+        raise ValueError(f"{path}: label(s) {', '.join(sorted(gold - labels.keys()))} are not among those the model "
+                         f"in {run_dir} was trained on ({', '.join(labels)})")
     embedder = load_bilm_source(config)
     layers = None
     if embedder is not None:
         layers = load_or_compute(embedder, sentences_of(examples), config.cache_dir, f"{config.data.kind}-eval",
                                  progress=progress)
     value = evaluate_split(config, model, LoadedSplit(examples, layers), vocab, labels)
-    return {"run": os.fspath(run_dir), "data": path, "split": split, "metric": config.metric, "score": value,
+    return {"run": os.fspath(run_dir), "data": path, "split": split, "kind": kind or config.data.kind,
+            "metric": config.metric, "score": value,
             "examples": len(examples)}
 
 
