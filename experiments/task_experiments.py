@@ -5,6 +5,7 @@
     python experiments/task_experiments.py placement   # Table 3: ELMo at input, output, both
     python experiments/task_experiments.py samples     # Figure 1: 1% / 10% / 100% of the training data
     python experiments/task_experiments.py weights     # Figure 2: learned layer weights (from earlier runs)
+    python experiments/task_experiments.py snli        # the main table's SICK models scored on SNLI dev/test
     python experiments/task_experiments.py domain-text --output TEXT [--split dev]  # the task's text, for elmo finetune
     python experiments/task_experiments.py domain --finetuned MODEL_DIR   # the biLM adapted to that text
 
@@ -140,9 +141,13 @@ def table(args, experiment: str, variants: dict) -> list[str]:
 
 
 def write_markdown(args, path: str, title: str, command: str, lines: list[str]) -> None:
-    cost = (f"Training time: {sum(args.trained) / 60:.1f} minutes over the {len(args.trained)} runs of this experiment "
-            f"(the sum of each run's `seconds` in its metrics.json, one thread per run, layer caching included); "
-            f"{args.reused} more came from identical runs of an earlier experiment.")
+    if args.experiment == "snli":
+        cost = (f"Time: {sum(args.trained) / 60:.1f} minutes for the {len(args.trained)} evaluations (one thread, "
+                f"SNLI's biLM layers computed once per split and cached).")
+    else:
+        cost = (f"Training time: {sum(args.trained) / 60:.1f} minutes over the {len(args.trained)} runs of this "
+                f"experiment (the sum of each run's `seconds` in its metrics.json, one thread per run, layer caching "
+                f"included); {args.reused} more came from identical runs of an earlier experiment.")
     text = (f"# {title}\n\nProduced by `{command}`.\nScores are percentages, mean ± std over seeds.\n\n"
             + "\n".join(lines) + "\n\n" + cost + "\n")
     atomic_write_text(path, text)
@@ -161,6 +166,36 @@ def samples(args) -> list[str]:
                 row.append(mean_std([reported(run_variant(args, "samples", config_path, f"{variant}-{fraction:g}",
                                                           merged, s)) for s in args.seeds]))
             lines.append(f"| {name} | {100 * fraction:g}% | {row[0]} | {row[1]} |")
+    return lines
+
+
+def snli_transfer(args) -> list[str]:
+    """The main table's SICK models (baseline and +ELMo, every seed) scored on SNLI dev and test:
+    the issue's extra test set. Each score is kept next to its run as ``snli-<split>.json``."""
+    from elmo.tasks.training import evaluate_task
+
+    lines = ["| SNLI split | baseline | +ELMo |", "|---|---:|---:|"]
+    for split in ("dev", "test"):
+        row = []
+        for variant, overrides in VARIANTS["main"].items():
+            scores = []
+            for seed in args.seeds:
+                config = variant_config(args, "main", args.configs[0], variant, overrides, seed)
+                folder, _ = finished_run(args, config)
+                if folder is None:
+                    raise SystemExit(f"{config.output}: not trained yet; run the 'main' experiment first")
+                path = os.path.join(folder, f"snli-{split}.json")
+                if not os.path.isfile(path):
+                    started = time.time()
+                    result = evaluate_task(folder, args.snli, split, kind="snli", progress=not args.quiet)
+                    result["seconds"] = round(time.time() - started, 1)
+                    atomic_write_text(path, json.dumps(result, indent=1) + "\n")
+                with open(path, encoding="utf-8") as f:
+                    result = json.load(f)
+                args.trained.append(result["seconds"])
+                scores.append(result["score"])
+            row.append(mean_std(scores))
+        lines.append(f"| {split} | {row[0]} | {row[1]} |")
     return lines
 
 
@@ -213,7 +248,8 @@ def write_task_text(config_path: str, split: str, output: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("experiment", choices=["main", "layers", "placement", "samples", "weights", "domain-text", "domain"])
+    parser.add_argument("experiment", choices=["main", "layers", "placement", "samples", "weights", "snli", "domain-text",
+                                               "domain"])
     parser.add_argument("--configs", nargs="+", help="task configs (default: depends on the experiment)")
     parser.add_argument("--seeds", nargs="+", type=int, default=[1, 2, 3])
     parser.add_argument("--runs", default="runs/experiments", help="where the runs go")
@@ -223,23 +259,26 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--finetuned", help="domain: exported folder of the biLM fine-tuned on the task text")
     parser.add_argument("--output", help="Markdown file to write (default under docs/tasks/)")
     parser.add_argument("--png", default="docs/tasks/layer-weights.png")
+    parser.add_argument("--snli", default="../shared/data/nli/snli-devtest", help="snli: the SNLI dev/test folder")
     parser.add_argument("--split", default="train", choices=["train", "dev", "test"], help="domain-text: which split")
     parser.add_argument("--quiet", action="store_true")
     args = parser.parse_args(argv)
     args.trained, args.reused = [], 0  # seconds of this experiment's own runs; runs taken from earlier ones
     command = "python experiments/task_experiments.py " + " ".join(argv if argv is not None else sys.argv[1:])
     default_configs = {"samples": ["configs/tasks/ner-conll2003.toml", "configs/tasks/sst5.toml"],
-                       "domain": ["configs/tasks/ner-wnut17.toml"], "domain-text": ["configs/tasks/ner-wnut17.toml"]}
+                       "domain": ["configs/tasks/ner-wnut17.toml"], "domain-text": ["configs/tasks/ner-wnut17.toml"], "snli": ["configs/tasks/sick.toml"]}
     args.configs = args.configs or default_configs.get(args.experiment, ALL_CONFIGS)
     titles = {"main": "Baseline vs +ELMo (the paper's Table 1)", "layers": "Layer weighting (the paper's Table 2)",
               "placement": "Where to include ELMo (the paper's Table 3)",
               "samples": "Sample efficiency (the paper's Figure 1)",
-              "domain": "Domain fine-tuning of the biLM"}
+              "domain": "Domain fine-tuning of the biLM", "snli": "SICK models scored on SNLI (an extra test set)"}
     output = args.output or f"docs/tasks/{args.experiment}.md"
     if args.experiment in ("main", "layers", "placement"):
         write_markdown(args, output, titles[args.experiment], command, table(args, args.experiment, VARIANTS[args.experiment]))
     elif args.experiment == "samples":
         write_markdown(args, output, titles["samples"], command, samples(args))
+    elif args.experiment == "snli":
+        write_markdown(args, output, titles["snli"], command, snli_transfer(args))
     elif args.experiment == "weights":
         weights_plot(args)
     elif args.experiment == "domain-text":
