@@ -113,8 +113,10 @@ def reported(metrics: dict) -> float:
 
 
 def mean_std(values: list[float]) -> str:
-    spread = statistics.stdev(values) if len(values) > 1 else 0.0
-    return f"{100 * statistics.mean(values):.2f} ± {100 * spread:.2f}"
+    """Percent, mean ± std over seeds (just the value for a single seed)."""
+    if len(values) == 1:
+        return f"{100 * values[0]:.2f}"
+    return f"{100 * statistics.mean(values):.2f} ± {100 * statistics.stdev(values):.2f}"
 
 
 def table(args, experiment: str, variants: dict) -> list[str]:
@@ -148,7 +150,9 @@ def write_markdown(args, path: str, title: str, command: str, lines: list[str]) 
         cost = (f"Training time: {sum(args.trained) / 60:.1f} minutes over the {len(args.trained)} runs of this "
                 f"experiment (the sum of each run's `seconds` in its metrics.json, one thread per run, layer caching "
                 f"included); {args.reused} more came from identical runs of an earlier experiment.")
-    text = (f"# {title}\n\nProduced by `{command}`.\nScores are percentages, mean ± std over seeds.\n\n"
+    seeds = (f"mean ± std over seeds {', '.join(map(str, args.seeds))}" if len(args.seeds) > 1
+             else f"one seed ({args.seeds[0]})")
+    text = (f"# {title}\n\nProduced by `{command}`.\nScores are percentages, {seeds}.\n\n"
             + "\n".join(lines) + "\n\n" + cost + "\n")
     atomic_write_text(path, text)
     print(text)
