@@ -159,7 +159,7 @@ def write_markdown(args, path: str, title: str, command: str, lines: list[str]) 
     print(text)
 
 
-SAMPLE_EPOCHS = 20  # the configs' own budget, with early stopping
+SAMPLE_EPOCHS = 20  # the most epochs a 1% or 10% run gets (the configs' own cap)
 
 
 def samples(args) -> list[str]:
@@ -187,8 +187,8 @@ def samples(args) -> list[str]:
 
 
 def snli_transfer(args) -> list[str]:
-    """The main table's SICK models (baseline and +ELMo, every seed) scored on SNLI dev and test:
-    the issue's extra test set. Each score is kept next to its run as ``snli-<split>.json``."""
+    """The SICK models of the main experiment under ``--runs`` (baseline and +ELMo, every seed)
+    scored on SNLI dev and test, an extra test set. Each score is kept next to its run as ``snli-<split>.json``."""
     from elmo.tasks.training import evaluate_task
 
     lines = ["| SNLI split | baseline | +ELMo |", "|---|---:|---:|"]
@@ -283,7 +283,8 @@ def main(argv: list[str] | None = None) -> int:
     args.trained, args.reused = [], 0  # seconds of this experiment's own runs; runs taken from earlier ones
     command = "python experiments/task_experiments.py " + " ".join(argv if argv is not None else sys.argv[1:])
     default_configs = {"samples": ["configs/tasks/ner-conll2003.toml", "configs/tasks/sst5.toml"],
-                       "domain": ["configs/tasks/ner-wnut17.toml"], "domain-text": ["configs/tasks/ner-wnut17.toml"], "snli": ["configs/tasks/sick.toml"]}
+                       "domain": ["configs/tasks/ner-wnut17.toml"], "domain-text": ["configs/tasks/ner-wnut17.toml"],
+                       "snli": ["configs/tasks/sick.toml"]}
     args.configs = args.configs or default_configs.get(args.experiment, ALL_CONFIGS)
     titles = {"main": "Baseline vs +ELMo (the paper's Table 1)", "layers": "Layer weighting (the paper's Table 2)",
               "placement": "Where to include ELMo (the paper's Table 3)",
