@@ -43,9 +43,14 @@ VARIANTS = {
 }
 
 
+def task_name(config_path: str) -> str:
+    """The name a task's runs and table rows go by: its config's file name without ``.toml``."""
+    return os.path.splitext(os.path.basename(config_path))[0]
+
+
 def variant_config(args, experiment: str, config_path: str, variant: str, overrides: dict, seed: int):
     """The TaskConfig of one (config, variant, seed): the file plus the variant's overrides."""
-    name = os.path.splitext(os.path.basename(config_path))[0]
+    name = task_name(config_path)
     merged = {key: dict(value) for key, value in overrides.items()}
     merged["output"] = os.path.join(args.runs, experiment, name, variant, f"seed-{seed}")
     merged["train"] = {**merged.get("train", {}), "seed": seed}
@@ -57,21 +62,20 @@ def variant_config(args, experiment: str, config_path: str, variant: str, overri
     return load_task_config(config_path, merged)
 
 
-def finished_run(args, config) -> tuple[str | None, bool]:
-    """The folder whose metrics.json holds ``config``'s result and whether it is another
-    experiment's identical run; (None, False) while nothing has trained it yet."""
+def finished_run(args, name: str, config) -> tuple[str | None, bool]:
+    """The folder whose metrics.json holds the result of ``config`` (a run of task ``name``) and
+    whether it is another experiment's identical run; (None, False) while nothing has trained it."""
     if os.path.isfile(os.path.join(config.output, "metrics.json")):
         return config.output, False
-    name = os.path.basename(os.path.dirname(os.path.dirname(config.output)))
     same = identical_run(args.runs, name, config.train.seed, config.to_dict())
     return (same, True) if same is not None else (None, False)
 
 
 def run_variant(args, experiment: str, config_path: str, variant: str, overrides: dict, seed: int) -> dict:
     """Train one (config, variant, seed) unless it, or an identical run, has finished; return its metrics."""
-    name = os.path.splitext(os.path.basename(config_path))[0]
+    name = task_name(config_path)
     config = variant_config(args, experiment, config_path, variant, overrides, seed)
-    folder, reused = finished_run(args, config)
+    folder, reused = finished_run(args, name, config)
     if folder is not None:
         with open(os.path.join(folder, "metrics.json"), encoding="utf-8") as f:
             metrics = json.load(f)
@@ -131,15 +135,13 @@ def table(args, experiment: str, variants: dict) -> list[str]:
                   for v, o in variants.items()}
         results[config_path] = scores
         split = "test" if config.data.test is not None else "dev"
-        name = os.path.splitext(os.path.basename(config_path))[0]
-        lines.append(f"| {name} | {config.metric} | {split} | " + " | ".join(mean_std(scores[v]) for v in variants) + " |")
+        lines.append(f"| {task_name(config_path)} | {config.metric} | {split} | " + " | ".join(mean_std(scores[v]) for v in variants) + " |")
     if experiment == "main":
         lines += ["", "| task | increase (absolute) | relative error reduction |", "|---|---:|---:|"]
         for config_path, scores in results.items():
             base, elmo = statistics.mean(scores["baseline"]), statistics.mean(scores["elmo"])
             reduction = (elmo - base) / (1 - base) if base < 1 else 0.0
-            name = os.path.splitext(os.path.basename(config_path))[0]
-            lines.append(f"| {name} | {100 * (elmo - base):+.2f} | {100 * reduction:.1f}% |")
+            lines.append(f"| {task_name(config_path)} | {100 * (elmo - base):+.2f} | {100 * reduction:.1f}% |")
     return lines
 
 
@@ -170,12 +172,13 @@ def samples(args) -> list[str]:
     fractions = [0.01, 0.1, 1.0]
     lines = ["| task | training data | epochs at most | baseline | +ELMo |", "|---|---:|---:|---:|---:|"]
     for config_path in args.configs:
-        name = os.path.splitext(os.path.basename(config_path))[0]
+        name = task_name(config_path)
+        full_epochs = load_task_config(config_path).train.epochs if args.epochs is None else args.epochs
         for fraction in fractions:
             row = []
-            epochs = load_task_config(config_path).train.epochs if args.epochs is None else args.epochs
+            epochs = full_epochs
             if fraction < 1:
-                epochs = max(epochs, min(math.ceil(epochs / fraction), SAMPLE_EPOCHS))
+                epochs = max(full_epochs, min(math.ceil(full_epochs / fraction), SAMPLE_EPOCHS))
             for variant, overrides in VARIANTS["main"].items():
                 merged = {**overrides, "data": {"train_fraction": fraction}}
                 if fraction < 1:
@@ -198,7 +201,7 @@ def snli_transfer(args) -> list[str]:
             scores = []
             for seed in args.seeds:
                 config = variant_config(args, "main", args.configs[0], variant, overrides, seed)
-                folder, _ = finished_run(args, config)
+                folder, _ = finished_run(args, task_name(args.configs[0]), config)
                 if folder is None:
                     raise SystemExit(f"{config.output}: not trained yet; run the 'main' experiment first")
                 path = os.path.join(folder, f"snli-{split}.json")
@@ -225,10 +228,10 @@ def weights_plot(args) -> None:
 
     rows = []
     for config_path in args.configs:
-        name = os.path.splitext(os.path.basename(config_path))[0]
+        name = task_name(config_path)
         for placement in ("input", "output"):
             config = variant_config(args, "placement", config_path, "both", VARIANTS["placement"]["both"], args.seeds[0])
-            folder, _ = finished_run(args, config)
+            folder, _ = finished_run(args, name, config)
             if folder is not None:
                 with open(os.path.join(folder, "metrics.json"), encoding="utf-8") as f:
                     weights = json.load(f)["layer_weights"].get(placement)
