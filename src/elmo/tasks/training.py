@@ -44,6 +44,11 @@ def labels_of(example) -> list[str] | str:
     return example.tags if isinstance(example, TaggedSentence) else example.label
 
 
+def label_set(examples: Sequence) -> set[str]:
+    """Every distinct gold label (tag or class) of the examples."""
+    return {t for e in examples for t in (e.tags if isinstance(e, TaggedSentence) else [e.label])}
+
+
 @dataclass
 class LoadedSplit:
     """Examples of one split and, when ELMo is used, their cached biLM layers (for pairs the
@@ -206,7 +211,7 @@ def train_task(config: TaskConfig, *, resume: bool = False, progress: bool = Tru
     _seed_everything(config.train.seed)
     started = time.time()
     splits = load_splits(config)
-    label_names = sorted({t for e in splits["train"] for t in (e.tags if isinstance(e, TaggedSentence) else [e.label])})
+    label_names = sorted(label_set(splits["train"]))
     labels = {name: i for i, name in enumerate(label_names)}
     if config.data.vectors:
         # Dev and test words join the vocabulary only where they have a pretrained vector.
@@ -317,10 +322,11 @@ def evaluate_task(run_dir: str | os.PathLike, path: str, split: str | None = Non
     own; e.g. ``kind="snli"`` scores a SICK model on SNLI). Gold labels the model never saw are
     an error, not a silent miss."""
     model, config, vocab, labels = load_task_model(run_dir)
-    examples = read_dataset(kind or config.data.kind, path, split)
-    gold = {t for e in examples for t in (labels_of(e) if isinstance(e, TaggedSentence) else [labels_of(e)])}
-    if gold - labels.keys():
-        raise ValueError(f"{path}: label(s) {', '.join(sorted(gold - labels.keys()))} are not among those the model "
+    kind = kind or config.data.kind
+    examples = read_dataset(kind, path, split)
+    unknown = label_set(examples) - labels.keys()
+    if unknown:
+        raise ValueError(f"{path}: label(s) {', '.join(sorted(unknown))} are not among those the model "
                          f"in {run_dir} was trained on ({', '.join(labels)})")
     embedder = load_bilm_source(config)
     layers = None
@@ -328,7 +334,7 @@ def evaluate_task(run_dir: str | os.PathLike, path: str, split: str | None = Non
         layers = load_or_compute(embedder, sentences_of(examples), config.cache_dir, f"{config.data.kind}-eval",
                                  progress=progress)
     value = evaluate_split(config, model, LoadedSplit(examples, layers), vocab, labels)
-    return {"run": os.fspath(run_dir), "data": path, "split": split, "kind": kind or config.data.kind,
+    return {"run": os.fspath(run_dir), "data": path, "split": split, "kind": kind,
             "metric": config.metric, "score": value,
             "examples": len(examples)}
 
