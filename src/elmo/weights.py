@@ -17,7 +17,6 @@ from collections.abc import Iterator
 import h5py
 import numpy as np
 import torch
-
 from torch import nn
 
 from elmo.bilm import BiLM
