@@ -7,7 +7,7 @@ import torch
 
 from elmo import Elmo, Embedder
 from elmo.cli.main import main
-from elmo.pretrained import load_pretrained, model_files, packaged_model_dir
+from elmo.pretrained import load_model, model_files, packaged_model_dir
 
 MAX_PACKAGED_BYTES = 60 * 1024 * 1024
 
@@ -28,7 +28,7 @@ def test_float16_storage_loads_as_float32():
     _, weights = model_files()
     with h5py.File(weights, "r") as f:
         assert f["CNN_proj/W_proj"].dtype == np.float16
-    model = load_pretrained()
+    model = load_model()
     assert all(p.dtype == torch.float32 for p in model.parameters())
     assert not model.training
 

@@ -7,6 +7,7 @@ from elmo import BiLM, batch_to_char_ids
 from elmo.config import BiLMConfig
 from elmo.encoder import encode_distinct
 from elmo.lstm import LstmLayer, lstm_fast, lstm_plain
+from elmo.runtime import Runtime
 
 SENTENCES = [["The", "cat", "sat", "on", "the", "mat", "."], [], ["the", "the", "THE", "cat"], ["x" * 70]]
 
@@ -41,7 +42,7 @@ def test_bilm_fast_matches_plain(kwargs):
     plain.load_state_dict(fast.state_dict())
     ids, mask = batch_to_char_ids(SENTENCES)
     with torch.no_grad():
-        a, b = fast(ids, mask), plain(ids, mask)
+        a, b = Runtime(fast)(ids, mask), plain(ids, mask)
     torch.testing.assert_close(a.layers, b.layers, rtol=0, atol=1e-5)
     torch.testing.assert_close(a.state.c, b.state.c, rtol=0, atol=1e-5)
 
@@ -196,10 +197,11 @@ def test_stacked_weights_follow_weight_changes():
     torch.manual_seed(5)
     model = BiLM(make_config()).eval()
     ids, mask = batch_to_char_ids([["a", "b", "c"]])
+    runtime = Runtime(model)
     with torch.no_grad():
-        before = model(ids, mask).layers
+        before = runtime(ids, mask).layers
         model.forward_layers[0].state_weight.mul_(1.5)
-        after = model(ids, mask).layers
+        after = runtime(ids, mask).layers
         plain = BiLM(make_config(), fast=False).eval()
         plain.load_state_dict(model.state_dict())
         torch.testing.assert_close(after, plain(ids, mask).layers, rtol=0, atol=1e-5)

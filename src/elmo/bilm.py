@@ -14,8 +14,8 @@ from torch import nn
 
 from elmo.chars import BOS_IDS, EOS_IDS
 from elmo.config import BiLMConfig
-from elmo.encoder import TokenEncoder, encode_fast
-from elmo.lstm import LstmLayer, StackedWeights, State, bilstm_inference, stack_directions
+from elmo.encoder import TokenEncoder
+from elmo.lstm import LstmLayer, State
 
 FORWARD, BACKWARD = 0, 1
 
@@ -101,10 +101,9 @@ class BiLM(nn.Module):
         super().__init__()
         config.validate()
         self.config = config
-        self.fast = fast  # False: the per-timestep reference path, the specification
-        # Precision of the matrix products on the fast inference path (bfloat16/float16 for speed).
-        self.compute_dtype = torch.float32
-        self._stacked: dict[tuple[int, torch.dtype], tuple[tuple, StackedWeights]] = {}
+        # False: the per-timestep reference path (the specification), in training and in
+        # inference (elmo.runtime honours it); True: the fast training path and fast inference.
+        self.fast = fast
         lstm = config.lstm
         self.token_encoder = TokenEncoder(config.char_cnn, lstm.projection_dim)
 
@@ -154,17 +153,14 @@ class BiLM(nn.Module):
         return outputs, finals
 
     def forward(self, char_ids: torch.Tensor, mask: torch.Tensor, state: BiLMState | None = None,
-                keep_boundaries: bool = False, tokens: torch.Tensor | None = None) -> BiLMOutput:
+                keep_boundaries: bool = False) -> BiLMOutput:
         """``char_ids``: ``(batch, time, 50)``; ``mask``: ``(batch, time)``; ``state``: initial LSTM
         state (None for zeros). Returns :class:`BiLMOutput` with ``time`` positions, or ``time + 2``
         when ``keep_boundaries``.
 
-        Without gradients and with ``fast`` set, the fast inference path runs (same numbers to
-        float rounding); ``tokens`` ``(batch, time+2, projection_dim)`` may then supply the token
-        vectors (boundaries included), for example from a vocabulary cache.
+        This is the specification and the training path, with or without gradients; fast
+        inference is :class:`elmo.runtime.Runtime`, which computes the same numbers.
         """
-        if self.fast and not torch.is_grad_enabled():
-            return self._forward_inference(char_ids, mask, state, keep_boundaries, tokens)
         batch = char_ids.shape[0]
         ids, full_mask = add_boundaries(char_ids, mask)
         if state is None:
@@ -186,54 +182,6 @@ class BiLM(nn.Module):
         c = torch.stack([c for c, _ in finals]).view(2, self.n_layers, batch, -1)
         h = torch.stack([h for _, h in finals]).view(2, self.n_layers, batch, -1)
         new_state = BiLMState(c, h)
-        if keep_boundaries:
-            return BiLMOutput(stacked, full_mask, new_state)
-        stacked, out_mask = remove_boundaries(stacked, full_mask)
-        return BiLMOutput(stacked, out_mask, new_state)
-
-    def _stacked_weights(self, index: int) -> StackedWeights:
-        """Layer ``index``'s weights in the batched layout, rebuilt only when a parameter changed
-        (a tensor's ``_version`` grows with every in-place update): stacking them on every call
-        cost 35% of the time of embedding one sentence."""
-        layers = (self.forward_layers[index], self.backward_layers[index])
-        key = tuple((id(p), p._version) for layer in layers for p in layer.parameters())
-        cached = self._stacked.get((index, self.compute_dtype))
-        if cached is None or cached[0] != key:
-            cached = (key, stack_directions(*layers, self.compute_dtype))
-            self._stacked[(index, self.compute_dtype)] = cached
-        return cached[1]
-
-    def _forward_inference(self, char_ids: torch.Tensor, mask: torch.Tensor, state: BiLMState | None,
-                           keep_boundaries: bool, tokens: torch.Tensor | None) -> BiLMOutput:
-        """The fast path of :meth:`forward`: the token encoder once per distinct word and never on
-        padding, both directions advanced together, no step computed for a finished sentence."""
-        batch = char_ids.shape[0]
-        ids, full_mask = add_boundaries(char_ids, mask)
-        if tokens is None:
-            tokens = encode_fast(self.token_encoder, ids, full_mask, self.compute_dtype)
-        if state is None:
-            state = self.zero_state(batch)
-        lengths = full_mask.sum(dim=1)
-        # Longest first, so that the rows still running at any step are a prefix of the batch.
-        order = torch.argsort(lengths, descending=True, stable=True)
-        restore = torch.argsort(order)
-        tokens, sorted_mask, lengths = tokens[order], full_mask[order], lengths[order]
-        c, h = state.c[:, :, order], state.h[:, :, order]
-
-        x = torch.stack([tokens, reverse_within_length(tokens, sorted_mask)])  # (2, batch, time+2, proj)
-        layers = [torch.cat([tokens, tokens], dim=-1)]
-        final_c, final_h = [], []
-        for index, (forward_layer, backward_layer) in enumerate(zip(self.forward_layers, self.backward_layers)):
-            out, c_l, h_l = bilstm_inference(forward_layer, backward_layer, x, lengths, c[:, index], h[:, index],
-                                             self.compute_dtype, self._stacked_weights(index))
-            if index > 0 and self.config.lstm.use_skip_connections:
-                out = out + x
-            layers.append(torch.cat([out[0], reverse_within_length(out[1], sorted_mask)], dim=-1))
-            final_c.append(c_l)
-            final_h.append(h_l)
-            x = out
-        stacked = torch.stack(layers, dim=1)[restore]  # (batch, L+1, time+2, 2*proj)
-        new_state = BiLMState(torch.stack(final_c, dim=1)[:, :, restore], torch.stack(final_h, dim=1)[:, :, restore])
         if keep_boundaries:
             return BiLMOutput(stacked, full_mask, new_state)
         stacked, out_mask = remove_boundaries(stacked, full_mask)

@@ -15,8 +15,9 @@ from torch import nn
 
 from elmo.bilm import BiLM
 from elmo.chars import batch_to_char_ids
+from elmo.runtime import Runtime
 from elmo.scalar_mix import ScalarMix
-from elmo.states import DEFAULT_STATE, StateKeeper
+from elmo.states import DEFAULT_STATE
 
 
 @dataclass
@@ -34,59 +35,100 @@ class Elmo(nn.Module):
 
     ``mode``, ``do_layer_norm``, ``dropout`` and ``l2_coef`` configure every mix (see
     :class:`~elmo.scalar_mix.ScalarMix`); ``state`` picks the LSTM state policy
-    (:mod:`elmo.states`). The biLM stays in eval mode and gets no gradients.
+    (:mod:`elmo.states`) and ``precision`` the matrix products' dtype. The biLM becomes part of
+    this module (``.to()`` moves it), stays in eval mode and gets no gradients; it runs through an
+    :class:`~elmo.runtime.Runtime`, rebuilt when the module moves to another device.
     """
 
     def __init__(self, bilm: BiLM | None = None, num_output_representations: int = 1, *, mode: str | int = "mix",
                  do_layer_norm: bool = False, dropout: float = 0.5, l2_coef: float = 0.0,
-                 state: str = DEFAULT_STATE):
+                 state: str = DEFAULT_STATE, precision: str = "float32"):
         super().__init__()
         if bilm is None:
-            from elmo.pretrained import load_pretrained
+            from elmo.pretrained import load_model
 
-            bilm = load_pretrained()
+            bilm = load_model()
         self.bilm = bilm
         for p in self.bilm.parameters():
             p.requires_grad_(False)
         self.bilm.eval()
-        n_layers = bilm.config.n_output_layers
-        self.mixes = nn.ModuleList(ScalarMix(n_layers, mode=mode, do_layer_norm=do_layer_norm,
-                                             dropout=dropout, l2_coef=l2_coef)
-                                   for _ in range(num_output_representations))
-        self.states = StateKeeper(bilm, state)
+        self._add_mixes(bilm.config.n_output_layers, num_output_representations, mode=mode,
+                        do_layer_norm=do_layer_norm, dropout=dropout, l2_coef=l2_coef)
+        self._runtime_options = {"state": state, "precision": precision}
+        self._runtime: Runtime | None = None
+        self.runtime  # a bad state or precision fails here, not at the first batch
 
     @classmethod
     def from_files(cls, options_file: str | os.PathLike, weights_file: str | os.PathLike, **kwargs) -> "Elmo":
         """Build from the original ``options.json`` + ``weights.hdf5``."""
-        from elmo.weights import load_bilm_tf
+        from elmo.pretrained import load_model
 
-        return cls(load_bilm_tf(options_file, weights_file), **kwargs)
+        return cls(load_model((options_file, weights_file)), **kwargs)
 
     @classmethod
     def from_pretrained(cls, name: str = "default", *, cache_dir: str | os.PathLike | None = None,
                         progress: bool = True, **kwargs) -> "Elmo":
-        """Build on a named model: ``"default"`` (packaged) or a published one, downloaded and cached
-        (``"small"``, ``"medium"``, ``"original"``, ``"original-5.5b"``)."""
-        from elmo.pretrained import load_pretrained
+        """Build on a model named as :func:`elmo.pretrained.load_model` takes it: ``"default"``
+        (packaged), a published one, downloaded and cached (``"small"``, ``"medium"``,
+        ``"original"``, ``"original-5.5b"``), an exported folder or a training run directory."""
+        from elmo.pretrained import load_model
 
-        return cls(load_pretrained(name, cache_dir=cache_dir, progress=progress), **kwargs)
+        return cls(load_model(name, cache_dir=cache_dir, progress=progress), **kwargs)
+
+    @classmethod
+    def for_cached_layers(cls, n_layers: int, output_dim: int, num_output_representations: int = 1,
+                          **mix_options) -> "Elmo":
+        """Mixes alone, for layers computed beforehand (a task's layer cache): the biLM ran once
+        per data set, so the task model holds only its mixes. :meth:`mix` works; :meth:`layers`
+        and :meth:`forward` need a biLM and refuse."""
+        elmo = cls.__new__(cls)
+        nn.Module.__init__(elmo)
+        elmo.bilm = None
+        elmo._runtime, elmo._runtime_options = None, {}
+        elmo._cached_layers = (n_layers, output_dim)
+        elmo._add_mixes(n_layers, num_output_representations, **mix_options)
+        return elmo
+
+    def _add_mixes(self, n_layers: int, count: int, *, mode: str | int = "mix", do_layer_norm: bool = False,
+                   dropout: float = 0.5, l2_coef: float = 0.0) -> None:
+        self.mixes = nn.ModuleList(ScalarMix(n_layers, mode=mode, do_layer_norm=do_layer_norm,
+                                             dropout=dropout, l2_coef=l2_coef) for _ in range(count))
 
     @property
     def output_dim(self) -> int:
-        return self.bilm.output_dim
+        return self.bilm.output_dim if self.bilm is not None else self._cached_layers[1]
 
     def train(self, mode: bool = True) -> "Elmo":
         super().train(mode)
-        self.bilm.eval()  # frozen: never apply the biLM's training dropout
+        if self.bilm is not None:
+            self.bilm.eval()  # frozen: never apply the biLM's training dropout
         return self
+
+    @property
+    def runtime(self) -> Runtime:
+        """The inference runtime over the biLM, on the biLM's current device."""
+        if self.bilm is None:
+            raise ValueError("this Elmo mixes precomputed layers (Elmo.for_cached_layers); it has no biLM to run")
+        device = next(self.bilm.parameters()).device
+        if self._runtime is None or self._runtime.device != device or self._runtime.model is not self.bilm:
+            self._runtime = Runtime(self.bilm, **self._runtime_options)
+        return self._runtime
+
+    @property
+    def state(self) -> str:
+        return self._runtime_options.get("state")
+
+    def reset_state(self) -> None:
+        """Forget the state carried between batches (stateful mode)."""
+        self.runtime.reset_state()
 
     def layers(self, char_ids: torch.Tensor, mask: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """The raw biLM layers ``(batch, L+1, time, dim)`` and mask ``(batch, time)``."""
         if mask is None:
             mask = (char_ids > 0).any(dim=-1)
-        with torch.no_grad():
-            out = self.bilm(char_ids, mask, self.states.initial(char_ids.shape[0]))
-        self.states.update(out.state)
+        runtime = self.runtime
+        out = runtime(char_ids, mask, runtime.states.initial(char_ids.shape[0]))
+        runtime.states.update(out.state)
         return out.layers, out.mask
 
     def mix(self, layers: torch.Tensor, mask: torch.Tensor) -> ElmoOutput:

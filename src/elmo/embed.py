@@ -15,15 +15,34 @@ import torch
 from tqdm import tqdm
 
 from elmo.bilm import BiLM
-from elmo.chars import BOS_TOKEN, EOS_TOKEN, batch_to_char_ids, tokenize
-from elmo.encoder import encode_words_fast
+from elmo.chars import tokenize
 from elmo.fileio import atomic_path, read_lines
-from elmo.states import DEFAULT_STATE, StateKeeper
+from elmo.runtime import PRECISIONS, Runtime
+from elmo.states import DEFAULT_STATE
 
 Layers = str | Sequence[int]
 
-# Precision of the matrix products on the fast path; states and nonlinearities stay float32.
-PRECISIONS = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+def as_tokens(sentence: str | Sequence[str], where: str = "sentence") -> list[str]:
+    """One sentence as a token list: a string is split on whitespace, a sequence of strings is
+    taken as its tokens. Anything else is an error naming ``where``."""
+    if isinstance(sentence, str):
+        return tokenize(sentence)
+    if isinstance(sentence, Sequence) and all(isinstance(t, str) for t in sentence):
+        return list(sentence)
+    raise TypeError(f"{where}: expected a string or a list of token strings, got {type(sentence).__name__} "
+                    f"{str(sentence)[:60]!r}")
+
+
+def as_sentences(sentences: str | Sequence[str | Sequence[str]]) -> list[list[str]]:
+    """Sentences as token lists. A single string is one sentence (never one per character), and a
+    flat list of token strings whose items contain no whitespace is *not* guessed at: a list of
+    strings is always a list of sentences, each split on whitespace."""
+    if isinstance(sentences, str):
+        return [tokenize(sentences)]
+    if not isinstance(sentences, Sequence) and not hasattr(sentences, "__iter__"):
+        raise TypeError(f"sentences: expected a list of sentences, got {type(sentences).__name__}")
+    return [as_tokens(s, f"sentences[{i}]") for i, s in enumerate(sentences)]
 
 
 def select_layers(layers: np.ndarray, which: Layers) -> np.ndarray:
@@ -53,112 +72,68 @@ class Embedder:
     ``state`` is the LSTM state policy (see :mod:`elmo.states`): ``"warm"`` (default) and
     ``"reset"`` make every sentence's vectors independent of batching and of earlier calls;
     ``"stateful"`` reproduces the original, carrying state by row across batches *and calls*.
-    Without ``model``, the packaged default model is used (see :mod:`elmo.pretrained`).
+    Without ``model``, the packaged default model is used (see :mod:`elmo.pretrained`). The model
+    is never changed: it runs through an :class:`~elmo.runtime.Runtime` (copied if it lives on
+    another device than ``device``).
     """
 
     def __init__(self, model: BiLM | None = None, *, state: str = DEFAULT_STATE, device: str | torch.device | None = None,
                  batch_size: int = 64, max_tokens: int = 4096, precision: str = "float32",
                  vocab_cache: str | os.PathLike | None = None, token_memo: int = 100_000):
-        if precision not in PRECISIONS:
-            raise ValueError(f"precision: expected one of {sorted(PRECISIONS)}, got {precision!r}")
+        if batch_size < 1:
+            raise ValueError(f"batch_size: must be at least 1, got {batch_size}")
+        if max_tokens < 1:
+            raise ValueError(f"max_tokens: must be at least 1, got {max_tokens}")
         if model is None:
-            from elmo.pretrained import load_pretrained
+            from elmo.pretrained import load_model
 
-            model = load_pretrained()
-        self.device = torch.device(device) if device is not None else next(model.parameters()).device
-        self.model = model.to(self.device).eval()
-        self.model.compute_dtype = PRECISIONS[precision]
-        self.states = StateKeeper(self.model, state)
+            model = load_model()
+        self.runtime = Runtime(model, device=device, precision=precision, state=state, vocab_cache=vocab_cache,
+                               token_memo=token_memo)
         self.batch_size = batch_size
         self.max_tokens = max_tokens
-        self.cache: dict[str, torch.Tensor] = {}
-        # Token vectors never depend on context: a word seen in an earlier batch is looked up,
-        # not encoded again. Bounded, and dropped whenever the encoder's weights change.
-        self.token_memo_size = token_memo
-        self._memo: dict[str, torch.Tensor] = {}
-        self._memo_key: tuple | None = None
-        if vocab_cache is not None:
-            from elmo.vocab_cache import load_vocab_cache
-
-            self.cache = {w: v.to(self.device) for w, v in load_vocab_cache(vocab_cache, self.model).items()}
 
     @classmethod
     def from_files(cls, options_file: str | os.PathLike, weights_file: str | os.PathLike, **kwargs) -> "Embedder":
         """Load the original ``options.json`` + ``weights.hdf5``."""
-        from elmo.weights import load_bilm_tf
+        from elmo.pretrained import load_model
 
-        return cls(load_bilm_tf(options_file, weights_file), **kwargs)
+        return cls(load_model((options_file, weights_file)), **kwargs)
 
     @classmethod
     def from_pretrained(cls, name: str = "default", *, cache_dir: str | os.PathLike | None = None,
                         progress: bool = True, **kwargs) -> "Embedder":
-        """Load a named model: ``"default"`` (packaged) or a published one, downloaded and cached
-        (``"small"``, ``"medium"``, ``"original"``, ``"original-5.5b"``)."""
-        from elmo.pretrained import load_pretrained
+        """Load a model by name or path (see :func:`elmo.pretrained.load_model`): ``"default"``
+        (packaged), a published one, downloaded and cached (``"small"``, ``"medium"``,
+        ``"original"``, ``"original-5.5b"``), an exported folder or a training run directory."""
+        from elmo.pretrained import load_model
 
-        return cls(load_pretrained(name, cache_dir=cache_dir, progress=progress), **kwargs)
+        return cls(load_model(name, cache_dir=cache_dir, progress=progress), **kwargs)
+
+    @property
+    def model(self) -> BiLM:
+        """The biLM the runtime runs (the caller's own model, or its copy on ``device``)."""
+        return self.runtime.model
+
+    @property
+    def device(self) -> torch.device:
+        return self.runtime.device
 
     @property
     def state(self) -> str:
-        return self.states.mode
+        return self.runtime.state
 
     def reset_state(self) -> None:
         """Forget the state carried between calls in stateful mode."""
-        self.states.reset()
+        self.runtime.reset_state()
 
     @torch.inference_mode()
     def embed_batch(self, batch: Sequence[Sequence[str]]) -> list[np.ndarray]:
         """One batch through the biLM: a ``(L+1, n_tokens, dim)`` float32 array per sentence."""
-        rows = list(batch)
-        ids, mask = batch_to_char_ids(rows)
-        ids, mask = ids.to(self.device), mask.to(self.device)
-        use_lookup = self.model.fast and (self.cache or self.token_memo_size > 0)
-        tokens = self._token_vectors(rows, ids, mask) if use_lookup else None
-        out = self.model(ids, mask, self.states.initial(len(rows)), tokens=tokens)
-        self.states.update(out.state)
+        rows = [as_tokens(s, "batch") for s in batch]
+        out = self.runtime.run_batch(rows)
         layers = out.layers.float().cpu().numpy()
-        return [layers[i, :, :len(sentence)] for i, sentence in enumerate(batch)]
-
-    def _memo_for_current_weights(self) -> dict[str, torch.Tensor]:
-        # A tensor's _version grows with every in-place change (optimizer steps, load_state_dict).
-        key = (self.model.compute_dtype,) + tuple((id(p), p._version) for p in self.model.token_encoder.parameters())
-        if key != self._memo_key or len(self._memo) > self.token_memo_size:
-            self._memo, self._memo_key = {}, key
-        return self._memo
-
-    def _token_vectors(self, rows: list[list[str]], ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        """Token vectors ``(batch, time+2, dim)`` with boundaries: words in the vocabulary cache
-        or the memo are looked up, the others encoded once each (and remembered)."""
-        memo = self._memo_for_current_weights() if self.token_memo_size > 0 else {}
-        found, missing = {}, {}
-        for sentence in rows:
-            for word in (BOS_TOKEN, *sentence, EOS_TOKEN):
-                if word in found or word in missing:
-                    continue
-                vector = self.cache.get(word)
-                if vector is None:
-                    vector = memo.get(word)
-                if vector is None:
-                    missing[word] = len(missing)
-                else:
-                    found[word] = vector
-        if missing:
-            words = list(missing)
-            word_ids, _ = batch_to_char_ids([[w] for w in words])
-            vectors = encode_words_fast(self.model.token_encoder, word_ids[:, 0].to(self.device), self.model.compute_dtype)
-            for word, vector in zip(words, vectors):
-                found[word] = vector
-                if self.token_memo_size > 0:
-                    memo[word] = vector
-        table = torch.stack(list(found.values()))  # (n_words, dim)
-        index = {word: i for i, word in enumerate(found)}
-        positions = torch.zeros(ids.shape[0], ids.shape[1] + 2, dtype=torch.long)
-        keep = torch.zeros(ids.shape[0], ids.shape[1] + 2, 1)
-        for i, sentence in enumerate(rows):
-            row = [index[BOS_TOKEN], *(index[w] for w in sentence), index[EOS_TOKEN]]
-            positions[i, :len(row)] = torch.tensor(row)
-            keep[i, :len(row)] = 1.0
-        return table[positions.to(self.device)] * keep.to(self.device)
+        return [layers[i, :, :len(sentence)] for i, sentence in enumerate(rows)]
 
     def _batches(self, sentences: list[list[str]], batch_size: int) -> Iterable[list[int]]:
         """Batches of sentence indices. Stateful mode: consecutive runs of ``batch_size`` in input
@@ -166,7 +141,7 @@ class Embedder:
         batch at most ``batch_size`` sentences and ``max_tokens`` padded tokens, so similar
         lengths share a batch and little work goes to padding."""
         order = list(range(len(sentences)))
-        if self.states.mode == "stateful":
+        if self.state == "stateful":
             for start in range(0, len(order), batch_size):
                 yield order[start:start + batch_size]
             return
@@ -181,15 +156,23 @@ class Embedder:
         if batch:
             yield batch
 
-    def embed_sentences(self, sentences: Sequence[str | Sequence[str]], layers: Layers = "all",
+    def embed_sentence(self, sentence: str | Sequence[str], layers: Layers = "all") -> np.ndarray:
+        """Embed one sentence (a string split on whitespace, or a token list): one float32 array
+        shaped as :func:`select_layers` says."""
+        return self.embed_sentences([as_tokens(sentence)], layers=layers)[0]
+
+    def embed_sentences(self, sentences: str | Sequence[str | Sequence[str]], layers: Layers = "all",
                         batch_size: int | None = None, progress: bool = False) -> list[np.ndarray]:
-        """Embed sentences (strings are split on whitespace, or pass token lists).
+        """Embed sentences: each a string (split on whitespace) or a token list. A single string
+        is one sentence.
 
         Returns float32 arrays in input order, shaped as :func:`select_layers` says. In stateful
         mode, batches are consecutive runs of ``batch_size`` sentences in input order.
         """
         batch_size = batch_size or self.batch_size
-        tokenized = [tokenize(s) if isinstance(s, str) else list(s) for s in sentences]
+        if batch_size < 1:
+            raise ValueError(f"batch_size: must be at least 1, got {batch_size}")
+        tokenized = as_sentences(sentences)
         results: list[np.ndarray | None] = [None] * len(tokenized)
         with tqdm(total=len(tokenized), unit="sent", disable=not progress) as bar:
             for indices in self._batches(tokenized, batch_size):
@@ -200,24 +183,26 @@ class Embedder:
 
     def embed_file(self, input_path: str | os.PathLike, output_path: str | os.PathLike,
                    layers: Layers = "all", batch_size: int | None = None, progress: bool | None = None,
-                   chunk_sentences: int = 4096) -> int:
-        """Embed a text file (one sentence per line, plain or ``.gz``) into HDF5, in the layout of
-        the old ``allennlp elmo`` command: one float32 dataset per line index (``"0"``, ``"1"``,
-        ...) and a ``sentence_to_index`` dataset holding a JSON object from line text to index.
+                   chunk_sentences: int = 4096, overwrite: bool = False) -> int:
+        """Embed a text file (one sentence per line, plain or ``.gz``; ``"-"`` is standard input)
+        into HDF5, in the layout of the old ``allennlp elmo`` command: one float32 dataset per line
+        index (``"0"``, ``"1"``, ...) and a ``sentence_to_index`` dataset holding a JSON object from
+        line text to index.
 
-        Streams the input in chunks, so memory stays bounded on long files. The output appears
-        only once complete. A line that is not UTF-8 raises ValueError with its line number.
-        Returns the number of lines embedded.
+        The input is read once, as a stream (pipes and ``/dev/stdin`` work), in chunks, so memory
+        stays bounded on long files. The output appears only once complete; it may not be the
+        input, and an existing output is replaced only with ``overwrite``. A line that is not
+        UTF-8 raises ValueError with its line number. Returns the number of lines embedded.
         """
         batch_size = batch_size or self.batch_size
+        check_output(input_path, output_path, overwrite)
         # Whole batches per chunk, so stateful mode still sees consecutive batches of batch_size.
         chunk = max(1, chunk_sentences // batch_size) * batch_size
-        n_lines = sum(1 for _ in read_lines(input_path))
         sentence_to_index: dict[str, str] = {}
         # tqdm's disable=None means "show only on a terminal".
         disable = None if progress is None else not progress
         with atomic_path(output_path) as tmp, h5py.File(tmp, "w") as fout, \
-                tqdm(total=n_lines, unit="sent", disable=disable) as bar:
+                tqdm(unit="sent", disable=disable) as bar:
             lines = read_lines(input_path)
             index = 0
             while True:
@@ -233,3 +218,19 @@ class Embedder:
             dataset = fout.create_dataset("sentence_to_index", (1,), dtype=h5py.string_dtype())
             dataset[0] = json.dumps(sentence_to_index)
         return index
+
+
+def check_output(input_path: str | os.PathLike, output_path: str | os.PathLike, overwrite: bool) -> None:
+    """Refuse an output that is the input (it would be destroyed before being read) and, unless
+    ``overwrite``, one that already exists."""
+    output = os.fspath(output_path)
+    if output == "-":
+        raise ValueError("output: '-' (standard output) is for printed vectors; HDF5 needs a file name")
+    source = os.fspath(input_path)
+    same = os.path.realpath(source) == os.path.realpath(output)
+    if not same and source != "-" and os.path.exists(source) and os.path.exists(output):
+        same = os.path.samefile(source, output)
+    if same:
+        raise ValueError(f"{output}: the output file is the input file; choose another output")
+    if os.path.exists(output) and not overwrite:
+        raise FileExistsError(f"{output}: already exists; pass --force (overwrite=True) to replace it")

@@ -96,14 +96,39 @@ def model_files(name: str = DEFAULT_MODEL, *, cache_dir: str | os.PathLike | Non
     return options, weights
 
 
-def load_pretrained(name: str = DEFAULT_MODEL, *, cache_dir: str | os.PathLike | None = None,
-                    progress: bool = True) -> BiLM:
-    """The named biLM (see :func:`model_names`), in eval mode."""
+ModelSource = str | os.PathLike | tuple[str | os.PathLike, str | os.PathLike] | None
+
+
+def load_model(source: ModelSource = None, *, cache_dir: str | os.PathLike | None = None,
+               progress: bool = True) -> BiLM:
+    """The one place that turns "which model" into a biLM, for every entry point.
+
+    ``source`` is ``None`` or ``"default"`` (the packaged model), a published name
+    (:func:`model_names`), an ``(options.json, weights.hdf5)`` pair, a folder holding
+    ``options.json`` + ``weights.hdf5`` (``elmo export`` writes one), or a training run directory
+    or checkpoint file (``elmo train`` writes those). Returns the biLM in eval mode, float32.
+    """
     from elmo.weights import load_bilm_tf
 
-    options, weights = model_files(name, cache_dir=cache_dir, progress=progress)
-    return load_bilm_tf(options, weights).eval()
+    if isinstance(source, tuple):
+        options, weights = source
+        return load_bilm_tf(options, weights).eval()
+    name = DEFAULT_MODEL if source is None else os.fspath(source)
+    if name in model_names():
+        options, weights = model_files(name, cache_dir=cache_dir, progress=progress)
+        return load_bilm_tf(options, weights).eval()
+    path = Path(name)
+    if path.is_dir() and (path / "options.json").is_file() and (path / "weights.hdf5").is_file():
+        return load_bilm_tf(path / "options.json", path / "weights.hdf5").eval()
+    if (path.is_dir() and (path / "checkpoints").is_dir()) or (path.is_file() and path.suffix == ".pt"):
+        from elmo.lm import load_language_model
+
+        return load_language_model(path)[0].bilm.eval()
+    if path.exists():
+        raise ValueError(f"{name}: not a model: expected a folder with options.json and weights.hdf5, a training "
+                         f"run directory (with checkpoints/) or a checkpoint .pt file")
+    raise ValueError(f"model: {name!r} is neither a model name ({', '.join(model_names())}) nor an existing path")
 
 
-__all__ = ["DEFAULT_MODEL", "PUBLISHED", "PublishedModel", "load_pretrained", "model_files", "model_names",
-           "packaged_model_dir"]
+__all__ = ["DEFAULT_MODEL", "PUBLISHED", "ModelSource", "PublishedModel", "load_model", "model_files",
+           "model_names", "packaged_model_dir"]

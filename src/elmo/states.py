@@ -16,11 +16,15 @@ whatever was embedded before it in the same row. Three policies:
 from __future__ import annotations
 
 from importlib import resources
+from typing import TYPE_CHECKING
 
 import torch
 
 from elmo.bilm import BiLM, BiLMState
 from elmo.chars import batch_to_char_ids, tokenize
+
+if TYPE_CHECKING:  # the runtime builds on this module
+    from elmo.runtime import Runtime
 
 STATE_MODES = ("warm", "reset", "stateful")
 DEFAULT_STATE = "warm"
@@ -33,16 +37,21 @@ def warmup_sentences() -> list[list[str]]:
 
 
 @torch.inference_mode()
-def compute_warm_state(model: BiLM, sentences: list[list[str]] | None = None) -> BiLMState:
+def compute_warm_state(model: "BiLM | Runtime", sentences: list[list[str]] | None = None) -> BiLMState:
     """Read ``sentences`` (default: the warm-up text) as one running stream, starting from zero,
-    and average the state reached after each sentence. Returns a one-row state."""
+    and average the state reached after each sentence. Returns a one-row state.
+
+    ``model`` is a runtime (its device and precision are used) or a biLM (run in float32)."""
+    if isinstance(model, BiLM):
+        from elmo.runtime import Runtime
+
+        model = Runtime(model, state="reset")
     sentences = sentences if sentences is not None else warmup_sentences()
-    device = next(model.parameters()).device
     state = model.zero_state(1)
     total_c, total_h = torch.zeros_like(state.c), torch.zeros_like(state.h)
     for sentence in sentences:
         ids, mask = batch_to_char_ids([sentence])
-        state = model(ids.to(device), mask.to(device), state).state
+        state = model(ids, mask, state).state
         total_c += state.c
         total_h += state.h
     return BiLMState(total_c / len(sentences), total_h / len(sentences))
@@ -52,7 +61,7 @@ class StateKeeper:
     """Hands out the initial state for each batch under one of :data:`STATE_MODES` and, in
     stateful mode, remembers each row's final state."""
 
-    def __init__(self, model: BiLM, mode: str = DEFAULT_STATE):
+    def __init__(self, model: "BiLM | Runtime", mode: str = DEFAULT_STATE):
         if mode not in STATE_MODES:
             raise ValueError(f"state: expected one of {STATE_MODES}, got {mode!r}")
         self.model, self.mode = model, mode

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from elmo.cli.common import add_model_arguments, load_model
+from elmo.cli.common import add_model_arguments, model_from_args
 from elmo.fileio import read_lines
 from elmo.vocab_cache import save_vocab_cache
 
@@ -19,7 +19,7 @@ def add_parser(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    model = load_model(args)
+    model = model_from_args(args)
     words = [line.strip() for line in read_lines(args.words)]
     n = save_vocab_cache(model, words, args.output)
     print(f"wrote {n} token vectors to {args.output}", file=sys.stderr)

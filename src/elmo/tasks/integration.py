@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from elmo.elmo import Elmo
 from elmo.scalar_mix import ScalarMix
 
 PLACEMENTS = ("input", "output", "both")
@@ -47,7 +48,8 @@ class ElmoOptions:
 
 
 class TaskElmo(nn.Module):
-    """The task's scalar mixes over cached biLM layers, one per place ELMo is used.
+    """Where a task model puts ELMo: an :class:`~elmo.elmo.Elmo` over cached biLM layers
+    (:meth:`Elmo.for_cached_layers`) with one mix for the input and/or one for the output.
 
     ``n_layers``/``dim``: the biLM's ``L+1`` layers of ``dim`` each. With ELMo disabled it
     contributes nothing (``input_dim == output_dim == 0``) and returns ``None``.
@@ -57,20 +59,31 @@ class TaskElmo(nn.Module):
         super().__init__()
         self.options = options
         self.dim = dim
-        make = lambda: ScalarMix(n_layers, mode=options.layers, do_layer_norm=options.layer_norm,  # noqa: E731
-                                 dropout=options.dropout, l2_coef=options.l2)
-        use_input = options.enabled and options.placement in ("input", "both")
-        use_output = options.enabled and options.placement in ("output", "both")
-        self.input_mix = make() if use_input else None
-        self.output_mix = make() if use_output else None
+        self.places = [place for place, placements in (("input", ("input", "both")), ("output", ("output", "both")))
+                       if options.enabled and options.placement in placements]
+        self.elmo = (Elmo.for_cached_layers(n_layers, dim, len(self.places), mode=options.layers,
+                                            do_layer_norm=options.layer_norm, dropout=options.dropout,
+                                            l2_coef=options.l2)
+                     if self.places else None)
+
+    def _mix_for(self, place: str) -> ScalarMix | None:
+        return self.elmo.mixes[self.places.index(place)] if place in self.places else None
+
+    @property
+    def input_mix(self) -> ScalarMix | None:
+        return self._mix_for("input")
+
+    @property
+    def output_mix(self) -> ScalarMix | None:
+        return self._mix_for("output")
 
     @property
     def input_dim(self) -> int:
-        return self.dim if self.input_mix is not None else 0
+        return self.dim if "input" in self.places else 0
 
     @property
     def output_dim(self) -> int:
-        return self.dim if self.output_mix is not None else 0
+        return self.dim if "output" in self.places else 0
 
     def for_input(self, layers: torch.Tensor | None, mask: torch.Tensor) -> torch.Tensor | None:
         """``(batch, time, dim)`` ELMo vectors for the model's input, or None."""
@@ -90,15 +103,13 @@ class TaskElmo(nn.Module):
 
     def l2_penalty(self) -> torch.Tensor:
         """The mixes' L2 penalties (lambda * sum s^2), to add to the task loss."""
-        mixes = [m for m in (self.input_mix, self.output_mix) if m is not None]
-        if not mixes:
+        if self.elmo is None:
             return torch.zeros(())
-        return torch.stack([m.l2_penalty() for m in mixes]).sum()
+        return self.elmo.l2_penalty()
 
     def layer_weights(self) -> dict[str, list[float]]:
         """The softmax-normalised layer weights of each mix (for the paper's Figure 2)."""
-        return {name: mix.layer_weights().tolist() for name, mix in
-                (("input", self.input_mix), ("output", self.output_mix)) if mix is not None}
+        return {place: self._mix_for(place).layer_weights().tolist() for place in self.places}
 
 
 def concat(*parts: torch.Tensor | None) -> torch.Tensor:

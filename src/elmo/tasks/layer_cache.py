@@ -91,7 +91,7 @@ def load_or_compute(embedder: Embedder, sentences: Sequence[Sequence[str]], cach
     layers = np.zeros((offsets[-1], n_layers, dim), dtype=dtype)
     for array, start in zip(arrays, offsets[:-1]):
         layers[start:start + array.shape[1]] = array.transpose(1, 0, 2)
-    with atomic_path(path) as tmp, h5py.File(tmp, "w") as f:
+    with atomic_path(path, make_parents=True) as tmp, h5py.File(tmp, "w") as f:
         f.attrs["format"] = FORMAT
         f.attrs["state"] = embedder.state
         f.create_dataset("layers", data=layers)

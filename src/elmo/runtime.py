@@ -1,0 +1,218 @@
+"""The inference runtime: one object that runs a biLM fast for inference, created once per model.
+
+:class:`~elmo.bilm.BiLM` is the specification (the per-timestep reference) and the training path.
+:class:`Runtime` holds everything that only inference needs, so that no caller reaches into the
+model: the device and the precision of the matrix products, both directions' weights stacked for
+batched products, the token memo and the vocabulary cache, and the LSTM state policy. It never
+changes the model it is given: a model on another device is copied, and nothing is set on it.
+:class:`~elmo.embed.Embedder`, :class:`~elmo.elmo.Elmo` and the task layer cache all run through it.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+from collections.abc import Sequence
+
+import torch
+
+from elmo.bilm import BiLM, BiLMOutput, BiLMState, add_boundaries, remove_boundaries, reverse_within_length
+from elmo.chars import BOS_TOKEN, EOS_TOKEN, batch_to_char_ids
+from elmo.encoder import encode_fast, encode_words_fast
+from elmo.lstm import StackedWeights, bilstm_inference, stack_directions
+from elmo.states import DEFAULT_STATE, StateKeeper
+
+# Precision of the matrix products on the fast path; states and nonlinearities stay float32.
+PRECISIONS = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def resolve_device(device: str | torch.device | None, default: torch.device) -> torch.device:
+    """``device`` as a torch.device, with a clear error for a name torch does not know or a GPU
+    that is not there (instead of a traceback from deep inside the first batch)."""
+    if device is None:
+        return default
+    try:
+        resolved = torch.device(device)
+    except (RuntimeError, TypeError):
+        raise ValueError(f"device: {device!r} is not a device name (expected cpu, cuda or cuda:N)") from None
+    if resolved.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ValueError(f"device: {device!r} was asked for, but CUDA is not available on this machine")
+        if resolved.index is not None and resolved.index >= torch.cuda.device_count():
+            raise ValueError(f"device: {device!r}: this machine has {torch.cuda.device_count()} GPU(s)")
+    elif resolved.type != "cpu":
+        raise ValueError(f"device: {device!r} is not supported (expected cpu, cuda or cuda:N)")
+    return resolved
+
+
+class Runtime:
+    """Fast, exact inference over one biLM.
+
+    ``precision`` is the dtype of the matrix products (``"float32"``, ``"bfloat16"``,
+    ``"float16"``); ``state`` the LSTM state policy (:mod:`elmo.states`); ``vocab_cache`` a file
+    from ``elmo cache-vocab``; ``token_memo`` how many token vectors to remember between batches.
+    A model whose ``fast`` flag is off runs its reference path instead (the specification).
+    """
+
+    def __init__(self, model: BiLM, *, device: str | torch.device | None = None, precision: str = "float32",
+                 state: str = DEFAULT_STATE, vocab_cache: str | os.PathLike | None = None,
+                 token_memo: int = 100_000):
+        if precision not in PRECISIONS:
+            raise ValueError(f"precision: expected one of {sorted(PRECISIONS)}, got {precision!r}")
+        if token_memo < 0:
+            raise ValueError(f"token_memo: must not be negative, got {token_memo}")
+        current = next(model.parameters()).device
+        self.device = resolve_device(device, current)
+        # The caller's model stays where it is: a model on another device is copied, not moved.
+        self.model = model if self.device == current else copy.deepcopy(model).to(self.device)
+        self.dtype = PRECISIONS[precision]
+        self.precision = precision
+        self._stacked: dict[int, tuple[tuple, StackedWeights]] = {}
+        # Token vectors never depend on context: a word seen in an earlier batch is looked up,
+        # not encoded again. Bounded, and dropped whenever the encoder's weights change.
+        self.token_memo_size = token_memo
+        self._memo: dict[str, torch.Tensor] = {}
+        self._memo_key: tuple | None = None
+        self.cache: dict[str, torch.Tensor] = {}
+        if vocab_cache is not None:
+            from elmo.vocab_cache import load_vocab_cache
+
+            self.cache = {w: v.to(self.device) for w, v in load_vocab_cache(vocab_cache, self.model).items()}
+        self.states = StateKeeper(self, state)
+
+    @property
+    def config(self):
+        return self.model.config
+
+    @property
+    def state(self) -> str:
+        return self.states.mode
+
+    def zero_state(self, batch: int) -> BiLMState:
+        return self.model.zero_state(batch)
+
+    # ------------------------------------------------------------------------------ running
+    @torch.no_grad()  # not inference_mode: Elmo's mixes take these layers into autograd
+    def forward(self, char_ids: torch.Tensor, mask: torch.Tensor, state: BiLMState | None = None,
+                keep_boundaries: bool = False, words: Sequence[Sequence[str]] | None = None) -> BiLMOutput:
+        """The biLM's layers for ``char_ids`` ``(batch, time, 50)`` and ``mask`` ``(batch, time)``
+        from ``state`` (None: zeros), exactly as :meth:`BiLM.forward` computes them (to float
+        rounding in float32). ``words``, the token lists behind ``char_ids``, lets the token memo and
+        the vocabulary cache stand in for the character CNN."""
+        char_ids, mask = char_ids.to(self.device), mask.to(self.device)
+        if state is not None:
+            state = BiLMState(state.c.to(self.device), state.h.to(self.device))
+        if not self.model.fast:
+            return self.model(char_ids, mask, state, keep_boundaries=keep_boundaries)
+        tokens = None
+        if words is not None and (self.cache or self.token_memo_size > 0):
+            tokens = self._token_vectors(list(words), char_ids)
+        return self._forward_fast(char_ids, mask, state, keep_boundaries, tokens)
+
+    __call__ = forward
+
+    def run_batch(self, rows: Sequence[Sequence[str]]) -> BiLMOutput:
+        """One batch of token lists through the biLM under the state policy (the policy's
+        initial state in, its carried state updated)."""
+        rows = [list(r) for r in rows]
+        ids, mask = batch_to_char_ids(rows)
+        out = self.forward(ids, mask, self.states.initial(len(rows)), words=rows)
+        self.states.update(out.state)
+        return out
+
+    def reset_state(self) -> None:
+        """Forget the state carried between calls (stateful mode) and the cached warm state."""
+        self.states.reset()
+
+    # ---------------------------------------------------------------------------- internals
+    def _stacked_weights(self, index: int) -> StackedWeights:
+        """Layer ``index``'s weights in the batched layout, rebuilt only when a parameter changed
+        (a tensor's ``_version`` grows with every in-place update): stacking them on every call
+        cost 35% of the time of embedding one sentence."""
+        layers = (self.model.forward_layers[index], self.model.backward_layers[index])
+        key = tuple((id(p), p._version) for layer in layers for p in layer.parameters())
+        cached = self._stacked.get(index)
+        if cached is None or cached[0] != key:
+            cached = (key, stack_directions(*layers, self.dtype))
+            self._stacked[index] = cached
+        return cached[1]
+
+    def _memo_for_current_weights(self) -> dict[str, torch.Tensor]:
+        key = tuple((id(p), p._version) for p in self.model.token_encoder.parameters())
+        if key != self._memo_key or len(self._memo) > self.token_memo_size:
+            self._memo, self._memo_key = {}, key
+        return self._memo
+
+    def _token_vectors(self, rows: list[list[str]], ids: torch.Tensor) -> torch.Tensor:
+        """Token vectors ``(batch, time+2, dim)`` with boundaries: words in the vocabulary cache
+        or the memo are looked up, the others encoded once each (and remembered)."""
+        memo = self._memo_for_current_weights() if self.token_memo_size > 0 else {}
+        found, missing = {}, {}
+        for sentence in rows:
+            for word in (BOS_TOKEN, *sentence, EOS_TOKEN):
+                if word in found or word in missing:
+                    continue
+                vector = self.cache.get(word)
+                if vector is None:
+                    vector = memo.get(word)
+                if vector is None:
+                    missing[word] = len(missing)
+                else:
+                    found[word] = vector
+        if missing:
+            words = list(missing)
+            word_ids, _ = batch_to_char_ids([[w] for w in words])
+            vectors = encode_words_fast(self.model.token_encoder, word_ids[:, 0].to(self.device), self.dtype)
+            for word, vector in zip(words, vectors):
+                found[word] = vector
+                if self.token_memo_size > 0:
+                    memo[word] = vector
+        table = torch.stack(list(found.values()))  # (n_words, dim)
+        index = {word: i for i, word in enumerate(found)}
+        positions = torch.zeros(ids.shape[0], ids.shape[1] + 2, dtype=torch.long)
+        keep = torch.zeros(ids.shape[0], ids.shape[1] + 2, 1)
+        for i, sentence in enumerate(rows):
+            row = [index[BOS_TOKEN], *(index[w] for w in sentence), index[EOS_TOKEN]]
+            positions[i, :len(row)] = torch.tensor(row)
+            keep[i, :len(row)] = 1.0
+        return table[positions.to(self.device)] * keep.to(self.device)
+
+    def _forward_fast(self, char_ids: torch.Tensor, mask: torch.Tensor, state: BiLMState | None,
+                      keep_boundaries: bool, tokens: torch.Tensor | None) -> BiLMOutput:
+        """The token encoder once per distinct word and never on padding, both directions
+        advanced together, no step computed for a finished sentence."""
+        model = self.model
+        batch = char_ids.shape[0]
+        ids, full_mask = add_boundaries(char_ids, mask)
+        if tokens is None:
+            tokens = encode_fast(model.token_encoder, ids, full_mask, self.dtype)
+        if state is None:
+            state = model.zero_state(batch)
+        lengths = full_mask.sum(dim=1)
+        # Longest first, so that the rows still running at any step are a prefix of the batch.
+        order = torch.argsort(lengths, descending=True, stable=True)
+        restore = torch.argsort(order)
+        tokens, sorted_mask, lengths = tokens[order], full_mask[order], lengths[order]
+        c, h = state.c[:, :, order], state.h[:, :, order]
+
+        x = torch.stack([tokens, reverse_within_length(tokens, sorted_mask)])  # (2, batch, time+2, proj)
+        layers = [torch.cat([tokens, tokens], dim=-1)]
+        final_c, final_h = [], []
+        for index, (forward_layer, backward_layer) in enumerate(zip(model.forward_layers, model.backward_layers)):
+            out, c_l, h_l = bilstm_inference(forward_layer, backward_layer, x, lengths, c[:, index], h[:, index],
+                                             self.dtype, self._stacked_weights(index))
+            if index > 0 and model.config.lstm.use_skip_connections:
+                out = out + x
+            layers.append(torch.cat([out[0], reverse_within_length(out[1], sorted_mask)], dim=-1))
+            final_c.append(c_l)
+            final_h.append(h_l)
+            x = out
+        stacked = torch.stack(layers, dim=1)[restore]  # (batch, L+1, time+2, 2*proj)
+        new_state = BiLMState(torch.stack(final_c, dim=1)[:, :, restore], torch.stack(final_h, dim=1)[:, :, restore])
+        if keep_boundaries:
+            return BiLMOutput(stacked, full_mask, new_state)
+        stacked, out_mask = remove_boundaries(stacked, full_mask)
+        return BiLMOutput(stacked, out_mask, new_state)
+
+
+__all__ = ["PRECISIONS", "Runtime", "resolve_device"]
