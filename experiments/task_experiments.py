@@ -157,7 +157,7 @@ def write_markdown(args, path: str, title: str, command: str, lines: list[str]) 
              else f"one seed ({args.seeds[0]})")
     text = (f"# {title}\n\nProduced by `{command}`.\nScores are percentages, {seeds}.\n\n"
             + "\n".join(lines) + "\n\n" + cost + "\n")
-    atomic_write_text(path, text)
+    atomic_write_text(path, text, make_parents=True)
     print(text)
 
 
@@ -209,7 +209,7 @@ def snli_transfer(args) -> list[str]:
                     started = time.time()
                     result = evaluate_task(folder, args.snli, split, kind="snli", progress=not args.quiet)
                     result["seconds"] = round(time.time() - started, 1)
-                    atomic_write_text(path, json.dumps(result, indent=1) + "\n")
+                    atomic_write_text(path, json.dumps(result, indent=1) + "\n", make_parents=True)
                 with open(path, encoding="utf-8") as f:
                     result = json.load(f)
                 args.trained.append(result["seconds"])
@@ -262,7 +262,7 @@ def write_task_text(config_path: str, split: str, output: str) -> None:
     examples = load_splits(load_task_config(config_path)).get(split)
     if examples is None:
         raise SystemExit(f"{config_path}: has no {split} split")
-    atomic_write_text(output, "".join(" ".join(s) + "\n" for s in sentences_of(examples)))
+    atomic_write_text(output, "".join(" ".join(s) + "\n" for s in sentences_of(examples)), make_parents=True)
     print(f"wrote {len(examples)} {split} examples of {config_path} to {output}")
 
 

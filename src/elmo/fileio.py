@@ -1,25 +1,64 @@
-"""Small file helpers: atomic writes and transparent gzip reading."""
+"""Small file helpers: atomic writes, transparent gzip reading and standard input."""
 
 from __future__ import annotations
 
 import contextlib
 import gzip
 import os
+import re
+import sys
 import tempfile
 from collections.abc import Iterator
 from typing import IO
 
+STDIN = "-"
+
+
+def _process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process: alive
+        return True
+    return True
+
+
+def remove_stale_temporaries(path: str | os.PathLike) -> list[str]:
+    """Delete the temporary files that :func:`atomic_path` left beside ``path`` in a process that
+    has since died (killed mid-write, they would otherwise pile up: one was 319 MB). Only files of
+    our own naming, ``<name>.<pid>.<random>.tmp``, whose process no longer runs, are touched.
+    Returns the removed paths."""
+    path = os.fspath(path)
+    directory = os.path.dirname(os.path.abspath(path))
+    pattern = re.compile(re.escape(os.path.basename(path)) + r"\.(\d+)\.[A-Za-z0-9_]+\.tmp")
+    removed = []
+    with contextlib.suppress(FileNotFoundError):
+        for name in os.listdir(directory):
+            match = pattern.fullmatch(name)
+            if match and int(match.group(1)) != os.getpid() and not _process_alive(int(match.group(1))):
+                with contextlib.suppress(FileNotFoundError):
+                    os.remove(os.path.join(directory, name))
+                    removed.append(os.path.join(directory, name))
+    return removed
+
 
 @contextlib.contextmanager
-def atomic_path(path: str | os.PathLike) -> Iterator[str]:
+def atomic_path(path: str | os.PathLike, make_parents: bool = False) -> Iterator[str]:
     """Yield a temporary path beside ``path``; rename it onto ``path`` only if the block succeeds.
 
-    A reader never sees a half-written file, and a crash leaves the old file (if any) intact.
+    A reader never sees a half-written file, and a crash leaves the old file (if any) intact; the
+    temporaries of earlier killed runs are removed first. The folder must exist unless
+    ``make_parents`` (a typo in an output path should not create folders).
     """
     path = os.fspath(path)
     directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=os.path.basename(path) + ".", suffix=".tmp", dir=directory)
+    if make_parents:
+        os.makedirs(directory, exist_ok=True)
+    elif not os.path.isdir(directory):
+        raise FileNotFoundError(f"{path}: the folder {directory} does not exist")
+    remove_stale_temporaries(path)
+    fd, tmp = tempfile.mkstemp(prefix=f"{os.path.basename(path)}.{os.getpid()}.", suffix=".tmp", dir=directory)
     os.close(fd)
     try:
         yield tmp
@@ -34,23 +73,27 @@ def atomic_path(path: str | os.PathLike) -> Iterator[str]:
         raise
 
 
-def atomic_write_text(path: str | os.PathLike, text: str) -> None:
+def atomic_write_text(path: str | os.PathLike, text: str, make_parents: bool = False) -> None:
     """Write ``text`` to ``path`` atomically (UTF-8)."""
-    with atomic_path(path) as tmp:
+    with atomic_path(path, make_parents) as tmp:
         with open(tmp, "w", encoding="utf-8") as f:
             f.write(text)
 
 
 def open_text(path: str | os.PathLike) -> IO[bytes]:
-    """Open a plain or ``.gz`` file for reading as bytes (decode line by line to report errors)."""
+    """Open a plain or ``.gz`` file for reading as bytes (decode line by line to report errors).
+    ``"-"`` is standard input (never closed by the caller's ``with``)."""
     path = os.fspath(path)
+    if path == STDIN:
+        return contextlib.nullcontext(sys.stdin.buffer)  # type: ignore[return-value]
     if path.endswith(".gz"):
         return gzip.open(path, "rb")
     return open(path, "rb")
 
 
 def read_lines(path: str | os.PathLike) -> Iterator[str]:
-    """Yield the lines of a UTF-8 text file (plain or ``.gz``) without their line endings.
+    """Yield the lines of a UTF-8 text file (plain or ``.gz``; ``"-"`` for standard input)
+    without their line endings, reading the file once, as a stream (pipes work).
 
     Raises ValueError naming the file and 1-based line number of a line that is not valid UTF-8.
     """

@@ -18,7 +18,7 @@ from elmo.encoder import encode_distinct
 from elmo.fileio import atomic_path
 from elmo.softmax import Softmax
 from elmo.vocab import Vocabulary
-from elmo.weights import WeightsError, load_bilm_tf, save_bilm_tf
+from elmo.weights import WeightsError, check_finite, load_bilm_tf, save_bilm_tf
 
 SOFTMAX_FILE = "softmax_weights.hdf5"
 VOCAB_FILE = "vocab.txt"
@@ -106,8 +106,10 @@ def load_softmax(path: str | os.PathLike, vocab_size: int, dim: int) -> Softmax:
             if tuple(f[name].shape) != shape:
                 raise WeightsError(f"{path}: dataset '{name}' has shape {tuple(f[name].shape)}, "
                                    f"but the vocabulary and options need {shape}")
+            array = np.asarray(f[name][...], dtype=np.float32)
+            check_finite(array, f"{path}: dataset '{name}'")
             with torch.no_grad():
-                param.copy_(torch.from_numpy(np.asarray(f[name][...], dtype=np.float32)))
+                param.copy_(torch.from_numpy(array))
     return softmax
 
 

@@ -18,6 +18,7 @@ import itertools
 import json
 import os
 import re
+import warnings
 from collections.abc import Iterable, Iterator, Sequence
 from importlib.metadata import version
 
@@ -127,7 +128,7 @@ class _ShardWriter:
     def write(self, line: str) -> None:
         if self._stack is None:
             self._stack = contextlib.ExitStack()
-            tmp = self._stack.enter_context(atomic_path(os.path.join(self.directory, f"shard-{self.shards:05d}.txt")))
+            tmp = self._stack.enter_context(atomic_path(os.path.join(self.directory, f"shard-{self.shards:05d}.txt"), make_parents=True))
             self._file = self._stack.enter_context(open(tmp, "w", encoding="utf-8", newline="\n"))
         self._file.write(line + "\n")
         self._lines += 1
@@ -240,9 +241,12 @@ def prepare_corpus(inputs: Sequence[str | os.PathLike], output_dir: str | os.Pat
         bar = stack.enter_context(tqdm(unit=" lines", desc="prepare",
                                        disable=None if progress is None else not progress))
 
+        lines_read = [0]  # a disabled tqdm counts nothing, so keep our own count
+
         def counted(lines: Iterable[str]) -> Iterator[str]:
             for line in lines:
                 bar.update()
+                lines_read[0] += 1
                 yield line
 
         def write(split: str, paragraph: str) -> None:
@@ -257,9 +261,15 @@ def prepare_corpus(inputs: Sequence[str | os.PathLike], output_dir: str | os.Pat
                 split_counts["tokens"] += len(tokens)
 
         for path in inputs:
+            before = lines_read[0]
             for split, paragraph, first in _assign_articles(counted(read_lines(path)), heldout_fraction):
                 counts[split]["articles"] += first
                 write(split, paragraph)
+            if lines_read[0] == before:
+                warnings.warn(f"{path}: empty file, nothing taken from it", stacklevel=2)
+        if not any(counts[split]["sentences"] for split in SPLITS):
+            raise ValueError(f"{', '.join(inputs)}: no sentence to write (empty input, or every sentence shorter "
+                             f"than --min-tokens {min_tokens}); nothing was written")
 
     stats = {
         "inputs": inputs,
@@ -269,6 +279,7 @@ def prepare_corpus(inputs: Sequence[str | os.PathLike], output_dir: str | os.Pat
         "punkt_sample_chars": sample_chars,
         **{split: {**counts[split], "shards": writers[split].shards} for split in SPLITS},
     }
-    atomic_write_text(os.path.join(output_dir, STATS_FILE), json.dumps(stats, indent=2, ensure_ascii=False) + "\n")
+    atomic_write_text(os.path.join(output_dir, STATS_FILE), json.dumps(stats, indent=2, ensure_ascii=False) + "\n",
+                      make_parents=True)
     return stats
 

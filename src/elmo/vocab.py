@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+import warnings
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 
@@ -136,9 +137,16 @@ def build_vocabulary(paths: Iterable[str | os.PathLike], min_count: int = 1,
         raise ValueError(f"max_size: must be at least {len(SPECIALS)} (it counts {' '.join(SPECIALS)}), "
                          f"got {max_size}")
     counts: Counter = Counter()
+    paths = list(paths)
     for path in paths:
+        before = counts.total()
         for line in read_lines(path):
             counts.update(line.split())
+        if counts.total() == before:
+            warnings.warn(f"{path}: no tokens in this file", stacklevel=2)
+    if not counts:
+        raise ValueError(f"{', '.join(map(str, paths)) or 'no input'}: no tokens to count; a vocabulary of only "
+                         f"{' '.join(SPECIALS)} would be useless, so nothing was written")
     words = sorted((w for w, c in counts.items() if c >= min_count and w not in SPECIALS),
                    key=lambda w: (-counts[w], w))
     if max_size is not None:

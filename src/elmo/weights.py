@@ -71,6 +71,15 @@ def _tf_datasets(model: BiLM) -> Iterator[tuple[str, tuple[int, ...], torch.Tens
             yield f"{prefix}/W_P_0", (layer.dim, layer.projection_dim), layer.projection, "t"
 
 
+def check_finite(array: np.ndarray | torch.Tensor, where: str) -> None:
+    """Refuse NaN or infinite weights, naming the dataset: they would load silently and turn
+    every vector into NaN."""
+    bad = int((~np.isfinite(np.asarray(array, dtype=np.float32))).sum())
+    if bad:
+        raise WeightsError(f"{where} holds {bad} NaN or infinite value(s); the file is damaged or the "
+                           f"training diverged")
+
+
 def _tf_to_torch(array: np.ndarray, conversion: str, param: torch.Tensor) -> torch.Tensor:
     if conversion == "copy":
         out = array
@@ -111,7 +120,9 @@ def load_bilm_tf(options_file: str | os.PathLike, weights_file: str | os.PathLik
                 got = tuple(dataset.shape) if isinstance(dataset, h5py.Dataset) else "a group"
                 raise WeightsError(f"{weights_file}: dataset '{name}' has shape {got}, but "
                                    f"{options_file} needs {shape}")
-            param.copy_(_tf_to_torch(dataset[...], conversion, param))
+            array = dataset[...]
+            check_finite(array, f"{weights_file}: dataset '{name}'")
+            param.copy_(_tf_to_torch(array, conversion, param))
     return model
 
 
@@ -179,6 +190,9 @@ def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = 
         raise WeightsError(f"{path}: checkpoint version {payload.get('version')} is not supported "
                            f"(this elmo reads version {NATIVE_VERSION})")
     config = BiLMConfig.from_dict(payload["config"])
+    for name, tensor in payload["state_dict"].items():
+        if torch.is_tensor(tensor) and tensor.is_floating_point():
+            check_finite(tensor.detach().cpu().float(), f"{path}: parameter '{name}'")
     model = BiLM(config)
     missing, unexpected = model.load_state_dict(payload["state_dict"], strict=False)
     if missing or unexpected:

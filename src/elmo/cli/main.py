@@ -1,33 +1,100 @@
-"""Entry point of the ``elmo`` command: dispatches to one module per verb."""
+"""Entry point of the ``elmo`` command: dispatches to one module per verb.
+
+Only the module of the verb being run is imported (``elmo embed`` never loads the task,
+training or text-preparation code); ``elmo --help`` imports them all to list them.
+"""
 
 from __future__ import annotations
 
 import argparse
+import importlib
+import os
 import sys
+import warnings
 
-from elmo.download import DownloadError
-from elmo.cli import embed, train, finetune, export, evaluate, prepare, vocab, cache_vocab, task
+from elmo import __version__
 
-VERBS = {"embed": embed, "train": train, "finetune": finetune, "export": export, "evaluate": evaluate,
-         "prepare": prepare, "vocab": vocab, "cache-vocab": cache_vocab, "task": task}
+VERBS = {"embed": "embed", "train": "train", "finetune": "finetune", "export": "export", "evaluate": "evaluate",
+         "prepare": "prepare", "vocab": "vocab", "cache-vocab": "cache_vocab", "task": "task"}
+
+# Exit status of a command stopped by Ctrl-C, and of one whose reader went away (as shells report
+# a process ended by SIGINT or SIGPIPE).
+EXIT_INTERRUPTED = 130
+EXIT_BROKEN_PIPE = 141
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="elmo", description="ELMo: deep contextualized word representations.")
+class DefaultsHelpFormatter(argparse.HelpFormatter):
+    """Every option's help ends with its default, unless the help already states one."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        default = action.default
+        if (not action.option_strings or "default" in text.lower() or default is None
+                or default is argparse.SUPPRESS or isinstance(default, bool)):
+            return text
+        return text + " (default: %(default)s)"
+
+
+def _module(verb: str):
+    return importlib.import_module(f"elmo.cli.{VERBS[verb]}")
+
+
+def _requested_verb(argv: list[str]) -> str | None:
+    """The verb on the command line, if any (the first argument not starting with '-')."""
+    for arg in argv:
+        if not arg.startswith("-"):
+            return arg if arg in VERBS else None
+    return None
+
+
+def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
+    """The command's parser; with ``argv``, only the verb it names gets its full sub-parser."""
+    parser = argparse.ArgumentParser(prog="elmo", description="ELMo: deep contextualized word representations.",
+                                     formatter_class=DefaultsHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"elmo {__version__}")
     sub = parser.add_subparsers(dest="verb", required=True, metavar="VERB")
-    for name, module in VERBS.items():
-        module.add_parser(sub.add_parser(name, help=module.HELP, description=module.HELP))
+    wanted = _requested_verb(argv) if argv is not None else None
+    for name in VERBS:
+        if wanted is not None and name != wanted:
+            sub.add_parser(name)
+            continue
+        module = _module(name)
+        module.add_parser(sub.add_parser(name, help=module.HELP, description=module.HELP,
+                                         formatter_class=DefaultsHelpFormatter))
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    args = build_parser(argv).parse_args(argv)
+    from elmo.download import DownloadError
+
+    def show_warning(message, category, filename, lineno, file=None, line=None):
+        # One line in the command's voice, not Python's "file:line: UserWarning" with source.
+        print(f"elmo {args.verb}: warning: {message}", file=sys.stderr)
+
+    warnings.showwarning = show_warning
+
     try:
-        return VERBS[args.verb].run(args) or 0
+        return _module(args.verb).run(args) or 0
     except (ValueError, OSError, DownloadError) as e:
+        if isinstance(e, BrokenPipeError):
+            return _broken_pipe()
         # Bad input gets one clear line naming the file, line or field, not a traceback.
         print(f"elmo {args.verb}: error: {e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        hint = " (continue a training run with --resume)" if args.verb in ("train", "finetune") else ""
+        print(f"\nelmo {args.verb}: interrupted{hint}", file=sys.stderr)
+        return EXIT_INTERRUPTED
+
+
+def _broken_pipe() -> int:
+    """The reader of our output went away (``elmo embed f | head``): stop quietly, as Unix tools
+    do, instead of a traceback when Python flushes standard output at exit."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    return EXIT_BROKEN_PIPE
 
 
 if __name__ == "__main__":

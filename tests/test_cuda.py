@@ -1,0 +1,120 @@
+"""The CUDA paths of embedding and training, against the CPU specification.
+
+Skipped without a GPU (CI has none); run on a GPU machine with ``python -m pytest tests/test_cuda.py``.
+"""
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import FIXTURES, load_fixture_model
+from elmo import BiLM, Embedder, batch_to_char_ids
+from elmo.lm import load_train_checkpoint
+from elmo.lstm import LstmLayer, lstm_fast, lstm_plain
+from elmo.train import TrainSettings, train
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+CORPUS = FIXTURES / "bilm-tf" / "train" / "data.txt"
+VOCAB = FIXTURES / "bilm-tf" / "train" / "vocab.txt"
+SENTENCES = [s.split() for s in [
+    "The committee will meet again next week to discuss the proposal .", "It rained .", "",
+    "東京 は 日本 の 首都 です", "a " * 150, "The the THE the"]]
+
+
+@pytest.fixture(autouse=True)
+def _exact_float32_products():
+    # TF32 would change the float32 products' rounding (10-bit mantissa); the exact path needs full float32.
+    old = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    yield
+    torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = old
+
+
+def test_fast_lstm_on_cuda_matches_plain_values_and_gradients():
+    layer = LstmLayer(6, 10, 5, cell_clip=0.5, proj_clip=0.5).cuda()
+    inputs = torch.randn(3, 300, 6, device="cuda", requires_grad=True)  # longer than one gate chunk
+    mask = torch.ones(3, 300, dtype=torch.bool, device="cuda")  # full windows, as in training
+    plain_out, (c_p, h_p) = lstm_plain(layer, inputs, mask)
+    fast_out, (c_f, h_f) = lstm_fast(layer, inputs, mask)
+    torch.testing.assert_close(fast_out, plain_out, rtol=0, atol=1e-5)
+    torch.testing.assert_close(c_f, c_p, rtol=0, atol=1e-5)
+    weight = torch.randn_like(plain_out)
+    g_plain = torch.autograd.grad((plain_out * weight).sum(), [inputs, layer.state_weight])
+    g_fast = torch.autograd.grad((fast_out * weight).sum(), [inputs, layer.state_weight])
+    for a, b in zip(g_fast, g_plain):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("state", ["warm", "reset", "stateful"])
+def test_embedder_on_cuda_matches_cpu_plain_path(state):
+    cpu_plain = load_fixture_model("allennlp")
+    cpu_plain.fast = False
+    reference = Embedder(cpu_plain, state=state, batch_size=3).embed_sentences(SENTENCES)
+    gpu = Embedder(load_fixture_model("allennlp"), state=state, device="cuda", batch_size=3)
+    vectors = gpu.embed_sentences(SENTENCES)
+    for a, b in zip(vectors, reference):
+        np.testing.assert_allclose(a, b, rtol=0, atol=1e-5)
+
+
+def test_embedder_on_cuda_leaves_the_callers_model_on_the_cpu():
+    model = load_fixture_model("allennlp")
+    embedder = Embedder(model, device="cuda")
+    embedder.embed_sentences(SENTENCES[:2])
+    assert next(model.parameters()).device.type == "cpu"
+    assert next(embedder.model.parameters()).device.type == "cuda"
+
+
+@pytest.mark.parametrize("precision", ["bfloat16", "float16"])
+def test_reduced_precision_on_cuda_stays_close(precision):
+    model = load_fixture_model("allennlp")
+    reference = Embedder(model).embed_sentences(SENTENCES)
+    vectors = Embedder(load_fixture_model("allennlp"), device="cuda", precision=precision).embed_sentences(SENTENCES)
+    scale = max(np.abs(r).max() for r in reference if r.size)
+    worst = max(np.abs(a - b).max() for a, b in zip(vectors, reference) if a.size)
+    assert worst < 0.02 * scale, (precision, worst, scale)
+    assert worst > 0  # reduced precision really ran: identical results would mean float32 was used
+
+
+def test_bilm_training_forward_on_cuda_matches_cpu():
+    model = load_fixture_model("allennlp")
+    ids, mask = batch_to_char_ids(SENTENCES)
+    with torch.enable_grad():
+        cpu = model(ids, mask).layers
+        gpu = BiLM(model.config).cuda()
+        gpu.load_state_dict(model.state_dict())
+        out = gpu(ids.cuda(), mask.cuda()).layers
+    torch.testing.assert_close(out.cpu(), cpu, rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("bf16", [False, True])
+def test_training_on_cuda_runs_resumes_and_learns(tmp_path, bf16):
+    settings = dict(train=[str(CORPUS)], vocab=str(VOCAB), config="tiny", batch_size=8, unroll_steps=10,
+                    checkpoint_every=10, log_every=10, progress=False, seed=1, device="cuda", bf16=bf16)
+    full = tmp_path / "full"
+    last = train(TrainSettings(output=str(full), max_tokens=8 * 10 * 60, **settings))
+    first_rows = (full / "metrics.csv").read_text().splitlines()
+    first_loss, last_loss = float(first_rows[1].split(",")[2]), last["loss"]
+    assert last_loss < first_loss - 0.5, (first_loss, last_loss)
+
+    half = tmp_path / "half"
+    train(TrainSettings(output=str(half), max_tokens=8 * 10 * 30, **settings))
+    train(TrainSettings(output=str(half), max_tokens=8 * 10 * 60, resume=True, **settings))
+    a = load_train_checkpoint(sorted((full / "checkpoints").glob("step-*.pt"))[-1])["model"]
+    b = load_train_checkpoint(sorted((half / "checkpoints").glob("step-*.pt"))[-1])["model"]
+    for name in a:  # the GPU's reductions are not bitwise reproducible; the runs must agree closely
+        torch.testing.assert_close(b[name], a[name], rtol=1e-3, atol=1e-3, msg=name)
+
+
+def test_cli_train_with_gpus_zero(tmp_path):
+    import subprocess
+    import sys
+
+    out = tmp_path / "run"
+    result = subprocess.run([sys.executable, "-m", "elmo.cli.main", "train", "--train", str(CORPUS), "--vocab",
+                             str(VOCAB), "--config", "tiny", "--output", str(out), "--max-tokens", "4000",
+                             "--batch-size", "8", "--gpus", "0", "--no-progress"],
+                            capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    payload = load_train_checkpoint(sorted((out / "checkpoints").glob("step-*.pt"))[-1])
+    assert payload["tokens"] >= 4000
