@@ -7,15 +7,19 @@ import torch
 
 from conftest import ALLENNLP, fixture_batches, load_fixture_model, top_as_fixture
 from elmo import Embedder, batch_to_char_ids
+from elmo.runtime import Runtime
 
 TOLERANCE = 1e-5
 
 
-@pytest.mark.parametrize("fast", [True, False], ids=["fast", "plain"])
+@pytest.mark.parametrize("path", ["runtime", "training", "plain"])
 @pytest.mark.parametrize("name", ["allennlp", "bilm-tf"])
-def test_stateful_biLM_reproduces_reference_outputs(name, fast):
+def test_stateful_biLM_reproduces_reference_outputs(name, path):
+    """The fast inference runtime, the (fast) training path and the plain specification."""
     model = load_fixture_model(name)
-    model.fast = fast
+    model.fast = path != "plain"
+    if path == "runtime":
+        model = Runtime(model, state="reset")
     state = None
     worst = 0.0
     with torch.no_grad():
