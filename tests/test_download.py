@@ -1,19 +1,32 @@
 """fetch() against a local HTTP server serving the fixture options.json and weights."""
 
+import contextlib
 import hashlib
+import http.server
+import io
 import json
+import os
 import re
 import shutil
 import socket
+import threading
+import urllib.request
 from pathlib import Path
 
 import pytest
 
 from conftest import serve_directory
-from elmo.download import DownloadError, RemoteFile, default_cache_dir, fetch, file_sha256
+from elmo import download
+from elmo.download import DownloadError, RemoteFile, check_url, default_cache_dir, fetch, file_sha256
 
 FIXTURES = Path(__file__).parent / "fixtures" / "allennlp-elmo"
 FILES = ("options.json", "lm_weights.hdf5")
+
+
+@pytest.fixture(autouse=True)
+def allow_http(monkeypatch):
+    """The local test server speaks plain http://, which fetch() refuses unless opted in."""
+    monkeypatch.setenv("ELMO_ALLOW_HTTP", "1")
 
 
 @pytest.fixture
@@ -163,3 +176,219 @@ def test_default_cache_dir(monkeypatch, tmp_path):
     monkeypatch.delenv("XDG_CACHE_HOME")
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     assert default_cache_dir() == tmp_path / "home" / ".cache" / "elmo"
+
+
+@pytest.mark.parametrize("value", [None, "", "0", "true"])
+def test_plain_http_is_refused_without_opt_in(server, tmp_path, monkeypatch, value):
+    base, requests, _ = server
+    if value is None:
+        monkeypatch.delenv("ELMO_ALLOW_HTTP")
+    else:
+        monkeypatch.setenv("ELMO_ALLOW_HTTP", value)
+    cache = tmp_path / "cache"
+    remote = remote_for(base, "options.json")
+    with pytest.raises(DownloadError) as info:
+        fetch(remote, cache, progress=False)
+    message = str(info.value)
+    assert f"refusing to download {remote.url}" in message  # 127.0.0.1 gets no exception
+    assert "ELMO_ALLOW_HTTP=1" in message
+    if value:
+        assert repr(value) in message  # says why the setting did not count
+    assert requests == []  # the server was never contacted
+    assert leftovers(cache) == []
+
+
+def test_cached_file_is_used_whatever_the_url(server, tmp_path, monkeypatch):
+    """A verified cached file needs no network, so the http:// refusal does not get in its way."""
+    base, requests, _ = server
+    cache = tmp_path / "cache"
+    remote = remote_for(base, "options.json")
+    path = fetch(remote, cache, progress=False)
+    monkeypatch.delenv("ELMO_ALLOW_HTTP")
+    assert fetch(remote, cache, progress=False) == path
+    assert len(requests) == 1
+
+
+@pytest.mark.parametrize("url", ["ftp://example.invalid/x.hdf5", "file:///etc/passwd", "example.invalid/x"])
+def test_other_schemes_are_refused(url):
+    with pytest.raises(DownloadError, match=re.escape(f"refusing to download {url}")):
+        check_url(url)
+
+
+def test_https_url_is_accepted_and_redirect_to_http_is_refused(monkeypatch):
+    monkeypatch.delenv("ELMO_ALLOW_HTTP")
+    check_url("https://example.invalid/x.hdf5")
+    handler = download._CheckedRedirectHandler()
+    request = urllib.request.Request("https://example.invalid/x.hdf5")
+    with pytest.raises(DownloadError) as info:
+        handler.redirect_request(request, io.BytesIO(), 302, "Found", {}, "http://example.invalid/x.hdf5")
+    message = str(info.value)
+    assert "https://example.invalid/x.hdf5 redirects to http://example.invalid/x.hdf5" in message
+    assert "ELMO_ALLOW_HTTP=1" in message
+
+
+def test_redirects_are_followed_when_allowed(server, tmp_path):
+    """The checking redirect handler still follows an allowed redirect (here http -> http, opted in)."""
+    base, requests, served = server
+    (served / "moved").mkdir()
+    shutil.copy(FIXTURES / "options.json", served / "moved" / "options.json")
+    # SimpleHTTPRequestHandler answers a folder without its slash with 301 -> /moved/.
+    remote = RemoteFile(url=f"{base}/moved", filename="listing.html")
+    path = fetch(remote, tmp_path / "cache", progress=False)
+    assert requests == ["/moved", "/moved/"]
+    assert b"options.json" in path.read_bytes()  # the directory listing the redirect led to
+
+
+def _damage(path: Path, how: str) -> bytes:
+    data = path.read_bytes()
+    damaged = data[:1000] if how == "truncate" else b"\0" * 100 + data[100:]
+    path.write_bytes(damaged)
+    return damaged
+
+
+@pytest.mark.parametrize("failure", ["404", "unreachable"])
+def test_damaged_cache_is_kept_when_the_download_fails(server, tmp_path, failure):
+    base, _, served = server
+    cache = tmp_path / "cache"
+    name = "lm_weights.hdf5"
+    remote = remote_for(base, name, size=None, sha256=None)  # only the sidecar knows the file
+    path = fetch(remote, cache, progress=False)
+    sidecar_text = (cache / f"{name}.sha256").read_text()
+    damaged = _damage(path, "truncate")
+    if failure == "404":
+        (served / name).unlink()
+    else:
+        with socket.socket() as s:  # a port that nothing listens on any more
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        remote = RemoteFile(url=f"http://127.0.0.1:{port}/{name}", filename=name)
+    with pytest.warns(UserWarning, match="damaged"), pytest.raises(DownloadError) as info:
+        fetch(remote, cache, progress=False, timeout=2)
+    message = str(info.value)
+    assert f"cached file {path} is damaged" in message
+    assert "left in place" in message
+    assert f"could not download {remote.url}" in message
+    assert path.read_bytes() == damaged  # the offline user keeps what they had
+    assert (cache / f"{name}.sha256").read_text() == sidecar_text
+    assert leftovers(cache) == sorted([name, f"{name}.sha256"])  # no temporary left behind
+
+
+@pytest.mark.parametrize("pinned", [False, True])
+def test_damaged_cache_is_replaced_only_by_a_verified_copy(server, tmp_path, pinned):
+    """A re-download that does not match the pin (or, unpinned, the first download's record)
+    replaces nothing: the damaged file and its record stay, and the error names the sidecar."""
+    base, _, served = server
+    cache = tmp_path / "cache"
+    name = "lm_weights.hdf5"
+    remote = remote_for(base, name) if pinned else remote_for(base, name, size=None, sha256=None)
+    path = fetch(remote, cache, progress=False)
+    damaged = _damage(path, "overwrite")
+    original = (served / name).read_bytes()
+    (served / name).write_bytes(original[:-1] + bytes([original[-1] ^ 1]))  # same size, other bytes
+    with pytest.warns(UserWarning, match="damaged"), pytest.raises(DownloadError) as info:
+        fetch(remote, cache, progress=False)
+    message = str(info.value)
+    assert f"cached file {path} is damaged" in message
+    assert f"{remote.url} is not the expected file" in message
+    assert hashlib.sha256(original).hexdigest() in message
+    if not pinned:
+        assert f"recorded in {cache / (name + '.sha256')} by the first download" in message
+    assert path.read_bytes() == damaged
+    assert leftovers(cache) == sorted([name, f"{name}.sha256"])
+
+
+def test_damaged_cache_is_replaced_atomically(server, tmp_path, monkeypatch):
+    """The old file stays under its name until the verified download is renamed over it from a
+    temporary file in the same folder."""
+    base, _, _ = server
+    cache = tmp_path / "cache"
+    name = "lm_weights.hdf5"
+    remote = remote_for(base, name, size=None, sha256=None)
+    path = fetch(remote, cache, progress=False)
+    damaged = _damage(path, "truncate")
+    replaced = []
+    real_replace = os.replace
+
+    def spy(src, dst):
+        if Path(dst) == path:
+            replaced.append((Path(src), path.read_bytes(), Path(src).read_bytes()))
+        return real_replace(src, dst)
+
+    monkeypatch.setattr(os, "replace", spy)
+    with pytest.warns(UserWarning, match="damaged"):
+        fetch(remote, cache, progress=False)
+    [(src, before, new)] = replaced
+    assert src.parent == cache and src.name.endswith(".tmp")
+    assert before == damaged  # still there while the new copy was downloaded and checked
+    assert new == (FIXTURES / name).read_bytes()
+    assert path.read_bytes() == new
+    assert leftovers(cache) == sorted([name, f"{name}.sha256"])
+
+
+def test_missing_file_with_a_sidecar_is_held_to_the_record(server, tmp_path):
+    """Trust on first use: once recorded, a file deleted from the cache must come back the same."""
+    base, _, served = server
+    cache = tmp_path / "cache"
+    remote = remote_for(base, "options.json", size=None, sha256=None)
+    path = fetch(remote, cache, progress=False)
+    path.unlink()
+    (served / "options.json").write_text("{}")
+    with pytest.raises(DownloadError, match="by the first download") as info:
+        fetch(remote, cache, progress=False)
+    assert f"delete {cache / 'options.json.sha256'}" in str(info.value)
+    assert leftovers(cache) == ["options.json.sha256"]
+    (cache / "options.json.sha256").unlink()  # what the message says to do to accept the new file
+    assert fetch(remote, cache, progress=False).read_text() == "{}"
+
+
+@contextlib.contextmanager
+def serve_without_length(data: bytes):
+    """An HTTP/1.0 server on 127.0.0.1 that sends ``data`` with no Content-Length (the end of the
+    body is the end of the connection): yields its URL."""
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200)
+            self.end_headers()
+            with contextlib.suppress(OSError):  # the client may hang up once it has seen enough
+                self.wfile.write(data)
+
+        def log_message(self, format, *args):
+            pass
+
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.01}, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{httpd.server_address[1]}/file.bin"
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+        thread.join()
+
+
+@pytest.mark.parametrize("pinned_size", [10, 3 * download.CHUNK_SIZE])
+def test_pinned_size_is_enforced_without_content_length(tmp_path, pinned_size):
+    data = b"x" * (2 * download.CHUNK_SIZE + 5)
+    cache = tmp_path / "cache"
+    with serve_without_length(data) as url:
+        remote = RemoteFile(url=url, filename="file.bin", size=pinned_size)
+        with pytest.raises(DownloadError) as info:
+            fetch(remote, cache, progress=False)
+    message = str(info.value)
+    assert f"{url} is not the expected file: expected size {pinned_size} bytes" in message
+    if pinned_size < len(data):
+        assert "stopped" in message  # not read to the end first
+    else:
+        assert f"got {len(data)}" in message
+    assert leftovers(cache) == []
+
+
+def test_unusable_cache_folder_names_the_path(server, tmp_path):
+    base, _, _ = server
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("")
+    remote = remote_for(base, "options.json")
+    expected = f"could not store {remote.url} at {blocker / 'options.json'}"
+    with pytest.raises(DownloadError, match=re.escape(expected)):
+        fetch(remote, blocker, progress=False)

@@ -1,6 +1,7 @@
 """Published models by name: downloaded from a (local) server into the cache, verified, reused."""
 
 import dataclasses
+import re
 import shutil
 
 import numpy as np
@@ -13,14 +14,32 @@ from elmo.download import DownloadError
 from elmo import pretrained
 
 
-@pytest.fixture
-def mirror(tmp_path, monkeypatch):
-    """A local server laid out like the published bucket, serving the fixture model as "small"."""
-    spec = pretrained.PUBLISHED["small"]
-    served = tmp_path / "served" / spec.folder
+@pytest.fixture(autouse=True)
+def allow_http(monkeypatch):
+    """The local mirror speaks plain http://, which downloads refuse unless opted in."""
+    monkeypatch.setenv("ELMO_ALLOW_HTTP", "1")
+
+
+def unpinned(spec: pretrained.PublishedModel) -> pretrained.PublishedModel:
+    return dataclasses.replace(spec, options_size=None, options_sha256=None, weights_size=None,
+                               weights_sha256=None)
+
+
+def serve_fixture_as(root, spec: pretrained.PublishedModel) -> None:
+    """Lay the fixture model out under ``root`` as the published files of ``spec``."""
+    served = root / spec.folder
     served.mkdir(parents=True)
     shutil.copy(ALLENNLP / "options.json", served / spec.options_name)
     shutil.copy(ALLENNLP / "lm_weights.hdf5", served / spec.weights_name)
+
+
+@pytest.fixture
+def mirror(tmp_path, monkeypatch):
+    """A local server laid out like the published bucket, serving the fixture model as "small"
+    (with "small" unpinned: the fixture is not the published file)."""
+    spec = unpinned(pretrained.PUBLISHED["small"])
+    monkeypatch.setitem(pretrained.PUBLISHED, "small", spec)
+    serve_fixture_as(tmp_path / "served", spec)
     cache = tmp_path / "cache"
     monkeypatch.setenv("ELMO_CACHE", str(cache))
     with serve_directory(tmp_path / "served") as (base, requests):
@@ -78,3 +97,43 @@ def test_every_published_name_has_a_distinct_url():
     urls = {(s.folder, s.weights_name) for s in pretrained.PUBLISHED.values()}
     assert len(urls) == len(pretrained.PUBLISHED) == 4
     assert pretrained.model_names() == ["default", "small", "medium", "original", "original-5.5b"]
+
+
+def test_published_pins_are_checked_on_download(tmp_path, monkeypatch):
+    """The real pins of "original": a mirror serving other files is refused, and nothing is cached."""
+    spec = pretrained.PUBLISHED["original"]
+    assert spec.options_size is not None and spec.weights_size is not None
+    serve_fixture_as(tmp_path / "served", spec)
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("ELMO_CACHE", str(cache))
+    with serve_directory(tmp_path / "served") as (base, requests):
+        monkeypatch.setenv("ELMO_MODELS_URL", base)
+        with pytest.raises(DownloadError) as info:
+            pretrained.model_files("original", progress=False)
+    url = f"{base}/{spec.folder}/{spec.options_name}"
+    assert f"{url} is not the expected file: expected size {spec.options_size} bytes" in str(info.value)
+    assert list((cache / "original").iterdir()) == []  # neither file, sidecar nor temporary
+    # The weights' pins hold too, once the options file passes.
+    monkeypatch.setitem(pretrained.PUBLISHED, "original", dataclasses.replace(spec, options_size=None))
+    with serve_directory(tmp_path / "served") as (base, requests):
+        monkeypatch.setenv("ELMO_MODELS_URL", base)
+        with pytest.raises(DownloadError, match=f"expected size {spec.weights_size} bytes"):
+            pretrained.model_files("original", progress=False)
+    assert sorted(p.name for p in (cache / "original").iterdir()) == sorted(
+        [spec.options_name, f"{spec.options_name}.sha256"])
+
+
+def test_pins_are_well_formed():
+    for name, spec in pretrained.PUBLISHED.items():
+        for size in (spec.options_size, spec.weights_size):
+            assert size is None or (isinstance(size, int) and size > 0), name
+        for digest in (spec.options_sha256, spec.weights_sha256):
+            assert digest is None or re.fullmatch(r"[0-9a-f]{64}", digest), name
+
+
+def test_http_mirror_needs_opt_in(mirror, monkeypatch):
+    requests, cache, spec = mirror
+    monkeypatch.delenv("ELMO_ALLOW_HTTP")
+    with pytest.raises(DownloadError, match=r"refusing to download http://127\.0\.0\.1:\d+/.*ELMO_ALLOW_HTTP=1"):
+        pretrained.model_files("small", progress=False)
+    assert requests == []

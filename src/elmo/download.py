@@ -1,19 +1,30 @@
 """Downloading the published ELMo files once and reusing them from a local cache.
 
 ``fetch`` puts a file at ``cache_dir/<filename>``. Beside it a sidecar ``<filename>.sha256``
-(JSON: sha256, size, url) records what was downloaded, so a cached file that was later
-truncated or corrupted is noticed and downloaded again. A download is streamed into a
-temporary file and renamed into place only once it has been checked, so an interrupted or
-bad download never leaves anything under the final name.
+(JSON: sha256, size, url) records what the first download fetched. Every later use checks the
+cached file against the pinned size/SHA-256 where the file has them, and against that record where
+it does not (trust on first use), so a file that was later truncated or corrupted is noticed and
+downloaded again.
+
+A download is streamed into a temporary file in the cache folder, checked, and only then renamed
+over the final name (``os.replace``). So an interrupted or bad download never leaves anything under
+the final name, and a damaged cached file stays where it is until a verified copy replaces it: a
+user who is offline keeps what they had.
+
+Only ``https://`` URLs are fetched. Plain ``http://`` (a mirror set through ``$ELMO_MODELS_URL``,
+``localhost`` included) is refused unless ``$ELMO_ALLOW_HTTP`` is ``1``, and so is a redirect from
+``https://`` to ``http://``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import http.client
 import json
 import os
 import urllib.error
+import urllib.parse
 import urllib.request
 import warnings
 from dataclasses import dataclass
@@ -25,6 +36,8 @@ from elmo.fileio import atomic_path, atomic_write_text
 
 CHUNK_SIZE = 1 << 20
 SIDECAR_SUFFIX = ".sha256"
+# Set to "1" to allow plain http:// downloads (a mirror on a network you trust).
+ALLOW_HTTP_ENV = "ELMO_ALLOW_HTTP"
 
 
 @dataclass(frozen=True)
@@ -39,6 +52,29 @@ class RemoteFile:
 
 class DownloadError(RuntimeError):
     """A file could not be downloaded, or what was downloaded is not the expected file."""
+
+
+@dataclass(frozen=True)
+class _Record:
+    """What a sidecar says the first download fetched: the reference for unpinned files."""
+
+    sha256: str
+    size: int
+
+
+@dataclass(frozen=True)
+class _Expected:
+    """The size and SHA-256 a file must have, each with where it comes from.
+
+    A pin (``RemoteFile.size``/``sha256``) has an empty ``*_source``; a value taken from the
+    sidecar record says so, so that a mismatch message names the sidecar.
+    """
+
+    size: int | None = None
+    sha256: str | None = None
+    size_source: str = ""
+    sha256_source: str = ""
+    hint: str = ""  # how to accept a different file, when the record is what it is held to
 
 
 def default_cache_dir() -> Path:
@@ -59,63 +95,135 @@ def file_sha256(path: str | os.PathLike) -> str:
     return digest.hexdigest()
 
 
+def check_url(url: str) -> None:
+    """Refuse, with a DownloadError naming ``url``, a URL this module will not download from.
+
+    ``https://`` is accepted. ``http://`` is accepted only when ``$ELMO_ALLOW_HTTP`` is ``1``:
+    anyone on the network path can read and alter a plain-http download, and a pinned hash covers
+    only the files that have one. ``localhost``/``127.0.0.1`` get no exception, so that one rule
+    holds everywhere and a mistyped mirror cannot slip through. Any other scheme is refused.
+    """
+    scheme = urllib.parse.urlsplit(url).scheme.lower()
+    if scheme == "https":
+        return
+    if scheme == "http":
+        value = os.environ.get(ALLOW_HTTP_ENV)
+        if value == "1":
+            return
+        current = f" (it is set to {value!r}; only 1 turns it on)" if value else ""
+        raise DownloadError(
+            f"refusing to download {url}: plain http:// can be read and altered on the way. "
+            f"Use an https:// URL (check $ELMO_MODELS_URL), or set {ALLOW_HTTP_ENV}=1 to allow http:// "
+            f"for a mirror you trust (localhost included){current}."
+        )
+    raise DownloadError(f"refusing to download {url}: only https:// URLs are supported "
+                        f"(and http:// with {ALLOW_HTTP_ENV}=1)")
+
+
+class _CheckedRedirectHandler(urllib.request.HTTPRedirectHandler):
+    """Follows a redirect only to a URL :func:`check_url` accepts, so that an https:// download
+    cannot be moved to plain http:// by the server (or by whoever answers in its place)."""
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):
+        try:
+            check_url(newurl)
+        except DownloadError as e:
+            raise DownloadError(f"{req.full_url} redirects to {newurl}, which is refused: {e}") from None
+        return super().redirect_request(req, fp, code, msg, headers, newurl)
+
+
 def fetch(
     remote: RemoteFile, cache_dir: str | os.PathLike, *, progress: bool = True, timeout: float = 30.0
 ) -> Path:
     """Return the local path of ``remote`` in ``cache_dir``, downloading it only if needed.
 
-    A cached file that verifies (against the known size/sha256 and against its sidecar) is
-    returned without any network access; one that does not is deleted, with a warning, and
-    downloaded again. Raises DownloadError if the download fails or does not verify.
+    A cached file that verifies (against the pinned size/sha256 of ``remote``, and for what
+    ``remote`` leaves open against its sidecar) is returned without any network access, whatever
+    the URL. One that does not is reported with a warning and downloaded again; it is replaced only
+    once the new copy has been downloaded and verified, and if that fails it is left in place and
+    the DownloadError says both that it is damaged and why the download failed. A re-download is
+    held to the sidecar's record too: trust goes to the first download, not to whichever comes
+    later. Raises DownloadError if the download is refused, fails, or does not verify.
     """
     path = Path(cache_dir) / remote.filename
     sidecar = path.with_name(path.name + SIDECAR_SUFFIX)
+    try:
+        record = _read_record(sidecar)
+        record_problem = None
+    except ValueError as e:
+        record, record_problem = None, str(e)
+    expected = _expected(remote, record, sidecar)
+    damage = None
     if path.exists():
-        problems = _cached_problems(path, sidecar, remote)
+        problems = [record_problem] if record_problem else _cached_problems(path, expected)
         if not problems:
             return path
-        reason = "; ".join(problems)
-        warnings.warn(f"cached file {path} is damaged ({reason}); downloading it again", stacklevel=2)
-        path.unlink()
-        sidecar.unlink(missing_ok=True)
-    sha256, size = _download(remote, path, progress=progress, timeout=timeout)
+        damage = "; ".join(problems)
+        warnings.warn(f"cached file {path} is damaged ({damage}); downloading it again "
+                      f"(the damaged file stays until a verified copy replaces it)", stacklevel=2)
+    try:
+        # The cache folder is ours to create; the caller named it (or it is the default).
+        path.parent.mkdir(parents=True, exist_ok=True)
+        sha256, size = _download(remote, expected, path, progress=progress, timeout=timeout)
+    except (DownloadError, OSError) as e:
+        if damage is None:
+            if isinstance(e, DownloadError):
+                raise
+            raise DownloadError(f"could not store {remote.url} at {path}: {e}") from e
+        raise DownloadError(
+            f"cached file {path} is damaged ({damage}); it was left in place because downloading "
+            f"a replacement failed: {e}"
+        ) from e
     atomic_write_text(sidecar, json.dumps({"sha256": sha256, "size": size, "url": remote.url}) + "\n")
     return path
 
 
-def _mismatches(remote: RemoteFile, size: int, sha256: str | None) -> list[str]:
-    """Differences between the known size/sha256 of ``remote`` and the actual ones."""
+def _read_record(sidecar: Path) -> _Record | None:
+    """The sidecar's record, or None when there is no sidecar; ValueError when it is unreadable."""
+    if not sidecar.exists():
+        return None
+    try:
+        data = json.loads(sidecar.read_text(encoding="utf-8"))
+        return _Record(sha256=str(data["sha256"]).lower(), size=int(data["size"]))
+    except (OSError, ValueError, KeyError, TypeError) as e:  # JSON and UTF-8 errors are ValueErrors
+        raise ValueError(f"unreadable sidecar {sidecar}") from e
+
+
+def _expected(remote: RemoteFile, record: _Record | None, sidecar: Path) -> _Expected:
+    """What the file must be: the pins of ``remote``, and the sidecar's record for what is not pinned.
+
+    A pin wins over the record, so that a file pinned in a newer release is judged by the pin.
+    """
+    from_record = f" (recorded in {sidecar} by the first download)"
+    hint = f" (if the published file really changed, delete {sidecar} to accept the new one)"
+    expected = _Expected(size=remote.size, sha256=remote.sha256.lower() if remote.sha256 else None)
+    if record is not None and expected.size is None:
+        expected = dataclasses.replace(expected, size=record.size, size_source=from_record, hint=hint)
+    if record is not None and expected.sha256 is None:
+        expected = dataclasses.replace(expected, sha256=record.sha256, sha256_source=from_record, hint=hint)
+    return expected
+
+
+def _mismatches(expected: _Expected, size: int, sha256: str | None) -> list[str]:
+    """Differences between ``expected`` and the actual size/sha256 (sha256 None: not computed)."""
     problems = []
-    if remote.size is not None and size != remote.size:
-        problems.append(f"expected size {remote.size} bytes, got {size}")
-    if remote.sha256 is not None and sha256 is not None and sha256 != remote.sha256.lower():
-        problems.append(f"expected sha256 {remote.sha256.lower()}, got {sha256}")
+    if expected.size is not None and size != expected.size:
+        problems.append(f"expected size {expected.size} bytes{expected.size_source}, got {size}")
+    if expected.sha256 is not None and sha256 is not None and sha256 != expected.sha256:
+        problems.append(f"expected sha256 {expected.sha256}{expected.sha256_source}, got {sha256}")
     return problems
 
 
-def _cached_problems(path: Path, sidecar: Path, remote: RemoteFile) -> list[str]:
+def _cached_problems(path: Path, expected: _Expected) -> list[str]:
     """Why the cached ``path`` cannot be reused (empty if it can).
 
-    A file without a sidecar (e.g. copied in by hand) is checked only against ``remote``.
+    A file with neither pins nor a sidecar (e.g. copied in by hand) has nothing to be checked against.
     """
     size = path.stat().st_size
-    recorded = None
-    if sidecar.exists():
-        try:
-            recorded = json.loads(sidecar.read_text(encoding="utf-8"))
-            recorded_size, recorded_sha256 = int(recorded["size"]), str(recorded["sha256"])
-        except (ValueError, KeyError, TypeError):
-            return [f"unreadable sidecar {sidecar}"]
-    problems = _mismatches(remote, size, None)  # size first: it costs no read
-    if recorded is not None and size != recorded_size:
-        problems.append(f"size {size} bytes, but {recorded_size} were downloaded")
-    if problems or (remote.sha256 is None and recorded is None):
+    problems = _mismatches(expected, size, None)  # size first: it costs no read
+    if problems or expected.sha256 is None:
         return problems
-    sha256 = file_sha256(path)
-    problems = _mismatches(remote, size, sha256)
-    if recorded is not None and sha256 != recorded_sha256:
-        problems.append(f"sha256 {sha256}, but {recorded_sha256} was downloaded")
-    return problems
+    return _mismatches(expected, size, file_sha256(path))
 
 
 def _network_error(remote: RemoteFile, path: Path, reason: str) -> DownloadError:
@@ -127,11 +235,19 @@ def _network_error(remote: RemoteFile, path: Path, reason: str) -> DownloadError
     )
 
 
-def _download(remote: RemoteFile, path: Path, *, progress: bool, timeout: float) -> tuple[str, int]:
-    """Stream ``remote.url`` into ``path`` atomically, checking it; return its (sha256, size)."""
+def _download(remote: RemoteFile, expected: _Expected, path: Path, *, progress: bool,
+              timeout: float) -> tuple[str, int]:
+    """Stream ``remote.url`` into a temporary file beside ``path``, check it against ``expected``,
+    and only then rename it onto ``path``; return its (sha256, size).
+
+    Nothing is left under ``path`` (or beside it) when the download is refused, fails or does not
+    verify, and a file already at ``path`` is untouched until the rename.
+    """
+    check_url(remote.url)  # before any connection: a refused URL is never contacted
     request = urllib.request.Request(remote.url, headers={"User-Agent": "elmo"})
+    opener = urllib.request.build_opener(_CheckedRedirectHandler())
     try:
-        response = urllib.request.urlopen(request, timeout=timeout)
+        response = opener.open(request, timeout=timeout)
     except urllib.error.HTTPError as e:
         raise _network_error(remote, path, f"HTTP {e.code} {e.reason}") from e
     except urllib.error.URLError as e:
@@ -142,14 +258,15 @@ def _download(remote: RemoteFile, path: Path, *, progress: bool, timeout: float)
     with response:
         header = response.headers.get("Content-Length")
         length = int(header) if header and header.isdigit() else None
-        if length is not None and remote.size is not None and length != remote.size:
+        if length is not None and expected.size is not None and length != expected.size:
             raise DownloadError(
-                f"{remote.url} is not the expected file: expected size {remote.size} bytes, "
-                f"the server announces {length}; nothing was downloaded"
+                f"{remote.url} is not the expected file: expected size {expected.size} bytes"
+                f"{expected.size_source}, the server announces {length}; nothing was downloaded"
+                f"{expected.hint}"
             )
         digest = hashlib.sha256()
         size = 0
-        total = length if length is not None else remote.size
+        total = length if length is not None else expected.size
         with atomic_path(path) as tmp, open(tmp, "wb") as out, tqdm(
             total=total, unit="B", unit_scale=True, desc=remote.filename, disable=not progress
         ) as bar:
@@ -162,14 +279,25 @@ def _download(remote: RemoteFile, path: Path, *, progress: bool, timeout: float)
                     raise _network_error(remote, path, f"connection lost after {size} bytes ({e})") from e
                 if not chunk:
                     break
+                size += len(chunk)
+                if expected.size is not None and size > expected.size:
+                    # Stop at once: a server without Content-Length could otherwise fill the disk.
+                    raise DownloadError(
+                        f"{remote.url} is not the expected file: expected size {expected.size} bytes"
+                        f"{expected.size_source}, the server sent more; the download was stopped "
+                        f"and nothing was kept{expected.hint}"
+                    )
                 out.write(chunk)
                 digest.update(chunk)
-                size += len(chunk)
                 bar.update(len(chunk))
             if length is not None and size < length:
                 raise _network_error(remote, path, f"the download ended after {size} of {length} bytes")
             sha256 = digest.hexdigest()
-            problems = _mismatches(remote, size, sha256)
+            problems = _mismatches(expected, size, sha256)
             if problems:
-                raise DownloadError(f"{remote.url} is not the expected file: {'; '.join(problems)}")
+                raise DownloadError(f"{remote.url} is not the expected file: {'; '.join(problems)}; "
+                                    f"nothing was kept{expected.hint}")
+            # On disk before the rename, so that a crash cannot leave a renamed but empty file.
+            out.flush()
+            os.fsync(out.fileno())
     return sha256, size

@@ -25,11 +25,14 @@ PUBLISHED_BASE_URL = "https://s3-us-west-2.amazonaws.com/allennlp/models/elmo"
 
 @dataclass(frozen=True)
 class PublishedModel:
-    """One AllenNLP-published biLM: its folder and file names under the base URL.
+    """One AllenNLP-published biLM: its folder and file names under the base URL, and its pins.
 
-    ``*_sha256`` / ``*_size`` pin the expected files where we know them; where they are ``None``
-    the download still records the SHA-256 and size of what it fetched, and every later use of the
-    cache checks the file against that record.
+    ``*_size`` / ``*_sha256`` pin the expected files where a public record gives them (the source
+    is named beside each value in :data:`PUBLISHED`); a download that does not match a pin is an
+    error and leaves nothing in the cache, and a cached file that no longer matches is downloaded
+    again. Where they are ``None`` the file is trusted on first use: the download records the
+    SHA-256 and size of what it fetched in a sidecar, and every later use of the cache (and any
+    re-download) is checked against that record.
     """
 
     folder: str
@@ -42,17 +45,38 @@ class PublishedModel:
     weights_sha256: str | None = None
 
 
-def _published(folder: str, stem: str, description: str) -> PublishedModel:
-    return PublishedModel(folder, f"elmo_{stem}_options.json", f"elmo_{stem}_weights.hdf5", description)
+def _published(folder: str, stem: str, description: str, **pins: int | str) -> PublishedModel:
+    """The entry of a model whose files follow AllenNLP's ``elmo_<stem>_{options.json,weights.hdf5}``
+    naming; ``pins`` are the known ``options_size``/``options_sha256``/``weights_size``/``weights_sha256``."""
+    return PublishedModel(folder, f"elmo_{stem}_options.json", f"elmo_{stem}_weights.hdf5", description, **pins)
 
 
+# "small", "medium" and "original-5.5b" have no pins: no public record of their byte sizes or
+# SHA-256 was found, so they are trusted on first use (see PublishedModel). Add a pin only with a
+# citable source beside it.
 PUBLISHED: dict[str, PublishedModel] = {
     "small": _published("2x1024_128_2048cnn_1xhighway", "2x1024_128_2048cnn_1xhighway",
                         "2x1024_128, 1B Word Benchmark, 13.6M parameters (without softmax)"),
     "medium": _published("2x2048_256_2048cnn_1xhighway", "2x2048_256_2048cnn_1xhighway",
                          "2x2048_256, 1B Word Benchmark, 28.0M parameters"),
-    "original": _published("2x4096_512_2048cnn_2xhighway", "2x4096_512_2048cnn_2xhighway",
-                           "2x4096_512, 1B Word Benchmark, 93.6M parameters (the paper's model)"),
+    "original": _published(
+        "2x4096_512_2048cnn_2xhighway", "2x4096_512_2048cnn_2xhighway",
+        "2x4096_512, 1B Word Benchmark, 93.6M parameters (the paper's model)",
+        # Sources: (a) the Content-Length that AllenNLP's downloader showed for both files at their
+        # S3 URLs (allennlp.s3.amazonaws.com host), in a notebook run of 2019-06-30 kept in
+        # github.com/mohcinemadkour/mohcineblog, "Draft/Scritps/Transfer learning in NLP Part 2 -
+        # Context vectors.md" (commit a2584cab): "336/336" and "374434792/374434792";
+        # (b) the copy of both files a Hugging Face engineer put at huggingface.co/lysandre/elmo:
+        # options.json 336 bytes (tree 7a5f7d2), and the Git LFS pointer of
+        # elmo_2x4096_512_2048cnn_2xhighway_weights.hdf5 in commit
+        # e96602c873f90782c21402b8d8d1ff1327318678 ("Contribute ELMO", 2021-03-04):
+        # "oid sha256:a6b92b9ccbb13fe489faacd2221c795d4bebe84b75f8aded9d85ea464fa5c994",
+        # "size 374434792". The sizes are pinned: two independent records agree to the byte. That
+        # SHA-256 is only the copy's, and AllenNLP never published one, so it is not enforced
+        # (a wrong pin would lock every user out): both hashes are trusted on first use.
+        options_size=336,
+        weights_size=374434792,
+    ),
     "original-5.5b": _published("2x4096_512_2048cnn_2xhighway_5.5B", "2x4096_512_2048cnn_2xhighway_5.5B",
                                 "2x4096_512, Wikipedia + WMT news crawl (5.5B tokens), 93.6M parameters"),
 }
@@ -74,7 +98,9 @@ def model_files(name: str = DEFAULT_MODEL, *, cache_dir: str | os.PathLike | Non
     """``(options.json, weights.hdf5)`` of the named model, downloading a published one if needed.
 
     Raises ValueError for an unknown name and :class:`elmo.download.DownloadError` when a published
-    model is not cached and cannot be fetched (the message says where to put the files by hand).
+    model is not cached and cannot be fetched (the message says where to put the files by hand),
+    when what is fetched does not match its pins or its sidecar record, or when ``$ELMO_MODELS_URL``
+    is a plain ``http://`` mirror and ``$ELMO_ALLOW_HTTP`` is not ``1``.
     """
     if name == DEFAULT_MODEL:
         folder = packaged_model_dir()
