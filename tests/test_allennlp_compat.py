@@ -220,3 +220,17 @@ def test_the_migration_page_snippets_run(tmp_path):
         result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=root)
         assert result.returncode == 0, (block, result.stderr)
     assert (tmp_path / "vectors.hdf5").exists()
+
+
+def test_dropout_acts_in_training_mode_only():
+    elmo = Elmo(OPTIONS, WEIGHTS, 1, dropout=0.5, state="reset")
+    ids = batch_to_ids([["The", "cat", "sat", "."]])
+    elmo.train()
+    torch.manual_seed(0)
+    dropped = elmo(ids)["elmo_representations"][0]
+    zeros = (dropped == 0).float().mean().item()
+    assert 0.3 < zeros < 0.7  # about half of the values dropped
+    elmo.eval()
+    kept = elmo(ids)["elmo_representations"][0]
+    assert (kept != 0).all()
+    torch.testing.assert_close(dropped[dropped != 0], 2 * kept[dropped != 0], rtol=1e-5, atol=1e-6)
