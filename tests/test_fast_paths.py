@@ -206,3 +206,145 @@ def test_stacked_weights_follow_weight_changes():
         plain.load_state_dict(model.state_dict())
         torch.testing.assert_close(after, plain(ids, mask).layers, rtol=0, atol=1e-5)
     assert (after - before).abs().max() > 1e-4
+
+
+# ------------------------------------------- full windows (training) and long sentences (inference)
+from elmo import lstm as lstm_module  # noqa: E402
+from elmo.lstm import GATE_CHUNK_STEPS, MIN_ACTIVE_ROWS, bilstm_inference  # noqa: E402
+
+
+def values_and_gradients(run, layer, inputs, mask, state):
+    """``run``'s outputs and final ``(c, h)``, and the gradients of a fixed random function of all
+    three with respect to the inputs, the initial state and every parameter of ``layer``."""
+    inputs, state = inputs.clone().requires_grad_(True), tuple(s.clone().requires_grad_(True) for s in state)
+    out, (c, h) = run(layer, inputs, mask, state)
+    generator = torch.Generator().manual_seed(0)
+    weights = [torch.randn(t.shape, generator=generator) for t in (out, c, h)]
+    total = sum((t * w).sum() for t, w in zip((out, c, h), weights))
+    grads = torch.autograd.grad(total, [inputs, *state, *layer.parameters()])
+    return [out.detach(), c.detach(), h.detach()], list(grads)
+
+
+@pytest.mark.parametrize("clip", [None, 0.5])
+def test_lstm_fast_full_window_matches_plain_values_and_gradients(clip):
+    """The branch LM training always takes: every timestep real, so no masking at all."""
+    torch.manual_seed(6)
+    layer = LstmLayer(6, 10, 5, cell_clip=clip, proj_clip=clip)
+    with torch.no_grad():
+        layer.bias.normal_()
+    inputs = torch.randn(3, 9, 6)
+    mask = torch.ones(3, 9, dtype=torch.bool)
+    state = (torch.randn(3, 10), torch.randn(3, 5))
+    plain_values, plain_grads = values_and_gradients(lstm_plain, layer, inputs, mask, state)
+    fast_values, fast_grads = values_and_gradients(lstm_fast, layer, inputs, mask, state)
+    for a, b in zip(fast_values, plain_values):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-5)
+    for a, b in zip(fast_grads, plain_grads):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+    assert all(g.abs().sum() > 0 for g in plain_grads)  # every gradient carries something to compare
+
+
+def test_bilm_training_stack_fast_equals_plain_on_full_windows():
+    """BiLM.run_stack, as the LM's training step calls it (full windows, carried state), with the
+    fast and the plain LSTM: same outputs, same final states, same parameter gradients."""
+    torch.manual_seed(7)
+    config = make_config(n_layers=2, skip=True)
+    fast, plain = BiLM(config, fast=True).train(), BiLM(config, fast=False).train()
+    plain.load_state_dict(fast.state_dict())
+    tokens = torch.randn(3, 11, 12)
+    mask = torch.ones(3, 11, dtype=torch.bool)
+    state = fast.zero_state(3)
+    state = type(state)(torch.randn_like(state.c), torch.randn_like(state.h))
+    for direction in (0, 1):
+        results = []
+        for model in (fast, plain):
+            outputs, finals = model.run_stack(direction, tokens, mask, state)
+            total = sum((o * (i + 1)).sum() for i, o in enumerate(outputs)) + sum(h.sum() for _, h in finals)
+            layers = model.forward_layers if direction == 0 else model.backward_layers
+            results.append((outputs, finals, torch.autograd.grad(total, list(layers.parameters()))))
+        (fast_out, fast_finals, fast_grads), (plain_out, plain_finals, plain_grads) = results
+        for a, b in zip(fast_out, plain_out):
+            torch.testing.assert_close(a, b, rtol=0, atol=1e-5)
+        for (c_a, h_a), (c_b, h_b) in zip(fast_finals, plain_finals):
+            torch.testing.assert_close(c_a, c_b, rtol=0, atol=1e-5)
+            torch.testing.assert_close(h_a, h_b, rtol=0, atol=1e-5)
+        for a, b in zip(fast_grads, plain_grads):
+            torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+
+
+# Lengths around and past the input-gate chunk (128 steps): a batch smaller than MIN_ACTIVE_ROWS
+# (padded with empty rows) and one larger, with rows that end inside each chunk and on its edges.
+LONG_LENGTHS = [[300, 17], [300, 300, 257, 129, 128, 40, 1, 0]]
+
+
+@pytest.mark.parametrize("lengths", LONG_LENGTHS)
+def test_bilstm_inference_matches_plain_past_one_chunk(lengths):
+    assert max(lengths) > 2 * GATE_CHUNK_STEPS  # the gates come in three chunks
+    assert min(map(len, LONG_LENGTHS)) < MIN_ACTIVE_ROWS < max(map(len, LONG_LENGTHS))
+    torch.manual_seed(8)
+    layers = [LstmLayer(6, 10, 5, cell_clip=3.0, proj_clip=3.0) for _ in range(2)]
+    batch, time = len(lengths), max(lengths)
+    lengths_tensor = torch.tensor(lengths)
+    mask = torch.arange(time).unsqueeze(0) < lengths_tensor.unsqueeze(1)
+    inputs = torch.randn(2, batch, time, 6) * mask[None, :, :, None]  # each direction's reading order
+    c, h = torch.randn(2, batch, 10), torch.randn(2, batch, 5)
+    with torch.no_grad():
+        expected = [lstm_plain(layers[d], inputs[d], mask, (c[d], h[d])) for d in (0, 1)]
+    out, final_c, final_h = bilstm_inference(layers[0], layers[1], inputs, lengths_tensor, c, h)
+    for d in (0, 1):
+        torch.testing.assert_close(out[d], expected[d][0], rtol=0, atol=1e-5)
+        torch.testing.assert_close(final_c[d], expected[d][1][0], rtol=0, atol=1e-5)
+        torch.testing.assert_close(final_h[d], expected[d][1][1], rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("lengths", LONG_LENGTHS)
+def test_runtime_equals_plain_bilm_on_sentences_longer_than_one_chunk(lengths):
+    """The whole inference path (both directions, two layers, skip connections, sorting and
+    restoring the rows) on 300-token sentences mixed with short and empty ones."""
+    torch.manual_seed(9)
+    config = make_config(n_layers=2)
+    fast, plain = BiLM(config, fast=True).eval(), BiLM(config, fast=False).eval()
+    plain.load_state_dict(fast.state_dict())
+    words = ["the", "cat", "sat", "on", "a", "mat", "Paris", "1984", "."]
+    sentences = [[words[(i * 7 + row) % len(words)] for i in range(n)] for row, n in enumerate(lengths)]
+    ids, mask = batch_to_char_ids(sentences)
+    with torch.no_grad():
+        a, b = Runtime(fast)(ids, mask), plain(ids, mask)
+    torch.testing.assert_close(a.layers, b.layers, rtol=0, atol=1e-5)
+    torch.testing.assert_close(a.state.c, b.state.c, rtol=0, atol=1e-5)
+    torch.testing.assert_close(a.state.h, b.state.h, rtol=0, atol=1e-5)
+
+
+def test_long_sentence_gives_the_same_bits_alone_and_in_a_batch():
+    """MIN_ACTIVE_ROWS's promise: a sentence's outputs do not depend on its batch, to the bit,
+    whether it runs alone (padded up to MIN_ACTIVE_ROWS rows) or among others, in every chunk."""
+    torch.manual_seed(11)
+    layers = [LstmLayer(16, 32, 8, cell_clip=3.0, proj_clip=3.0) for _ in range(2)]
+    lengths = torch.tensor(LONG_LENGTHS[1])
+    time = int(lengths.max())
+    mask = torch.arange(time).unsqueeze(0) < lengths.unsqueeze(1)
+    inputs = torch.randn(2, len(lengths), time, 16) * mask[None, :, :, None]
+    c, h = torch.randn(2, len(lengths), 32), torch.randn(2, len(lengths), 8)
+    out, _, final_h = bilstm_inference(layers[0], layers[1], inputs, lengths, c, h)
+    for row, n in enumerate(lengths.tolist()):
+        alone, _, alone_h = bilstm_inference(layers[0], layers[1], inputs[:, row:row + 1, :max(n, 1)],
+                                             lengths[row:row + 1], c[:, row:row + 1], h[:, row:row + 1])
+        assert torch.equal(alone[:, 0, :n], out[:, row, :n]) and torch.equal(alone_h[:, 0], final_h[:, row]), row
+
+
+def test_gate_chunking_matches_plain_at_any_chunk_size(monkeypatch):
+    """Chunks of 7 steps on short sentences: every chunk edge (and rows ending on one) is crossed."""
+    torch.manual_seed(10)
+    monkeypatch.setattr(lstm_module, "GATE_CHUNK_STEPS", 7)
+    layers = [LstmLayer(4, 6, 3, cell_clip=None, proj_clip=None) for _ in range(2)]
+    lengths = torch.tensor([23, 21, 14, 7, 6, 2])
+    time = int(lengths.max())
+    mask = torch.arange(time).unsqueeze(0) < lengths.unsqueeze(1)
+    inputs = torch.randn(2, len(lengths), time, 4) * mask[None, :, :, None]
+    c, h = torch.zeros(2, len(lengths), 6), torch.zeros(2, len(lengths), 3)
+    with torch.no_grad():
+        expected = [lstm_plain(layers[d], inputs[d], mask) for d in (0, 1)]
+    out, final_c, final_h = bilstm_inference(layers[0], layers[1], inputs, lengths, c, h)
+    for d in (0, 1):
+        torch.testing.assert_close(out[d], expected[d][0], rtol=0, atol=1e-5)
+        torch.testing.assert_close(final_h[d], expected[d][1][1], rtol=0, atol=1e-5)

@@ -78,14 +78,30 @@ def test_crf_log_likelihood_matches_brute_force():
             torch.testing.assert_close(batched[row:row + 1], alone)
 
 
-def test_crf_log_likelihood_has_gradients():
+def test_crf_log_likelihood_gradients_match_brute_force():
     torch.manual_seed(0)
     crf = random_crf(3)
     emissions = torch.randn(2, 3, 3, requires_grad=True)
-    mask = lengths_mask([3, 2], 3)
-    crf.log_likelihood(emissions, torch.randint(3, (2, 3)), mask).sum().backward()
-    for grad in (emissions.grad, crf.transitions.grad, crf.start.grad, crf.end.grad):
-        assert grad is not None and torch.isfinite(grad).all()
+    lengths = [3, 2]
+    mask = lengths_mask(lengths, 3)
+    tags = torch.randint(3, (2, 3))
+    crf.log_likelihood(emissions, tags, mask).sum().backward()
+    got = [emissions.grad, crf.transitions.grad, crf.start.grad, crf.end.grad]
+    # The same log-likelihoods from the definition (every sequence enumerated), through autograd.
+    expected_emissions = emissions.detach().clone().requires_grad_(True)
+    expected_crf = random_crf(3)
+    expected_crf.load_state_dict(crf.state_dict())
+    total = 0
+    for row, length in enumerate(lengths):
+        scores = torch.stack([brute_score(expected_crf, expected_emissions[row], s)
+                              for s in all_sequences(3, length)])
+        gold = brute_score(expected_crf, expected_emissions[row], tuple(tags[row, :length].tolist()))
+        total = total + gold - torch.logsumexp(scores, dim=0)
+    total.backward()
+    expected = [expected_emissions.grad, expected_crf.transitions.grad, expected_crf.start.grad,
+                expected_crf.end.grad]
+    for a, b in zip(got, expected):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
     assert (emissions.grad[1, 2] == 0).all()  # padding takes no part
 
 
@@ -176,17 +192,34 @@ def test_tagger_shapes_loss_and_gradients(placement, crf):
     loss.backward()
 
     assert model.features.words.weight.grad is None  # frozen word vectors stay untouched
-    assert model.features.chars.conv.weight.grad is not None
-    assert model.encoder.weight_ih_l0.grad is not None
+    # Every trained part gets a gradient that is not zero (None or zeros: cut out of the loss).
+    trained = [model.features.chars.conv.weight, model.encoder.weight_ih_l0]
     if placement in ("input", "both"):
-        assert model.elmo.input_mix.scalars.grad is not None
-        assert model.elmo.input_mix.gamma.grad is not None
+        trained += [model.elmo.input_mix.scalars, model.elmo.input_mix.gamma]
     if placement in ("output", "both"):
-        assert model.elmo.output_mix.scalars.grad is not None
+        trained += [model.elmo.output_mix.scalars, model.elmo.output_mix.gamma]
+    for parameter in trained:
+        assert parameter.grad is not None and parameter.grad.abs().sum() > 0
     model.eval()
+    with torch.no_grad():  # varied scores and transitions, so that decoding has something to decide
+        model.projection.weight.normal_(std=3.0)
+        if crf:
+            model.crf.transitions.normal_()
+            model.crf.start.normal_()
+            model.crf.end.normal_()
+        scores = model.scores(batch)
     predictions = model.predict(batch)
-    assert [len(p) for p in predictions] == [len(s) for s in SENTENCES]
-    assert all(0 <= tag < 3 for p in predictions for tag in p)
+    # Each sentence's prediction is the best-scoring tag sequence over every possible one: with the
+    # CRF's transitions, or the sum of the tokens' own scores without a CRF.
+    for row, sentence in enumerate(SENTENCES):
+        sequences = all_sequences(3, len(sentence))
+        with torch.no_grad():
+            if crf:
+                totals = torch.stack([brute_score(model.crf, scores[row], s) for s in sequences])
+            else:
+                totals = torch.stack([scores[row, torch.arange(len(s)), list(s)].sum() for s in sequences])
+        assert predictions[row] == list(sequences[int(totals.argmax())]), row
+    assert len({tag for p in predictions for tag in p}) > 1  # not one tag everywhere
 
 
 def test_tagger_without_crf_has_no_crf_parameters():

@@ -7,13 +7,16 @@ import shutil
 
 import numpy as np
 import pytest
+import torch
 
 from conftest import ALLENNLP
 from elmo.cli.main import main
 from elmo.embed import Embedder
-from elmo.tasks.config import load_task_config
+from elmo.tasks.config import TaskConfigError, load_task_config
 from elmo.tasks.layer_cache import load_or_compute
-from elmo.tasks.training import evaluate_task, score, train_task
+from elmo.tasks.readers import read_dataset
+from elmo.tasks.training import (LoadedSplit, evaluate_task, load_bilm_source, load_task_model, predict, score,
+                                 sentences_of, train_task)
 
 NAMES = ["Anna", "Berg", "Oslo", "Paris", "Maria", "Peter"]
 WORDS = ["visited", "the", "city", "of", "met", "and", "saw", "a", "friend", "in"]
@@ -75,6 +78,22 @@ def write_vectors(path):
 def write_config(path, body):
     path.write_text(body, encoding="utf-8")
     return path
+
+
+def best_model_predictions(run, examples):
+    """What a run's best model predicts for ``examples``, through the biLM when it uses ELMo."""
+    model, config, vocab, labels = load_task_model(run)
+    embedder = load_bilm_source(config)
+    layers = None
+    if embedder is not None:
+        layers = load_or_compute(embedder, sentences_of(examples), config.cache_dir, "check", progress=False)
+    return predict(model, LoadedSplit(examples, layers), vocab, labels, batch_size=4)
+
+
+def accuracy(predicted, examples):
+    """Fraction of ``examples`` whose gold label equals the prediction, counted here."""
+    assert len(predicted) == len(examples)
+    return sum(p == e.label for p, e in zip(predicted, examples)) / len(examples)
 
 
 @pytest.fixture
@@ -185,11 +204,17 @@ train = {{ path = "{tmp_path / 'SICK.txt'}", split = "train" }}
 dev = {{ path = "{tmp_path / 'SICK.txt'}", split = "trial" }}
 test = {{ path = "{tmp_path / 'SICK.txt'}", split = "test" }}
 """ + common)
-    for config_path, run in ((sst, "sst-run"), (sick, "sick-run")):
+    sst_dev = read_dataset("sst5", tmp_path / "sst.txt")
+    sick_dev, sick_test = (read_dataset("sick", tmp_path / "SICK.txt", split) for split in ("trial", "test"))
+    for config_path, run, dev, test in ((sst, "sst-run", sst_dev, None), (sick, "sick-run", sick_dev, sick_test)):
         metrics = train_task(load_task_config(config_path), progress=False)
-        assert 0.0 <= metrics["dev"] <= 1.0 and len(metrics["history"]) == 2
+        assert len(metrics["history"]) == 2
+        assert metrics["dev"] == max(h["dev"] for h in metrics["history"])
+        # The reported scores are the best model's accuracy, counted here from its predictions.
+        assert metrics["dev"] == pytest.approx(accuracy(best_model_predictions(tmp_path / run, dev), dev))
+        if test is not None:
+            assert metrics["test"] == pytest.approx(accuracy(best_model_predictions(tmp_path / run, test), test))
         assert set(metrics["layer_weights"]) == ({"output"} if placement == "output" else {"input", "output"})
-        assert (tmp_path / run / "best.pt").is_file()
     assert main(["task", "evaluate", str(tmp_path / "sick-run"), "--data", str(tmp_path / "SICK.txt"),
                  "--split", "test"]) == 0
     # SNLI as an extra test set of the SICK model: same (lower-case) label names, read as kind snli.
@@ -198,8 +223,17 @@ test = {{ path = "{tmp_path / 'SICK.txt'}", split = "test" }}
     (snli / "s1.test").write_text("A man is running\nA dog is running\n", encoding="utf-8")
     (snli / "s2.test").write_text("A man is running\nA cat is running\n", encoding="utf-8")
     (snli / "labels.test").write_text("entailment\ncontradiction\n", encoding="utf-8")
+    pairs = read_dataset("snli", snli, "test")
+    predicted = best_model_predictions(tmp_path / "sick-run", pairs)
     result = evaluate_task(tmp_path / "sick-run", str(snli), "test", kind="snli", progress=False)
-    assert result["kind"] == "snli" and result["examples"] == 2 and result["score"] in (0.0, 0.5, 1.0)
+    assert result["kind"] == "snli" and result["examples"] == 2
+    assert result["score"] == pytest.approx(accuracy(predicted, pairs))
+    # Gold labels equal to the model's own predictions score 1, the other label on every pair 0.
+    other = {"entailment": "contradiction", "contradiction": "entailment"}
+    (snli / "labels.test").write_text("".join(f"{p}\n" for p in predicted), encoding="utf-8")
+    assert evaluate_task(tmp_path / "sick-run", str(snli), "test", kind="snli", progress=False)["score"] == 1.0
+    (snli / "labels.test").write_text("".join(f"{other[p]}\n" for p in predicted), encoding="utf-8")
+    assert evaluate_task(tmp_path / "sick-run", str(snli), "test", kind="snli", progress=False)["score"] == 0.0
     (snli / "labels.test").write_text("entailment\nneutral\n", encoding="utf-8")  # never in this SICK sample
     with pytest.raises(ValueError, match=r"snli: label\(s\) neutral are not among"):
         evaluate_task(tmp_path / "sick-run", str(snli), "test", kind="snli", progress=False)
@@ -241,3 +275,129 @@ def test_bad_config_names_file_and_field(ner_config, capsys):
     ner_config.write_text(text)
     assert main(["task", "train", str(ner_config)]) == 2
     assert f"{ner_config}: elmo.placement: expected one of input, output, both" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------- paths that are not there
+@pytest.mark.parametrize("field", ["data.train", "data.dev", "data.test", "data.vectors", "bilm.model"])
+def test_missing_path_fails_before_anything_is_created(ner_config, tmp_path, capsys, field):
+    """A config naming a file that is not there fails with the field and the path, from the CLI
+    and from train_task, and leaves neither a run directory nor a layer cache behind."""
+    missing = tmp_path / "nowhere" / "missing.txt"
+    section, name = field.split(".")
+    text = ner_config.read_text()
+    if field == "bilm.model":
+        text = text.replace(f'model = "{tmp_path.parent}', "model = \"" + str(tmp_path / "nowhere") + "/")
+        missing = None
+    else:
+        old = next(line for line in text.splitlines() if line.startswith(f"{name} = "))
+        text = text.replace(old, f'{name} = "{missing}"')
+    ner_config.write_text(text)
+    config = load_task_config(ner_config)
+    source = config.bilm.model if missing is None else str(missing)
+    assert main(["task", "train", str(ner_config), "--no-progress"]) == 2
+    assert f"{ner_config}: {field}: {source}" in capsys.readouterr().err
+    with pytest.raises(TaskConfigError, match=f"{field}: {source}"):
+        train_task(config, progress=False)
+    assert not (tmp_path / "run").exists() and not (tmp_path / "cache").exists()
+
+
+# ------------------------------------------------- evaluation: words new to the run
+POSITIVE, NEGATIVE = ["great", "superb", "good"], ["awful", "bad", "dreadful"]
+
+
+def write_polarity(path, words):
+    """SST trees "the film is WORD", labelled 4 for a positive word and 0 for a negative one;
+    a word may be ``noun/word`` to change the noun."""
+    lines = []
+    for entry in words:
+        noun, _, word = entry.rpartition("/")
+        label = 4 if word in POSITIVE + ["wonderful"] else 0
+        lines.append(f"({label} (2 (2 the) (2 {noun or 'film'})) ({label} (2 is) ({label} {word})))")
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+def write_polarity_vectors(path):
+    """6-d vectors whose first component is the polarity (+-3); "wonderful" and "terrible" are in
+    the file but in no training or dev sentence, "movie" has no vector at all."""
+    rng = np.random.default_rng(1)
+    rows = []
+    for word in ["the", "film", "is", *POSITIVE, "wonderful", *NEGATIVE, "terrible"]:
+        vector = 0.3 * rng.normal(size=6)
+        vector[0] = 3.0 if word in POSITIVE + ["wonderful"] else (-3.0 if word in NEGATIVE + ["terrible"] else 0.0)
+        rows.append(f"{word} {' '.join(f'{v:.4f}' for v in vector)}\n")
+    path.write_text("".join(rows), encoding="utf-8")
+    return {line.split()[0]: np.array(line.split()[1:], dtype=np.float32) for line in rows}
+
+
+@pytest.fixture
+def polarity_run(tmp_path):
+    """A baseline sentence classifier trained (with fine-tuned word vectors) on the polarity toy."""
+    write_polarity(tmp_path / "train.txt", (POSITIVE + NEGATIVE) * 4)
+    vectors = write_polarity_vectors(tmp_path / "vectors.txt")
+    config = write_config(tmp_path / "polarity.toml", f"""
+task = "classification"
+metric = "accuracy"
+output = "{tmp_path / 'run'}"
+cache_dir = "{tmp_path / 'cache'}"
+[data]
+kind = "sst5"
+train = "{tmp_path / 'train.txt'}"
+dev = "{tmp_path / 'train.txt'}"
+vectors = "{tmp_path / 'vectors.txt'}"
+[model]
+hidden = 8
+char_filters = 0
+dropout = 0.0
+freeze_vectors = false
+[elmo]
+enabled = false
+[train]
+epochs = 6
+batch_size = 4
+learning_rate = 0.01
+""")
+    metrics = train_task(load_task_config(config), progress=False)
+    assert metrics["dev"] == 1.0 and metrics["vocabulary"] == 2 + 9  # <pad>, <unk>, the words of train
+    return tmp_path / "run", vectors
+
+
+def test_evaluation_gives_new_words_their_pretrained_vectors(polarity_run, tmp_path, capsys):
+    run, vectors = polarity_run
+    new = tmp_path / "new.txt"
+    write_polarity(new, ["wonderful", "terrible", "movie/wonderful", "movie/terrible"])
+    result = evaluate_task(run, str(new), progress=False)
+    # As <unk>, "wonderful" and "terrible" would look alike and one of them would be wrong.
+    assert result["score"] == 1.0
+    assert (result["words_added"], result["unknown_tokens"], result["tokens"]) == (2, 2, 16)  # "movie" twice
+
+    # The embedding: the run's rows as trained, then the new words' vectors from the file.
+    trained = torch.load(run / "best.pt", weights_only=True)["model"]["features.words.weight"]
+    model, _, vocab, _ = load_task_model(run, [["The", "film", "is", "Wonderful", "terrible", "movie"]])
+    table = model.features.words.weight.detach()
+    assert len(vocab) == len(trained) + 2 and vocab.words[-2:] == ["terrible", "wonderful"]
+    torch.testing.assert_close(table[:len(trained)], trained, rtol=0, atol=0)
+    for word in ("terrible", "wonderful"):
+        torch.testing.assert_close(table[vocab.id(word)], torch.from_numpy(vectors[word]), rtol=0, atol=0)
+    assert vocab.id("movie") == 1  # no vector: <unk>
+    assert not torch.allclose(table[vocab.id("great")], torch.from_numpy(vectors["great"]))  # fine-tuned
+
+    capsys.readouterr()
+    assert main(["task", "evaluate", str(run), "--data", str(new)]) == 0
+    assert "2 word(s) new to the run got their pretrained vectors; 2 of 16 tokens (12.5%) read as <unk>" in capsys.readouterr().err
+
+
+def test_evaluation_without_the_vectors_file_names_it(polarity_run, tmp_path, capsys):
+    run, _ = polarity_run
+    new = tmp_path / "new.txt"
+    write_polarity(new, ["wonderful", "terrible"])
+    moved = tmp_path / "moved.txt"
+    (tmp_path / "vectors.txt").rename(moved)
+    with pytest.raises(FileNotFoundError, match=f"data.vectors: {tmp_path / 'vectors.txt'}: no such file"):
+        evaluate_task(run, str(new), progress=False)
+    assert main(["task", "evaluate", str(run), "--data", str(new)]) == 2
+    assert f"data.vectors: {tmp_path / 'vectors.txt'}: no such file" in capsys.readouterr().err
+    # Data with no word new to the run needs no vectors file; --vectors points at the moved one.
+    assert evaluate_task(run, str(tmp_path / "train.txt"), progress=False)["score"] == 1.0
+    assert main(["task", "evaluate", str(run), "--data", str(new), "--vectors", str(moved), "--json",
+                 str(tmp_path / "eval.json")]) == 0
+    assert json.loads((tmp_path / "eval.json").read_text())["score"] == 1.0

@@ -29,12 +29,14 @@ def add_parser(parser: argparse.ArgumentParser) -> None:
     evaluate.add_argument("--split", help="split inside the file, for CoNLL-2000 (zip), SICK and SNLI")
     evaluate.add_argument("--kind", choices=DATASET_KINDS,
                           help="read --data as this dataset kind (default: the run's own; snli scores a SICK model on SNLI)")
+    evaluate.add_argument("--vectors", help="the run's word vectors file, where it has moved since training "
+                          "(default: data.vectors of the run's config)")
     evaluate.add_argument("--json", help="also write the result as JSON here")
 
 
 def run(args: argparse.Namespace) -> int:
     from elmo.fileio import atomic_write_text
-    from elmo.tasks.config import load_task_config
+    from elmo.tasks.config import check_task_paths, load_task_config
     from elmo.tasks.training import evaluate_task, train_task
 
     if args.task_verb == "train":
@@ -49,12 +51,18 @@ def run(args: argparse.Namespace) -> int:
         if args.no_elmo:
             overrides["elmo"] = {"enabled": False}
         config = load_task_config(args.config, overrides)
+        check_task_paths(config, where=args.config)  # names the config file; train_task checks again
         metrics = train_task(config, resume=args.resume, progress=not args.no_progress)
         summary = {k: metrics[k] for k in ("best_epoch", "dev", "test") if k in metrics}
         print(json.dumps(summary), file=sys.stderr)
         return 0
-    result = evaluate_task(args.run, args.data, args.split, kind=args.kind)
+    result = evaluate_task(args.run, args.data, args.split, kind=args.kind, vectors=args.vectors)
     print(f"{result['metric']} {result['score']:.4f} on {result['examples']} examples")
+    if result["tokens"]:
+        print(f"{result['words_added']} word(s) new to the run got their pretrained vectors; "
+              f"{result['unknown_tokens']} of {result['tokens']} tokens "
+              f"({100 * result['unknown_tokens'] / result['tokens']:.1f}%) read as <unk>",
+              file=sys.stderr)
     if args.json:
         atomic_write_text(args.json, json.dumps(result, indent=1) + "\n")
     return 0

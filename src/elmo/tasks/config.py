@@ -21,7 +21,8 @@ Example (``configs/tasks/ner-conll2003.toml``)::
 A split is a path, or a table ``{ path = "...", split = "train" }`` for files that hold several
 splits (CoNLL-2000's zip, SICK, the SNLI folder). ``dev_fraction`` carves a dev set out of the
 training data when there is none. Relative paths are relative to the directory the command runs
-in. Every unknown or mistyped field is an error naming it.
+in. Every unknown or mistyped field is an error naming it, and so is a path that is not there
+(:func:`check_task_paths`, run before training creates anything).
 """
 
 from __future__ import annotations
@@ -71,8 +72,8 @@ class ModelConfig:
 
 @dataclass
 class BiLMSource:
-    """Which biLM gives the ELMo layers: a model name (``elmo.pretrained``) or a folder with
-    ``options.json`` + ``weights.hdf5``."""
+    """Which biLM gives the ELMo layers: anything :func:`elmo.pretrained.load_model` takes (a
+    model name, a folder with ``options.json`` + ``weights.hdf5``, or a training run directory)."""
 
     model: str = "default"
     state: str = "warm"
@@ -162,6 +163,37 @@ def task_config_from_dict(values: dict, where: str = "config") -> TaskConfig:
     return config
 
 
+def _where_relative(path: str) -> str:
+    """A hint for a relative path that was not found: where it was looked for."""
+    return "" if os.path.isabs(path) else f" (relative to the current directory, {os.getcwd()})"
+
+
+def check_task_paths(config: TaskConfig, where: str = "config") -> None:
+    """Raise :class:`TaskConfigError` naming the field and the path when a file the run reads is
+    not there: the data splits, the vectors file and (with ELMo) the biLM folder. Training calls
+    this before it creates anything, so that a typo costs no run directory and no layer cache."""
+    for name in ("train", "dev", "test"):
+        split = getattr(config.data, name)
+        # A split may be a folder (SNLI) or a file (everything else).
+        if split is not None and not os.path.exists(split.path):
+            raise TaskConfigError(f"{where}: data.{name}: {split.path}: no such file or folder"
+                                  f"{_where_relative(split.path)}")
+    vectors = config.data.vectors
+    if vectors is not None and not os.path.isfile(vectors):
+        raise TaskConfigError(f"{where}: data.vectors: {vectors}: no such file{_where_relative(vectors)}")
+    if config.elmo.enabled:
+        from elmo.pretrained import model_names
+
+        source = config.bilm.model
+        if source not in model_names():
+            missing = [f for f in ("options.json", "weights.hdf5") if not os.path.isfile(os.path.join(source, f))]
+            run = os.path.isdir(os.path.join(source, "checkpoints")) or (os.path.isfile(source) and source.endswith(".pt"))
+            if missing and not run:  # load_model also takes a training run directory or checkpoint
+                raise TaskConfigError(
+                    f"{where}: bilm.model: {source}: not a model name ({', '.join(model_names())}), and no folder "
+                    f"with options.json and weights.hdf5 (missing {' and '.join(missing)}){_where_relative(source)}")
+
+
 def load_task_config(path: str | os.PathLike, overrides: dict | None = None) -> TaskConfig:
     """Read a TOML task config; ``overrides`` (``{"elmo": {"enabled": False}, ...}``) are merged
     over its tables, for the experiments' variations of one config."""
@@ -179,4 +211,4 @@ def load_task_config(path: str | os.PathLike, overrides: dict | None = None) -> 
 
 
 __all__ = ["BiLMSource", "DataConfig", "METRICS", "ModelConfig", "Split", "TASKS", "TaskConfig", "TaskConfigError",
-           "TrainConfig", "load_task_config", "task_config_from_dict"]
+           "TrainConfig", "check_task_paths", "load_task_config", "task_config_from_dict"]

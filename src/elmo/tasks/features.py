@@ -51,25 +51,31 @@ class WordVocab:
         extra = sorted({w.lower() for w in also} - seen)
         return cls(words + extra)
 
+    def extended(self, words: Iterable[str]) -> "WordVocab":
+        """This vocabulary with ``words`` (lowercased, those not in it yet, sorted) appended: every
+        old word keeps its id, so an embedding table grows by rows at the end."""
+        extra = sorted({w.lower() for w in words} - self.index.keys())
+        return WordVocab([*self.words[2:], *extra])
+
 
 def vector_words(path: str | os.PathLike) -> set[str]:
     """The words that have a vector in a GloVe text file (plain or ``.gz``)."""
     return {line.partition(" ")[0] for line in read_lines(path)}
 
 
-def load_glove(path: str | os.PathLike, vocab: WordVocab, *, seed: int = 0) -> tuple[torch.Tensor, int]:
-    """An embedding matrix ``(len(vocab), dim)`` from a GloVe text file (plain or ``.gz``).
+def load_vectors(path: str | os.PathLike, words: Iterable[str]) -> tuple[dict[str, np.ndarray], int]:
+    """The vectors of ``words`` in a GloVe text file (plain or ``.gz``), and the file's dimension.
 
-    Words without a vector get small random ones (padding gets zeros). Returns the matrix and the
-    number of vocabulary words found in the file. A malformed line raises ValueError naming the
-    file and line.
+    Words are matched exactly as the file spells them (GloVe 6B is lowercase, as
+    :meth:`WordVocab.id` looks words up). A malformed line among those read raises ValueError
+    naming the file and line; so does an empty file.
     """
-    vectors: dict[int, np.ndarray] = {}
+    wanted = set(words)
+    vectors: dict[str, np.ndarray] = {}
     dim = None
     for number, line in enumerate(read_lines(path), start=1):
         word, _, rest = line.partition(" ")
-        index = vocab.index.get(word)
-        if index is None:
+        if word not in wanted:
             if dim is None:
                 dim = len(rest.split())
             continue
@@ -81,14 +87,25 @@ def load_glove(path: str | os.PathLike, vocab: WordVocab, *, seed: int = 0) -> t
             dim = len(values)
         if len(values) != dim:
             raise ValueError(f"{path}:{number}: {len(values)} values, but earlier lines have {dim}")
-        vectors[index] = values
+        vectors[word] = values
     if dim is None:
         raise ValueError(f"{path}:1: empty vectors file")
+    return vectors, dim
+
+
+def load_glove(path: str | os.PathLike, vocab: WordVocab, *, seed: int = 0) -> tuple[torch.Tensor, int]:
+    """An embedding matrix ``(len(vocab), dim)`` from a GloVe text file (plain or ``.gz``).
+
+    Words without a vector get small random ones (padding gets zeros). Returns the matrix and the
+    number of vocabulary words found in the file. A malformed line raises ValueError naming the
+    file and line.
+    """
+    vectors, dim = load_vectors(path, vocab.index)
     generator = np.random.default_rng(seed)
     matrix = generator.normal(0.0, 0.1, size=(len(vocab), dim)).astype(np.float32)
     matrix[PAD] = 0.0
-    for index, values in vectors.items():
-        matrix[index] = values
+    for word, values in vectors.items():
+        matrix[vocab.index[word]] = values
     return torch.from_numpy(matrix), len(vectors)
 
 
@@ -154,6 +171,16 @@ class TokenFeatures(nn.Module):
             parts.append(self.chars(chars))
         return torch.cat(parts, dim=-1)
 
+    def add_words(self, vectors: torch.Tensor) -> None:
+        """Append ``vectors`` ``(n, dim)`` as new rows of the word embedding: the ids that
+        :meth:`WordVocab.extended` gives new words. The rows already there (trained or not) are
+        kept as they are, and whether the embedding trains stays as it was."""
+        old = self.words.weight
+        if vectors.dim() != 2 or vectors.shape[1] != old.shape[1]:
+            raise ValueError(f"add_words: expected vectors of shape (n, {old.shape[1]}), got {tuple(vectors.shape)}")
+        weight = torch.cat([old.detach(), vectors.to(dtype=old.dtype, device=old.device)])
+        self.words = nn.Embedding.from_pretrained(weight, freeze=not old.requires_grad, padding_idx=PAD)
+
 
 __all__ = ["CharCNN", "PAD", "TASK_MAX_CHARS", "TokenFeatures", "UNK", "WordVocab", "char_ids", "load_glove",
-           "vector_words", "word_ids"]
+           "load_vectors", "vector_words", "word_ids"]

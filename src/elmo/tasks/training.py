@@ -14,7 +14,7 @@ import math
 import os
 import random
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -22,8 +22,9 @@ import torch
 from tqdm import tqdm
 
 from elmo.fileio import atomic_path, atomic_write_text
-from elmo.tasks.config import TaskConfig, task_config_from_dict
-from elmo.tasks.features import TokenFeatures, WordVocab, char_ids, load_glove, vector_words, word_ids
+from elmo.tasks.config import TaskConfig, check_task_paths, task_config_from_dict
+from elmo.tasks.features import (UNK, TokenFeatures, WordVocab, char_ids, load_glove, load_vectors, vector_words,
+                                 word_ids)
 from elmo.tasks.integration import TaskElmo
 from elmo.tasks.layer_cache import LayerCache, load_or_compute
 from elmo.tasks.readers import LabeledSentence, SentencePair, TaggedSentence, read_dataset
@@ -140,13 +141,9 @@ def load_bilm_source(config: TaskConfig):
     if not config.elmo.enabled:
         return None
     from elmo.embed import Embedder
-    from elmo.pretrained import model_names
+    from elmo.pretrained import load_model
 
-    source = config.bilm.model
-    if source in model_names():
-        return Embedder.from_pretrained(source, state=config.bilm.state, batch_size=config.bilm.batch_size)
-    return Embedder.from_files(os.path.join(source, "options.json"), os.path.join(source, "weights.hdf5"),
-                               state=config.bilm.state, batch_size=config.bilm.batch_size)
+    return Embedder(load_model(config.bilm.model), state=config.bilm.state, batch_size=config.bilm.batch_size)
 
 
 # ------------------------------------------------------------------------------------ metrics
@@ -205,9 +202,12 @@ def _layers_for(embedder, splits: dict[str, list], config: TaskConfig, progress:
 
 
 def train_task(config: TaskConfig, *, resume: bool = False, progress: bool = True) -> dict:
-    """Train ``config``'s model with early stopping on dev; returns the final metrics dict."""
-    os.makedirs(config.output, exist_ok=True)
-    atomic_write_text(os.path.join(config.output, "config.json"), json.dumps(config.to_dict(), indent=1))
+    """Train ``config``'s model with early stopping on dev; returns the final metrics dict.
+
+    A path in the config that is not there fails first (:func:`check_task_paths`), and the run
+    directory is only created once the data, the vectors and the biLM have loaded: a config that
+    cannot run leaves nothing behind."""
+    check_task_paths(config)
     _seed_everything(config.train.seed)
     started = time.time()
     splits = load_splits(config)
@@ -228,6 +228,8 @@ def train_task(config: TaskConfig, *, resume: bool = False, progress: bool = Tru
     data = _layers_for(embedder, splits, config, progress)
     n_layers = embedder.model.config.n_output_layers if embedder else 1
     dim = 2 * embedder.model.config.lstm.projection_dim if embedder else 1
+    os.makedirs(config.output, exist_ok=True)
+    atomic_write_text(os.path.join(config.output, "config.json"), json.dumps(config.to_dict(), indent=1))
     _seed_everything(config.train.seed)
     model = build_model(config, embeddings, len(labels), n_layers, dim)
     optimizer = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=config.train.learning_rate)
@@ -299,8 +301,16 @@ def _tuple_state(state):
     return (state[0], tuple(state[1]), state[2])
 
 
-def load_task_model(run_dir: str | os.PathLike):
-    """``(model, config, vocab, labels)`` of a run's best checkpoint, in eval mode."""
+def load_task_model(run_dir: str | os.PathLike, sentences: Iterable[Sequence[str]] | None = None, *,
+                    vectors: str | os.PathLike | None = None):
+    """``(model, config, vocab, labels)`` of a run's best checkpoint, in eval mode.
+
+    ``sentences``: the text the model is about to read. Its words that are not in the run's
+    vocabulary but have a vector in the run's vectors file (``data.vectors`` of its config, or
+    ``vectors`` when that file has moved) join the vocabulary with their pretrained vectors, as
+    the words of dev and test did in training; otherwise every word new to the run would read as
+    ``<unk>``. The run's own rows, fine-tuned or not, are kept.
+    """
     path = os.path.join(run_dir, "best.pt")
     if not os.path.isfile(path):
         raise FileNotFoundError(f"{path}: no best checkpoint; is {run_dir} a task run directory?")
@@ -313,14 +323,61 @@ def load_task_model(run_dir: str | os.PathLike):
     model = build_model(config, embeddings, len(payload["labels"]), payload["bilm_layers"], payload["bilm_dim"])
     model.load_state_dict(payload["model"])
     labels = {name: i for i, name in enumerate(payload["labels"])}
+    if sentences is not None:
+        vocab = add_pretrained_words(model, config, vocab, sentences, vectors, where=path)
+    elif vectors is not None:
+        raise ValueError("load_task_model: vectors is only used with sentences")
     return model.eval(), config, vocab, labels
 
 
+def add_pretrained_words(model: torch.nn.Module, config: TaskConfig, vocab: WordVocab,
+                         sentences: Iterable[Sequence[str]], vectors: str | os.PathLike | None = None,
+                         where: str = "run") -> WordVocab:
+    """The vocabulary extended by the words of ``sentences`` that it lacks and that have a vector
+    in the run's vectors file (``vectors``, by default ``config.data.vectors``); their vectors
+    are appended to ``model``'s word embedding (:meth:`TokenFeatures.add_words`). A run trained
+    without pretrained vectors has none to add. A vectors file that is not there, when there are
+    new words to look up, is an error naming ``data.vectors`` and the path."""
+    if config.data.vectors is None:
+        if vectors is not None:
+            raise ValueError(f"{where}: the run was trained without pretrained vectors (data.vectors is not set), "
+                             f"so {vectors} cannot give its words vectors")
+        return vocab
+    new = {w.lower() for s in sentences for w in s} - vocab.index.keys()
+    if not new:
+        return vocab
+    source = os.fspath(vectors) if vectors is not None else config.data.vectors
+    if not os.path.isfile(source):
+        hint = "" if os.path.isabs(source) else f" (relative to the current directory, {os.getcwd()})"
+        raise FileNotFoundError(
+            f"{where}: data.vectors: {source}: no such file{hint}. It is needed to give the {len(new)} word(s) "
+            f"the run never saw their pretrained vectors instead of <unk>; pass the same vectors file "
+            f"(elmo task evaluate --vectors PATH) if it has moved")
+    found, dim = load_vectors(source, new)
+    words = model.features.words
+    if dim != words.embedding_dim:
+        raise ValueError(f"{where}: data.vectors: {source} has {dim}-dimensional vectors, but the run's word "
+                         f"embedding has {words.embedding_dim}: not the file the run was trained with")
+    if not found:
+        return vocab
+    extended = vocab.extended(found)
+    model.features.add_words(torch.from_numpy(np.stack([found[w] for w in extended.words[len(vocab):]])))
+    return extended
+
+
+def unknown_tokens(sentences: Iterable[Sequence[str]], vocab: WordVocab) -> tuple[int, int]:
+    """``(tokens that read as <unk>, all tokens)`` of ``sentences`` under ``vocab``."""
+    ids = [vocab.id(w) for s in sentences for w in s]
+    return sum(i == UNK for i in ids), len(ids)
+
+
 def evaluate_task(run_dir: str | os.PathLike, path: str, split: str | None = None, *, kind: str | None = None,
-                  progress: bool = True) -> dict:
+                  vectors: str | os.PathLike | None = None, progress: bool = True) -> dict:
     """Score a run's best model on a data file, read as dataset ``kind`` (by default the run's
     own; e.g. ``kind="snli"`` scores a SICK model on SNLI). Gold labels the model never saw are
-    an error, not a silent miss."""
+    an error, not a silent miss. Words of the data that the run never saw get their vectors from
+    the run's vectors file (``vectors`` where it has moved; see :func:`add_pretrained_words`); the
+    result counts them (``words_added``) and the tokens that still read as ``<unk>``."""
     model, config, vocab, labels = load_task_model(run_dir)
     kind = kind or config.data.kind
     examples = read_dataset(kind, path, split)
@@ -328,15 +385,21 @@ def evaluate_task(run_dir: str | os.PathLike, path: str, split: str | None = Non
     if unknown:
         raise ValueError(f"{path}: label(s) {', '.join(sorted(unknown))} are not among those the model "
                          f"in {run_dir} was trained on ({', '.join(labels)})")
+    sentences = sentences_of(examples)
+    trained_words = len(vocab)
+    vocab = add_pretrained_words(model, config, vocab, sentences, vectors,
+                                 where=os.path.join(os.fspath(run_dir), "best.pt"))
     embedder = load_bilm_source(config)
     layers = None
     if embedder is not None:
-        layers = load_or_compute(embedder, sentences_of(examples), config.cache_dir, f"{config.data.kind}-eval",
+        layers = load_or_compute(embedder, sentences, config.cache_dir, f"{config.data.kind}-eval",
                                  progress=progress)
     value = evaluate_split(config, model, LoadedSplit(examples, layers), vocab, labels)
+    n_unknown, n_tokens = unknown_tokens(sentences, vocab)
     return {"run": os.fspath(run_dir), "data": path, "split": split, "kind": kind,
-            "metric": config.metric, "score": value,
-            "examples": len(examples)}
+            "metric": config.metric, "score": value, "examples": len(examples),
+            "words_added": len(vocab) - trained_words, "tokens": n_tokens, "unknown_tokens": n_unknown}
 
 
-__all__ = ["build_model", "evaluate_task", "load_splits", "load_task_model", "make_batch", "score", "train_task"]
+__all__ = ["add_pretrained_words", "build_model", "evaluate_task", "load_splits", "load_task_model", "make_batch",
+           "score", "train_task", "unknown_tokens"]

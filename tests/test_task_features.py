@@ -1,0 +1,54 @@
+"""Word vectors of the task models: reading GloVe files, and growing a trained vocabulary and its
+embedding for words seen only at evaluation."""
+
+import pytest
+import torch
+
+from elmo.tasks.features import PAD, UNK, TokenFeatures, WordVocab, load_glove, load_vectors, word_ids
+
+GLOVE = "the 0.5 0.25\ncat 1.0 -1.0\nparis 2.0 3.0\n<unk> 9.0 9.0\n"
+
+
+def test_load_vectors_reads_only_the_words_asked_for(tmp_path):
+    path = tmp_path / "glove.txt"
+    path.write_text(GLOVE + "broken 1.0 x\n")
+    vectors, dim = load_vectors(path, ["cat", "paris", "dog"])
+    assert dim == 2 and sorted(vectors) == ["cat", "paris"]
+    assert vectors["paris"].tolist() == [2.0, 3.0]
+    with pytest.raises(ValueError, match=r"glove.txt:5: not a word followed by numbers"):
+        load_vectors(path, ["broken"])
+    (tmp_path / "empty.txt").write_text("")
+    with pytest.raises(ValueError, match="empty vectors file"):
+        load_vectors(tmp_path / "empty.txt", ["cat"])
+
+
+def test_load_glove_fills_the_vocabulary_rows(tmp_path):
+    path = tmp_path / "glove.txt"
+    path.write_text(GLOVE)
+    vocab = WordVocab(["cat", "dog", "the"])
+    matrix, found = load_glove(path, vocab, seed=0)
+    # "<unk>" is a word of the file too: it gives the unknown row its vector.
+    assert found == 3 and matrix.shape == (5, 2)
+    assert matrix[vocab.id("Cat")].tolist() == [1.0, -1.0] and matrix[vocab.id("the")].tolist() == [0.5, 0.25]
+    assert matrix[UNK].tolist() == [9.0, 9.0] and matrix[PAD].tolist() == [0.0, 0.0]
+    assert 0 < float(matrix[vocab.id("dog")].abs().sum()) < 1  # no vector: small random
+
+
+def test_extended_vocabulary_and_embedding_keep_the_old_ids_and_rows():
+    vocab = WordVocab(["cat", "the"])
+    extended = vocab.extended(["Paris", "the", "apple", "paris"])
+    assert extended.words == ["<pad>", "<unk>", "cat", "the", "apple", "paris"]
+    assert all(extended.id(w) == vocab.id(w) for w in vocab.words)
+    trained = torch.randn(len(vocab), 3)
+    for freeze in (True, False):
+        features = TokenFeatures(trained.clone(), freeze=freeze, char_filters=0)
+        new_rows = torch.randn(2, 3)
+        features.add_words(new_rows)
+        table = features.words.weight.detach()
+        assert torch.equal(table[:len(vocab)], trained) and torch.equal(table[len(vocab):], new_rows)
+        assert features.words.weight.requires_grad == (not freeze)
+        words = word_ids([["The", "apple", "Paris", "dog"]], extended)
+        out = features(words, torch.zeros(1, 4, 1, dtype=torch.long))
+        assert torch.equal(out[0], table[[vocab.id("the"), 4, 5, UNK]])
+    with pytest.raises(ValueError, match=r"expected vectors of shape \(n, 3\)"):
+        features.add_words(torch.randn(2, 4))
