@@ -1,8 +1,10 @@
 """Training: data streams, losses, resume after SIGKILL, data-parallel equivalence, export,
 evaluation and fine-tuning, on the tiny corpus of the original's test suite."""
 
+import csv
 import math
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -19,6 +21,7 @@ from elmo.chars import batch_to_char_ids
 from elmo.data import LMBatcher, SentenceStream, count_tokens
 from elmo.evaluate import evaluate
 from elmo.lm import load_language_model, load_train_checkpoint
+from elmo.weights import WeightsError
 from elmo.softmax import Softmax, expected_count, log_uniform_sample
 from elmo.train import TrainSettings, train
 from elmo.vocab import Vocabulary
@@ -26,6 +29,7 @@ from elmo.vocab import Vocabulary
 CORPUS = FIXTURES / "bilm-tf" / "train" / "data.txt"
 VOCAB = FIXTURES / "bilm-tf" / "train" / "vocab.txt"
 CLI = [sys.executable, "-m", "elmo.cli.main"]
+ROOT = FIXTURES.parent.parent
 
 
 def tiny_settings(output, **kw) -> TrainSettings:
@@ -111,12 +115,41 @@ def test_log_uniform_sample_is_distinct_and_corrected():
 
 
 def test_sampled_loss_masks_accidental_hits():
-    softmax = Softmax(3, 4)
-    hidden, targets = torch.randn(5, 4), torch.tensor([0, 1, 2, 0, 1])
-    # With every word sampled, each row's own target among the negatives must be masked out:
-    # the result is finite and equals a softmax over the corrected logits without duplicates.
-    loss = softmax.sampled_loss(hidden, targets, n_samples=3, generator=torch.Generator().manual_seed(0))
-    assert torch.isfinite(loss).all() and (loss > 0).all()
+    torch.manual_seed(0)
+    vocab_size, n_samples, seed = 6, 3, 3
+    softmax = Softmax(vocab_size, 4)
+    with torch.no_grad():
+        softmax.bias.normal_()
+    hidden, targets = torch.randn(7, 4), torch.tensor([0, 1, 2, 3, 4, 5, 0])
+    loss = softmax.sampled_loss(hidden, targets, n_samples, generator=torch.Generator().manual_seed(seed))
+    # The sampler by hand, from the same generator: inverse-CDF draws of the log-uniform
+    # distribution until n_samples distinct ids are seen (here within the first round of draws).
+    u = torch.rand(2 * n_samples, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+    draws = (torch.exp(u * math.log(vocab_size + 1.0)).floor().long() - 1).clamp(0, vocab_size - 1).tolist()
+    sampled, tries = [], 0
+    for draw in draws:
+        tries += 1
+        if draw not in sampled:
+            sampled.append(draw)
+        if len(sampled) == n_samples:
+            break
+    assert sampled == [0, 3, 2] and tries == 6  # repeated draws count as tries
+    # Corrected logit: h.w_k + b_k - log(expected count of k in `tries` draws).
+    weight, bias, h = softmax.weight.detach().double(), softmax.bias.detach().double(), hidden.double()
+
+    def corrected(row, k):
+        p = math.log((k + 2) / (k + 1)) / math.log(vocab_size + 1.0)
+        return float(h[row] @ weight[k] + bias[k]) - math.log(1.0 - (1.0 - p) ** tries)
+
+    expected = []
+    for row, target in enumerate(targets.tolist()):
+        # A negative equal to the row's target (an accidental hit) takes no part at all.
+        negatives = [corrected(row, k) for k in sampled if k != target]
+        logits = torch.tensor([corrected(row, target), *negatives], dtype=torch.float64)
+        expected.append(-float(torch.log_softmax(logits, dim=0)[0]))
+    hits = [t in sampled for t in targets.tolist()]
+    assert any(hits) and not all(hits)  # rows with and without a hit
+    torch.testing.assert_close(loss.double(), torch.tensor(expected, dtype=torch.float64), rtol=0, atol=1e-6)
 
 
 # ---------------------------------------------------------------------------------- training
@@ -162,6 +195,70 @@ def test_sigkill_then_resume_equals_uninterrupted_run(tmp_path):
     metrics = (killed / "metrics.csv").read_text().splitlines()
     steps = [int(r.split(",")[0]) for r in metrics[1:]]
     assert steps == sorted(set(steps)) and steps[-1] == 400  # no step logged twice
+
+
+def _metric_rows(run_dir):
+    with open(run_dir / "metrics.csv", newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def _tensorboard_steps(run_dir) -> dict[str, list[int]]:
+    """Each scalar tag's steps as TensorBoard reads the event files (purges applied)."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(run_dir / "tensorboard"))
+    events.Reload()
+    return {tag: [e.step for e in events.Scalars(tag)] for tag in events.Tags()["scalars"]}
+
+
+def test_resume_continues_elapsed_time_and_logs_every_step_once(tmp_path):
+    run = tmp_path / "run"
+    train(tiny_settings(run, max_tokens=4 * 10 * 20, log_every=5, checkpoint_every=10))
+    # As if killed after logging steps 15 and 20 but before saving the checkpoint of step 20.
+    (run / "checkpoints" / "step-000000020.pt").unlink()
+    resumed_from = load_train_checkpoint(run / "checkpoints" / "step-000000010.pt")
+    assert resumed_from["elapsed_seconds"] > 0
+    train(tiny_settings(run, max_tokens=4 * 10 * 20, log_every=5, checkpoint_every=10, resume=True))
+
+    rows = _metric_rows(run)
+    assert [int(r["step"]) for r in rows] == [5, 10, 15, 20]
+    elapsed = [float(r["elapsed_seconds"]) for r in rows]
+    # The clock goes on from the checkpoint's training time instead of starting again at 0.
+    assert elapsed == sorted(elapsed) and elapsed[2] > resumed_from["elapsed_seconds"], elapsed
+    steps = _tensorboard_steps(run)
+    assert steps and all(s == [5, 10, 15, 20] for s in steps.values()), steps  # none lost, none twice
+    assert load_train_checkpoint(run / "checkpoints" / "step-000000020.pt")["elapsed_seconds"] > elapsed[-1] - 1e-6
+
+
+def test_a_damaged_newest_checkpoint_falls_back_to_the_previous(tmp_path):
+    whole = tmp_path / "whole"
+    train(tiny_settings(whole, max_tokens=4 * 10 * 10))
+    damaged = tmp_path / "damaged"
+    shutil.copytree(whole, damaged)
+    newest = damaged / "checkpoints" / "step-000000010.pt"
+    newest.write_bytes(newest.read_bytes()[: newest.stat().st_size // 2])  # the disk filled mid-write
+    with pytest.warns(UserWarning, match=r"step-000000010\.pt: not a readable training checkpoint.*falling back"):
+        model, _ = load_language_model(damaged)  # export and evaluate fall back too
+    with pytest.warns(UserWarning, match=r"step-000000010\.pt"):
+        train(tiny_settings(damaged, max_tokens=4 * 10 * 10, resume=True))
+    assert (damaged / "checkpoints" / "step-000000010.pt.damaged").exists()  # kept aside, no longer "newest"
+    a, b = final_parameters(whole), final_parameters(damaged)
+    for key in a:
+        assert torch.equal(a[key], b[key]), key
+    assert [int(r["step"]) for r in _metric_rows(damaged)] == [5, 10]
+
+
+def test_no_readable_checkpoint_is_an_error_naming_the_folder(tmp_path):
+    run = tmp_path / "run"
+    train(tiny_settings(run, max_tokens=4 * 10 * 10))
+    for path in (run / "checkpoints").glob("step-*.pt"):
+        path.write_bytes(b"")
+    folder = str(run / "checkpoints")
+    with pytest.warns(UserWarning), pytest.raises(WeightsError, match=f"{folder}: no readable checkpoint among 2"):
+        train(tiny_settings(run, max_tokens=4 * 10 * 10, resume=True))
+    result = subprocess.run([*CLI, "export", str(run), "--output", str(tmp_path / "out")], capture_output=True,
+                            text=True)
+    assert result.returncode == 2 and f"elmo export: error: {folder}: no readable checkpoint" in result.stderr
 
 
 def _ddp_worker(rank, world, port, output, result_queue):
@@ -250,3 +347,53 @@ def test_finetune_keeps_vocabulary_and_lowers_in_domain_perplexity(trained_run, 
     assert tuned_vocab.words == vocab.words
     after = evaluate(tuned, tuned_vocab, [str(domain)])["average_perplexity"]
     assert after < 0.7 * before
+
+
+# ------------------------------------------------------------------ python train.py (bilm-tf's way)
+def _root_train(cwd, *args):
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    return subprocess.run([sys.executable, str(ROOT / "train.py"), *args], cwd=cwd, env=env, capture_output=True,
+                          text=True)
+
+
+def test_root_train_script_trains_with_the_readme_layout(tmp_path):
+    (tmp_path / "data" / "train").mkdir(parents=True)
+    shutil.copy(CORPUS, tmp_path / "data" / "train" / "data.txt")
+    shutil.copy(VOCAB, tmp_path / "vocab.txt")
+    # Any elmo train option passes through.
+    result = _root_train(tmp_path, "--batch-size", "4", "--unroll-steps", "10", "--max-tokens", "200", "--no-progress")
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "runs" / "train" / "checkpoints" / "step-000000005.pt").exists()
+    # bilm-tf's flag names, from anywhere.
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    result = _root_train(elsewhere, "--train_prefix", str(tmp_path / "data" / "train" / "*.txt"), "--vocab_file",
+                         str(VOCAB), "--save_dir", str(tmp_path / "bilm"), "--batch-size", "4", "--unroll-steps", "10",
+                         "--max-tokens", "80", "--no-progress")
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "bilm" / "checkpoints" / "step-000000002.pt").exists()
+
+
+def test_root_train_script_says_what_to_run_first(tmp_path):
+    result = _root_train(tmp_path)
+    assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
+    assert "no training data at data/train/*.txt" in result.stderr and "elmo prepare" in result.stderr
+    (tmp_path / "data" / "train").mkdir(parents=True)
+    shutil.copy(CORPUS, tmp_path / "data" / "train" / "data.txt")
+    result = _root_train(tmp_path, "--gpus", "0")
+    assert result.returncode == 2 and "no vocabulary at vocab.txt" in result.stderr and "elmo vocab" in result.stderr
+    assert not (tmp_path / "runs").exists()
+
+
+def test_root_train_script_passes_gpus_on(tmp_path):
+    (tmp_path / "data" / "train").mkdir(parents=True)
+    shutil.copy(CORPUS, tmp_path / "data" / "train" / "data.txt")
+    shutil.copy(VOCAB, tmp_path / "vocab.txt")
+    result = _root_train(tmp_path, "--gpus", "0", "--batch-size", "4", "--unroll-steps", "10", "--max-tokens", "200",
+                         "--no-progress")
+    if torch.cuda.is_available():  # python train.py --gpus 0, as the paper's authors ran it
+        assert result.returncode == 0, result.stderr
+        assert (tmp_path / "runs" / "train" / "checkpoints" / "step-000000005.pt").exists()
+    else:
+        assert result.returncode == 2 and "error: --gpus 0: CUDA is not available" in result.stderr, result.stderr
+        assert not (tmp_path / "runs").exists()

@@ -5,6 +5,7 @@ loading a trained model from a run directory, a training checkpoint or an export
 from __future__ import annotations
 
 import os
+import warnings
 from dataclasses import dataclass
 
 import h5py
@@ -122,33 +123,77 @@ def export_language_model(model: LanguageModel, vocab: Vocabulary, output_dir: s
     vocab.save(os.path.join(output_dir, VOCAB_FILE))
 
 
-def latest_checkpoint(run_dir: str | os.PathLike) -> str | None:
-    """Newest complete checkpoint of a run directory (temporary files of a killed save are ignored)."""
+def checkpoint_paths(run_dir: str | os.PathLike) -> list[str]:
+    """The checkpoint files of a run directory, oldest first (``step-NNNNNNNNN.pt``, so the name
+    order is the step order; temporary files of a killed save are ignored)."""
     folder = os.path.join(run_dir, "checkpoints")
     if not os.path.isdir(folder):
-        return None
+        return []
     names = sorted(n for n in os.listdir(folder) if n.startswith("step-") and n.endswith(".pt"))
-    return os.path.join(folder, names[-1]) if names else None
+    return [os.path.join(folder, n) for n in names]
+
+
+def latest_checkpoint(run_dir: str | os.PathLike) -> str | None:
+    """Newest checkpoint file of a run directory, readable or not (see
+    :func:`load_latest_train_checkpoint` for the newest one that loads)."""
+    paths = checkpoint_paths(run_dir)
+    return paths[-1] if paths else None
+
+
+# What a checkpoint written by elmo.train.Trainer holds; a file without one of these is damaged.
+CHECKPOINT_KEYS = ("config", "vocab", "model", "optimizer", "scheduler", "step", "tokens", "torch_rng",
+                   "sampler_rng", "batchers", "lstm_c", "lstm_h")
 
 
 def load_train_checkpoint(path: str | os.PathLike) -> dict:
-    """Read a training checkpoint (``weights_only=True``: it can hold no code)."""
+    """Read a training checkpoint (``weights_only=True``: it can hold no code). Raises
+    :class:`WeightsError` naming the file when it is truncated, unreadable or incomplete."""
     try:
         payload = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:
         raise WeightsError(f"{path}: not a readable training checkpoint ({type(e).__name__}: {e})") from e
     if not isinstance(payload, dict) or payload.get("format") != TRAIN_FORMAT:
         raise WeightsError(f"{path}: not an elmo training checkpoint")
+    missing = [key for key in CHECKPOINT_KEYS if key not in payload]
+    if missing:
+        raise WeightsError(f"{path}: an incomplete training checkpoint (no {', '.join(missing)})")
     return payload
+
+
+def load_latest_train_checkpoint(run_dir: str | os.PathLike) -> tuple[str, dict] | None:
+    """The newest checkpoint of a run directory that loads, as ``(path, payload)``; None when the
+    run has no checkpoint yet.
+
+    A newer file that does not load (truncated by a full disk, a crash before the data reached
+    the disk, a partial copy) is skipped with a warning naming it, and the previous one is used:
+    the steps since then are simply redone. When none loads, :class:`WeightsError` names the
+    folder and what is wrong with each file.
+    """
+    paths = checkpoint_paths(run_dir)
+    problems = []
+    for path in reversed(paths):
+        try:
+            return path, load_train_checkpoint(path)
+        except WeightsError as e:
+            problems.append(str(e))
+            older = "falling back to the previous checkpoint" if path != paths[0] else "no older checkpoint"
+            warnings.warn(f"{e}; {older}", stacklevel=2)
+    if problems:
+        raise WeightsError(f"{os.path.join(run_dir, 'checkpoints')}: no readable checkpoint among "
+                           f"{len(paths)} ({'; '.join(problems)})")
+    return None
 
 
 def load_language_model(path: str | os.PathLike) -> tuple[LanguageModel, Vocabulary]:
     """Load a trained LM from a run directory (its newest checkpoint), a checkpoint file, or an
     exported folder (``options.json``, ``weights.hdf5``, ``softmax_weights.hdf5``, ``vocab.txt``)."""
     path = os.fspath(path)
-    checkpoint = path if os.path.isfile(path) else latest_checkpoint(path)
-    if checkpoint is not None:
-        payload = load_train_checkpoint(checkpoint)
+    if os.path.isfile(path):
+        found: tuple[str, dict] | None = (path, load_train_checkpoint(path))
+    else:
+        found = load_latest_train_checkpoint(path)  # skips a damaged newest file, with a warning
+    if found is not None:
+        _, payload = found
         config = BiLMConfig.from_dict(payload["config"])
         vocab = Vocabulary(payload["vocab"])
         model = LanguageModel(config, len(vocab))
@@ -167,5 +212,6 @@ def load_language_model(path: str | os.PathLike) -> tuple[LanguageModel, Vocabul
     return model, vocab
 
 
-__all__ = ["BACKWARD", "FORWARD", "LanguageModel", "export_language_model", "latest_checkpoint",
-           "load_language_model", "load_train_checkpoint", "stack_states"]
+__all__ = ["BACKWARD", "FORWARD", "LanguageModel", "checkpoint_paths", "export_language_model",
+           "latest_checkpoint", "load_language_model", "load_latest_train_checkpoint", "load_train_checkpoint",
+           "stack_states"]

@@ -8,9 +8,12 @@ accumulator 1.0) sees the gradient of that loss times ``unroll_steps``, and the 
 norm is clipped to ``all_clip_norm_val``. AdamW (with warm-up and cosine decay) is the option.
 
 A run directory holds ``options.json`` (config + training fields), ``vocab.txt``,
-``checkpoints/step-*.pt`` (atomic, last K kept), ``metrics.csv`` and ``tensorboard/``.
-Checkpoints hold everything to continue exactly: model, optimizer, schedule, RNG states, data
-position and LSTM states.
+``train_settings.json`` (the settings it was started with), ``checkpoints/step-*.pt`` (atomic,
+last K kept), ``metrics.csv`` and ``tensorboard/``. Checkpoints hold everything to continue
+exactly: model, optimizer, schedule, RNG states, data position, LSTM states, the run's seed and
+length, and the training time so far. A resumed run refuses settings that would change it (see
+:data:`CHANGEABLE_ON_RESUME` for those that may change), skips a damaged newest checkpoint, and
+leaves no metric row or TensorBoard step twice.
 """
 
 from __future__ import annotations
@@ -19,8 +22,9 @@ import csv
 import json
 import math
 import os
+import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from importlib import resources
 
 import torch
@@ -32,27 +36,72 @@ from elmo.config import BiLMConfig, ConfigError
 from elmo.data import LMBatcher, SentenceStream, count_tokens, expand_paths
 from elmo.evaluate import evaluate
 from elmo.fileio import atomic_path, atomic_write_text
-from elmo.lm import TRAIN_FORMAT, VOCAB_FILE, LanguageModel, latest_checkpoint, load_language_model, load_train_checkpoint
+from elmo.lm import (TRAIN_FORMAT, VOCAB_FILE, LanguageModel, checkpoint_paths, latest_checkpoint,
+                     load_language_model, load_latest_train_checkpoint)
 from elmo.vocab import Vocabulary
 
 PRESETS = ("tiny", "small", "original")
+OPTIMIZERS = ("adagrad", "adamw")
+SETTINGS_FILE = "train_settings.json"
 METRIC_FIELDS = ["step", "tokens", "loss", "forward_perplexity", "backward_perplexity", "learning_rate",
                  "tokens_per_second", "elapsed_seconds", "heldout_forward_perplexity",
                  "heldout_backward_perplexity", "heldout_perplexity"]
+
+# Hyperparameters a run keeps for its whole life, as (TrainSettings field, training key of the
+# config, command-line option): on --resume, a value given again must equal the run's.
+FIXED_ON_RESUME = (("batch_size", "batch_size", "--batch-size"), ("unroll_steps", "unroll_steps", "--unroll-steps"),
+                   ("optimizer", "optimizer", "--optimizer"), ("learning_rate", "learning_rate", "--learning-rate"),
+                   ("warmup_steps", "warmup_steps", "--warmup-steps"), ("dropout", "dropout", "--dropout"),
+                   ("n_negative_samples", "n_negative_samples_batch", "--negative-samples"))
+# What may differ on --resume: how often the run saves, logs and evaluates, where it runs, and
+# (Adagrad only, whose learning rate does not depend on it) its length. Everything else --
+# --config, the hyperparameters above, --seed, --vocab, the training data -- is the run's.
+CHANGEABLE_ON_RESUME = ("--checkpoint-every", "--keep-checkpoints", "--log-every", "--heldout", "--eval-every",
+                        "--eval-targets", "--device", "--no-bf16", "--gpus", "--processes", "--no-progress",
+                        "--max-tokens/--epochs (Adagrad)")
+
+
+def _check_count(option: str, value: int | None, least: int) -> None:
+    """``value`` (when given) must be an integer of at least ``least``."""
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{option}: must be an integer, got {value!r}")
+    if value < least:
+        raise ValueError(f"{option}: must be at least {least}, got {value}")
+
+
+def check_device(device: str) -> torch.device:
+    """The torch device ``device`` names, if training can run there; else ValueError naming it."""
+    try:
+        parsed = torch.device(device)
+    except (RuntimeError, TypeError):
+        raise ValueError(f"--device: {device!r} is not a device; expected cpu, cuda or cuda:N") from None
+    if parsed.type not in ("cpu", "cuda"):
+        raise ValueError(f"--device: {device!r}: training runs on cpu, cuda or cuda:N")
+    if parsed.type == "cuda":
+        if not torch.cuda.is_available():
+            why = "this PyTorch has no CUDA support" if torch.version.cuda is None else "no GPU is visible"
+            raise ValueError(f"--device {device}: CUDA is not available here ({why}); use --device cpu")
+        if parsed.index is not None and parsed.index >= torch.cuda.device_count():
+            raise ValueError(f"--device {device}: only {torch.cuda.device_count()} GPU(s) are visible "
+                             f"(cuda:0 to cuda:{torch.cuda.device_count() - 1})")
+    return parsed
 
 
 @dataclass
 class TrainSettings:
     """What ``elmo train`` / ``elmo finetune`` are asked to do. ``None`` means: take the value
-    from the config's training fields (the preset's, or the model's being fine-tuned)."""
+    from the config's training fields (the preset's, or the model's being fine-tuned), or on
+    ``resume`` the run's own. :meth:`validate` names a bad value by its command-line option."""
 
     train: list[str]
     output: str
     vocab: str | None = None
-    config: str | None = "tiny"
+    config: str | None = None  # None: "tiny" (not fine-tuning), or the run's on resume
     init_from: str | None = None  # fine-tune: a run directory or an exported model
     max_tokens: int | None = None
-    epochs: float | None = None
+    epochs: float | None = None  # neither: one epoch, or the run's length on resume
     batch_size: int | None = None
     unroll_steps: int | None = None
     optimizer: str | None = None
@@ -60,7 +109,7 @@ class TrainSettings:
     dropout: float | None = None
     n_negative_samples: int | None = None  # 0: full softmax
     warmup_steps: int | None = None
-    seed: int = 0
+    seed: int | None = None  # None: 0, or the run's on resume
     checkpoint_every: int = 500
     keep_checkpoints: int = 3
     log_every: int = 10
@@ -72,6 +121,47 @@ class TrainSettings:
     resume: bool = False
     progress: bool = True
 
+    def validate(self) -> None:
+        """Raise ValueError naming the option and the bad value for anything that would fail
+        mid-run, divide by zero or be silently ignored. Reads no data and writes nothing, so a
+        run refused here leaves no run directory behind."""
+        if not self.train:
+            raise ValueError("--train: no training shards given")
+        if not self.output:
+            raise ValueError("--output: no run directory given")
+        if self.init_from is None and self.vocab is None:
+            raise ValueError("--vocab: a vocabulary is needed (make one with elmo vocab)")
+        if self.config is not None:
+            if self.init_from is not None:
+                raise ValueError(f"--config {self.config}: fine-tuning keeps the architecture of the model "
+                                 f"it starts from ({self.init_from}); give no config")
+            if self.config not in PRESETS and not os.path.isfile(self.config):
+                raise ValueError(f"--config: {self.config!r} is neither a preset ({', '.join(PRESETS)}) "
+                                 f"nor an options.json file that exists")
+        if self.max_tokens is not None and self.epochs is not None:
+            raise ValueError(f"--max-tokens {self.max_tokens} and --epochs {self.epochs}: give one, not both")
+        _check_count("--max-tokens", self.max_tokens, 1)
+        if self.epochs is not None and not (isinstance(self.epochs, (int, float)) and math.isfinite(self.epochs)
+                                            and self.epochs > 0):
+            raise ValueError(f"--epochs: must be a number above 0, got {self.epochs}")
+        for option, value, least in (("--batch-size", self.batch_size, 1), ("--unroll-steps", self.unroll_steps, 1),
+                                     ("--negative-samples", self.n_negative_samples, 0),
+                                     ("--warmup-steps", self.warmup_steps, 0), ("--seed", self.seed, 0),
+                                     ("--checkpoint-every", self.checkpoint_every, 1),
+                                     ("--keep-checkpoints", self.keep_checkpoints, 1),
+                                     ("--log-every", self.log_every, 1), ("--eval-every", self.eval_every, 0),
+                                     ("--eval-targets", self.eval_targets, 1)):
+            _check_count(option, value, least)
+        if self.optimizer is not None and self.optimizer not in OPTIMIZERS:
+            raise ValueError(f"--optimizer: expected {' or '.join(OPTIMIZERS)}, got {self.optimizer!r}")
+        if self.learning_rate is not None and not (math.isfinite(self.learning_rate) and self.learning_rate > 0):
+            raise ValueError(f"--learning-rate: must be above 0, got {self.learning_rate}")
+        if self.dropout is not None and not 0 <= self.dropout < 1:
+            raise ValueError(f"--dropout: must be at least 0 and below 1, got {self.dropout}")
+        if self.eval_every and not self.heldout:
+            raise ValueError(f"--eval-every {self.eval_every}: there is nothing to evaluate on; give --heldout shards")
+        check_device(self.device)
+
 
 def load_preset(name: str) -> BiLMConfig:
     """A training preset: ``tiny`` (minutes on a laptop CPU), ``small`` (2x1024_128) or
@@ -82,12 +172,16 @@ def load_preset(name: str) -> BiLMConfig:
     return BiLMConfig.from_dict(json.loads(text))
 
 
+def load_config_spec(spec: str) -> BiLMConfig:
+    """The config ``--config`` names: a preset or an ``options.json`` path."""
+    return load_preset(spec) if spec in PRESETS else BiLMConfig.from_json(spec)
+
+
 def resolve_config(settings: TrainSettings, base: BiLMConfig | None, vocab_size: int, n_train_tokens: int) -> BiLMConfig:
     """The run's config: the preset/options file (or the fine-tuned model's), with the settings'
     overrides and the counts measured from the data written into its training fields."""
     if base is None:
-        spec = settings.config or "tiny"
-        base = load_preset(spec) if spec in PRESETS else BiLMConfig.from_json(spec)
+        base = load_config_spec(settings.config or "tiny")
     training = dict(base.training)
     defaults = {"batch_size": 128, "unroll_steps": 20, "dropout": 0.1, "n_negative_samples_batch": 8192,
                 "all_clip_norm_val": 10.0, "optimizer": "adagrad"}
@@ -98,7 +192,7 @@ def resolve_config(settings: TrainSettings, base: BiLMConfig | None, vocab_size:
                  "optimizer": settings.optimizer, "learning_rate": settings.learning_rate,
                  "warmup_steps": settings.warmup_steps}
     training.update({k: v for k, v in overrides.items() if v is not None})
-    if training["optimizer"] not in ("adagrad", "adamw"):
+    if training["optimizer"] not in OPTIMIZERS:
         raise ConfigError(f"optimizer: expected 'adagrad' or 'adamw', got {training['optimizer']!r}")
     training.setdefault("learning_rate", 0.2 if training["optimizer"] == "adagrad" else 1e-3)
     training["n_tokens_vocab"] = vocab_size
@@ -107,6 +201,45 @@ def resolve_config(settings: TrainSettings, base: BiLMConfig | None, vocab_size:
     config = BiLMConfig(char_cnn=base.char_cnn, lstm=base.lstm, training=training)
     config.validate()
     return config
+
+
+def run_steps(max_tokens: int | None, epochs: float | None, n_train_tokens: int, tokens_per_step: int) -> int:
+    """Optimizer steps of a run of ``max_tokens`` or ``epochs`` passes (neither: one epoch)."""
+    tokens = max_tokens if max_tokens is not None else (epochs if epochs is not None else 1.0) * n_train_tokens
+    return max(1, math.ceil(tokens / tokens_per_step))
+
+
+def _describe_architecture(config: BiLMConfig) -> str:
+    lstm, cnn = config.lstm, config.char_cnn
+    return (f"LSTM {lstm.n_layers}x{lstm.dim}_{lstm.projection_dim}, {cnn.n_filters} CNN filters, "
+            f"{cnn.n_highway} highway")
+
+
+def _architecture(config: BiLMConfig) -> tuple:
+    options = config.to_dict()
+    return options["lstm"], options["char_cnn"]
+
+
+@dataclass
+class PreviousRun:
+    """What a run directory fixes for ``--resume``: from its newest readable checkpoint, or, when
+    it was stopped before the first one, from the settings it was started with."""
+
+    config: BiLMConfig
+    vocab: list[str] | None
+    seed: int | None  # None: not recorded (checkpoints older than these fields)
+    max_steps: int | None
+    step: int
+    settings: dict | None  # train_settings.json, when present
+
+
+def _read_settings(run_dir: str) -> dict | None:
+    path = os.path.join(run_dir, SETTINGS_FILE)
+    if not os.path.isfile(path):
+        return None
+    with open(path, encoding="utf-8") as f:
+        recorded = json.load(f)
+    return recorded if isinstance(recorded, dict) else None
 
 
 # ------------------------------------------------------------------------------ distribution
@@ -153,8 +286,10 @@ class Trainer:
 
     def __init__(self, settings: TrainSettings):
         self.settings = s = settings
+        s.validate()  # before the process group, the data and any file: a refused run leaves nothing
         self.ctx = setup_distributed(s.device)
         self.paths = expand_paths(s.train)
+        self.heldout_paths = expand_paths(s.heldout) if s.heldout else None  # a typo fails now, not at step N
         _, self.n_train_tokens = count_tokens(self.paths)
         if self.n_train_tokens == 0:
             raise ValueError(f"{s.train}: the training shards hold no sentences")
@@ -164,23 +299,28 @@ class Trainer:
             init_model, vocab = load_language_model(s.init_from)
             if s.vocab is not None and Vocabulary.from_file(s.vocab).words != vocab.words:
                 raise ValueError(f"{s.vocab}: fine-tuning keeps the model's vocabulary; this one differs")
-        elif s.vocab is None:
-            raise ValueError("a vocabulary is needed: --vocab vocab.txt (make one with elmo vocab)")
         else:
             vocab = Vocabulary.from_file(s.vocab)
         self.vocab = vocab
 
-        self.resume_from = latest_checkpoint(s.output) if s.resume else None
         if not s.resume and latest_checkpoint(s.output) is not None:
             raise FileExistsError(f"{s.output}: already holds checkpoints; pass --resume to continue "
                                   f"that run, or choose another --output")
-        if self.resume_from is not None:
-            payload = load_train_checkpoint(self.resume_from)
-            config = BiLMConfig.from_dict(payload["config"])
-            if payload["vocab"] != vocab.words:
-                raise ValueError(f"{self.resume_from}: the run's vocabulary differs from {s.vocab}")
+        self.resume_from, payload = None, None
+        previous = None
+        if s.resume:
+            found = load_latest_train_checkpoint(s.output)  # a damaged newest file is skipped, with a warning
+            if found is not None:
+                self.resume_from, payload = found
+            previous = self._previous_run(payload, init_model)
+        if previous is not None:
+            conflicts = self._resume_conflicts(previous)
+            if conflicts:
+                raise ValueError(f"{s.output}: --resume continues the run as it was started, but "
+                                 f"{'; '.join(conflicts)} (on resume only {', '.join(CHANGEABLE_ON_RESUME)} "
+                                 f"may change; start a new --output to change the others)")
+            config = previous.config
         else:
-            payload = None
             config = resolve_config(s, init_model.config if init_model else None, len(vocab), self.n_train_tokens)
         self.config = config
         t = config.training
@@ -188,9 +328,13 @@ class Trainer:
         if self.batch_size % self.ctx.world:
             raise ValueError(f"batch_size {self.batch_size} must divide evenly over {self.ctx.world} processes")
         self.tokens_per_step = self.batch_size * self.unroll_steps
-        self.max_steps = self._max_steps()
+        self.seed = s.seed if s.seed is not None else (previous.seed if previous and previous.seed is not None else 0)
+        self.max_steps = self._max_steps(previous)
+        if payload is not None and self.max_steps < payload["step"]:
+            raise ValueError(f"{self._length_option()}: gives {self.max_steps} steps, but the run is already at "
+                             f"step {payload['step']}")
 
-        torch.manual_seed(s.seed + self.ctx.rank)  # dropout masks differ per rank
+        torch.manual_seed(self.seed + self.ctx.rank)  # dropout masks differ per rank
         self.model = LanguageModel(config, len(vocab))
         if init_model is not None:
             self.model.load_state_dict(init_model.state_dict())
@@ -199,29 +343,107 @@ class Trainer:
         self.optimizer = self._optimizer()
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, self._schedule)
         # Negatives are shared by the whole (global) batch: every rank draws the same ones.
-        self.sampler = torch.Generator().manual_seed(s.seed + 7919)
+        self.sampler = torch.Generator().manual_seed(self.seed + 7919)
 
         rows_per_rank = self.batch_size // self.ctx.world
         self.rows = slice(self.ctx.rank * rows_per_rank, (self.ctx.rank + 1) * rows_per_rank)
-        self.batchers = [LMBatcher(SentenceStream(self.paths, seed=s.seed * 2 + d, reverse=bool(d)), vocab,
+        self.batchers = [LMBatcher(SentenceStream(self.paths, seed=self.seed * 2 + d, reverse=bool(d)), vocab,
                                    self.batch_size, self.unroll_steps, rows=self.rows) for d in (0, 1)]
         self.state = self.model.bilm.zero_state(rows_per_rank)
         self.step, self.tokens = 0, 0
+        # Training time of the run so far: what earlier sessions spent (from the checkpoint) plus
+        # this session's, so elapsed_seconds goes on rising across resumes.
+        self.elapsed_before, self.session_start = 0.0, time.monotonic()
         if payload is not None:
             self._restore(payload)
-        elif self.ctx.main:
+        if s.resume and self.ctx.main:
+            last_row = self._truncate_metrics()
+            if payload is not None and "elapsed_seconds" not in payload and last_row is not None:
+                # A checkpoint from before the field: the metric row of its step has the time.
+                self.elapsed_before = float(last_row["elapsed_seconds"] or 0.0)
+        if payload is None and self.ctx.main:
             self._write_run_files()
 
     # --------------------------------------------------------------------------- set-up
-    def _max_steps(self) -> int:
+    def _previous_run(self, payload: dict | None, init_model: LanguageModel | None) -> PreviousRun | None:
+        """What the run directory being resumed fixes (None: there is no run there yet)."""
         s = self.settings
-        if s.max_tokens is not None and s.epochs is not None:
-            raise ValueError("give --max-tokens or --epochs, not both")
-        if s.max_tokens is not None:
-            tokens = s.max_tokens
+        recorded = _read_settings(s.output)
+        if payload is not None:
+            config = BiLMConfig.from_dict(payload["config"])
+            vocab, step = payload["vocab"], payload["step"]
+            seed, max_steps = payload.get("seed"), payload.get("max_steps")
+        elif recorded is not None:
+            # Stopped before its first checkpoint: nothing is trained yet, but the run keeps the
+            # settings it was started with.
+            names = {f.name for f in fields(TrainSettings)}
+            started = TrainSettings(**{k: v for k, v in recorded.items() if k in names})
+            config = resolve_config(started, init_model.config if init_model else None, len(self.vocab),
+                                    self.n_train_tokens)
+            vocab_path = os.path.join(s.output, VOCAB_FILE)
+            vocab = Vocabulary.from_file(vocab_path).words if os.path.isfile(vocab_path) else None
+            step, seed, max_steps = 0, None, None
         else:
-            tokens = (s.epochs if s.epochs is not None else 1.0) * self.n_train_tokens
-        return max(1, math.ceil(tokens / self.tokens_per_step))
+            return None
+        if recorded is not None:
+            # Checkpoints written before the seed and length were stored: the started settings have them.
+            if seed is None:
+                seed = recorded.get("seed")
+            if max_steps is None:
+                t = config.training
+                max_steps = run_steps(recorded.get("max_tokens"), recorded.get("epochs"),
+                                      t.get("n_train_tokens", self.n_train_tokens), t["batch_size"] * t["unroll_steps"])
+        return PreviousRun(config, vocab, seed, max_steps, step, recorded)
+
+    def _resume_conflicts(self, previous: PreviousRun) -> list[str]:
+        """Each setting given for the resume that differs from the run's, as ``option: the run's
+        value, the given value``."""
+        s, t = self.settings, previous.config.training
+        conflicts = []
+        if previous.vocab is not None and previous.vocab != self.vocab.words:
+            option = f"--vocab {s.vocab}" if s.init_from is None else f"the vocabulary of {s.init_from}"
+            differ = next((i for i, (a, b) in enumerate(zip(previous.vocab, self.vocab.words)) if a != b),
+                          min(len(previous.vocab), len(self.vocab.words)))
+            here = repr(self.vocab.words[differ]) if differ < len(self.vocab) else "nothing"
+            there = repr(previous.vocab[differ]) if differ < len(previous.vocab) else "nothing"
+            conflicts.append(f"{option}: {len(self.vocab)} words, the run's {len(previous.vocab)} (word {differ} is "
+                             f"{here} here, {there} in the run)")
+        if t.get("n_train_tokens", self.n_train_tokens) != self.n_train_tokens:
+            shards = s.train if isinstance(s.train, str) else " ".join(s.train)
+            conflicts.append(f"--train {shards}: {self.n_train_tokens} training tokens, the run's shards "
+                             f"held {t['n_train_tokens']}")
+        if s.config is not None:
+            given = load_config_spec(s.config)
+            if _architecture(given) != _architecture(previous.config):
+                started = (previous.settings or {}).get("config") or "its options.json"
+                conflicts.append(f"--config: the run's is {started} ({_describe_architecture(previous.config)}), "
+                                 f"got {s.config} ({_describe_architecture(given)})")
+        for name, key, option in FIXED_ON_RESUME:
+            value = getattr(s, name)
+            if value is not None and value != t.get(key):
+                run_value = t.get(key, "unset (the default)")
+                conflicts.append(f"{option}: the run's is {run_value}, got {value}")
+        if s.seed is not None and previous.seed is not None and s.seed != previous.seed:
+            conflicts.append(f"--seed: the run's is {previous.seed}, got {s.seed}")
+        if (s.max_tokens is not None or s.epochs is not None) and previous.max_steps is not None \
+                and t["optimizer"] != "adagrad":
+            steps = run_steps(s.max_tokens, s.epochs, self.n_train_tokens, t["batch_size"] * t["unroll_steps"])
+            if steps != previous.max_steps:
+                conflicts.append(f"{self._length_option()}: the run's length is {previous.max_steps} steps, this "
+                                 f"gives {steps} ({t['optimizer']}'s learning-rate schedule is fixed by the length)")
+        return conflicts
+
+    def _length_option(self) -> str:
+        s = self.settings
+        return f"--max-tokens {s.max_tokens}" if s.max_tokens is not None else f"--epochs {s.epochs}"
+
+    def _max_steps(self, previous: PreviousRun | None) -> int:
+        """The run's length in steps: as given, else (on resume) the run's, else one epoch."""
+        s = self.settings
+        if s.max_tokens is None and s.epochs is None and previous is not None and previous.max_steps is not None:
+            # (A run extended before its length was stored may be past the length it was started with.)
+            return max(previous.max_steps, previous.step)
+        return run_steps(s.max_tokens, s.epochs, self.n_train_tokens, self.tokens_per_step)
 
     def _optimizer(self) -> torch.optim.Optimizer:
         t = self.config.training
@@ -243,23 +465,35 @@ class Trainer:
         return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress))
 
     def _write_run_files(self) -> None:
-        os.makedirs(self.settings.output, exist_ok=True)
-        self.config.to_json(os.path.join(self.settings.output, "options.json"))
-        self.vocab.save(os.path.join(self.settings.output, VOCAB_FILE))
-        settings = asdict(self.settings)
-        atomic_write_text(os.path.join(self.settings.output, "train_settings.json"), json.dumps(settings, indent=2) + "\n")
+        s = self.settings
+        os.makedirs(s.output, exist_ok=True)
+        self.config.to_json(os.path.join(s.output, "options.json"))
+        self.vocab.save(os.path.join(s.output, VOCAB_FILE))
+        settings_path = os.path.join(s.output, SETTINGS_FILE)
+        if s.resume and os.path.exists(settings_path):
+            return  # restarted before its first checkpoint: the run keeps the settings it was started with
+        # The values the run actually uses, so that a resume can tell a change from a default.
+        recorded = asdict(s)
+        recorded["seed"] = self.seed
+        recorded["config"] = s.config if s.config is not None or s.init_from is not None else "tiny"
+        atomic_write_text(settings_path, json.dumps(recorded, indent=2) + "\n")
 
     # ----------------------------------------------------------------------- checkpoints
+    def elapsed_seconds(self) -> float:
+        """Training time of the whole run so far, over all its sessions."""
+        return self.elapsed_before + time.monotonic() - self.session_start
+
     def _checkpoint_payload(self) -> dict:
         c = _gather_rows(self.state.c, self.ctx, dim=2)
         h = _gather_rows(self.state.h, self.ctx, dim=2)
         rng = _gather_rows(torch.get_rng_state().unsqueeze(0), self.ctx, dim=0)
-        return {"format": TRAIN_FORMAT, "version": 1, "config": self.config.to_dict(), "vocab": self.vocab.words,
+        return {"format": TRAIN_FORMAT, "version": 2, "config": self.config.to_dict(), "vocab": self.vocab.words,
                 "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
                 "scheduler": self.scheduler.state_dict(), "step": self.step, "tokens": self.tokens,
                 "torch_rng": rng, "sampler_rng": self.sampler.get_state(),
                 "batchers": [b.state_dict() for b in self.batchers],
-                "lstm_c": c.cpu(), "lstm_h": h.cpu(), "world": self.ctx.world}
+                "lstm_c": c.cpu(), "lstm_h": h.cpu(), "world": self.ctx.world,
+                "seed": self.seed, "max_steps": self.max_steps, "elapsed_seconds": self.elapsed_seconds()}
 
     def save_checkpoint(self) -> None:
         payload = self._checkpoint_payload()  # every rank joins the gathers
@@ -278,6 +512,7 @@ class Trainer:
         self.optimizer.load_state_dict(payload["optimizer"])
         self.scheduler.load_state_dict(payload["scheduler"])
         self.step, self.tokens = payload["step"], payload["tokens"]
+        self.elapsed_before = float(payload.get("elapsed_seconds", 0.0))
         rng = payload["torch_rng"]
         torch.set_rng_state(rng[self.ctx.rank] if rng.shape[0] == self.ctx.world else rng[0])
         self.sampler.set_state(payload["sampler_rng"])
@@ -287,19 +522,32 @@ class Trainer:
         self.state = BiLMState(payload["lstm_c"][:, :, self.rows].to(device).contiguous(),
                                payload["lstm_h"][:, :, self.rows].to(device).contiguous())
         if self.ctx.main:
-            self._truncate_metrics()
+            self._set_aside_damaged()
 
-    def _truncate_metrics(self) -> None:
-        """Drop metric rows logged after the checkpoint: those steps are about to be redone."""
+    def _set_aside_damaged(self) -> None:
+        """Rename checkpoints newer than the one resumed from (they did not load) to ``*.damaged``:
+        left in place, they would count among the newest ``keep_checkpoints`` and could push out
+        every good one."""
+        for path in checkpoint_paths(self.settings.output):
+            if os.path.basename(path) > os.path.basename(self.resume_from):
+                os.replace(path, path + ".damaged")
+                print(f"{path}: did not load; kept as {os.path.basename(path)}.damaged", file=sys.stderr)
+
+    def _truncate_metrics(self) -> dict | None:
+        """Drop metric rows logged after the resumed step (those steps are about to be redone)
+        and any row a kill cut short; returns the last row kept."""
         path = os.path.join(self.settings.output, "metrics.csv")
         if not os.path.exists(path):
-            return
+            return None
         with open(path, newline="", encoding="utf-8") as f:
-            rows = [r for r in csv.DictReader(f) if int(r["step"]) <= self.step]
+            # A cut-short row lacks its last fields (None) or has a step that is not a number.
+            rows = [r for r in csv.DictReader(f)
+                    if None not in r.values() and r["step"].isdigit() and int(r["step"]) <= self.step]
         with atomic_path(path) as tmp, open(tmp, "w", newline="", encoding="utf-8") as f:
             writer = csv.DictWriter(f, METRIC_FIELDS)
             writer.writeheader()
             writer.writerows(rows)
+        return rows[-1] if rows else None
 
     # ------------------------------------------------------------------------------ loop
     def _autocast(self):
@@ -336,9 +584,15 @@ class Trainer:
     def run(self) -> dict:
         """Train until ``max_steps``; returns the last metrics."""
         s = self.settings
+        if self.step >= self.max_steps:
+            if self.ctx.main:
+                print(f"{s.output}: the run is complete ({self.step} of {self.max_steps} steps); give a larger "
+                      f"--max-tokens or --epochs to train on", file=sys.stderr)
+            return {}
         writer = self._tensorboard() if self.ctx.main else None
         metrics_path = os.path.join(s.output, "metrics.csv")
-        start_time, window_start, window_tokens = time.time(), time.time(), 0
+        self.session_start = window_start = time.monotonic()
+        window_tokens = 0
         sums, n = [0.0, 0.0], 0
         last: dict = {}
         bar = tqdm(total=self.max_steps, initial=self.step, unit="step", disable=not (s.progress and self.ctx.main),
@@ -352,12 +606,12 @@ class Trainer:
             bar.update(1)
             evaluate_now = s.heldout and s.eval_every and (self.step % s.eval_every == 0 or self.step == self.max_steps)
             if self.step % s.log_every == 0 or self.step == self.max_steps or evaluate_now:
-                elapsed = time.time() - window_start
+                elapsed = time.monotonic() - window_start
                 row = {"step": self.step, "tokens": self.tokens, "loss": 0.5 * (sums[0] + sums[1]) / n,
                        "forward_perplexity": math.exp(sums[0] / n), "backward_perplexity": math.exp(sums[1] / n),
                        "learning_rate": self.scheduler.get_last_lr()[0],
                        "tokens_per_second": window_tokens / max(elapsed, 1e-9),
-                       "elapsed_seconds": time.time() - start_time}
+                       "elapsed_seconds": self.elapsed_seconds()}
                 if evaluate_now:
                     row.update(self.evaluate_heldout())
                 if self.ctx.main:
@@ -365,7 +619,7 @@ class Trainer:
                 bar.set_postfix(loss=f"{row['loss']:.3f}", ppl=f"{math.exp(row['loss']):.1f}",
                                 tok_s=f"{row['tokens_per_second']:.0f}")
                 last = row
-                sums, n, window_start, window_tokens = [0.0, 0.0], 0, time.time(), 0
+                sums, n, window_start, window_tokens = [0.0, 0.0], 0, time.monotonic(), 0
             if self.step % s.checkpoint_every == 0 or self.step == self.max_steps:
                 self.save_checkpoint()
         bar.close()
@@ -377,7 +631,7 @@ class Trainer:
         """Held-out perplexity on the first ``eval_targets`` predictions (rank 0 computes it)."""
         if not self.ctx.main:
             return {}
-        result = evaluate(self.model, self.vocab, expand_paths(self.settings.heldout),
+        result = evaluate(self.model, self.vocab, self.heldout_paths,
                           max_targets=self.settings.eval_targets, device=self.ctx.device)
         return {"heldout_forward_perplexity": result["forward_perplexity"],
                 "heldout_backward_perplexity": result["backward_perplexity"],
@@ -389,7 +643,11 @@ class Trainer:
         except ImportError:
             print("tensorboard is not installed: metrics go to metrics.csv only (pip install tensorboard)")
             return None
-        return SummaryWriter(os.path.join(self.settings.output, "tensorboard"), purge_step=self.step or None)
+        # On resume, a "session start" at the first step to be redone makes readers drop the events
+        # logged at or after it before the kill; the resumed step's own event is kept, as its
+        # metrics.csv row is. (At the resumed step itself it would drop that one too.)
+        purge_step = self.step + 1 if self.settings.resume else None
+        return SummaryWriter(os.path.join(self.settings.output, "tensorboard"), purge_step=purge_step)
 
     @staticmethod
     def _log(path: str, writer, row: dict) -> None:

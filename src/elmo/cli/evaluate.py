@@ -16,12 +16,15 @@ HELP = "Forward, backward and average perplexity of a trained biLM on tokenized 
 def add_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("model", help="run directory, checkpoint file, or exported folder")
     parser.add_argument("--data", required=True, nargs="+", help="tokenized shards: paths or quoted globs")
-    parser.add_argument("--batch-size", type=int, default=64)
-    parser.add_argument("--unroll-steps", type=int, default=20)
-    parser.add_argument("--max-targets", type=int, help="stop each direction after about this many predictions")
-    parser.add_argument("--per-sentence", help="write per-sentence log-probabilities (TSV) here")
-    parser.add_argument("--json", help="also write the results as JSON here")
-    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--batch-size", type=int, default=64,
+                        help="running streams read side by side, the state carried over (default 64)")
+    parser.add_argument("--unroll-steps", type=int, default=20, help="tokens per stream per window (default 20)")
+    parser.add_argument("--max-targets", type=int,
+                        help="stop each direction after about this many predictions (default: all of the data)")
+    parser.add_argument("--per-sentence",
+                        help="write per-sentence log-probabilities (TSV) here (default: not written)")
+    parser.add_argument("--json", help="also write the results as JSON here (default: printed only)")
+    parser.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (default cpu)")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -14,7 +14,7 @@ def add_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("run", help="run directory (its newest checkpoint) or a checkpoint file")
     parser.add_argument("--output", required=True, help="folder to write")
     parser.add_argument("--dtype", choices=["float32", "float16"], default="float32",
-                        help="storage precision of the weights (loading always gives float32)")
+                        help="storage precision of the weights; loading always gives float32 (default float32)")
 
 
 def run(args: argparse.Namespace) -> int:

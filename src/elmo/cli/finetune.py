@@ -12,7 +12,7 @@ HELP = "Fine-tune a trained biLM (run directory or exported model) on new text."
 
 def add_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("model", help="run directory, or exported folder with softmax_weights.hdf5 and vocab.txt")
-    add_common(parser)
+    add_common(parser, source="the model's options.json")
 
 
 def run(args: argparse.Namespace) -> int:

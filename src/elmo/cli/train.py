@@ -12,41 +12,62 @@ from elmo.train import PRESETS, TrainSettings, train
 HELP = "Train a biLM on tokenized shards (one sentence per line)."
 
 
-def add_common(parser: argparse.ArgumentParser) -> None:
-    """Options shared by ``elmo train`` and ``elmo finetune``."""
+def add_common(parser: argparse.ArgumentParser, source: str = "the --config preset's") -> None:
+    """Options shared by ``elmo train`` and ``elmo finetune``; ``source`` says where a hyperparameter
+    left out comes from (the preset, or the model being fine-tuned)."""
+    run = "; on --resume: the run's"
     parser.add_argument("--train", required=True, nargs="+", help="training shards: paths or quoted globs")
     parser.add_argument("--output", required=True, help="run directory (checkpoints, metrics, options.json)")
     length = parser.add_mutually_exclusive_group()
-    length.add_argument("--max-tokens", type=int, help="stop after this many tokens per direction")
-    length.add_argument("--epochs", type=float, help="passes over the training tokens (default 1)")
-    parser.add_argument("--batch-size", type=int, help="rows per step over all processes (preset's by default)")
-    parser.add_argument("--unroll-steps", type=int, help="tokens per row per step (default 20)")
-    parser.add_argument("--optimizer", choices=["adagrad", "adamw"], help="default: adagrad, as the original")
-    parser.add_argument("--learning-rate", type=float)
-    parser.add_argument("--warmup-steps", type=int, help="AdamW warm-up steps")
-    parser.add_argument("--dropout", type=float)
+    length.add_argument("--max-tokens", type=int,
+                        help=f"stop after this many tokens per direction (default: one epoch{run})")
+    length.add_argument("--epochs", type=float,
+                        help=f"passes over the training tokens (default: 1{run}); with Adagrad, a resumed run "
+                             "may be given a new length")
+    parser.add_argument("--batch-size", type=int,
+                        help=f"rows per step over all processes (default: {source}, else 128{run})")
+    parser.add_argument("--unroll-steps", type=int,
+                        help=f"tokens per row per step (default: {source}, else 20{run})")
+    parser.add_argument("--optimizer", choices=["adagrad", "adamw"],
+                        help=f"default: {source}, else adagrad, as the original{run}")
+    parser.add_argument("--learning-rate", type=float,
+                        help=f"default: {source}, else 0.2 for Adagrad and 0.001 for AdamW{run}")
+    parser.add_argument("--warmup-steps", type=int,
+                        help=f"AdamW warm-up steps (default: {source}, else min(1000, steps / 10){run})")
+    parser.add_argument("--dropout", type=float,
+                        help=f"dropout on the LSTM inputs and the top layer (default: {source}, else 0.1{run})")
     parser.add_argument("--negative-samples", type=int, dest="n_negative_samples",
-                        help="sampled-softmax negatives per batch; 0 or >= vocabulary size: full softmax")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--checkpoint-every", type=int, default=500, help="steps between checkpoints")
-    parser.add_argument("--keep-checkpoints", type=int, default=3)
-    parser.add_argument("--log-every", type=int, default=10, help="steps between metric rows")
-    parser.add_argument("--heldout", nargs="+", help="held-out shards for perplexity during training")
-    parser.add_argument("--eval-every", type=int, default=0, help="steps between held-out evaluations")
-    parser.add_argument("--eval-targets", type=int, default=50_000, help="held-out predictions per evaluation")
-    parser.add_argument("--resume", action="store_true", help="continue from the run directory's newest checkpoint")
-    parser.add_argument("--device", default="cpu", help="cpu or cuda")
+                        help="sampled-softmax negatives per batch; 0 or >= vocabulary size: full softmax "
+                             f"(default: {source}, else 8192{run})")
+    parser.add_argument("--seed", type=int, help=f"seed of the data order, dropout and negatives (default: 0{run})")
+    parser.add_argument("--checkpoint-every", type=int, default=500, help="steps between checkpoints (default 500)")
+    parser.add_argument("--keep-checkpoints", type=int, default=3, help="newest checkpoints kept (default 3)")
+    parser.add_argument("--log-every", type=int, default=10, help="steps between metric rows (default 10)")
+    parser.add_argument("--heldout", nargs="+",
+                        help="held-out shards for perplexity during training, with --eval-every (default: none)")
+    parser.add_argument("--eval-every", type=int, default=0,
+                        help="steps between held-out evaluations (default 0: none)")
+    parser.add_argument("--eval-targets", type=int, default=50_000,
+                        help="held-out predictions per evaluation (default 50000)")
+    parser.add_argument("--resume", action="store_true",
+                        help="continue from the run directory's newest readable checkpoint, with the run's settings "
+                             "(giving a different --config, --seed, hyperparameter or data is an error)")
+    parser.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (default cpu)")
     parser.add_argument("--no-bf16", dest="bf16", action="store_false", default=None,
-                        help="disable bf16 autocast (on by default on GPUs)")
-    parser.add_argument("--gpus", help="comma-separated GPU ids: one process per GPU on this machine (DDP)")
+                        help="disable bf16 autocast (default: on for GPUs, off on the CPU)")
+    parser.add_argument("--gpus", help="comma-separated GPU ids: one process per GPU on this machine, DDP "
+                                       "(default: none, one process on --device)")
     parser.add_argument("--processes", type=int, default=1,
-                        help="CPU data-parallel processes (gloo); for multi-node use torchrun")
-    parser.add_argument("--no-progress", dest="progress", action="store_false")
+                        help="CPU data-parallel processes (gloo); for multi-node use torchrun (default 1)")
+    parser.add_argument("--no-progress", dest="progress", action="store_false",
+                        help="no progress bar (default: one on standard error)")
 
 
 def add_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--vocab", required=True, help="vocabulary file (elmo vocab)")
-    parser.add_argument("--config", default="tiny", help=f"a preset ({', '.join(PRESETS)}) or an options.json")
+    parser.add_argument("--config",
+                        help=f"a preset ({', '.join(PRESETS)}) or an options.json "
+                             "(default: tiny; on --resume: the run's)")
     add_common(parser)
 
 
@@ -74,19 +95,45 @@ def _worker(rank: int, world: int, port: int, gpus: list[str] | None, settings: 
 def launch(settings: TrainSettings, gpus: str | None, processes: int) -> int:
     """Run ``train`` in this process, or spawn one process per GPU / CPU worker (the one-machine
     shortcut for ``torchrun --nproc-per-node``)."""
-    gpu_list = gpus.split(",") if gpus else None
+    gpu_list = _gpu_ids(gpus) if gpus is not None else None
+    if processes < 1:
+        raise ValueError(f"--processes: must be at least 1, got {processes}")
+    if gpu_list and processes != 1:
+        raise ValueError(f"--gpus {gpus} and --processes {processes}: give one (--gpus runs one process per GPU)")
     world = len(gpu_list) if gpu_list else processes
     if gpu_list:
         settings.device = "cuda"
     if world == 1 or "WORLD_SIZE" in os.environ:  # a single process, or already under torchrun
         if gpu_list:
+            # Before anything asks CUDA about devices: afterwards the variable has no effect.
             os.environ.setdefault("CUDA_VISIBLE_DEVICES", ",".join(gpu_list))
+        _check_gpus(gpus)
         train(settings)
         return 0
+    _check_gpus(gpus)  # the workers are fresh processes: asking CUDA here binds none of them
+    settings.validate()  # one clear error here rather than one per worker
     import torch.multiprocessing as mp
 
     mp.spawn(_worker, args=(world, _free_port(), gpu_list, settings), nprocs=world, join=True)
     return 0
+
+
+def _gpu_ids(gpus: str) -> list[str]:
+    """``--gpus 0,1,2,3`` -> ``["0", "1", "2", "3"]``; ValueError naming a malformed list."""
+    ids = [g.strip() for g in gpus.split(",")]
+    if not ids or not all(g.isdigit() for g in ids) or len(set(ids)) != len(ids):
+        raise ValueError(f"--gpus: expected distinct GPU ids separated by commas, like 0,1,2,3; got {gpus!r}")
+    return ids
+
+
+def _check_gpus(gpus: str | None) -> None:
+    """With ``--gpus``, a machine without CUDA gets an error naming --gpus (not --device)."""
+    if gpus is None:
+        return
+    import torch
+
+    if not torch.cuda.is_available():
+        raise ValueError(f"--gpus {gpus}: CUDA is not available here; use --device cpu (or --processes N)")
 
 
 def run(args: argparse.Namespace) -> int:
