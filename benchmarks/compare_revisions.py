@@ -1,0 +1,87 @@
+"""Embedding speed of two checkouts of this library, measured alternately in one run, so that a
+refactor can show it changed no speed (the machine's drift hits both sides alike).
+
+Each round runs, for each checkout, a fresh process that embeds ``--sentences`` sentences with
+``Embedder`` defaults at batch 64 (random weights of the published ``--size``) and then 30
+20-token sentences one at a time. Prints a table and writes JSON.
+
+    git worktree add /tmp/before <commit>
+    python benchmarks/compare_revisions.py --before /tmp/before/src --after src \
+        --text DATA/wiki-heldout/train/shard-00000.txt --output benchmarks/results/compare_revisions.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+ONE = """
+import json, statistics, sys, time
+sys.path.insert(0, {src!r})
+import torch
+import elmo
+from elmo import BiLM, Embedder
+from elmo.config import published_config
+assert elmo.__file__.startswith({src!r}), elmo.__file__
+torch.manual_seed(0)
+model = BiLM(published_config({size!r})).eval()
+with torch.no_grad():
+    for name, p in model.named_parameters():
+        if name.endswith("bias"):
+            p.uniform_(-0.1, 0.1)
+lines = [line.split() for line in open({text!r}, encoding="utf-8") if line.strip()][:{n}]
+embedder = Embedder(model)
+embedder.embed_sentences(lines[:2])
+start = time.perf_counter()
+embedder.embed_sentences(lines)
+seconds = time.perf_counter() - start
+latencies = []
+for sentence in [s for s in lines if len(s) == 20][:30]:
+    t0 = time.perf_counter()
+    embedder.embed_sentences([sentence], batch_size=1)
+    latencies.append(time.perf_counter() - t0)
+print(json.dumps({{"tokens_per_second": sum(map(len, lines)) / seconds,
+                  "latency_20_tokens_ms": 1000 * statistics.median(latencies)}}))
+"""
+
+
+def main(argv: list[str] | None = None) -> int:
+    from common import machine
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--before", required=True, help="src/ folder of the earlier checkout")
+    parser.add_argument("--after", required=True, help="src/ folder of the later checkout")
+    parser.add_argument("--text", required=True, help="tokenized sentences, one per line")
+    parser.add_argument("--sentences", type=int, default=1000)
+    parser.add_argument("--size", default="small")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--output", default="benchmarks/results/compare_revisions.json")
+    args = parser.parse_args(argv)
+    runs: dict[str, list[dict]] = {"before": [], "after": []}
+    for _ in range(args.rounds):
+        for side in ("before", "after"):
+            src = os.path.abspath(getattr(args, side))
+            code = ONE.format(src=src, size=args.size, text=args.text, n=args.sentences)
+            out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+            runs[side].append(json.loads(out.stdout.strip().splitlines()[-1]))
+    summary = {side: {key: statistics.median(r[key] for r in rows) for key in rows[0]} for side, rows in runs.items()}
+    print(f"{'checkout':<8} {'tokens/s (batch 64)':>20} {'20-token latency':>17}   median of {args.rounds}")
+    for side, values in summary.items():
+        print(f"{side:<8} {values['tokens_per_second']:>20.0f} {values['latency_20_tokens_ms']:>14.1f} ms")
+    ratio = summary["after"]["tokens_per_second"] / summary["before"]["tokens_per_second"]
+    print(f"after / before throughput: {ratio:.3f}")
+    os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
+    with open(args.output, "w", encoding="utf-8") as f:
+        json.dump({"machine": machine(), "before": args.before, "after": args.after, "size": args.size,
+                   "runs": runs, "median": summary, "throughput_ratio": ratio}, f, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
