@@ -4,7 +4,6 @@ HDF5 output.
 
 from __future__ import annotations
 
-import itertools
 import json
 import os
 from collections.abc import Iterable, Sequence
@@ -16,7 +15,7 @@ from tqdm import tqdm
 
 from elmo.bilm import BiLM
 from elmo.chars import tokenize
-from elmo.fileio import atomic_path, read_lines
+from elmo.fileio import atomic_path, chunks, read_lines
 from elmo.runtime import PRECISIONS, Runtime
 from elmo.states import DEFAULT_STATE
 
@@ -203,12 +202,8 @@ class Embedder:
         disable = None if progress is None else not progress
         with atomic_path(output_path) as tmp, h5py.File(tmp, "w") as fout, \
                 tqdm(unit="sent", disable=disable) as bar:
-            lines = read_lines(input_path)
             index = 0
-            while True:
-                block = [line.strip() for line in itertools.islice(lines, chunk)]
-                if not block:
-                    break
+            for block in chunks((line.strip() for line in read_lines(input_path)), chunk):
                 vectors = self.embed_sentences(block, layers=layers, batch_size=batch_size)
                 for text, array in zip(block, vectors):
                     fout.create_dataset(str(index), data=array.astype(np.float32))

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import contextlib
 import gzip
+import itertools
 import os
 import re
 import sys
 import tempfile
-from collections.abc import Iterator
-from typing import IO
+from collections.abc import Iterable, Iterator
+from typing import IO, TypeVar
+
+T = TypeVar("T")
 
 STDIN = "-"
 
@@ -78,6 +81,13 @@ def atomic_write_text(path: str | os.PathLike, text: str, make_parents: bool = F
     with atomic_path(path, make_parents) as tmp:
         with open(tmp, "w", encoding="utf-8") as f:
             f.write(text)
+
+
+def chunks(items: Iterable[T], size: int) -> Iterator[list[T]]:
+    """Consecutive lists of up to ``size`` items, reading ``items`` once (a stream stays a stream)."""
+    iterator = iter(items)
+    while block := list(itertools.islice(iterator, size)):
+        yield block
 
 
 def open_text(path: str | os.PathLike) -> IO[bytes]:

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import itertools
 import sys
 
 import numpy as np
 
 from elmo.cli.common import add_model_arguments, model_from_args
 from elmo.embed import Embedder, check_output
-from elmo.fileio import STDIN, read_lines
+from elmo.fileio import STDIN, chunks, read_lines
 from elmo.states import DEFAULT_STATE, STATE_MODES
 
 HELP = ("Embed a file of sentences (one per line, tokens split on whitespace) into HDF5, "
@@ -66,12 +65,9 @@ def run(args: argparse.Namespace) -> int:
 def print_vectors(embedder: Embedder, input_path: str, layers: str) -> None:
     """Print, per sentence, the array shape and then one line per token: its first values and
     norm. The input is read once, in chunks, so a pipe works and output starts early."""
-    lines = read_lines(input_path)
     number = 0
-    while True:
-        sentences = [line.split() for line in itertools.islice(lines, PRINT_CHUNK)]
-        if not sentences:
-            break
+    for block in chunks(read_lines(input_path), PRINT_CHUNK):
+        sentences = [line.split() for line in block]
         for tokens, vectors in zip(sentences, embedder.embed_sentences(sentences, layers=layers)):
             print(f"sentence {number}: {len(tokens)} tokens, array {tuple(vectors.shape)} "
                   f"({'layers, tokens, dim; the top layer below' if vectors.ndim == 3 else 'tokens, dim'})")
