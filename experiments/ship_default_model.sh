@@ -11,6 +11,7 @@ MODEL=src/elmo/resources/model
 OUT=docs/pretraining
 mkdir -p "$OUT"
 elmo export "$RUN" --output "$MODEL" --dtype float16
+python experiments/write_warm_state.py "$MODEL"  # the first embed skips the warm-up run
 python experiments/pretrain_curve.py "$RUN" --output "$OUT"
 for set in wikitext2-test ptb-test wiki-heldout; do
   elmo evaluate "$MODEL" --data "$DATA/$set/train/*.txt" --json "$OUT/$set-eval.json" 2>/dev/null

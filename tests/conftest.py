@@ -2,6 +2,8 @@ import contextlib
 import functools
 import http.server
 import json
+import os
+import tempfile
 import threading
 from pathlib import Path
 
@@ -11,6 +13,10 @@ import pytest
 import torch
 
 from elmo import load_bilm_tf
+
+# Tests never write into the user's cache (downloads, warm states): a throwaway one per run,
+# inherited by the command-line tests' subprocesses.
+os.environ["ELMO_CACHE"] = tempfile.mkdtemp(prefix="elmo-test-cache-")
 
 FIXTURES = Path(__file__).parent / "fixtures"
 ALLENNLP = FIXTURES / "allennlp-elmo"

@@ -15,13 +15,19 @@ whatever was embedded before it in the same row. Three policies:
 
 from __future__ import annotations
 
+import hashlib
+import os
+import warnings
 from importlib import resources
+from pathlib import Path
 from typing import TYPE_CHECKING
 
+import numpy as np
 import torch
 
 from elmo.bilm import BiLM, BiLMState
 from elmo.chars import batch_to_char_ids, tokenize
+from elmo.fileio import atomic_path
 
 if TYPE_CHECKING:  # the runtime builds on this module
     from elmo.runtime import Runtime
@@ -57,6 +63,73 @@ def compute_warm_state(model: "BiLM | Runtime", sentences: list[list[str]] | Non
     return BiLMState(total_c / len(sentences), total_h / len(sentences))
 
 
+# Bump when the warm-up procedure changes: cached states of an older procedure are then unused.
+WARM_STATE_VERSION = 1
+WARM_STATE_FILE = "warm_state.npz"  # beside a model's weights, e.g. the packaged model's
+
+
+def warm_state_key(runtime: "Runtime") -> str:
+    """What a warm state depends on: the weights (their fingerprint), the warm-up text, the
+    precision and the kind of device it is computed in, and the procedure's version."""
+    from elmo.weights import weights_fingerprint
+
+    text = resources.files("elmo").joinpath("resources/warmup.txt").read_bytes()
+    parts = [weights_fingerprint(runtime.model), hashlib.sha256(text).hexdigest(), runtime.precision,
+             runtime.device.type, str(WARM_STATE_VERSION)]
+    return hashlib.sha256(":".join(parts).encode()).hexdigest()
+
+
+def _read_warm_state(path: Path, key: str, runtime: "Runtime") -> BiLMState | None:
+    """The state stored at ``path`` if it is there, readable and computed for ``key``."""
+    try:
+        with np.load(path, allow_pickle=False) as f:
+            if str(f["key"]) != key:
+                return None
+            c, h = torch.from_numpy(f["c"]), torch.from_numpy(f["h"])
+    except (OSError, KeyError, ValueError):
+        return None  # absent or damaged: it is recomputed (and rewritten)
+    expected = runtime.zero_state(1)
+    if c.shape != expected.c.shape or h.shape != expected.h.shape:
+        return None
+    return BiLMState(c.to(runtime.device), h.to(runtime.device))
+
+
+def save_warm_state(state: BiLMState, key: str, path: str | os.PathLike, make_parents: bool = False) -> None:
+    """Store a warm state (and the key it was computed for) as a numpy archive, atomically."""
+    with atomic_path(path, make_parents) as tmp, open(tmp, "wb") as f:
+        np.savez(f, key=np.array(key), c=state.c.cpu().numpy(), h=state.h.cpu().numpy())
+
+
+def warm_state_cache_path(key: str) -> Path:
+    from elmo.download import default_cache_dir
+
+    return default_cache_dir() / "warm-states" / f"{key}.npz"
+
+
+def load_or_compute_warm_state(runtime: "Runtime") -> BiLMState:
+    """The warm state of the runtime's model, computed once per model and kept on disk.
+
+    Looked up first beside the packaged model (its ``warm_state.npz``, shipped with it), then in
+    ``$ELMO_CACHE/warm-states/<key>.npz``; otherwise computed (running the warm-up text, most of
+    the start-up time of a one-sentence ``elmo embed``) and saved there. The key is
+    :func:`warm_state_key`, so a changed model, text, precision or procedure never reads a stale
+    state. A stored state is the computed one, bit for bit; computing it again under another
+    thread count or CPU can differ in the last bits (up to ~3e-6), as any float32 product does."""
+    from elmo.pretrained import packaged_model_dir
+
+    key = warm_state_key(runtime)
+    for path in (packaged_model_dir() / WARM_STATE_FILE, warm_state_cache_path(key)):
+        state = _read_warm_state(path, key, runtime)
+        if state is not None:
+            return state
+    state = compute_warm_state(runtime)
+    try:
+        save_warm_state(state, key, warm_state_cache_path(key), make_parents=True)
+    except OSError as e:  # a read-only home costs the next run its start-up time, nothing else
+        warnings.warn(f"could not keep the warm state in {warm_state_cache_path(key)}: {e}", stacklevel=2)
+    return state
+
+
 class StateKeeper:
     """Hands out the initial state for each batch under one of :data:`STATE_MODES` and, in
     stateful mode, remembers each row's final state."""
@@ -74,7 +147,8 @@ class StateKeeper:
             return None
         if self.mode == "warm":
             if self._warm is None:
-                self._warm = compute_warm_state(self.model)
+                self._warm = (load_or_compute_warm_state(self.model) if not isinstance(self.model, BiLM)
+                              else compute_warm_state(self.model))
             return self._warm.expand(batch)
         if self._carried is None:
             return None

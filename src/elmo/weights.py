@@ -74,7 +74,10 @@ def _tf_datasets(model: BiLM) -> Iterator[tuple[str, tuple[int, ...], torch.Tens
 def check_finite(array: np.ndarray | torch.Tensor, where: str) -> None:
     """Refuse NaN or infinite weights, naming the dataset: they would load silently and turn
     every vector into NaN."""
-    bad = int((~np.isfinite(np.asarray(array, dtype=np.float32))).sum())
+    array = np.asarray(array)
+    if np.isfinite(array).all():
+        return
+    bad = int((~np.isfinite(array)).sum())
     if bad:
         raise WeightsError(f"{where} holds {bad} NaN or infinite value(s); the file is damaged or the "
                            f"training diverged")
@@ -95,7 +98,8 @@ def _tf_to_torch(array: np.ndarray, conversion: str, param: torch.Tensor) -> tor
         out = array[-param.shape[1]:].T
     else:  # pragma: no cover - the table above is closed
         raise AssertionError(conversion)
-    return torch.from_numpy(np.ascontiguousarray(out, dtype=np.float32))
+    # A view in the file's dtype: the parameter's copy_ transposes and widens it in one pass.
+    return torch.from_numpy(np.asarray(out))
 
 
 def load_bilm_tf(options_file: str | os.PathLike, weights_file: str | os.PathLike) -> BiLM:
@@ -106,12 +110,14 @@ def load_bilm_tf(options_file: str | os.PathLike, weights_file: str | os.PathLik
     """
     config = BiLMConfig.from_json(options_file)
     model = BiLM(config)
+    written: set[int] = set()
     try:
         fin = h5py.File(weights_file, "r")
     except OSError as e:
         raise WeightsError(f"{weights_file}: cannot open as HDF5 ({e})") from e
     with fin, torch.no_grad():
         for name, shape, param, conversion in _tf_datasets(model):
+            written.add(id(param))
             if name not in fin:
                 raise WeightsError(f"{weights_file}: dataset '{name}' is missing "
                                    f"(expected shape {shape} from {options_file})")
@@ -123,6 +129,9 @@ def load_bilm_tf(options_file: str | os.PathLike, weights_file: str | os.PathLik
             array = dataset[...]
             check_finite(array, f"{weights_file}: dataset '{name}'")
             param.copy_(_tf_to_torch(array, conversion, param))
+    unset = [name for name, p in model.named_parameters() if id(p) not in written]
+    if unset:  # pragma: no cover - _tf_datasets covers every parameter of a BiLM
+        raise AssertionError(f"parameters not in the bilm-tf layout: {unset}")
     return model
 
 
