@@ -1,0 +1,101 @@
+"""Start-up of ``elmo embed`` for one sentence: the whole process as a user times it, and where
+the time goes (imports, weight loading, warm state, first batch).
+
+Random weights of a published size are written to a temporary folder (or ``--options`` and
+``--weights`` name real files). Every measurement is a fresh process; the warm-state cache
+starts empty, so the first run computes the warm state and the later ones read it. ``import
+torch`` alone is measured too: it bounds what any PyTorch ELMo can reach.
+
+    python benchmarks/startup.py --size small --runs 5 --output benchmarks/results/startup.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+BREAKDOWN = """
+import json, sys, time
+t0 = time.perf_counter()
+import elmo.cli.main, elmo.cli.embed
+from elmo.embed import Embedder
+from elmo.pretrained import load_model
+t1 = time.perf_counter()
+model = load_model(({options!r}, {weights!r}))
+t2 = time.perf_counter()
+embedder = Embedder(model)
+embedder.runtime.states.initial(1)
+t3 = time.perf_counter()
+embedder.embed_sentences([["The", "cat", "sat", "on", "the", "mat", "."]])
+t4 = time.perf_counter()
+print(json.dumps({{"imports": t1 - t0, "weight_loading": t2 - t1, "warm_state": t3 - t2, "first_batch": t4 - t3}}))
+"""
+
+
+def whole_process(command: list[str], env: dict) -> float:
+    start = time.perf_counter()
+    subprocess.run(command, check=True, stdout=subprocess.DEVNULL, env=env)
+    return time.perf_counter() - start
+
+
+def main(argv: list[str] | None = None) -> int:
+    from common import machine
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--size", default="small", help="published size for random weights")
+    parser.add_argument("--options", help="a real options.json (with --weights) instead of random weights")
+    parser.add_argument("--weights")
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--output", default="benchmarks/results/startup.json")
+    args = parser.parse_args(argv)
+    work = tempfile.mkdtemp(prefix="elmo-startup-")
+    label = args.size if args.options is None else args.options
+    if args.options is None:
+        import torch
+
+        from elmo import BiLM, save_bilm_tf
+        from elmo.config import published_config
+
+        torch.manual_seed(0)
+        options, weights = save_bilm_tf(BiLM(published_config(args.size)), work)
+        args.options, args.weights = str(options), str(weights)
+    sentence = os.path.join(work, "one.txt")
+    with open(sentence, "w", encoding="utf-8") as f:
+        f.write("The cat sat on the mat .\n")
+    env = {**os.environ, "ELMO_CACHE": os.path.join(work, "cache")}  # starts empty
+    embed = [sys.executable, "-m", "elmo.cli.main", "embed", sentence, "--options", args.options,
+             "--weights", args.weights]
+    first = whole_process(embed, env)
+    cached = [whole_process(embed, env) for _ in range(args.runs)]
+    torch_only = [whole_process([sys.executable, "-c", "import torch"], env) for _ in range(args.runs)]
+    parts = []
+    for _ in range(args.runs):
+        out = subprocess.run([sys.executable, "-c", BREAKDOWN.format(options=args.options, weights=args.weights)],
+                             check=True, capture_output=True, text=True, env=env)
+        parts.append(json.loads(out.stdout.strip().splitlines()[-1]))
+    breakdown = {key: statistics.median(p[key] for p in parts) for key in parts[0]}
+    result = {"machine": machine(), "size": label,
+              "first_run_seconds": first, "cached_run_seconds": cached,
+              "median_cached_run_seconds": statistics.median(cached),
+              "import_torch_seconds": statistics.median(torch_only), "breakdown_seconds": breakdown}
+    print(f"elmo embed, one sentence ({result['size']}): first run {first:.2f} s (computes the warm state), "
+          f"later runs {statistics.median(cached):.2f} s (median of {args.runs})")
+    print(f"python -c 'import torch' alone: {result['import_torch_seconds']:.2f} s")
+    for key, value in breakdown.items():
+        print(f"  {key:<15} {value:.3f} s")
+    os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
+    with open(args.output, "w", encoding="utf-8") as f:
+        json.dump(result, f, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
