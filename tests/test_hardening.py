@@ -274,3 +274,17 @@ def test_bad_device_is_one_clear_line(text_file):
     if not torch.cuda.is_available():
         result = run_cli("embed", text_file, "--device", "cuda", *FIXTURE_MODEL)
         assert result.returncode == 2 and "CUDA is not available" in result.stderr
+
+
+def test_bfloat16_falls_back_to_float32_without_bfloat16_hardware(monkeypatch):
+    import elmo.runtime
+
+    model = load_fixture_model("allennlp")
+    monkeypatch.setattr(elmo.runtime, "cpu_flags", lambda: {"avx2", "fma"})
+    with pytest.warns(UserWarning, match="neither AVX-512 BF16 nor AMX"):
+        runtime = Runtime(model, precision="bfloat16")
+    assert runtime.precision == "float32" and runtime.dtype == torch.float32
+    monkeypatch.setattr(elmo.runtime, "cpu_flags", lambda: {"avx512f", "avx512_bf16"})
+    assert Runtime(model, precision="bfloat16").dtype == torch.bfloat16
+    monkeypatch.setattr(elmo.runtime, "cpu_flags", lambda: None)  # flags unknown: as asked
+    assert Runtime(model, precision="bfloat16").dtype == torch.bfloat16

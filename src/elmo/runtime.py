@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import os
+import warnings
 from collections.abc import Sequence
 
 import torch
@@ -24,6 +25,38 @@ from elmo.states import DEFAULT_STATE, StateKeeper
 
 # Precision of the matrix products on the fast path; states and nonlinearities stay float32.
 PRECISIONS = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def cpu_flags() -> set[str] | None:
+    """The x86 feature flags of this CPU from ``/proc/cpuinfo``, or None where they cannot be
+    read (not Linux, not x86)."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return None
+
+
+def cpu_has_bfloat16() -> bool | None:
+    """Whether the CPU computes bfloat16 products in hardware (AVX-512 BF16 or AMX); None where
+    its flags cannot be read."""
+    flags = cpu_flags()
+    if flags is None:
+        return None
+    return bool(flags & {"avx512_bf16", "amx_bf16"})
+
+
+def effective_precision(precision: str, device: torch.device) -> str:
+    """The precision to run: ``precision``, except bfloat16 on an x86 CPU without bfloat16
+    hardware, where it would be emulated and slower than float32 (a warning says so)."""
+    if precision == "bfloat16" and device.type == "cpu" and cpu_has_bfloat16() is False:
+        warnings.warn("precision: this CPU has neither AVX-512 BF16 nor AMX, so bfloat16 would be slower than "
+                      "float32; running float32", stacklevel=3)
+        return "float32"
+    return precision
 
 
 def resolve_device(device: str | torch.device | None, default: torch.device) -> torch.device:
@@ -65,6 +98,7 @@ class Runtime:
         self.device = resolve_device(device, current)
         # The caller's model stays where it is: a model on another device is copied, not moved.
         self.model = model if self.device == current else copy.deepcopy(model).to(self.device)
+        precision = effective_precision(precision, self.device)
         self.dtype = PRECISIONS[precision]
         self.precision = precision
         self._stacked: dict[int, tuple[tuple, StackedWeights]] = {}
