@@ -272,13 +272,39 @@ def test_bilm_training_stack_fast_equals_plain_on_full_windows():
             torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
 
 
+@pytest.fixture(params=["bmm", "onednn"])
+def recurrent_kernel(request, monkeypatch):
+    """Runs a test with each kernel of the recurrent product: MKL's batched product (the small
+    sizes) and oneDNN (float32 weights of at least ONEDNN_MIN_RECURRENT_WEIGHT elements, here
+    forced down to every size)."""
+    if request.param == "onednn":
+        if not torch.backends.mkldnn.is_available():
+            pytest.skip("this PyTorch has no oneDNN")
+        monkeypatch.setattr(lstm_module, "ONEDNN_MIN_RECURRENT_WEIGHT", 0)
+    else:
+        monkeypatch.setattr(lstm_module, "ONEDNN_MIN_RECURRENT_WEIGHT", float("inf"))
+    return request.param
+
+
+def test_recurrent_kernel_choice_by_size():
+    """The published original size (512 x 16384 state weight) takes oneDNN in float32; the small
+    size, any reduced precision and any GPU keep the batched product."""
+    original = LstmLayer(512, 4096, 512, cell_clip=3.0, proj_clip=3.0)
+    small = LstmLayer(128, 1024, 128, cell_clip=3.0, proj_clip=3.0)
+    assert lstm_module.use_onednn_recurrent(original, torch.float32) == torch.backends.mkldnn.is_available()
+    assert not lstm_module.use_onednn_recurrent(original, torch.bfloat16)
+    assert not lstm_module.use_onednn_recurrent(small, torch.float32)
+    weights = lstm_module.stack_directions(original, original, torch.float32)
+    assert (weights.state_onednn is not None) == torch.backends.mkldnn.is_available()
+
+
 # Lengths around and past the input-gate chunk (128 steps): a batch smaller than MIN_ACTIVE_ROWS
 # (padded with empty rows) and one larger, with rows that end inside each chunk and on its edges.
 LONG_LENGTHS = [[300, 17], [300, 300, 257, 129, 128, 40, 1, 0]]
 
 
 @pytest.mark.parametrize("lengths", LONG_LENGTHS)
-def test_bilstm_inference_matches_plain_past_one_chunk(lengths):
+def test_bilstm_inference_matches_plain_past_one_chunk(lengths, recurrent_kernel):
     assert max(lengths) > 2 * GATE_CHUNK_STEPS  # the gates come in three chunks
     assert min(map(len, LONG_LENGTHS)) < MIN_ACTIVE_ROWS < max(map(len, LONG_LENGTHS))
     torch.manual_seed(8)
@@ -298,7 +324,7 @@ def test_bilstm_inference_matches_plain_past_one_chunk(lengths):
 
 
 @pytest.mark.parametrize("lengths", LONG_LENGTHS)
-def test_runtime_equals_plain_bilm_on_sentences_longer_than_one_chunk(lengths):
+def test_runtime_equals_plain_bilm_on_sentences_longer_than_one_chunk(lengths, recurrent_kernel):
     """The whole inference path (both directions, two layers, skip connections, sorting and
     restoring the rows) on 300-token sentences mixed with short and empty ones."""
     torch.manual_seed(9)
@@ -315,7 +341,7 @@ def test_runtime_equals_plain_bilm_on_sentences_longer_than_one_chunk(lengths):
     torch.testing.assert_close(a.state.h, b.state.h, rtol=0, atol=1e-5)
 
 
-def test_long_sentence_gives_the_same_bits_alone_and_in_a_batch():
+def test_long_sentence_gives_the_same_bits_alone_and_in_a_batch(recurrent_kernel):
     """MIN_ACTIVE_ROWS's promise: a sentence's outputs do not depend on its batch, to the bit,
     whether it runs alone (padded up to MIN_ACTIVE_ROWS rows) or among others, in every chunk."""
     torch.manual_seed(11)
@@ -332,7 +358,7 @@ def test_long_sentence_gives_the_same_bits_alone_and_in_a_batch():
         assert torch.equal(alone[:, 0, :n], out[:, row, :n]) and torch.equal(alone_h[:, 0], final_h[:, row]), row
 
 
-def test_gate_chunking_matches_plain_at_any_chunk_size(monkeypatch):
+def test_gate_chunking_matches_plain_at_any_chunk_size(monkeypatch, recurrent_kernel):
     """Chunks of 7 steps on short sentences: every chunk edge (and rows ending on one) is crossed."""
     torch.manual_seed(10)
     monkeypatch.setattr(lstm_module, "GATE_CHUNK_STEPS", 7)
