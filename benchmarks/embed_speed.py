@@ -18,6 +18,18 @@ largest and mean deviation from float32. Batch 1 also reports the latency of 20-
 
     python benchmarks/embed_speed.py --text DATA/wiki-heldout/train/shard-00000.txt \
         --cache-words DATA/vocab-50k.txt --output benchmarks/results/embed_speed.json
+
+``--whole-process`` times instead what a user times: the whole ``elmo embed TEXT OUT.hdf5``
+command (start-up included) for each size and option, ``--repeats`` times, the runs of all
+configurations interleaved so that the machine's drift falls on all of them alike; with
+``--allennlp-runner`` (a script taking ``OPTIONS WEIGHTS TEXT OUT`` that runs AllenNLP's
+``ElmoEmbedder`` on the same weights), AllenNLP's whole process is timed in the same rounds. One
+further process per configuration splits the time into imports, weight loading, warm state and
+embedding with writing.
+
+    python benchmarks/embed_speed.py --whole-process --text DATA/wiki-heldout/train/shard-00000.txt \
+        --cache-words DATA/vocab-50k.txt --allennlp-runner /path/to/run_allennlp_embed.py \
+        --output benchmarks/results/embed_whole_process.json
 """
 
 from __future__ import annotations
@@ -128,6 +140,99 @@ def run_one(args) -> dict:
     return result
 
 
+BREAKDOWN = """
+import json, time
+t0 = time.perf_counter()
+import elmo.cli.main, elmo.cli.embed
+from elmo.embed import Embedder
+from elmo.pretrained import load_model
+t1 = time.perf_counter()
+model = load_model(({options!r}, {weights!r}))
+t2 = time.perf_counter()
+embedder = Embedder(model, batch_size={batch_size}, **{embedder_options!r})
+embedder.runtime.states.initial(1)
+t3 = time.perf_counter()
+embedder.embed_file({text!r}, {output!r}, overwrite=True)
+t4 = time.perf_counter()
+print(json.dumps({{"imports": t1 - t0, "weight_loading": t2 - t1, "warm_state": t3 - t2,
+                  "embedding_and_writing": t4 - t3}}))
+"""
+
+WHOLE_PROCESS_OPTIONS = {"float32": [], "bfloat16": ["--precision", "bfloat16"],
+                         "float32+cache": ["--vocab-cache", "{cache}"],
+                         "bfloat16+cache": ["--precision", "bfloat16", "--vocab-cache", "{cache}"]}
+
+
+def timed(command: list[str], env: dict) -> float:
+    """Wall-clock seconds of one whole process."""
+    start = time.perf_counter()
+    done = subprocess.run(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
+    seconds = time.perf_counter() - start
+    if done.returncode != 0:
+        raise SystemExit(f"{' '.join(command)} failed ({done.returncode}):\n{done.stderr}")
+    return seconds
+
+
+def whole_process(args) -> list[dict]:
+    """The ``--whole-process`` table: see the module's docstring."""
+    import torch
+
+    from elmo import save_bilm_tf
+
+    work = tempfile.mkdtemp(prefix="elmo-embed-speed-")
+    text = os.path.join(work, "sentences.txt")
+    sentences = load_sentences(args.text, args.sentences)
+    with open(text, "w", encoding="utf-8") as f:
+        f.writelines(" ".join(s) + "\n" for s in sentences)
+    tokens = sum(map(len, sentences))
+    env = {**os.environ, "ELMO_CACHE": os.path.join(work, "elmo-cache")}
+    output = os.path.join(work, "out.hdf5")
+    rows = []
+    for size in args.sizes:
+        folder = os.path.join(work, size)
+        with torch.no_grad():
+            options, weights = map(str, save_bilm_tf(make_model(size, fast=True), folder))
+        cache = os.path.join(folder, "cache.hdf5")
+        subprocess.run([sys.executable, "-m", "elmo.cli.main", "cache-vocab", args.cache_words, cache,
+                        "--options", options, "--weights", weights], check=True, stdout=subprocess.DEVNULL, env=env)
+        base = [sys.executable, "-m", "elmo.cli.main", "embed", text, output, "--force",
+                "--options", options, "--weights", weights, "--batch-size", str(args.batch_sizes[0])]
+        commands = {name: base + [part.format(cache=cache) for part in extra]
+                    for name, extra in WHOLE_PROCESS_OPTIONS.items()}
+        if args.allennlp_runner:
+            commands["AllenNLP ElmoEmbedder"] = [sys.executable, args.allennlp_runner, options, weights, text,
+                                                 output, "--batch-size", str(args.batch_sizes[0])]
+        timed(commands["float32"], env)  # computes and caches the warm state; not counted
+        seconds = {name: [] for name in commands}
+        for _ in range(args.repeats):
+            for name, command in commands.items():
+                seconds[name].append(timed(command, env))
+        for name, runs in seconds.items():
+            row = {"size": size, "configuration": name, "sentences": len(sentences), "tokens": tokens,
+                   "batch_size": args.batch_sizes[0], "seconds": runs, "median_seconds": statistics.median(runs)}
+            if name in WHOLE_PROCESS_OPTIONS:
+                extra = dict(zip(WHOLE_PROCESS_OPTIONS[name][::2], WHOLE_PROCESS_OPTIONS[name][1::2]))
+                embedder_options = {"precision": extra.get("--precision", "float32")}
+                if "--vocab-cache" in extra:
+                    embedder_options["vocab_cache"] = cache
+                code = BREAKDOWN.format(options=options, weights=weights, batch_size=args.batch_sizes[0],
+                                        embedder_options=embedder_options, text=text, output=output)
+                out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True, env=env)
+                row["breakdown_seconds"] = json.loads(out.stdout.strip().splitlines()[-1])
+            rows.append(row)
+        if args.allennlp_runner:
+            reference = statistics.median(seconds["AllenNLP ElmoEmbedder"])
+            for row in rows[-len(commands):]:
+                row["speedup_over_allennlp"] = reference / row["median_seconds"]
+    print(f"{'size':9} {'configuration':24}{'median s':>9}{'runs':>24}{'x AllenNLP':>11}  breakdown")
+    for r in rows:
+        runs = " ".join(f"{x:.1f}" for x in r["seconds"])
+        ratio = f"{r['speedup_over_allennlp']:.2f}" if "speedup_over_allennlp" in r else ""
+        parts = " ".join(f"{k} {v:.2f}" for k, v in r.get("breakdown_seconds", {}).items())
+        print(f"{r['size']:9} {r['configuration']:24}{r['median_seconds']:>9.2f}{runs:>24}{ratio:>11}  {parts}")
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--text", required=True, help="tokenized sentences, one per line")
@@ -138,12 +243,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sizes", nargs="+", default=["small", "original"])
     parser.add_argument("--batch-sizes", nargs="+", type=int, default=[64, 1])
     parser.add_argument("--output", default="benchmarks/results/embed_speed.json")
+    parser.add_argument("--whole-process", action="store_true", help="time whole elmo embed commands")
+    parser.add_argument("--repeats", type=int, default=3, help="runs of each whole-process configuration")
+    parser.add_argument("--allennlp-runner", help="script OPTIONS WEIGHTS TEXT OUT running AllenNLP's ElmoEmbedder")
     parser.add_argument("--one", nargs=4, metavar=("SIZE", "PATH", "BATCH", "SENTENCES"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.one:
         args.size, args.path, batch, n = args.one
         args.batch_size, args.sentences = int(batch), int(n)
         print(json.dumps(run_one(args)))
+        return 0
+    if args.whole_process:
+        rows = whole_process(args)
+        os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
+        with open(args.output, "w", encoding="utf-8") as f:
+            json.dump({"machine": machine(), "matmul_peak_flops": matmul_peak_flops(), "results": rows}, f, indent=2)
         return 0
 
     def one(size, path, batch, n):
