@@ -17,6 +17,9 @@ from elmo import load_bilm_tf
 # Tests never write into the user's cache (downloads, warm states): a throwaway one per run,
 # inherited by the command-line tests' subprocesses.
 os.environ["ELMO_CACHE"] = tempfile.mkdtemp(prefix="elmo-test-cache-")
+# bfloat16 tests exercise the bfloat16 code path itself, whatever its speed on this CPU (tests of
+# the timing check that may choose float32 instead switch it back on: test_precision_choice.py).
+os.environ["ELMO_BFLOAT16_CHECK"] = "0"
 
 FIXTURES = Path(__file__).parent / "fixtures"
 ALLENNLP = FIXTURES / "allennlp-elmo"

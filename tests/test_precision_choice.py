@@ -1,0 +1,89 @@
+"""bfloat16 is never slower than float32: on a CPU where it measures slower for the model's LSTM
+size, float32 runs instead, and the measurement is made once per machine and remembered."""
+
+import json
+
+import pytest
+import torch
+
+import elmo.runtime
+from elmo.runtime import BFLOAT16_CHECK_ENV, Runtime, bfloat16_pays
+
+from conftest import load_fixture_model
+
+
+@pytest.fixture
+def measured(monkeypatch, tmp_path):
+    """The timing check switched on (conftest switches it off for the other tests), a fresh cache,
+    bfloat16 hardware claimed, and fake step timings whose calls are counted."""
+    monkeypatch.setenv(BFLOAT16_CHECK_ENV, "1")
+    monkeypatch.setenv("ELMO_CACHE", str(tmp_path))
+    monkeypatch.setattr(elmo.runtime, "cpu_flags", lambda: {"avx512f", "avx512_bf16"})
+    timings = {"float32": 0.010, "bfloat16": 0.004}
+    calls = []
+
+    def fake_seconds(dim, projection_dim, dtype, rows=64, steps=8):
+        name = "bfloat16" if dtype == torch.bfloat16 else "float32"
+        calls.append((dim, projection_dim, name))
+        return timings[name]
+
+    monkeypatch.setattr(elmo.runtime, "_lstm_step_seconds", fake_seconds)
+    return timings, calls, tmp_path / "precision.json"
+
+
+def test_bfloat16_runs_where_it_measures_faster(measured):
+    timings, calls, record = measured
+    model = load_fixture_model("allennlp")
+    assert Runtime(model, precision="bfloat16").dtype == torch.bfloat16
+    assert {name for _, _, name in calls} == {"float32", "bfloat16"}
+    assert (calls[0][0], calls[0][1]) == (model.config.lstm.dim, model.config.lstm.projection_dim)
+    entry, = json.loads(record.read_text()).values()
+    assert entry == {"float32": 0.010, "bfloat16": 0.004}
+
+
+def test_bfloat16_measured_slower_falls_back_to_float32_with_the_reason(measured):
+    timings, calls, record = measured
+    timings["bfloat16"] = 0.020
+    model = load_fixture_model("allennlp")
+    with pytest.warns(UserWarning, match=r"20\.0 ms in bfloat16 against 10\.0 ms in float32"):
+        runtime = Runtime(model, precision="bfloat16")
+    assert runtime.precision == "float32" and runtime.dtype == torch.float32
+    # float32, float16 and GPUs are never measured
+    calls.clear()
+    Runtime(model, precision="float32")
+    assert calls == []
+
+
+def test_the_choice_is_measured_once_per_machine_and_size(measured, monkeypatch):
+    timings, calls, record = measured
+    model = load_fixture_model("allennlp")
+    Runtime(model, precision="bfloat16")
+    assert len(calls) == 2
+    Runtime(model, precision="bfloat16")  # remembered, even when timings would now differ
+    timings["bfloat16"] = 1.0
+    assert Runtime(model, precision="bfloat16").dtype == torch.bfloat16 and len(calls) == 2
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 7)  # another thread count is another entry
+    with pytest.warns(UserWarning, match="slower than float32"):
+        assert Runtime(model, precision="bfloat16").dtype == torch.float32
+    assert len(calls) == 4 and len(json.loads(record.read_text())) == 2
+
+
+def test_a_damaged_record_is_measured_again(measured):
+    timings, calls, record = measured
+    record.write_text("{not json")
+    assert bfloat16_pays(load_fixture_model("allennlp").config)[0]
+    assert len(calls) == 2 and json.loads(record.read_text())
+
+
+def test_the_check_can_be_switched_off(measured, monkeypatch):
+    timings, calls, record = measured
+    timings["bfloat16"] = 0.020
+    monkeypatch.setenv(BFLOAT16_CHECK_ENV, "0")
+    assert Runtime(load_fixture_model("allennlp"), precision="bfloat16").dtype == torch.bfloat16
+    assert calls == []
+
+
+def test_real_measurement_runs_both_precisions():
+    """The timing itself, on a tiny size: positive seconds for both precisions."""
+    for dtype in (torch.float32, torch.bfloat16):
+        assert elmo.runtime._lstm_step_seconds(16, 8, dtype, rows=4, steps=2) > 0
