@@ -8,7 +8,7 @@ import sys
 
 from elmo.tasks.readers import DATASET_KINDS
 
-HELP = "Train a task model with or without ELMo (tagging, classification, sentence pairs), or evaluate one."
+HELP = "Train a task model with or without ELMo (tagging, classification, sentence pairs, SRL), or evaluate one."
 
 
 def add_parser(parser: argparse.ArgumentParser) -> None:
@@ -58,6 +58,13 @@ def run(args: argparse.Namespace) -> int:
         return 0
     result = evaluate_task(args.run, args.data, args.split, kind=args.kind, vectors=args.vectors)
     print(f"{result['metric']} {result['score']:.4f} on {result['examples']} examples")
+    details = result.get("details")
+    if details:  # SRL: the CoNLL-2005 breakdown
+        print(f"precision {details['precision']:.4f} recall {details['recall']:.4f} "
+              f"({details['correct']} correct of {details['gold']} gold, {details['predicted']} predicted arguments)")
+        for role, row in sorted(details["roles"].items(), key=lambda item: -item[1]["gold"]):
+            print(f"  {role:<12} precision {row['precision']:.4f} recall {row['recall']:.4f} f1 {row['f1']:.4f} "
+                  f"gold {row['gold']}")
     if result["tokens"]:
         print(f"{result['words_added']} word(s) new to the run got their pretrained vectors; "
               f"{result['unknown_tokens']} of {result['tokens']} tokens "

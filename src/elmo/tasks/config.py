@@ -2,8 +2,8 @@
 
 Example (``configs/tasks/ner-conll2003.toml``)::
 
-    task = "tagging"                 # tagging | classification | pair
-    metric = "span_f1"               # span_f1 | accuracy
+    task = "tagging"                 # tagging | classification | pair | srl
+    metric = "span_f1"               # span_f1 | accuracy | srl_f1
     output = "runs/ner-elmo"
 
     [data]
@@ -35,8 +35,8 @@ from typing import Any
 
 from elmo.tasks.integration import ElmoOptions
 
-TASKS = ("tagging", "classification", "pair")
-METRICS = ("span_f1", "accuracy")
+TASKS = ("tagging", "classification", "pair", "srl")
+METRICS = ("span_f1", "accuracy", "srl_f1")
 
 
 class TaskConfigError(ValueError):
@@ -65,7 +65,8 @@ class ModelConfig:
     hidden: int = 100
     dropout: float = 0.5
     char_filters: int = 50
-    layers: int = 1  # tagger BiLSTM layers
+    layers: int = 1  # tagger and SRL BiLSTM layers
+    predicate_dim: int = 10  # SRL: size of the predicate-indicator embedding
     crf: bool = True
     freeze_vectors: bool = True
 
@@ -154,6 +155,9 @@ def task_config_from_dict(values: dict, where: str = "config") -> TaskConfig:
         raise TaskConfigError(f"{where}: task: expected one of {', '.join(TASKS)}, got {config.task!r}")
     if config.metric not in METRICS:
         raise TaskConfigError(f"{where}: metric: expected one of {', '.join(METRICS)}, got {config.metric!r}")
+    if (config.task == "srl") != (config.metric == "srl_f1"):
+        raise TaskConfigError(f"{where}: metric: task \"srl\" goes with metric \"srl_f1\" and only with it "
+                              f"(got task {config.task!r}, metric {config.metric!r})")
     if not 0.0 < config.data.train_fraction <= 1.0:
         raise TaskConfigError(f"{where}: data.train_fraction: expected a value in (0, 1], got {config.data.train_fraction}")
     if not 0.0 <= config.data.dev_fraction < 1.0:

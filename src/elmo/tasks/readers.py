@@ -9,6 +9,7 @@ reader                      data set                    record
 ``read_sst``                SST-5 (sentiment)           ``LabeledSentence`` ("0".."4")
 ``read_sick``               SICK (entailment)           ``SentencePair``
 ``read_snli_devtest``       SNLI dev/test (InferSent)   ``SentencePair``
+``read_conll2012_srl``      PropBank (CoNLL-2012 SRL)   ``SrlInstance`` (one per predicate)
 ==========================  ==========================  =====================================
 
 ``read_dataset(kind, path, split)`` picks one of them by name.
@@ -74,6 +75,17 @@ class SentencePair:
     label: str
 
 
+@dataclass
+class SrlInstance(TaggedSentence):
+    """One predicate of a sentence and its arguments as BIO tags over the sentence (``B-ARG0``,
+    ``I-ARG0``, ``B-V``, ``B-C-ARG1``, ``B-R-ARG0``, ... and ``O``). ``predicate`` is the index
+    of the predicate's first token; ``sentence`` numbers the sentences of the file from 0, so
+    that the instances of one sentence can share its biLM layers."""
+
+    predicate: int = 0
+    sentence: int = 0
+
+
 class DatasetError(ValueError):
     """A malformed data file: the message is ``"{path}:{line}: {what}"``."""
 
@@ -122,6 +134,121 @@ def _zip_member_lines(zip_path: PathLike, member: str) -> Iterator[tuple[int, st
                 except UnicodeDecodeError as e:
                     raise DatasetError(where, number, f"not valid UTF-8 ({e.reason} at byte {e.start})") from None
                 yield number, line.rstrip("\r\n").replace("\ufeff", "")
+
+
+# ---------------------------------------------------------------------------------------------
+# Semantic roles: CoNLL-2012 columns
+
+# Fixed columns before the argument columns: document, sentence, token, word, POS, parse bit,
+# predicate lemma, roleset; then one bracketed argument column per predicate.
+SRL_FIXED_COLUMNS = 8
+_SRL_CELL = re.compile(r"(?:\(([^()*\s]+))?\*(\))?")
+
+
+def srl_brackets_to_bio(cells: Sequence[str], lines: Sequence[int], where: PathLike, column: int) -> list[str]:
+    """One predicate's bracketed argument column (``(ARG0*``, ``*``, ``*)``, ``(V*)``) as BIO tags.
+
+    ``lines`` are the cells' line numbers, for errors: a cell that is not one of those forms, an
+    argument opened inside another or closed when none is open, and one left open at the end of
+    the sentence raise :class:`DatasetError` naming the line and the column (1-based).
+    """
+    tags, role, opened = [], None, 0
+    for cell, number in zip(cells, lines):
+        match = _SRL_CELL.fullmatch(cell)
+        if match is None:
+            raise DatasetError(where, number, f"column {column}: {cell!r} is not an argument bracket "
+                                              f"like (ARG0*, *, *) or (V*)")
+        label, closes = match.group(1), match.group(2) is not None
+        if label is not None:
+            if role is not None:
+                raise DatasetError(where, number, f"column {column}: ({label} opens inside ({role} "
+                                                  f"(opened on line {opened}), which is not closed")
+            role, opened = label, number
+            tags.append("B-" + label)
+        elif role is not None:
+            tags.append("I-" + role)
+        else:
+            tags.append("O")
+        if closes:
+            if role is None:
+                raise DatasetError(where, number, f"column {column}: ')' closes an argument that was never opened")
+            role = None
+    if role is not None:
+        raise DatasetError(where, opened, f"column {column}: ({role} is never closed before the sentence ends")
+    return tags
+
+
+def read_conll2012_srl(path: PathLike) -> list[SrlInstance]:
+    """PropBank semantic roles in CoNLL-2012 columns: one :class:`SrlInstance` per predicate.
+
+    Blank lines end sentences and ``#begin document`` / ``#end document`` lines are skipped.
+    Every line of a sentence has the same number of columns: the eight fixed ones and one per
+    predicate, whose rows are those with a roleset (column 8) other than ``-``. Each predicate's
+    column has exactly one ``(V*)`` span; its first token is the instance's ``predicate``.
+    Tokens are kept as they are (the ``[WORD]`` placeholders of some EWT sentences included). A
+    sentence without predicates gives no instance but still takes a ``sentence`` number.
+    """
+    instances: list[SrlInstance] = []
+    rows: list[list[str]] = []
+    numbers: list[int] = []
+    n_sentences = 0
+
+    def finish() -> None:
+        nonlocal n_sentences
+        if not rows:
+            return
+        n_arguments = len(rows[0]) - SRL_FIXED_COLUMNS
+        predicates = [i for i, row in enumerate(rows) if row[7] != "-"]
+        if len(predicates) != n_arguments:
+            raise DatasetError(path, numbers[0], f"the sentence has {len(predicates)} predicate(s) (rows with a "
+                                                 f"roleset in column 8) but {n_arguments} argument column(s)")
+        tokens = [row[3] for row in rows]
+        for k in range(n_arguments):
+            column = SRL_FIXED_COLUMNS + k + 1
+            tags = srl_brackets_to_bio([row[SRL_FIXED_COLUMNS + k] for row in rows], numbers, path, column)
+            verbs = [i for i, tag in enumerate(tags) if tag == "B-V"]
+            if len(verbs) != 1:
+                raise DatasetError(path, numbers[0], f"column {column}: the predicate's column has "
+                                                     f"{len(verbs)} (V*) spans, expected 1")
+            instances.append(SrlInstance(tokens=list(tokens), tags=tags, predicate=verbs[0], sentence=n_sentences))
+        n_sentences += 1
+        rows.clear()
+        numbers.clear()
+
+    for number, line in _numbered_lines(path):
+        if line.startswith("#begin document") or line.startswith("#end document"):
+            finish()
+            continue
+        if not line.strip():
+            finish()
+            continue
+        columns = line.split()
+        if len(columns) < SRL_FIXED_COLUMNS:
+            raise DatasetError(path, number, f"{len(columns)} columns, expected at least {SRL_FIXED_COLUMNS} "
+                                             f"(document, sentence, token, word, POS, parse, lemma, roleset)")
+        if rows and len(columns) != len(rows[0]):
+            raise DatasetError(path, number, f"{len(columns)} columns, but line {numbers[0]} of the same sentence "
+                                             f"has {len(rows[0])}")
+        rows.append(columns)
+        numbers.append(number)
+    finish()
+    if not instances:
+        raise DatasetError(path, 1, "no predicates")
+    return instances
+
+
+def srl_counts(instances: Sequence[SrlInstance]) -> dict:
+    """What a SRL file holds: predicates, sentences with at least one, tokens of those sentences,
+    and the role labels (without ``B-``/``I-``) with their number of arguments."""
+    sentences = {}
+    roles: dict[str, int] = {}
+    for instance in instances:
+        sentences[instance.sentence] = len(instance.tokens)
+        for tag in instance.tags:
+            if tag.startswith("B-"):
+                roles[tag[2:]] = roles.get(tag[2:], 0) + 1
+    return {"predicates": len(instances), "sentences": len(sentences), "tokens": sum(sentences.values()),
+            "roles": dict(sorted(roles.items(), key=lambda item: (-item[1], item[0])))}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -478,6 +605,7 @@ _FILE_READERS: dict[str, Callable[[PathLike], list]] = {
     "wnut17": read_conll_ner,
     "ud-ewt": read_conllu_upos,
     "sst5": read_sst,
+    "conll2012-srl": read_conll2012_srl,
 }
 _SPLIT_READERS: dict[str, Callable[[PathLike, str], list]] = {
     "conll2000": read_conll2000_chunks,
@@ -491,7 +619,7 @@ def read_dataset(kind: str, path: PathLike, split: str | None = None
                  ) -> list[TaggedSentence] | list[LabeledSentence] | list[SentencePair]:
     """Read a data set by kind.
 
-    ``conll2003``, ``wnut17``, ``ud-ewt`` and ``sst5``: ``path`` is the split's file and
+    ``conll2003``, ``wnut17``, ``ud-ewt``, ``sst5`` and ``conll2012-srl``: ``path`` is the split's file and
     ``split`` must be None. ``conll2000`` (``path`` = ``conll2000.zip``; train/test), ``sick``
     (``path`` = ``SICK.txt``; train/trial/test) and ``snli`` (``path`` = the directory;
     dev/test): ``split`` is required.

@@ -27,7 +27,7 @@ from elmo.tasks.features import (UNK, TokenFeatures, WordVocab, char_ids, load_g
                                  word_ids)
 from elmo.tasks.integration import TaskElmo
 from elmo.tasks.layer_cache import LayerCache, load_or_compute
-from elmo.tasks.readers import LabeledSentence, SentencePair, TaggedSentence, read_dataset
+from elmo.tasks.readers import LabeledSentence, SentencePair, SrlInstance, TaggedSentence, read_dataset
 
 CHECKPOINT_FORMAT = "elmo-task-1"
 FALLBACK_VECTOR_DIM = 50
@@ -35,10 +35,22 @@ FALLBACK_VECTOR_DIM = 50
 
 # ------------------------------------------------------------------------------------ data
 def sentences_of(examples: Sequence) -> list[list[str]]:
-    """Every token sequence in the examples (both sides of a pair), in a fixed order."""
+    """Every token sequence in the examples (both sides of a pair), in a fixed order; for SRL,
+    whose instances share sentences (one per predicate), each distinct sentence once."""
     if examples and isinstance(examples[0], SentencePair):
         return [e.premise for e in examples] + [e.hypothesis for e in examples]
+    if examples and isinstance(examples[0], SrlInstance):
+        return [list(tokens) for tokens in dict.fromkeys(tuple(e.tokens) for e in examples)]
     return [e.tokens for e in examples]
+
+
+def sentence_rows(examples: Sequence) -> list[int] | None:
+    """For SRL, the position of each instance's sentence in :func:`sentences_of`, so that the
+    biLM layers of a sentence are computed once for all its predicates; None for the others."""
+    if not examples or not isinstance(examples[0], SrlInstance):
+        return None
+    index: dict[tuple, int] = {}
+    return [index.setdefault(tuple(e.tokens), len(index)) for e in examples]
 
 
 def labels_of(example) -> list[str] | str:
@@ -57,6 +69,11 @@ class LoadedSplit:
 
     examples: list
     layers: LayerCache | None = None
+    rows: list[int] | None = None  # layer row of each example, where examples share sentences (SRL)
+
+    def __post_init__(self):
+        if self.rows is None:
+            self.rows = sentence_rows(self.examples)
 
 
 def make_batch(split: LoadedSplit, indices: Sequence[int], vocab: WordVocab, labels: dict[str, int]) -> dict:
@@ -77,7 +94,13 @@ def make_batch(split: LoadedSplit, indices: Sequence[int], vocab: WordVocab, lab
         batch = {"premise": side([e.premise for e in examples], list(indices)),
                  "hypothesis": side([e.hypothesis for e in examples], [n + i for i in indices])}
     else:
-        batch = side([e.tokens for e in examples], list(indices))
+        rows = [split.rows[i] for i in indices] if split.rows is not None else list(indices)
+        batch = side([e.tokens for e in examples], rows)
+    if isinstance(examples[0], SrlInstance):
+        predicate = torch.zeros(batch["mask"].shape, dtype=torch.long)
+        for row, e in enumerate(examples):
+            predicate[row, e.predicate] = 1
+        batch["predicate"] = predicate
     if isinstance(examples[0], TaggedSentence):
         tags = torch.zeros(batch["mask"].shape, dtype=torch.long)
         for row, e in enumerate(examples):
@@ -120,15 +143,23 @@ def load_splits(config: TaskConfig) -> dict[str, list]:
 
 
 # ------------------------------------------------------------------------------------ model
-def build_model(config: TaskConfig, embeddings: torch.Tensor, n_labels: int, n_layers: int, dim: int) -> torch.nn.Module:
-    """The task model of ``config.task`` on the given word vectors; ``n_layers``/``dim`` are the biLM's."""
+def build_model(config: TaskConfig, embeddings: torch.Tensor, labels: Sequence[str], n_layers: int,
+                dim: int) -> torch.nn.Module:
+    """The task model of ``config.task`` on the given word vectors, predicting ``labels`` (the
+    label names in output order); ``n_layers``/``dim`` are the biLM's."""
     features = TokenFeatures(embeddings, freeze=config.model.freeze_vectors, char_filters=config.model.char_filters)
     elmo = TaskElmo(config.elmo, n_layers, dim)
     m = config.model
+    n_labels = len(labels)
     if config.task == "tagging":
         from elmo.tasks.tagger import Tagger
 
         return Tagger(features, elmo, n_labels, hidden=m.hidden, layers=m.layers, dropout=m.dropout, crf=m.crf)
+    if config.task == "srl":
+        from elmo.tasks.srl import SrlTagger
+
+        return SrlTagger(features, elmo, labels, hidden=m.hidden, layers=m.layers, dropout=m.dropout,
+                         predicate_dim=m.predicate_dim)
     from elmo.tasks.classifiers import ESIM, SentenceClassifier
 
     if config.task == "classification":
@@ -148,7 +179,12 @@ def load_bilm_source(config: TaskConfig):
 
 # ------------------------------------------------------------------------------------ metrics
 def score(config: TaskConfig, gold: list, predicted: list) -> float:
-    """Span F1 (seqeval, on IOB2 tags) or accuracy (per token for tagging), as a fraction."""
+    """Span F1 (seqeval, on IOB2 tags), the CoNLL-2005 SRL F1, or accuracy (per token for
+    tagging), as a fraction."""
+    if config.metric == "srl_f1":
+        from elmo.tasks.srl import srl_scores
+
+        return srl_scores(gold, predicted)["f1"]
     if config.metric == "span_f1":
         from seqeval.metrics import f1_score
 
@@ -173,9 +209,16 @@ def predict(model, split: LoadedSplit, vocab: WordVocab, labels: dict[str, int],
     return out
 
 
-def evaluate_split(config, model, split: LoadedSplit, vocab, labels) -> float:
+def evaluate_split(config, model, split: LoadedSplit, vocab, labels, details: dict | None = None) -> float:
+    """The split's score under ``config.metric``; for SRL, ``details`` (a dict, if given) receives
+    the precision, recall and per-role scores too."""
     predicted = predict(model, split, vocab, labels, config.train.batch_size)
-    return score(config, [labels_of(e) for e in split.examples], predicted)
+    gold = [labels_of(e) for e in split.examples]
+    if details is not None and config.metric == "srl_f1":
+        from elmo.tasks.srl import srl_scores
+
+        details.update(srl_scores(gold, predicted))
+    return score(config, gold, predicted)
 
 
 # ------------------------------------------------------------------------------------ running
@@ -231,7 +274,7 @@ def train_task(config: TaskConfig, *, resume: bool = False, progress: bool = Tru
     os.makedirs(config.output, exist_ok=True)
     atomic_write_text(os.path.join(config.output, "config.json"), json.dumps(config.to_dict(), indent=1))
     _seed_everything(config.train.seed)
-    model = build_model(config, embeddings, len(labels), n_layers, dim)
+    model = build_model(config, embeddings, label_names, n_layers, dim)
     optimizer = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=config.train.learning_rate)
     history: list[dict] = []
     best_score, best_epoch, first_epoch = -math.inf, 0, 1
@@ -282,7 +325,10 @@ def train_task(config: TaskConfig, *, resume: bool = False, progress: bool = Tru
                "words_with_vectors": found, "vocabulary": len(vocab),
                "layer_weights": best.elmo.layer_weights(), "seconds": round(time.time() - started, 1)}
     if "test" in data:
-        metrics["test"] = evaluate_split(config, best, data["test"], vocab, labels)
+        details: dict = {}
+        metrics["test"] = evaluate_split(config, best, data["test"], vocab, labels, details)
+        if details:
+            metrics["test_details"] = details
     atomic_write_text(os.path.join(config.output, "metrics.json"), json.dumps(metrics, indent=1))
     return metrics
 
@@ -320,7 +366,7 @@ def load_task_model(run_dir: str | os.PathLike, sentences: Iterable[Sequence[str
     config = task_config_from_dict(payload["config"], where=path)
     vocab = WordVocab(payload["vocab"])
     embeddings = payload["model"]["features.words.weight"]
-    model = build_model(config, embeddings, len(payload["labels"]), payload["bilm_layers"], payload["bilm_dim"])
+    model = build_model(config, embeddings, payload["labels"], payload["bilm_layers"], payload["bilm_dim"])
     model.load_state_dict(payload["model"])
     labels = {name: i for i, name in enumerate(payload["labels"])}
     if sentences is not None:
@@ -394,11 +440,15 @@ def evaluate_task(run_dir: str | os.PathLike, path: str, split: str | None = Non
     if embedder is not None:
         layers = load_or_compute(embedder, sentences, config.cache_dir, f"{config.data.kind}-eval",
                                  progress=progress)
-    value = evaluate_split(config, model, LoadedSplit(examples, layers), vocab, labels)
+    details: dict = {}
+    value = evaluate_split(config, model, LoadedSplit(examples, layers), vocab, labels, details)
     n_unknown, n_tokens = unknown_tokens(sentences, vocab)
-    return {"run": os.fspath(run_dir), "data": path, "split": split, "kind": kind,
-            "metric": config.metric, "score": value, "examples": len(examples),
-            "words_added": len(vocab) - trained_words, "tokens": n_tokens, "unknown_tokens": n_unknown}
+    result = {"run": os.fspath(run_dir), "data": path, "split": split, "kind": kind,
+              "metric": config.metric, "score": value, "examples": len(examples),
+              "words_added": len(vocab) - trained_words, "tokens": n_tokens, "unknown_tokens": n_unknown}
+    if details:
+        result["details"] = details
+    return result
 
 
 __all__ = ["add_pretrained_words", "build_model", "evaluate_task", "load_splits", "load_task_model", "make_batch",
