@@ -327,3 +327,32 @@ def test_srl_task_and_metric_go_together(srl_config):
 def test_srl_instance_is_a_tagged_sentence():
     instance = SrlInstance(tokens=["a", "ran"], tags=["O", "B-V"], predicate=1)
     assert instance.tags == ["O", "B-V"] and instance.predicate == 1 and instance.sentence == 0
+
+
+@pytest.mark.parametrize("placement", [None, "input", "both"])
+def test_srl_predictions_do_not_depend_on_padding(placement):
+    """An instance alone and in a batch whose padding holds junk ELMo layers: same scores, same
+    decoded tags; and every prediction of an untrained model is a valid BIO sequence."""
+    from elmo.tasks.features import TokenFeatures, char_ids, word_ids
+    from elmo.tasks.integration import ElmoOptions, TaskElmo
+    from elmo.tasks.srl import SrlTagger
+
+    torch.manual_seed(0)
+    short, long = ["Anna", "saw", "Oslo"], ["the", "dog", "met", "a", "friend", "and", "left"]
+    vocab = WordVocab.build([short, long])
+    features = TokenFeatures(torch.randn(len(vocab), 6), char_filters=4)
+    options = ElmoOptions(enabled=placement is not None, placement=placement or "input", layers="mix")
+    model = SrlTagger(features, TaskElmo(options, 3, 8), LABELS, hidden=8, layers=3, predicate_dim=3).eval()
+    with torch.no_grad():
+        model.projection.weight.normal_(std=3.0)  # varied, often invalid, argmax predictions
+    words = word_ids([short, long], vocab)
+    together = {"words": words, "chars": char_ids([short, long]), "mask": words != 0,
+                "predicate": torch.tensor([[0, 1, 0, 0, 0, 0, 0], [0, 0, 1, 0, 0, 0, 0]]),
+                "elmo": torch.randn(2, 3, 7, 8) if placement else None}
+    alone = {key: (value[:1, :, :3] if key == "elmo" else value[:1, :3]) if value is not None else None
+             for key, value in together.items()}
+    predictions = model.predict(together)
+    assert model.predict(alone) == predictions[:1]
+    torch.testing.assert_close(model.scores(alone), model.scores(together)[:1, :3])
+    assert [len(p) for p in predictions] == [3, 7]
+    assert all(is_valid([LABELS[t] for t in p]) for p in predictions)
