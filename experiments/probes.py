@@ -4,6 +4,13 @@ a Markdown table and a plot of score per layer into docs/probes/.
     python experiments/probes.py wsd --semcor ../shared/data/wsd/semcor3.0_tokens.tsv.gz \
         --eval ../shared/data/wsd/raganato-eval/ALL/ALL.data.xml
 
+    python experiments/probes.py pos
+
+``pos`` (Table 6): a linear softmax layer on each biLM layer's frozen vectors (and on GloVe
+vectors of the same words) predicts each token's part of speech: Penn tags on NLTK's PTB WSJ
+sample (split by file, see ``elmo.tasks.readers.PTB_SAMPLE_SPLITS``) and UPOS on UD
+English-EWT (its official splits). Test accuracy per layer.
+
 ``wsd`` (Table 5): sense centroids from SemCor 3.0 at every layer, nearest centroid for each
 instance of the unified evaluation framework (Senseval-2/3, SemEval-2007/13/15 and ALL, split
 from ALL by instance id), WordNet's first sense where SemCor has none of a lemma's senses; the
@@ -16,9 +23,11 @@ import argparse
 import os
 import sys
 import time
+from collections.abc import Sequence
 
 # The paper's numbers (Peters et al. 2018, Table 5; F1 on ALL).
 PAPER_WSD = {"first sense": 65.9, "layer 1": 67.4, "layer 2": 69.0}
+PAPER_POS = {"layer 1": 97.3, "layer 2": 96.8}  # PTB WSJ, Table 6
 SETS = ["senseval2", "senseval3", "semeval2007", "semeval2013", "semeval2015", "ALL"]
 
 
@@ -78,20 +87,88 @@ def wsd(args) -> None:
     print("\n".join(lines))
 
 
-def plot(path: str, rows: dict, title: str, column: str) -> None:
+def pos(args) -> None:
+    from elmo.embed import Embedder
+    from elmo.fileio import atomic_write_text
+    from elmo.pretrained import load_model
+    from elmo.tasks.features import load_vectors
+    from elmo.tasks.layer_cache import load_or_compute
+    from elmo.tasks.probes import accuracy, label_ids, layer_token_features, train_linear_probe, word_vector_features
+    from elmo.tasks.readers import read_dataset
+
+    started = time.time()
+    embedder = Embedder(load_model(args.bilm), batch_size=64)
+    datasets = {
+        "PTB WSJ sample (Penn tags)": {split: read_dataset("ptb-sample", args.ptb, split) for split in ("train", "dev", "test")},
+        "UD English-EWT (UPOS)": {split: read_dataset("ud-ewt", os.path.join(args.ewt, f"en_ewt-ud-{split}.conllu.gz"))
+                                  for split in ("train", "dev", "test")},
+    }
+    rows: dict[str, dict[str, dict]] = {}
+    sizes = {}
+    for name, splits in datasets.items():
+        labels = {t: i for i, t in enumerate(sorted({t for s in splits["train"] for t in s.tags}))}
+        y = {split: label_ids([s.tags for s in sentences], labels) for split, sentences in splits.items()}
+        sizes[name] = {split: len(v) for split, v in y.items()}
+        words = {w.lower() for sentences in splits.values() for s in sentences for w in s.tokens}
+        vectors, dim = load_vectors(args.vectors, words)
+        features = {"GloVe": {split: word_vector_features([s.tokens for s in sentences], vectors, dim)
+                              for split, sentences in splits.items()}}
+        caches = {split: load_or_compute(embedder, [s.tokens for s in sentences], args.cache,
+                                         f"probe-{name.split()[0].lower()}-{split}", progress=False)
+                  for split, sentences in splits.items()}
+        n_layers = caches["train"].n_layers
+        for layer in range(n_layers):
+            features[f"layer {layer}"] = {split: layer_token_features(c, layer) for split, c in caches.items()}
+        for method, x in features.items():
+            probe, history = train_linear_probe(x["train"], y["train"], x["dev"], y["dev"], len(labels))
+            rows.setdefault(method, {})[name] = {"f1": accuracy(probe, x["test"], y["test"]),
+                                                 "dev": max(history), "epochs": len(history)}
+            print(f"{name} {method}: test {100 * rows[method][name]['f1']:.2f}", file=sys.stderr)
+    seconds = time.time() - started
+    names = list(datasets)
+    command = "python experiments/probes.py " + " ".join(sys.argv[1:])
+    lines = ["# Part of speech from one layer: linear probes (the paper's Table 6)", "",
+             f"Produced by `{command}`", f"with the biLM `{args.bilm}`; {seconds / 60:.1f} min on this machine (2-core CPU, "
+             "biLM layers computed once and cached).", "",
+             "Test accuracy (%) of a linear softmax layer trained on the frozen vectors of one layer (0: the token "
+             "encoder, 1..: the LSTM layers), or on the GloVe 6B 50-d vectors of the same words (zeros for words "
+             "without one). Adam, the epoch with the best dev accuracy kept.", "",
+             "| features | " + " | ".join(names) + " |", "|---|" + "---:|" * len(names)]
+    for method, scores in rows.items():
+        lines.append(f"| {method} | " + " | ".join(f"{100 * scores[n]['f1']:.2f}" for n in names) + " |")
+    lines += ["", "Tokens (train / dev / test): " + "; ".join(
+        f"{n}: {sizes[n]['train']:,} / {sizes[n]['dev']:,} / {sizes[n]['test']:,}" for n in names) + ".",
+              "PTB sample split by file: wsj_0001-0142 train, wsj_0143-0172 dev, wsj_0173-0199 test.", "",
+              "The paper, PTB WSJ (full treebank) with its 1B Word Benchmark biLM: "
+              + ", ".join(f"{k} {v}" for k, v in PAPER_POS.items()) + "."]
+    os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
+    atomic_write_text(args.output, "\n".join(lines) + "\n")
+    plot(args.output.replace(".md", ".png"), {k: v for k, v in rows.items()}, "POS probe accuracy by layer",
+         names[0], ylabel="test accuracy (%)", reference="GloVe", series=names)
+    print("\n".join(lines))
+
+
+def plot(path: str, rows: dict, title: str, column: str, ylabel: str = "F1 (%)", reference: str = "first sense",
+         series: Sequence[str] | None = None) -> None:
+    """Score per layer (one line per column in ``series``, default just ``column``) with the
+    ``reference`` row as a dashed line."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     layers = [r for r in rows if r.startswith("layer")]
-    figure, axes = plt.subplots(figsize=(4.5, 3.2))
-    axes.plot(range(len(layers)), [100 * rows[r][column]["f1"] for r in layers], marker="o", label="nearest centroid")
-    if "first sense" in rows:
-        axes.axhline(100 * rows["first sense"][column]["f1"], color="gray", linestyle="--", label="first sense")
+    figure, axes = plt.subplots(figsize=(5, 3.4))
+    for i, name in enumerate(series or [column]):
+        color = f"C{i}"
+        axes.plot(range(len(layers)), [100 * rows[r][name]["f1"] for r in layers], marker="o", color=color,
+                  label=name if series else "biLM layer")
+        if reference in rows:
+            axes.axhline(100 * rows[reference][name]["f1"], color=color, linestyle="--", alpha=0.6,
+                         label=f"{reference}" + (f" ({name})" if series else ""))
     axes.set_xticks(range(len(layers)), [r.split()[1] for r in layers])
     axes.set_xlabel("biLM layer")
-    axes.set_ylabel("F1 (%)")
+    axes.set_ylabel(ylabel)
     axes.set_title(title)
     axes.legend()
     figure.tight_layout()
@@ -108,9 +185,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--wordnet", default="/usr/share/wordnet", help="WordNet 3.0 dict folder (apt-get install wordnet-base)")
     p.add_argument("--bilm", default="default")
     p.add_argument("--output", default="docs/probes/wsd.md")
+    p = sub.add_parser("pos", help="linear POS probes on each layer and on GloVe (Table 6)")
+    p.add_argument("--ptb", default="../shared/data/nltk/treebank.zip", help="NLTK's treebank.zip")
+    p.add_argument("--ewt", default="../shared/data/pos/ud-english-ewt", help="folder of en_ewt-ud-*.conllu.gz")
+    p.add_argument("--vectors", default="../shared/data/vectors/glove.6B.50d.top100k.txt.gz")
+    p.add_argument("--cache", default="cache/layers", help="biLM layer cache")
+    p.add_argument("--bilm", default="default")
+    p.add_argument("--output", default="docs/probes/pos.md")
     args = parser.parse_args(argv)
     if args.probe == "wsd":
         wsd(args)
+    elif args.probe == "pos":
+        pos(args)
     return 0
 
 

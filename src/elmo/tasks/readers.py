@@ -10,6 +10,7 @@ reader                      data set                    record
 ``read_sick``               SICK (entailment)           ``SentencePair``
 ``read_snli_devtest``       SNLI dev/test (InferSent)   ``SentencePair``
 ``read_conll2012_srl``      PropBank (CoNLL-2012 SRL)   ``SrlInstance`` (one per predicate)
+``read_ptb_sample_pos``     PTB WSJ sample (NLTK)       ``TaggedSentence`` (Penn POS tags)
 ==========================  ==========================  =====================================
 
 ``read_dataset(kind, path, split)`` picks one of them by name.
@@ -342,6 +343,53 @@ def read_conll2000_chunks(zip_path: PathLike, split: str) -> list[TaggedSentence
 
 
 # ---------------------------------------------------------------------------------------------
+# Penn Treebank POS: NLTK's 10% sample of the WSJ
+
+# NLTK's sample has files wsj_0001 .. wsj_0199 (3,914 sentences). A fixed split by file, at the
+# file boundaries nearest 80% and 90% of the sentences: wsj_0001-0142 for training (3,167
+# sentences), wsj_0143-0172 for development (358), wsj_0173-0199 for test (389).
+PTB_SAMPLE_SPLITS = {"train": range(1, 143), "dev": range(143, 173), "test": range(173, 200)}
+_PREterminal = re.compile(r"\(([^\s()]+) ([^\s()]+)\)")
+
+
+def _ptb_sentences(lines: Iterator[tuple[int, str]], where: str) -> Iterator[tuple[int, list[tuple[str, str]]]]:
+    """``(first line, [(word, tag)])`` of each top-level tree of a bracketed ``.mrg`` file."""
+    depth, start, text = 0, 0, []
+    for number, line in lines:
+        if not line.strip():
+            continue
+        if depth == 0:
+            start, text = number, []
+        text.append(line)
+        depth += line.count("(") - line.count(")")
+        if depth < 0:
+            raise DatasetError(where, number, "')' closes more brackets than were opened")
+        if depth == 0:
+            yield start, _PREterminal.findall(" ".join(text))
+    if depth:
+        raise DatasetError(where, start, "a tree is not closed before the end of the file")
+
+
+def read_ptb_sample_pos(zip_path: PathLike, split: str) -> list[TaggedSentence]:
+    """Part-of-speech tags of NLTK's Penn Treebank sample (``treebank.zip``, the WSJ files'
+    ``combined/*.mrg`` trees), split ``"train"``, ``"dev"`` or ``"test"`` by file
+    (:data:`PTB_SAMPLE_SPLITS`). Empty elements (tag ``-NONE-``: traces, null complementisers)
+    are not words and are left out. Errors name ``{zip_path}/{member}`` and the line."""
+    if split not in PTB_SAMPLE_SPLITS:
+        raise ValueError(f"ptb-sample: split must be one of {', '.join(PTB_SAMPLE_SPLITS)}, got {split!r}")
+    sentences = []
+    for number in PTB_SAMPLE_SPLITS[split]:
+        member = f"treebank/combined/wsj_{number:04d}.mrg"
+        where = f"{os.fspath(zip_path)}/{member}"
+        for line, leaves in _ptb_sentences(_zip_member_lines(zip_path, member), where):
+            words = [(word, tag) for tag, word in leaves if tag != "-NONE-"]
+            if not words:
+                raise DatasetError(where, line, "a tree without words")
+            sentences.append(TaggedSentence(tokens=[w for w, _ in words], tags=[t for _, t in words]))
+    return sentences
+
+
+# ---------------------------------------------------------------------------------------------
 # CoNLL-U: UD English-EWT
 
 UPOS_TAGS = frozenset({
@@ -609,6 +657,7 @@ _FILE_READERS: dict[str, Callable[[PathLike], list]] = {
 }
 _SPLIT_READERS: dict[str, Callable[[PathLike, str], list]] = {
     "conll2000": read_conll2000_chunks,
+    "ptb-sample": read_ptb_sample_pos,
     "sick": read_sick,
     "snli": read_snli_devtest,
 }
