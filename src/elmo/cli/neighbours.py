@@ -1,0 +1,50 @@
+"""``elmo neighbours "SENTENCE" --word WORD --corpus FILE``: the corpus uses of a word nearest to its use in a sentence."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from elmo.cli.common import add_model_arguments, model_from_args
+
+HELP = "Find the corpus sentences whose use of a word is closest to its use in a given sentence (contextual neighbours)."
+
+
+def add_parser(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("sentence", help="the query sentence (tokens split on whitespace)")
+    parser.add_argument("--word", required=True, help="the word of the query to look up (matched without case)")
+    parser.add_argument("--corpus", required=True, help="text file, one sentence per line (plain or .gz; '-' reads "
+                                                        "standard input)")
+    parser.add_argument("--layer", type=int, help="biLM layer to compare (0: token encoder; default: the top layer)")
+    parser.add_argument("-k", type=int, default=5, help="neighbours to show")
+    parser.add_argument("--any", action="store_true", help="compare with every word of the corpus, not only WORD")
+    parser.add_argument("--vector-cache", metavar="DIR",
+                        help="keep every layer of the corpus in DIR, so that later queries embed only the query")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_model_arguments(parser)
+
+
+def run(args: argparse.Namespace) -> int:
+    from elmo.chars import tokenize
+    from elmo.embed import Embedder
+    from elmo.fileio import read_lines
+    from elmo.neighbours import contextual_neighbours, word_positions
+
+    if args.k < 1:
+        raise ValueError(f"-k: must be at least 1, got {args.k}")
+    query = tokenize(args.sentence)
+    if not word_positions(query, args.word):  # before the model and the corpus load: fail fast
+        raise ValueError(f"--word: {args.word!r} is not a token of the sentence {' '.join(query)!r}")
+    corpus = [tokenize(line) for line in read_lines(args.corpus)]
+    corpus = [s for s in corpus if s]
+    if not corpus:
+        raise ValueError(f"--corpus: {args.corpus} has no sentences")
+    embedder = Embedder(model_from_args(args))
+    found = contextual_neighbours(embedder, query, args.word, corpus, layer=args.layer, k=args.k, any_word=args.any,
+                                  cache_dir=args.vector_cache, progress=not args.no_progress)
+    if not found:
+        print(f"no use of {args.word!r} in {args.corpus}", file=sys.stderr)
+        return 1
+    for neighbour in found:
+        print(f"{neighbour.score:.4f}\t{neighbour.sentence + 1}\t{neighbour.highlighted()}")
+    return 0
