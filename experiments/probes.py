@@ -11,6 +11,12 @@ vectors of the same words) predicts each token's part of speech: Penn tags on NL
 sample (split by file, see ``elmo.tasks.readers.PTB_SAMPLE_SPLITS``) and UPOS on UD
 English-EWT (its official splits). Test accuracy per layer.
 
+    python experiments/probes.py neighbours
+
+``neighbours`` (Table 4): the SemCor sentences whose use of "play" is nearest to its use in the
+paper's two query sentences (a baseball play, a Broadway play), at each LSTM layer, against
+GloVe's context-free nearest words to "play".
+
 ``wsd`` (Table 5): sense centroids from SemCor 3.0 at every layer, nearest centroid for each
 instance of the unified evaluation framework (Senseval-2/3, SemEval-2007/13/15 and ALL, split
 from ALL by instance id), WordNet's first sense where SemCor has none of a lemma's senses; the
@@ -24,6 +30,10 @@ import os
 import sys
 import time
 from collections.abc import Sequence
+
+import numpy as np
+
+from elmo.fileio import read_lines
 
 # The paper's numbers (Peters et al. 2018, Table 5; F1 on ALL).
 PAPER_WSD = {"first sense": 65.9, "layer 1": 67.4, "layer 2": 69.0}
@@ -148,6 +158,54 @@ def pos(args) -> None:
     print("\n".join(lines))
 
 
+# The paper's Table 4 queries, whole, as SemCor has them (a query is never its own neighbour).
+NEIGHBOUR_QUERIES = ["Chico Ruiz made a spectacular play on Alusik 's grounder in the hole in the fourth and Wert "
+                     "came up with some good stops and showed a strong arm at third base .",
+                     "Olivia De Havilland signed to do a Broadway play for Garson Kanin this season , `` A Gift of "
+                     "Time '' ."]
+
+
+def neighbours(args) -> None:
+    from elmo.embed import Embedder
+    from elmo.fileio import atomic_write_text
+    from elmo.neighbours import contextual_neighbours
+    from elmo.pretrained import load_model
+    from elmo.tasks.features import load_vectors
+    from elmo.tasks.wsd import read_semcor
+
+    started = time.time()
+    embedder = Embedder(load_model(args.bilm), batch_size=64)
+    corpus = [s.words_and_spans()[0] for s in read_semcor(args.semcor)]
+    n_layers = embedder.model.config.n_output_layers
+    command = "python experiments/probes.py " + " ".join(sys.argv[1:])
+    lines = ["# Contextual nearest neighbours of \"play\" (the paper's Table 4)", "",
+             f"Produced by `{command}` with the biLM `{args.bilm}`.", "",
+             f"The corpus is SemCor 3.0 ({len(corpus):,} sentences); each query's \"{args.word}\" is compared by cosine "
+             f"with every use of \"{args.word}\" in it, at each biLM layer.", ""]
+    for query in NEIGHBOUR_QUERIES:
+        lines += [f"## Query: {query}", ""]
+        for layer in range(1, n_layers):
+            found = contextual_neighbours(embedder, query, args.word, corpus, layer=layer, k=args.k,
+                                          cache_dir=args.cache)
+            lines += [f"Layer {layer}:", "", "| cosine | SemCor sentence |", "|---:|---|"]
+            lines += [f"| {n.score:.3f} | {n.highlighted().replace('|', '/')} |" for n in found]
+            lines.append("")
+    vocabulary = [line.split(" ", 1)[0] for line in read_lines(args.vectors)]
+    vectors, _ = load_vectors(args.vectors, vocabulary)
+    words = list(vectors)
+    matrix = np.stack([vectors[w] for w in words])
+    matrix /= np.linalg.norm(matrix, axis=1, keepdims=True) + 1e-12
+    scores = matrix @ matrix[words.index(args.word)]
+    nearest = [words[i] for i in np.argsort(-scores) if words[i] != args.word][:args.k * 2]
+    lines += ["## GloVe, context-free", "",
+              f"The nearest words to \"{args.word}\" in GloVe 6B 50-d ({len(words):,} words), the same for every use: "
+              + ", ".join(nearest) + ".", "",
+              f"Time: {(time.time() - started) / 60:.1f} min on this machine (2-core CPU)."]
+    os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
+    atomic_write_text(args.output, "\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
 def plot(path: str, rows: dict, title: str, column: str, ylabel: str = "F1 (%)", reference: str = "first sense",
          series: Sequence[str] | None = None) -> None:
     """Score per layer (one line per column in ``series``, default just ``column``) with the
@@ -192,8 +250,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cache", default="cache/layers", help="biLM layer cache")
     p.add_argument("--bilm", default="default")
     p.add_argument("--output", default="docs/probes/pos.md")
+    p = sub.add_parser("neighbours", help="contextual nearest neighbours of 'play' in SemCor (Table 4)")
+    p.add_argument("--semcor", default="../shared/data/wsd/semcor3.0_tokens.tsv.gz")
+    p.add_argument("--vectors", default="../shared/data/vectors/glove.6B.50d.top100k.txt.gz")
+    p.add_argument("--word", default="play")
+    p.add_argument("-k", type=int, default=5)
+    p.add_argument("--cache", default="cache/layers", help="biLM layer cache for the corpus")
+    p.add_argument("--bilm", default="default")
+    p.add_argument("--output", default="docs/probes/neighbours.md")
     args = parser.parse_args(argv)
-    if args.probe == "wsd":
+    if args.probe == "neighbours":
+        neighbours(args)
+    elif args.probe == "wsd":
         wsd(args)
     elif args.probe == "pos":
         pos(args)

@@ -43,7 +43,7 @@ def word_positions(tokens: Sequence[str], word: str) -> list[int]:
 def contextual_neighbours(embedder: Embedder, query: str | Sequence[str], word: str,
                           corpus: Sequence[Sequence[str]], *, layer: int | None = None, k: int = 5,
                           any_word: bool = False, cache_dir: str | os.PathLike | None = None,
-                          progress: bool = False, chunk: int = 256) -> list[Neighbour]:
+                          progress: bool = False, chunk: int = 256, skip_query: bool = True) -> list[Neighbour]:
     """The ``k`` uses of ``word`` in ``corpus`` (or, with ``any_word``, of any word) whose vector
     at ``layer`` (default: the top one) has the highest cosine with ``word``'s vector in
     ``query`` (its first occurrence), best first.
@@ -52,7 +52,9 @@ def contextual_neighbours(embedder: Embedder, query: str | Sequence[str], word: 
     Without ``cache_dir`` only the sentences that hold a candidate are embedded; with it, all
     layers of every corpus sentence are computed once and kept there (the task layer cache,
     keyed by the model and the corpus), so later queries on the same corpus embed nothing but
-    the query. Raises ValueError when the query lacks the word or the layer does not exist.
+    the query. With ``skip_query``, a corpus sentence identical to the query is left out (it
+    would be its own nearest neighbour). Raises ValueError when the query lacks the word or the
+    layer does not exist.
     """
     tokens = tokenize(query) if isinstance(query, str) else list(query)
     positions = word_positions(tokens, word)
@@ -68,7 +70,7 @@ def contextual_neighbours(embedder: Embedder, query: str | Sequence[str], word: 
     target /= np.linalg.norm(target) + 1e-12
 
     candidates = [(i, list(range(len(s))) if any_word else word_positions(s, word)) for i, s in enumerate(corpus)]
-    candidates = [(i, p) for i, p in candidates if p]
+    candidates = [(i, p) for i, p in candidates if p and not (skip_query and list(corpus[i]) == tokens)]
     best: list[tuple[float, int, int, int]] = []  # min-heap of (score, -sentence, -position, sentence)
 
     def consider(index: int, vectors: np.ndarray, places: list[int]) -> None:
