@@ -255,7 +255,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--vectors", default="../shared/data/vectors/glove.6B.50d.top100k.txt.gz")
     p.add_argument("--word", default="play")
     p.add_argument("-k", type=int, default=5)
-    p.add_argument("--cache", default="cache/layers", help="biLM layer cache for the corpus")
+    p.add_argument("--cache", help="keep every layer of the whole corpus here (without it, only the sentences "
+                                   "holding the word are embedded)")
     p.add_argument("--bilm", default="default")
     p.add_argument("--output", default="docs/probes/neighbours.md")
     args = parser.parse_args(argv)
