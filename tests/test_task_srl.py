@@ -308,6 +308,15 @@ def test_srl_trains_with_elmo_and_evaluates_from_the_cli(srl_config, tmp_path, c
     assert main(["task", "evaluate", str(run), "--data", str(tmp_path / "dev.conll")]) == 0
     out = capsys.readouterr().out
     assert out.startswith("srl_f1 ") and "precision" in out and "ARG0" in out
+    # a role training never saw counts as missed, not as an error
+    dev = (tmp_path / "dev.conll").read_text(encoding="utf-8")
+    (tmp_path / "unseen.conll").write_text(dev.replace("(ARG1*", "(ARGM-TMP*"), encoding="utf-8")
+    assert main(["task", "evaluate", str(run), "--data", str(tmp_path / "unseen.conll"), "--json",
+                 str(tmp_path / "unseen.json")]) == 0
+    result = json.loads((tmp_path / "unseen.json").read_text())
+    assert result["unseen_labels"] == ["B-ARGM-TMP", "I-ARGM-TMP"]
+    assert result["details"]["roles"]["ARGM-TMP"]["correct"] == 0 and result["details"]["roles"]["ARGM-TMP"]["gold"] == 20
+    assert "never saw in training" in capsys.readouterr().err
 
 
 def test_srl_baseline_learns_the_toy_task(srl_config):

@@ -58,6 +58,9 @@ def run(args: argparse.Namespace) -> int:
         return 0
     result = evaluate_task(args.run, args.data, args.split, kind=args.kind, vectors=args.vectors)
     print(f"{result['metric']} {result['score']:.4f} on {result['examples']} examples")
+    if result.get("unseen_labels"):
+        print(f"gold label(s) the model never saw in training, counted as missed: {', '.join(result['unseen_labels'])}",
+              file=sys.stderr)
     details = result.get("details")
     if details:  # SRL: the CoNLL-2005 breakdown
         print(f"precision {details['precision']:.4f} recall {details['recall']:.4f} "
