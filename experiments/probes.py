@@ -75,7 +75,7 @@ def wsd(args) -> None:
     seconds = time.time() - started
 
     command = "python experiments/probes.py " + " ".join(sys.argv[1:])
-    lines = [f"# Word sense disambiguation by nearest sense centroid (the paper's Table 5)", "",
+    lines = ["# Word sense disambiguation by nearest sense centroid (the paper's Table 5)", "",
              f"Produced by `{command}`", f"with the biLM `{args.bilm}` ({n_layers} layers: 0 is the token encoder, "
              f"1.. the LSTM layers).", "",
              f"SemCor 3.0 gave centroids for {len(keys):,} sense keys ({len(semcor):,} sentences embedded in "

@@ -16,7 +16,7 @@ from tqdm import tqdm
 from elmo.bilm import BiLM
 from elmo.chars import tokenize
 from elmo.fileio import atomic_path, chunks, read_lines
-from elmo.runtime import PRECISIONS, Runtime
+from elmo.runtime import Runtime
 from elmo.states import DEFAULT_STATE
 
 Layers = str | Sequence[int]

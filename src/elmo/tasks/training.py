@@ -27,7 +27,7 @@ from elmo.tasks.features import (UNK, TokenFeatures, WordVocab, char_ids, load_g
                                  word_ids)
 from elmo.tasks.integration import TaskElmo
 from elmo.tasks.layer_cache import LayerCache, load_or_compute
-from elmo.tasks.readers import LabeledSentence, SentencePair, SrlInstance, TaggedSentence, read_dataset
+from elmo.tasks.readers import SentencePair, SrlInstance, TaggedSentence, read_dataset
 
 CHECKPOINT_FORMAT = "elmo-task-1"
 FALLBACK_VECTOR_DIM = 50
