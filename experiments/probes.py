@@ -82,11 +82,16 @@ def wsd(args) -> None:
              f"{semcor_seconds / 60:.1f} min); the whole run took {seconds / 60:.1f} min on this machine "
              f"(2-core CPU). {fallbacks[0]:,} of the {len(gold):,} test instances have no sense of their lemma in "
              f"SemCor and take WordNet's first sense at every layer.", "",
-             "F1 (%), as the framework's Scorer.java computes it (precision and recall are equal where every "
-             "instance gets an answer):", "",
+             "F1 (%), as the framework's Scorer.java computes it:", "",
              "| method | " + " | ".join(SETS) + " |", "|---|" + "---:|" * len(SETS)]
     for name, scores in rows.items():
         lines.append(f"| {name} | " + " | ".join(f"{100 * scores[s]['f1']:.1f}" for s in SETS) + " |")
+    lines += ["", "Precision / recall (%) and the instances answered:", "",
+              "| method | " + " | ".join(SETS) + " |", "|---|" + "---:|" * len(SETS)]
+    for name, scores in rows.items():
+        lines.append(f"| {name} | " + " | ".join(
+            f"{100 * scores[s]['precision']:.1f} / {100 * scores[s]['recall']:.1f} "
+            f"({scores[s]['answered']:,} of {scores[s]['instances']:,})" for s in SETS) + " |")
     lines += ["", "The paper, F1 on ALL with its 1B Word Benchmark biLM: " +
               ", ".join(f"{k} {v}" for k, v in PAPER_WSD.items()) + ".", ""]
     best = max((r for r in rows if r.startswith("layer")), key=lambda r: rows[r]["ALL"]["f1"])
