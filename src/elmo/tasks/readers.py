@@ -11,6 +11,7 @@ reader                      data set                    record
 ``read_snli_devtest``       SNLI dev/test (InferSent)   ``SentencePair``
 ``read_conll2012_srl``      PropBank (CoNLL-2012 SRL)   ``SrlInstance`` (one per predicate)
 ``read_ptb_sample_pos``     PTB WSJ sample (NLTK)       ``TaggedSentence`` (Penn POS tags)
+``read_conll2012_coref``    LitBank (CoNLL-2012 coref)  ``CorefDocument`` (sentences, clusters)
 ==========================  ==========================  =====================================
 
 ``read_dataset(kind, path, split)`` picks one of them by name.
@@ -343,6 +344,104 @@ def read_conll2000_chunks(zip_path: PathLike, split: str) -> list[TaggedSentence
 
 
 # ---------------------------------------------------------------------------------------------
+# Coreference: CoNLL-2012 documents
+
+@dataclass
+class CorefDocument:
+    """A document's sentences and its gold mention clusters. A mention is ``(start, end)``,
+    inclusive token positions counted over the whole document; a cluster of one mention is a
+    singleton. ``name`` is the ``#begin document`` name with its part."""
+
+    name: str
+    sentences: list[list[str]]
+    clusters: list[list[tuple[int, int]]]
+
+    @property
+    def tokens(self) -> list[str]:
+        return [t for sentence in self.sentences for t in sentence]
+
+
+_COREF_PART = re.compile(r"\((\d+)\)|\((\d+)|(\d+)\)")
+
+
+def read_conll2012_coref(path: PathLike) -> list[CorefDocument]:
+    """CoNLL-2012 coreference documents: ``#begin document (NAME); part N`` ... ``#end
+    document``, one token per line (the word in column 4, the coreference column last), blank
+    lines between sentences. The coreference column is ``_`` or ``-`` for no mention, or
+    ``|``-joined parts: ``(7)`` a one-token mention, ``(7`` a mention opening and ``7)`` one
+    closing (the innermost open mention of that cluster), so nested and multi-token mentions
+    of one cluster both work. Anything malformed (a part that is not one of those, a mention
+    closed that was never opened or left open at the end of the document, a token outside a
+    document, a line with fewer than 4 columns) raises :class:`DatasetError` with the line."""
+    documents: list[CorefDocument] = []
+    current: CorefDocument | None = None
+    sentence: list[str] = []
+    open_mentions: dict[int, list[tuple[int, int]]] = {}  # cluster -> [(start, line)] stack
+    mentions: dict[int, list[tuple[int, int]]] = {}
+    position = 0
+
+    def end_sentence() -> None:
+        if current is not None and sentence:
+            current.sentences.append(list(sentence))
+            sentence.clear()
+
+    for number, line in _numbered_lines(path):
+        if line.startswith("#begin document"):
+            if current is not None:
+                raise DatasetError(path, number, f"a document begins inside {current.name}, which has no #end document")
+            match = re.match(r"#begin document \(?([^)]*)\)?;?\s*(?:part\s+(\d+))?", line)
+            name = match.group(1) + (f"/part-{int(match.group(2))}" if match.group(2) else "")
+            current, position, open_mentions, mentions = CorefDocument(name, [], []), 0, {}, {}
+            continue
+        if line.startswith("#end document"):
+            if current is None:
+                raise DatasetError(path, number, "#end document without #begin document")
+            end_sentence()
+            for cluster, stack in open_mentions.items():
+                if stack:
+                    raise DatasetError(path, stack[-1][1], f"a mention of cluster {cluster} opens here and is never "
+                                                           f"closed before the end of {current.name}")
+            current.clusters = [sorted(spans) for _, spans in sorted(mentions.items())]
+            documents.append(current)
+            current = None
+            continue
+        if not line.strip():
+            end_sentence()
+            continue
+        if current is None:
+            raise DatasetError(path, number, "a token line outside any #begin document ... #end document")
+        columns = line.split()
+        if len(columns) < 4:
+            raise DatasetError(path, number, f"{len(columns)} columns, expected at least 4 (document, part, token "
+                                             f"number, word, ..., coreference)")
+        cell = columns[-1]
+        if cell not in ("_", "-"):
+            for part in cell.split("|"):
+                match = _COREF_PART.fullmatch(part)
+                if match is None:
+                    raise DatasetError(path, number, f"coreference column: {part!r} is not (N), (N or N)")
+                single, opening, closing = match.groups()
+                if single is not None:
+                    mentions.setdefault(int(single), []).append((position, position))
+                elif opening is not None:
+                    open_mentions.setdefault(int(opening), []).append((position, number))
+                else:
+                    stack = open_mentions.get(int(closing))
+                    if not stack:
+                        raise DatasetError(path, number, f"coreference column: cluster {closing} closes a mention "
+                                                         f"that was never opened")
+                    start, _ = stack.pop()
+                    mentions.setdefault(int(closing), []).append((start, position))
+        sentence.append(columns[3])
+        position += 1
+    if current is not None:
+        raise DatasetError(path, number, f"{current.name} has no #end document")
+    if not documents:
+        raise DatasetError(path, 1, "no documents")
+    return documents
+
+
+# ---------------------------------------------------------------------------------------------
 # Penn Treebank POS: NLTK's 10% sample of the WSJ
 
 # NLTK's sample has files wsj_0001 .. wsj_0199 (3,914 sentences). A fixed split by file, at the
@@ -654,6 +753,7 @@ _FILE_READERS: dict[str, Callable[[PathLike], list]] = {
     "ud-ewt": read_conllu_upos,
     "sst5": read_sst,
     "conll2012-srl": read_conll2012_srl,
+    "litbank": read_conll2012_coref,
 }
 _SPLIT_READERS: dict[str, Callable[[PathLike, str], list]] = {
     "conll2000": read_conll2000_chunks,
