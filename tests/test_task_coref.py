@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from elmo.tasks.coref import coref_scores, corpus_clusters
+from elmo.tasks.coref import coref_scores, corpus_clusters, enumerate_spans, litbank_split
 from elmo.tasks.readers import DatasetError, read_dataset
 
 LITBANK = Path(__file__).resolve().parents[2] / "shared" / "data" / "coref" / "litbank" / "conll"
@@ -102,3 +102,20 @@ def test_metrics_with_singletons_and_extremes():
 def test_corpus_clusters_keep_documents_apart():
     clusters = corpus_clusters([[[(0, 1), (3, 3)]], [[(0, 1)]]])
     assert clusters == [{(0, (0, 1)), (0, (3, 3))}, {(1, (0, 1))}]
+
+
+def test_litbank_split_is_fixed_80_10_10_by_name():
+    names = [f"{i:03d}_book.conll" for i in range(100)]
+    split = litbank_split(list(reversed(names)))
+    assert (len(split["train"]), len(split["dev"]), len(split["test"])) == (80, 10, 10)
+    assert split["train"][0] == "000_book.conll" and split["dev"][0] == "080_book.conll"
+    assert split["test"][-1] == "099_book.conll"
+    assert split == litbank_split(names)  # order of the input does not matter
+
+
+def test_spans_stay_inside_sentences_and_width():
+    assert enumerate_spans([2, 3], max_width=2) == [(0, 0), (0, 1), (1, 1), (2, 2), (2, 3), (3, 3), (3, 4), (4, 4)]
+    assert len(enumerate_spans([10], max_width=10)) == 55
+    assert enumerate_spans([0, 1], max_width=3) == [(0, 0)]
+    with pytest.raises(ValueError, match="max_width"):
+        enumerate_spans([3], max_width=0)

@@ -19,6 +19,30 @@ from scorch import scores as _scorch
 METRICS = ("muc", "b_cubed", "ceaf_e")
 
 
+def litbank_split(names: Sequence[str]) -> dict[str, list[str]]:
+    """A fixed train/dev/test split of LitBank's files: sorted by name, the first 80% train, the
+    next 10% dev, the last 10% test (80/10/10 of its 100 files). The same names always give the
+    same split, whatever order they come in."""
+    ordered = sorted(names)
+    n_train, n_dev = round(0.8 * len(ordered)), round(0.1 * len(ordered))
+    return {"train": ordered[:n_train], "dev": ordered[n_train:n_train + n_dev],
+            "test": ordered[n_train + n_dev:]}
+
+
+def enumerate_spans(sentence_lengths: Sequence[int], max_width: int) -> list[tuple[int, int]]:
+    """Every candidate mention ``(start, end)`` (inclusive document positions) of at most
+    ``max_width`` tokens that does not cross a sentence boundary, ordered by start then end."""
+    if max_width < 1:
+        raise ValueError(f"max_width: must be at least 1, got {max_width}")
+    spans, offset = [], 0
+    for length in sentence_lengths:
+        for start in range(offset, offset + length):
+            for end in range(start, min(start + max_width, offset + length)):
+                spans.append((start, end))
+        offset += length
+    return spans
+
+
 def corpus_clusters(documents: Sequence[Sequence[Sequence[Hashable]]]) -> list[set]:
     """The clusters of many documents as one corpus: mention ``m`` of document ``i`` becomes
     ``(i, m)``, so that equal spans of different documents stay different mentions."""
@@ -48,4 +72,4 @@ def coref_scores(gold: Sequence[Sequence[Hashable]], predicted: Sequence[Sequenc
     return result
 
 
-__all__ = ["METRICS", "coref_scores", "corpus_clusters"]
+__all__ = ["METRICS", "coref_scores", "corpus_clusters", "enumerate_spans", "litbank_split"]
