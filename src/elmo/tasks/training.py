@@ -40,8 +40,16 @@ def sentences_of(examples: Sequence) -> list[list[str]]:
     if examples and isinstance(examples[0], SentencePair):
         return [e.premise for e in examples] + [e.hypothesis for e in examples]
     if examples and isinstance(examples[0], SrlInstance):
-        return [list(tokens) for tokens in dict.fromkeys(tuple(e.tokens) for e in examples)]
+        return [list(tokens) for tokens in _distinct_sentences(examples)]
     return [e.tokens for e in examples]
+
+
+def _distinct_sentences(examples: Sequence[SrlInstance]) -> dict[tuple[str, ...], int]:
+    """Each distinct token sequence of the instances, in order of first use, with its position."""
+    index: dict[tuple[str, ...], int] = {}
+    for e in examples:
+        index.setdefault(tuple(e.tokens), len(index))
+    return index
 
 
 def sentence_rows(examples: Sequence) -> list[int] | None:
@@ -49,8 +57,8 @@ def sentence_rows(examples: Sequence) -> list[int] | None:
     biLM layers of a sentence are computed once for all its predicates; None for the others."""
     if not examples or not isinstance(examples[0], SrlInstance):
         return None
-    index: dict[tuple, int] = {}
-    return [index.setdefault(tuple(e.tokens), len(index)) for e in examples]
+    index = _distinct_sentences(examples)
+    return [index[tuple(e.tokens)] for e in examples]
 
 
 def labels_of(example) -> list[str] | str:
