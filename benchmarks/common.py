@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import platform
 import resource
+import subprocess
 import time
 
 import torch
@@ -21,6 +22,17 @@ def machine() -> dict:
         pass
     return {"cpu": cpu, "threads": torch.get_num_threads(), "torch": torch.__version__,
             "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None}
+
+
+def time_process(command: list[str], env: dict) -> float:
+    """Wall-clock seconds of one whole process; its standard output is discarded, and a failure
+    stops the benchmark with the command's standard error."""
+    start = time.perf_counter()
+    done = subprocess.run(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
+    seconds = time.perf_counter() - start
+    if done.returncode != 0:
+        raise SystemExit(f"{' '.join(command)} failed ({done.returncode}):\n{done.stderr}")
+    return seconds
 
 
 def matmul_peak_flops(dtype: torch.dtype = torch.float32, size: int = 2048, repeats: int = 5,

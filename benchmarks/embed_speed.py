@@ -45,7 +45,8 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from common import lstm_flops, machine, matmul_peak_flops, peak_rss_bytes, token_encoder_flops  # noqa: E402
+from common import (lstm_flops, machine, matmul_peak_flops, peak_rss_bytes, time_process,  # noqa: E402
+                    token_encoder_flops)
 
 
 def load_sentences(path: str, n: int) -> list[list[str]]:
@@ -158,19 +159,9 @@ print(json.dumps({{"imports": t1 - t0, "weight_loading": t2 - t1, "warm_state": 
                   "embedding_and_writing": t4 - t3}}))
 """
 
-WHOLE_PROCESS_OPTIONS = {"float32": [], "bfloat16": ["--precision", "bfloat16"],
-                         "float32+cache": ["--vocab-cache", "{cache}"],
-                         "bfloat16+cache": ["--precision", "bfloat16", "--vocab-cache", "{cache}"]}
-
-
-def timed(command: list[str], env: dict) -> float:
-    """Wall-clock seconds of one whole process."""
-    start = time.perf_counter()
-    done = subprocess.run(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
-    seconds = time.perf_counter() - start
-    if done.returncode != 0:
-        raise SystemExit(f"{' '.join(command)} failed ({done.returncode}):\n{done.stderr}")
-    return seconds
+# The whole-process configurations: (precision, with the vocabulary cache).
+WHOLE_PROCESS_CONFIGURATIONS = {"float32": ("float32", False), "bfloat16": ("bfloat16", False),
+                                "float32+cache": ("float32", True), "bfloat16+cache": ("bfloat16", True)}
 
 
 def whole_process(args) -> list[dict]:
@@ -197,24 +188,22 @@ def whole_process(args) -> list[dict]:
                         "--options", options, "--weights", weights], check=True, stdout=subprocess.DEVNULL, env=env)
         base = [sys.executable, "-m", "elmo.cli.main", "embed", text, output, "--force",
                 "--options", options, "--weights", weights, "--batch-size", str(args.batch_sizes[0])]
-        commands = {name: base + [part.format(cache=cache) for part in extra]
-                    for name, extra in WHOLE_PROCESS_OPTIONS.items()}
+        commands = {name: base + ["--precision", precision] + (["--vocab-cache", cache] if cached else [])
+                    for name, (precision, cached) in WHOLE_PROCESS_CONFIGURATIONS.items()}
         if args.allennlp_runner:
             commands["AllenNLP ElmoEmbedder"] = [sys.executable, args.allennlp_runner, options, weights, text,
                                                  output, "--batch-size", str(args.batch_sizes[0])]
-        timed(commands["float32"], env)  # computes and caches the warm state; not counted
+        time_process(commands["float32"], env)  # computes and caches the warm state; not counted
         seconds = {name: [] for name in commands}
         for _ in range(args.repeats):
             for name, command in commands.items():
-                seconds[name].append(timed(command, env))
+                seconds[name].append(time_process(command, env))
         for name, runs in seconds.items():
             row = {"size": size, "configuration": name, "sentences": len(sentences), "tokens": tokens,
                    "batch_size": args.batch_sizes[0], "seconds": runs, "median_seconds": statistics.median(runs)}
-            if name in WHOLE_PROCESS_OPTIONS:
-                extra = dict(zip(WHOLE_PROCESS_OPTIONS[name][::2], WHOLE_PROCESS_OPTIONS[name][1::2]))
-                embedder_options = {"precision": extra.get("--precision", "float32")}
-                if "--vocab-cache" in extra:
-                    embedder_options["vocab_cache"] = cache
+            if name in WHOLE_PROCESS_CONFIGURATIONS:
+                precision, cached = WHOLE_PROCESS_CONFIGURATIONS[name]
+                embedder_options = {"precision": precision, **({"vocab_cache": cache} if cached else {})}
                 code = BREAKDOWN.format(options=options, weights=weights, batch_size=args.batch_sizes[0],
                                         embedder_options=embedder_options, text=text, output=output)
                 out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True, env=env)

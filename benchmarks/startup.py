@@ -18,7 +18,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
@@ -40,14 +39,8 @@ print(json.dumps({{"imports": t1 - t0, "weight_loading": t2 - t1, "warm_state": 
 """
 
 
-def whole_process(command: list[str], env: dict) -> float:
-    start = time.perf_counter()
-    subprocess.run(command, check=True, stdout=subprocess.DEVNULL, env=env)
-    return time.perf_counter() - start
-
-
 def main(argv: list[str] | None = None) -> int:
-    from common import machine
+    from common import machine, time_process
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--size", default="small", help="published size for random weights")
@@ -73,9 +66,9 @@ def main(argv: list[str] | None = None) -> int:
     env = {**os.environ, "ELMO_CACHE": os.path.join(work, "cache")}  # starts empty
     embed = [sys.executable, "-m", "elmo.cli.main", "embed", sentence, "--options", args.options,
              "--weights", args.weights]
-    first = whole_process(embed, env)
-    cached = [whole_process(embed, env) for _ in range(args.runs)]
-    torch_only = [whole_process([sys.executable, "-c", "import torch"], env) for _ in range(args.runs)]
+    first = time_process(embed, env)
+    cached = [time_process(embed, env) for _ in range(args.runs)]
+    torch_only = [time_process([sys.executable, "-c", "import torch"], env) for _ in range(args.runs)]
     parts = []
     for _ in range(args.runs):
         out = subprocess.run([sys.executable, "-c", BREAKDOWN.format(options=args.options, weights=args.weights)],
