@@ -145,9 +145,10 @@ def _tanh(x: torch.Tensor) -> torch.Tensor:
 
 
 # Recurrent weights of at least this many elements (the original size's 512 x 16384) go through
-# oneDNN's float32 matrix product: at 64 rows it ran at 146 GFLOP/s against 81 for MKL's batched
-# product on the 2-core development CPU (MKL repacks the 32 MB weight at every step). For the
-# small size (128 x 4096) MKL was the faster one (113 against 93), so smaller weights stay there.
+# oneDNN's float32 matrix product: at 64 rows it ran at 143-152 GFLOP/s against 98-113 for MKL's
+# batched product on the 2-core development CPU (MKL repacks the 32 MB weight at every step;
+# benchmarks/lstm_kernels.py). For the small size (128 x 4096) the two were within run-to-run
+# noise, so smaller weights stay with MKL.
 ONEDNN_MIN_RECURRENT_WEIGHT = 1 << 22
 
 
@@ -234,7 +235,7 @@ def bilstm_inference(forward_layer: LstmLayer, backward_layer: LstmLayer, inputs
             x_gates = torch.baddbmm(bias.to(dtype), x, w_x)
         else:
             # The bias joins in the recurrent product's kernel: adding it here would first copy
-            # it into every row of this (2, rows * steps, 4*dim) product (8% of the time).
+            # it into every row of this (2, rows * steps, 4*dim) product first.
             x_gates = torch.bmm(x, w_x)
         x_gates = x_gates.float().view(2, rows, stop - start, 4 * dim)
         for t in range(start, stop):
