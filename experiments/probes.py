@@ -158,7 +158,7 @@ def pos(args) -> None:
               + ", ".join(f"{k} {v}" for k, v in PAPER_POS.items()) + "."]
     os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
     atomic_write_text(args.output, "\n".join(lines) + "\n")
-    plot(args.output.replace(".md", ".png"), {k: v for k, v in rows.items()}, "POS probe accuracy by layer",
+    plot(args.output.replace(".md", ".png"), rows, "POS probe accuracy by layer",
          names[0], ylabel="test accuracy (%)", reference="GloVe", series=names)
     print("\n".join(lines))
 
