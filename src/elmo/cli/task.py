@@ -8,7 +8,8 @@ import sys
 
 from elmo.tasks.readers import DATASET_KINDS
 
-HELP = "Train a task model with or without ELMo (tagging, classification, sentence pairs, SRL), or evaluate one."
+HELP = ("Train a task model with or without ELMo (tagging, classification, sentence pairs, SRL, coreference), "
+        "or evaluate one.")
 
 
 def add_parser(parser: argparse.ArgumentParser) -> None:
@@ -25,10 +26,11 @@ def add_parser(parser: argparse.ArgumentParser) -> None:
     evaluate = sub.add_parser("evaluate", help="score a trained run on a data file",
                               description="Score a run's best model on a data file of the run's dataset kind.")
     evaluate.add_argument("run", help="run directory of elmo task train")
-    evaluate.add_argument("--data", required=True, help="data file (or folder, for SNLI)")
-    evaluate.add_argument("--split", help="split inside the file, for CoNLL-2000 (zip), SICK and SNLI")
+    evaluate.add_argument("--data", required=True, help="data file (or folder, for SNLI and LitBank)")
+    evaluate.add_argument("--split", help="split inside the file or folder, for CoNLL-2000 (zip), SICK, SNLI and LitBank")
     evaluate.add_argument("--kind", choices=DATASET_KINDS,
-                          help="read --data as this dataset kind (default: the run's own; snli scores a SICK model on SNLI)")
+                          help="read --data as this dataset kind (default: the run's own; snli scores a SICK model "
+                               "on SNLI, gap a coreference model on GAP)")
     evaluate.add_argument("--vectors", help="the run's word vectors file, where it has moved since training "
                           "(default: data.vectors of the run's config)")
     evaluate.add_argument("--json", help="also write the result as JSON here")
@@ -62,7 +64,16 @@ def run(args: argparse.Namespace) -> int:
         print(f"gold label(s) the model never saw in training, counted as missed: {', '.join(result['unseen_labels'])}",
               file=sys.stderr)
     details = result.get("details")
-    if details:  # SRL: the CoNLL-2005 breakdown
+    if details and "conll_f1" in details:  # coreference: the CoNLL metrics
+        for name in ("muc", "b_cubed", "ceaf_e"):
+            row = details[name]
+            print(f"  {name:<8} precision {row['precision']:.4f} recall {row['recall']:.4f} f1 {row['f1']:.4f}")
+    elif details and "bias" in details:  # GAP
+        for group, label in (("overall", "overall"), ("M", "masculine"), ("F", "feminine")):
+            row = details[group]
+            print(f"  {label:<10} precision {row['precision']:.4f} recall {row['recall']:.4f} f1 {row['f1']:.4f}")
+        print(f"  bias (feminine / masculine F1) {details['bias']:.3f}")
+    elif details:  # SRL: the CoNLL-2005 breakdown
         print(f"precision {details['precision']:.4f} recall {details['recall']:.4f} "
               f"({details['correct']} correct of {details['gold']} gold, {details['predicted']} predicted arguments)")
         for role, row in sorted(details["roles"].items(), key=lambda item: -item[1]["gold"]):

@@ -2,8 +2,8 @@
 
 Example (``configs/tasks/ner-conll2003.toml``)::
 
-    task = "tagging"                 # tagging | classification | pair | srl
-    metric = "span_f1"               # span_f1 | accuracy | srl_f1
+    task = "tagging"                 # tagging | classification | pair | srl | coref
+    metric = "span_f1"               # span_f1 | accuracy | srl_f1 | coref_f1
     output = "runs/ner-elmo"
 
     [data]
@@ -35,8 +35,10 @@ from typing import Any
 
 from elmo.tasks.integration import ElmoOptions
 
-TASKS = ("tagging", "classification", "pair", "srl")
-METRICS = ("span_f1", "accuracy", "srl_f1")
+TASKS = ("tagging", "classification", "pair", "srl", "coref")
+METRICS = ("span_f1", "accuracy", "srl_f1", "coref_f1")
+# The tasks whose metric is their own and goes with no other task.
+OWN_METRICS = {"srl": "srl_f1", "coref": "coref_f1"}
 
 
 class TaskConfigError(ValueError):
@@ -58,6 +60,7 @@ class DataConfig:
     vectors: str | None = None
     dev_fraction: float = 0.0  # taken from the training data when there is no dev split
     train_fraction: float = 1.0  # for sample-efficiency runs: the first shuffled fraction is kept
+    chunk_sentences: int = 0  # coref: training documents cut into pieces of at most this many sentences (0: whole)
 
 
 @dataclass
@@ -69,6 +72,13 @@ class ModelConfig:
     predicate_dim: int = 10  # SRL: size of the predicate-indicator embedding
     crf: bool = True
     freeze_vectors: bool = True
+    # Coreference (Lee et al. 2017; see elmo.tasks.coref.CorefModel)
+    max_span_width: int = 10
+    spans_per_word: float = 0.4
+    max_antecedents: int = 50
+    feature_dim: int = 20
+    ffnn_hidden: int = 150
+    mention_loss: float = 0.0
 
 
 @dataclass
@@ -155,13 +165,17 @@ def task_config_from_dict(values: dict, where: str = "config") -> TaskConfig:
         raise TaskConfigError(f"{where}: task: expected one of {', '.join(TASKS)}, got {config.task!r}")
     if config.metric not in METRICS:
         raise TaskConfigError(f"{where}: metric: expected one of {', '.join(METRICS)}, got {config.metric!r}")
-    if (config.task == "srl") != (config.metric == "srl_f1"):
-        raise TaskConfigError(f"{where}: metric: task \"srl\" goes with metric \"srl_f1\" and only with it "
-                              f"(got task {config.task!r}, metric {config.metric!r})")
+    for task, metric in OWN_METRICS.items():
+        if (config.task == task) != (config.metric == metric):
+            raise TaskConfigError(f"{where}: metric: task \"{task}\" goes with metric \"{metric}\" and only with "
+                                  f"it (got task {config.task!r}, metric {config.metric!r})")
     if not 0.0 < config.data.train_fraction <= 1.0:
         raise TaskConfigError(f"{where}: data.train_fraction: expected a value in (0, 1], got {config.data.train_fraction}")
     if not 0.0 <= config.data.dev_fraction < 1.0:
         raise TaskConfigError(f"{where}: data.dev_fraction: expected a value in [0, 1), got {config.data.dev_fraction}")
+    if config.data.chunk_sentences < 0:
+        raise TaskConfigError(f"{where}: data.chunk_sentences: expected 0 (whole documents) or more, "
+                              f"got {config.data.chunk_sentences}")
     if config.data.dev is None and config.data.dev_fraction == 0.0:
         raise TaskConfigError(f"{where}: data: give a dev split or a dev_fraction (early stopping needs a dev set)")
     return config

@@ -1,4 +1,22 @@
-"""Coreference resolution: the CoNLL metrics over mention clusters.
+"""Coreference resolution: the end-to-end span-ranking model of Lee et al. (2017) and the CoNLL metrics.
+
+The model, in a size that trains on a laptop CPU, for one document at a time::
+
+    per sentence: [word vector; char CNN; ELMo_input] -> dropout -> BiLSTM -> [h; ELMo_output] = x*
+    every span (i, j) of at most max_span_width tokens within a sentence:
+        g = [x*_i; x*_j; attention-weighted sum of the span's inputs x (its "head"); width feature]
+    mention score s_m(g) by a feed-forward net; the top spans_per_word * words spans are kept
+    for each kept span, its max_antecedents nearest kept spans before it are candidates:
+        s(i, j) = s_m(i) + s_m(j) + FFNN([g_i; g_j; g_i * g_j; distance feature]),  s(i, dummy) = 0
+    loss: -log of the probability mass on the gold antecedents (the dummy where there is none)
+
+Clusters are read off the argmax antecedents. The biLM layers are computed sentence by
+sentence, as the paper did; the task's BiLSTM also runs per sentence, as Lee et al.'s did.
+Lee et al. had no speaker or genre here (fiction has neither annotated). One addition,
+off by default: ``mention_loss`` > 0 adds a binary cross entropy of every span's mention score
+against the gold mentions (LitBank annotates every mention, singletons included), and a kept
+span with a positive mention score and no antecedent is then output as a singleton, as the
+LitBank gold clusters contain them.
 
 The scores are MUC, B-cubed and CEAF-e (entity-based) precision, recall and F1, and the CoNLL
 F1, their average. They come from ``scorch``, a maintained reimplementation of the CoNLL-2012
@@ -12,21 +30,22 @@ so :func:`corpus_clusters` tags each with its document's index before whole-corp
 
 from __future__ import annotations
 
+import math
 from collections.abc import Hashable, Sequence
 
+import torch
 from scorch import scores as _scorch
+from torch import nn
+
+from elmo.tasks.features import TokenFeatures
+from elmo.tasks.integration import TaskElmo, concat
+from elmo.tasks.masked import encode, masked_softmax
+from elmo.tasks.readers import CorefDocument, GapExample
 
 METRICS = ("muc", "b_cubed", "ceaf_e")
-
-
-def litbank_split(names: Sequence[str]) -> dict[str, list[str]]:
-    """A fixed train/dev/test split of LitBank's files: sorted by name, the first 80% train, the
-    next 10% dev, the last 10% test (80/10/10 of its 100 files). The same names always give the
-    same split, whatever order they come in."""
-    ordered = sorted(names)
-    n_train, n_dev = round(0.8 * len(ordered)), round(0.1 * len(ordered))
-    return {"train": ordered[:n_train], "dev": ordered[n_train:n_train + n_dev],
-            "test": ordered[n_train + n_dev:]}
+# Upper bounds (inclusive) of the token-distance buckets of Lee et al.: 0, 1, 2, 3, 4, 5-7,
+# 8-15, 16-31, 32-63, 64 and more.
+DISTANCE_BUCKETS = (0, 1, 2, 3, 4, 7, 15, 31, 63)
 
 
 def enumerate_spans(sentence_lengths: Sequence[int], max_width: int) -> list[tuple[int, int]]:
@@ -41,6 +60,234 @@ def enumerate_spans(sentence_lengths: Sequence[int], max_width: int) -> list[tup
                 spans.append((start, end))
         offset += length
     return spans
+
+
+def split_document(document: CorefDocument, max_sentences: int) -> list[CorefDocument]:
+    """``document`` cut into consecutive pieces of at most ``max_sentences`` sentences (the whole
+    document when it is shorter, or when ``max_sentences`` is 0), for training on more, shorter
+    examples (Lee et al. truncated training documents to 50 sentences). Each piece keeps the
+    mentions that lie inside it, renumbered from its first token; a mention across two pieces is
+    dropped, and so is a cluster left empty."""
+    if max_sentences <= 0 or len(document.sentences) <= max_sentences:
+        return [document]
+    pieces, offset = [], 0
+    for first in range(0, len(document.sentences), max_sentences):
+        sentences = document.sentences[first:first + max_sentences]
+        length = sum(len(s) for s in sentences)
+        clusters = [[(a - offset, b - offset) for a, b in cluster if a >= offset and b < offset + length]
+                    for cluster in document.clusters]
+        pieces.append(CorefDocument(f"{document.name}#{len(pieces)}", [list(s) for s in sentences],
+                                    [c for c in clusters if c]))
+        offset += length
+    return pieces
+
+
+def distance_bucket(distance: torch.Tensor) -> torch.Tensor:
+    """The bucket (0..9) of each token distance (a long tensor, any shape) in :data:`DISTANCE_BUCKETS`."""
+    return torch.bucketize(distance, torch.tensor(DISTANCE_BUCKETS, dtype=distance.dtype), right=False)
+
+
+def clusters_from_antecedents(spans: Sequence[tuple[int, int]], antecedents: Sequence[int],
+                              singletons: Sequence[bool] | None = None) -> list[list[tuple[int, int]]]:
+    """Clusters of ``spans`` (in document order) given each one's chosen antecedent (an index
+    into ``spans`` before it, or -1 for none): a span joins its antecedent's cluster. A span in
+    no link is left out, unless ``singletons`` marks it, when it is a cluster of its own."""
+    cluster_of: dict[int, int] = {}
+    clusters: list[list[tuple[int, int]]] = []
+    for i, antecedent in enumerate(antecedents):
+        if antecedent < 0:
+            continue
+        if antecedent not in cluster_of:
+            cluster_of[antecedent] = len(clusters)
+            clusters.append([spans[antecedent]])
+        cluster_of[i] = cluster_of[antecedent]
+        clusters[cluster_of[i]].append(spans[i])
+    if singletons is not None:
+        clusters += [[spans[i]] for i, single in enumerate(singletons) if single and i not in cluster_of]
+    return [sorted(c) for c in clusters]
+
+
+def antecedent_loss(scores: torch.Tensor, gold: torch.Tensor) -> torch.Tensor:
+    """The marginal log-likelihood loss of Lee et al.: ``scores`` ``(spans, 1 + candidates)``,
+    column 0 the dummy antecedent (score 0), and ``gold`` the same shape, True at each gold
+    antecedent. A row with no gold antecedent has the dummy as its gold. Returns
+    ``sum_i -log sum_{gold j} softmax(scores_i)_j`` (a scalar)."""
+    gold = gold.clone()
+    gold[:, 0] = ~gold[:, 1:].any(dim=1)
+    gold_scores = scores.masked_fill(~gold, torch.finfo(scores.dtype).min)
+    return (torch.logsumexp(scores, dim=1) - torch.logsumexp(gold_scores, dim=1)).sum()
+
+
+def _feed_forward(input_dim: int, hidden: int, dropout: float) -> nn.Sequential:
+    """Lee et al.'s scorers: two ReLU hidden layers, dropout after each, one score out."""
+    return nn.Sequential(nn.Linear(input_dim, hidden), nn.ReLU(), nn.Dropout(dropout),
+                         nn.Linear(hidden, hidden), nn.ReLU(), nn.Dropout(dropout), nn.Linear(hidden, 1))
+
+
+class CorefModel(nn.Module):
+    """The span-ranking coreference model (see the module docstring) with optional ELMo.
+
+    ``hidden``: BiLSTM size per direction; ``max_span_width``: the longest candidate mention;
+    ``spans_per_word``: the fraction of a document's words kept as candidate mentions after
+    pruning; ``max_antecedents``: candidate antecedents per kept span; ``feature_dim``: size of the
+    width and distance embeddings; ``ffnn_hidden``: size of the scorers' hidden layers;
+    ``mention_loss``: weight of the auxiliary mention loss (0: Lee et al.'s loss alone).
+
+    A batch is ``{"documents": [document, ...]}``, each document a dict of its sentences as the
+    tagger's batch (``words`` ``(sentences, time)``, ``chars``, ``mask``, ``elmo``), and, for
+    training, ``clusters``: its gold clusters of ``(start, end)`` document positions.
+    """
+
+    def __init__(self, features: TokenFeatures, elmo: TaskElmo, *, hidden: int = 100, dropout: float = 0.5,
+                 max_span_width: int = 10, spans_per_word: float = 0.4, max_antecedents: int = 50,
+                 feature_dim: int = 20, ffnn_hidden: int = 150, mention_loss: float = 0.0):
+        super().__init__()
+        if max_span_width < 1 or max_antecedents < 1 or not 0.0 < spans_per_word:
+            raise ValueError("CorefModel: max_span_width and max_antecedents must be at least 1, "
+                             "spans_per_word positive")
+        self.features = features
+        self.elmo = elmo
+        self.max_span_width = max_span_width
+        self.spans_per_word = spans_per_word
+        self.max_antecedents = max_antecedents
+        self.mention_loss_weight = mention_loss
+        self.dropout = nn.Dropout(dropout)
+        input_dim = features.output_dim + elmo.input_dim
+        self.encoder = nn.LSTM(input_dim, hidden, bidirectional=True, batch_first=True)
+        state_dim = 2 * hidden + elmo.output_dim
+        self.head_scorer = nn.Linear(state_dim, 1)
+        self.width = nn.Embedding(max_span_width, feature_dim)
+        self.distance = nn.Embedding(len(DISTANCE_BUCKETS) + 1, feature_dim)
+        span_dim = 2 * state_dim + input_dim + feature_dim
+        self.mention_scorer = _feed_forward(span_dim, ffnn_hidden, dropout)
+        self.antecedent_scorer = _feed_forward(3 * span_dim + feature_dim, ffnn_hidden, dropout)
+
+    # ---------------------------------------------------------------- pieces
+    def encode_tokens(self, document: dict) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(inputs, states)``: the document's tokens in order, ``(words, input_dim)`` (the
+        embeddings, after dropout) and ``(words, state_dim)`` (BiLSTM outputs, with output ELMo)."""
+        mask = document["mask"].bool()
+        layers = document.get("elmo")
+        inputs = self.dropout(concat(self.features(document["words"], document["chars"]),
+                                     self.elmo.for_input(layers, mask)))
+        states = concat(encode(self.encoder, inputs, mask), self.elmo.for_output(layers, mask))
+        return inputs[mask], self.dropout(states[mask])
+
+    def span_embeddings(self, inputs: torch.Tensor, states: torch.Tensor, starts: torch.Tensor,
+                        ends: torch.Tensor) -> torch.Tensor:
+        """``g`` ``(spans, span_dim)`` of the spans ``starts``/``ends`` ``(spans,)`` (inclusive)."""
+        offsets = torch.arange(self.max_span_width)
+        positions = starts.unsqueeze(1) + offsets  # (spans, max_width)
+        inside = positions <= ends.unsqueeze(1)
+        positions = torch.minimum(positions, ends.unsqueeze(1))
+        head_scores = self.head_scorer(states).squeeze(-1)[positions]
+        weights = masked_softmax(head_scores, inside)
+        heads = (weights.unsqueeze(-1) * inputs[positions]).sum(dim=1)
+        return torch.cat([states[starts], states[ends], heads, self.width(ends - starts)], dim=-1)
+
+    def score_document(self, document: dict) -> dict:
+        """Everything the loss and the prediction need for one document: ``spans`` ``(n, 2)``
+        (every candidate), ``mention_scores`` ``(n,)``, ``kept`` ``(k,)`` (indices of the kept
+        spans, in document order), ``antecedents`` ``(k, c)`` (for each kept span, positions in
+        ``kept`` of its candidates, nearest first), ``valid`` ``(k, c)``, and ``scores``
+        ``(k, 1 + c)`` (column 0 the dummy antecedent)."""
+        lengths = document["mask"].sum(dim=1).tolist()
+        spans = torch.tensor(enumerate_spans(lengths, self.max_span_width), dtype=torch.long).view(-1, 2)
+        inputs, states = self.encode_tokens(document)
+        g = self.span_embeddings(inputs, states, spans[:, 0], spans[:, 1])
+        mention_scores = self.mention_scorer(g).squeeze(-1)
+        n_words = int(sum(lengths))
+        k = min(len(spans), max(1, math.floor(self.spans_per_word * n_words)))
+        # Spans are enumerated by start then end, so sorted indices are in document order.
+        kept = torch.topk(mention_scores, k).indices.sort().values
+        c = min(self.max_antecedents, max(k - 1, 1))
+        antecedents = torch.arange(k).unsqueeze(1) - 1 - torch.arange(c)  # nearest first
+        valid = antecedents >= 0
+        antecedents = antecedents.clamp(min=0)
+        kept_g, kept_scores, kept_starts = g[kept], mention_scores[kept], spans[kept, 0]
+        g_i = kept_g.unsqueeze(1).expand(-1, c, -1)
+        g_j = kept_g[antecedents]
+        distance = self.distance(distance_bucket(kept_starts.unsqueeze(1) - kept_starts[antecedents]))
+        pair = self.antecedent_scorer(torch.cat([g_i, g_j, g_i * g_j, distance], dim=-1)).squeeze(-1)
+        scores = kept_scores.unsqueeze(1) + kept_scores[antecedents] + pair
+        scores = scores.masked_fill(~valid, torch.finfo(scores.dtype).min)
+        scores = torch.cat([torch.zeros(k, 1, dtype=scores.dtype), scores], dim=1)
+        return {"spans": spans, "mention_scores": mention_scores, "kept": kept, "antecedents": antecedents,
+                "valid": valid, "scores": scores}
+
+    # ---------------------------------------------------------------- training and prediction
+    def document_loss(self, document: dict) -> torch.Tensor:
+        """Lee et al.'s loss on one document (plus the weighted mention loss)."""
+        out = self.score_document(document)
+        cluster_of = {tuple(m): i for i, cluster in enumerate(document["clusters"]) for m in cluster}
+        span_cluster = torch.tensor([cluster_of.get(tuple(s), -1) for s in out["spans"].tolist()], dtype=torch.long)
+        kept_cluster = span_cluster[out["kept"]]
+        gold = (kept_cluster.unsqueeze(1) == kept_cluster[out["antecedents"]]) & (kept_cluster.unsqueeze(1) >= 0) \
+            & out["valid"]
+        gold = torch.cat([torch.zeros(len(gold), 1, dtype=torch.bool), gold], dim=1)
+        loss = antecedent_loss(out["scores"], gold)
+        if self.mention_loss_weight > 0:
+            is_mention = (span_cluster >= 0).to(out["mention_scores"].dtype)
+            loss = loss + self.mention_loss_weight * nn.functional.binary_cross_entropy_with_logits(
+                out["mention_scores"], is_mention, reduction="sum")
+        return loss
+
+    def loss(self, batch: dict) -> torch.Tensor:
+        """Mean over the batch's documents of their summed losses, plus the ELMo mixes' L2 penalty."""
+        losses = [self.document_loss(document) for document in batch["documents"]]
+        return torch.stack(losses).mean() + self.elmo.l2_penalty()
+
+    @torch.no_grad()
+    def predict(self, batch: dict) -> list[list[list[tuple[int, int]]]]:
+        """The clusters of each document, each a sorted list of ``(start, end)`` mentions. Call
+        ``eval()`` first for deterministic output."""
+        out = []
+        for document in batch["documents"]:
+            scored = self.score_document(document)
+            best = scored["scores"].argmax(dim=1)  # 0: the dummy
+            kept = scored["kept"]
+            rows = torch.arange(len(kept))
+            chosen = torch.where(best > 0, scored["antecedents"][rows, (best - 1).clamp(min=0)], -1)
+            spans = [tuple(s) for s in scored["spans"][kept].tolist()]
+            singletons = None
+            if self.mention_loss_weight > 0:
+                singletons = (scored["mention_scores"][kept] > 0).tolist()
+            out.append(clusters_from_antecedents(spans, chosen.tolist(), singletons))
+        return out
+
+
+def gap_scores(examples: Sequence[GapExample], predicted: Sequence[Sequence[Sequence[tuple[int, int]]]]) -> dict:
+    """GAP's scores (as its ``gap_scorer.py`` counts them) of predicted clusters: for each example
+    and each of its names A and B, the system says "coreferent" when the pronoun's predicted
+    cluster has a mention that overlaps the name's tokens. Returns precision, recall and F1
+    over all (example, name) decisions (``overall``) and by the pronoun's gender (``M``, ``F``),
+    and ``bias``: F1 on feminine over F1 on masculine examples."""
+    if len(examples) != len(predicted):
+        raise ValueError(f"gap_scores: {len(examples)} examples but {len(predicted)} predictions")
+    counts = {g: [0, 0, 0] for g in ("overall", "M", "F")}  # true positives, predicted, gold
+
+    def overlaps(mention: tuple[int, int], name: tuple[int, int]) -> bool:
+        return mention[0] <= name[1] and mention[1] >= name[0]
+
+    for example, clusters in zip(examples, predicted):
+        pronoun_cluster = next((c for c in clusters if tuple(example.pronoun) in {tuple(m) for m in c}), [])
+        others = [m for m in pronoun_cluster if tuple(m) != tuple(example.pronoun)]
+        for name, gold in ((example.a, example.a_coref), (example.b, example.b_coref)):
+            said = any(overlaps(m, name) for m in others)
+            for group in ("overall", example.gender):
+                counts[group][0] += said and gold
+                counts[group][1] += said
+                counts[group][2] += gold
+
+    def prf(tp: int, n_predicted: int, n_gold: int) -> dict:
+        precision = tp / n_predicted if n_predicted else 0.0
+        recall = tp / n_gold if n_gold else 0.0
+        f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
+        return {"precision": precision, "recall": recall, "f1": f1}
+
+    result = {group: prf(*c) for group, c in counts.items()}
+    result["bias"] = result["F"]["f1"] / result["M"]["f1"] if result["M"]["f1"] else 0.0
+    return result
 
 
 def corpus_clusters(documents: Sequence[Sequence[Sequence[Hashable]]]) -> list[set]:
@@ -72,4 +319,5 @@ def coref_scores(gold: Sequence[Sequence[Hashable]], predicted: Sequence[Sequenc
     return result
 
 
-__all__ = ["METRICS", "coref_scores", "corpus_clusters", "enumerate_spans", "litbank_split"]
+__all__ = ["CorefModel", "DISTANCE_BUCKETS", "METRICS", "antecedent_loss", "clusters_from_antecedents", "coref_scores",
+           "corpus_clusters", "distance_bucket", "enumerate_spans", "gap_scores", "split_document"]

@@ -11,7 +11,9 @@ reader                      data set                    record
 ``read_snli_devtest``       SNLI dev/test (InferSent)   ``SentencePair``
 ``read_conll2012_srl``      PropBank (CoNLL-2012 SRL)   ``SrlInstance`` (one per predicate)
 ``read_ptb_sample_pos``     PTB WSJ sample (NLTK)       ``TaggedSentence`` (Penn POS tags)
-``read_conll2012_coref``    LitBank (CoNLL-2012 coref)  ``CorefDocument`` (sentences, clusters)
+``read_conll2012_coref``    CoNLL-2012 coreference      ``CorefDocument`` (sentences, clusters)
+``read_litbank``            LitBank by split            ``CorefDocument``
+``read_gap``                GAP (pronoun resolution)    ``GapExample`` (a document, no clusters)
 ==========================  ==========================  =====================================
 
 ``read_dataset(kind, path, split)`` picks one of them by name.
@@ -441,6 +443,135 @@ def read_conll2012_coref(path: PathLike) -> list[CorefDocument]:
     return documents
 
 
+def litbank_split(names: Sequence[str]) -> dict[str, list[str]]:
+    """A fixed train/dev/test split of LitBank's files: sorted by name, the first 80% train, the
+    next 10% dev, the last 10% test (80/10/10 of its 100 files). The same names always give the
+    same split, whatever order they come in."""
+    ordered = sorted(names)
+    n_train, n_dev = round(0.8 * len(ordered)), round(0.1 * len(ordered))
+    return {"train": ordered[:n_train], "dev": ordered[n_train:n_train + n_dev],
+            "test": ordered[n_train + n_dev:]}
+
+
+def read_litbank(folder: PathLike, split: str) -> list[CorefDocument]:
+    """The documents of one split (``train``, ``dev`` or ``test``, by :func:`litbank_split`) of
+    a folder of LitBank's ``*.conll`` files."""
+    if split not in ("train", "dev", "test"):
+        raise ValueError(f"litbank: split must be 'train', 'dev' or 'test', got {split!r}")
+    if not os.path.isdir(folder):
+        raise ValueError(f"litbank: {folder}: expected the folder of LitBank's *.conll files "
+                         f"(for one file, use kind conll2012-coref)")
+    names = [n for n in os.listdir(folder) if n.endswith(".conll")]
+    if not names:
+        raise FileNotFoundError(f"litbank: {folder}: no *.conll files")
+    return [d for name in litbank_split(names)[split] for d in read_conll2012_coref(os.path.join(folder, name))]
+
+
+@dataclass
+class GapExample(CorefDocument):
+    """One GAP example: its text as a document (no gold clusters), the token spans ``(start,
+    end)`` (inclusive) of the pronoun and of the names A and B, whether each name corefers with
+    the pronoun, and the pronoun's gender (``"M"`` or ``"F"``)."""
+
+    pronoun: tuple[int, int] = (0, 0)
+    a: tuple[int, int] = (0, 0)
+    b: tuple[int, int] = (0, 0)
+    a_coref: bool = False
+    b_coref: bool = False
+    gender: str = "M"
+
+
+GAP_COLUMNS = ("ID", "Text", "Pronoun", "Pronoun-offset", "A", "A-offset", "A-coref", "B", "B-offset", "B-coref")
+GAP_GENDERS = {"he": "M", "him": "M", "his": "M", "himself": "M", "she": "F", "her": "F", "hers": "F",
+               "herself": "F"}
+# Abbreviations after which Punkt's untrained parameters would wrongly end a sentence.
+_GAP_ABBREVIATIONS = {"mr", "mrs", "ms", "dr", "st", "jr", "sr", "prof", "gen", "col", "lt", "sgt", "capt", "rev",
+                      "hon", "gov", "sen", "rep", "vs", "no", "co", "inc", "ltd", "mt", "ft", "u.s", "e.g", "i.e"}
+
+
+@lru_cache(maxsize=1)
+def _gap_tokenizers():
+    from nltk.tokenize import TreebankWordTokenizer
+    from nltk.tokenize.punkt import PunktParameters, PunktSentenceTokenizer
+
+    parameters = PunktParameters()
+    parameters.abbrev_types = set(_GAP_ABBREVIATIONS)
+    return PunktSentenceTokenizer(parameters), TreebankWordTokenizer()
+
+
+def tokenize_with_offsets(text: str) -> list[list[tuple[int, int]]]:
+    """Raw text as sentences (NLTK Punkt) of Penn Treebank tokens (NLTK's Treebank tokenizer,
+    the tokenization of the CoNLL-2012 data), each token as its ``(start, end)`` character
+    offsets in ``text`` (``text[start:end]`` is the token)."""
+    sentencer, tokenizer = _gap_tokenizers()
+    out = []
+    for s_start, s_end in sentencer.span_tokenize(text):
+        tokens = [(s_start + a, s_start + b) for a, b in tokenizer.span_tokenize(text[s_start:s_end])]
+        if tokens:
+            out.append(tokens)
+    return out
+
+
+def read_gap(path: PathLike) -> list[GapExample]:
+    """GAP's tab-separated file (header ``ID, Text, Pronoun, Pronoun-offset, A, A-offset,
+    A-coref, B, B-offset, B-coref, URL``): each text tokenized by :func:`tokenize_with_offsets`,
+    and the pronoun and names located by their character offsets. A name is the tokens that
+    overlap its characters. A missing column, an offset that is not a number or does not point
+    at the text it names, or a coref value other than TRUE/FALSE is an error naming the line and
+    column."""
+    lines = _numbered_lines(path)
+    try:
+        _, header = next(lines)
+    except StopIteration:
+        raise DatasetError(path, 1, "empty file; expected GAP's header") from None
+    names = header.rstrip("\n").split("\t")
+    missing = [c for c in GAP_COLUMNS if c not in names]
+    if missing:
+        raise DatasetError(path, 1, f"header lacks column(s) {', '.join(missing)}")
+    column = {c: names.index(c) for c in GAP_COLUMNS}
+    examples = []
+    for number, line in lines:
+        if not line.strip():
+            continue
+        cells = line.rstrip("\n").split("\t")
+        if len(cells) < len(names):
+            raise DatasetError(path, number, f"{len(cells)} columns, expected {len(names)}")
+        cell = {c: cells[i] for c, i in column.items()}
+        text = cell["Text"]
+        sentences = tokenize_with_offsets(text)
+        flat = [t for sentence in sentences for t in sentence]
+
+        def locate(name: str) -> tuple[int, int]:
+            try:
+                offset = int(cell[f"{name}-offset"])
+            except ValueError:
+                raise DatasetError(path, number, f"{name}-offset: {cell[name + '-offset']!r} is not a number") from None
+            surface = cell[name]
+            if text[offset:offset + len(surface)] != surface:
+                raise DatasetError(path, number, f"{name}-offset: {offset} does not point at {surface!r} in Text")
+            covered = [i for i, (a, b) in enumerate(flat) if a < offset + len(surface) and b > offset]
+            if not covered:
+                raise DatasetError(path, number, f"{name}: no token covers {surface!r} at {offset}")
+            return covered[0], covered[-1]
+
+        def coref(name: str) -> bool:
+            value = cell[f"{name}-coref"].strip().upper()
+            if value not in ("TRUE", "FALSE"):
+                raise DatasetError(path, number, f"{name}-coref: expected TRUE or FALSE, got {cell[name + '-coref']!r}")
+            return value == "TRUE"
+
+        pronoun = cell["Pronoun"].strip().lower()
+        if pronoun not in GAP_GENDERS:
+            raise DatasetError(path, number, f"Pronoun: {cell['Pronoun']!r} is not a gendered third-person pronoun")
+        examples.append(GapExample(
+            name=cell["ID"], sentences=[[text[a:b] for a, b in sentence] for sentence in sentences], clusters=[],
+            pronoun=locate("Pronoun"), a=locate("A"), b=locate("B"), a_coref=coref("A"), b_coref=coref("B"),
+            gender=GAP_GENDERS[pronoun]))
+    if not examples:
+        raise DatasetError(path, 1, "no examples")
+    return examples
+
+
 # ---------------------------------------------------------------------------------------------
 # Penn Treebank POS: NLTK's 10% sample of the WSJ
 
@@ -753,13 +884,15 @@ _FILE_READERS: dict[str, Callable[[PathLike], list]] = {
     "ud-ewt": read_conllu_upos,
     "sst5": read_sst,
     "conll2012-srl": read_conll2012_srl,
-    "litbank": read_conll2012_coref,
+    "conll2012-coref": read_conll2012_coref,
+    "gap": read_gap,
 }
 _SPLIT_READERS: dict[str, Callable[[PathLike, str], list]] = {
     "conll2000": read_conll2000_chunks,
     "ptb-sample": read_ptb_sample_pos,
     "sick": read_sick,
     "snli": read_snli_devtest,
+    "litbank": read_litbank,
 }
 DATASET_KINDS = tuple(_FILE_READERS) + tuple(_SPLIT_READERS)
 

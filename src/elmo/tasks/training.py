@@ -27,7 +27,7 @@ from elmo.tasks.features import (UNK, TokenFeatures, WordVocab, char_ids, load_g
                                  word_ids)
 from elmo.tasks.integration import TaskElmo
 from elmo.tasks.layer_cache import LayerCache, load_or_compute
-from elmo.tasks.readers import SentencePair, SrlInstance, TaggedSentence, read_dataset
+from elmo.tasks.readers import CorefDocument, GapExample, SentencePair, SrlInstance, TaggedSentence, read_dataset
 
 CHECKPOINT_FORMAT = "elmo-task-1"
 FALLBACK_VECTOR_DIM = 50
@@ -36,7 +36,10 @@ FALLBACK_VECTOR_DIM = 50
 # ------------------------------------------------------------------------------------ data
 def sentences_of(examples: Sequence) -> list[list[str]]:
     """Every token sequence in the examples (both sides of a pair), in a fixed order; for SRL,
-    whose instances share sentences (one per predicate), each distinct sentence once."""
+    whose instances share sentences (one per predicate), each distinct sentence once; for
+    coreference, the sentences of every document in turn (the biLM reads one sentence at a time)."""
+    if examples and isinstance(examples[0], CorefDocument):
+        return [list(s) for e in examples for s in e.sentences]
     if examples and isinstance(examples[0], SentencePair):
         return [e.premise for e in examples] + [e.hypothesis for e in examples]
     if examples and isinstance(examples[0], SrlInstance):
@@ -54,19 +57,28 @@ def _distinct_sentences(examples: Sequence[SrlInstance]) -> dict[tuple[str, ...]
 
 def sentence_rows(examples: Sequence) -> list[int] | None:
     """For SRL, the position of each instance's sentence in :func:`sentences_of`, so that the
-    biLM layers of a sentence are computed once for all its predicates; None for the others."""
+    biLM layers of a sentence are computed once for all its predicates; for coreference, the
+    position of each document's first sentence; None for the others."""
+    if examples and isinstance(examples[0], CorefDocument):
+        return np.cumsum([0] + [len(e.sentences) for e in examples[:-1]]).tolist()
     if not examples or not isinstance(examples[0], SrlInstance):
         return None
     index = _distinct_sentences(examples)
     return [index[tuple(e.tokens)] for e in examples]
 
 
-def labels_of(example) -> list[str] | str:
+def labels_of(example) -> list[str] | str | list:
+    """The gold labels of an example: its tags, its class, or (coreference) its clusters."""
+    if isinstance(example, CorefDocument):
+        return example.clusters
     return example.tags if isinstance(example, TaggedSentence) else example.label
 
 
 def label_set(examples: Sequence) -> set[str]:
-    """Every distinct gold label (tag or class) of the examples."""
+    """Every distinct gold label (tag or class) of the examples; none for coreference, whose
+    clusters are not labels from a fixed set."""
+    if examples and isinstance(examples[0], CorefDocument):
+        return set()
     return {t for e in examples for t in (e.tags if isinstance(e, TaggedSentence) else [e.label])}
 
 
@@ -97,6 +109,14 @@ def make_batch(split: LoadedSplit, indices: Sequence[int], vocab: WordVocab, lab
         return {"words": word_ids(sentences, vocab, time), "chars": char_ids(sentences, time), "mask": mask,
                 "elmo": layers}
 
+    if isinstance(examples[0], CorefDocument):
+        documents = []
+        for i, e in zip(indices, examples):
+            first = split.rows[i]
+            document = side([list(s) for s in e.sentences], list(range(first, first + len(e.sentences))))
+            document["clusters"] = e.clusters
+            documents.append(document)
+        return {"documents": documents}
     if isinstance(examples[0], SentencePair):
         n = len(split.examples)
         batch = {"premise": side([e.premise for e in examples], list(indices)),
@@ -143,6 +163,10 @@ def load_splits(config: TaskConfig) -> dict[str, list]:
         generator.shuffle(order)
         keep = max(1, round(config.data.train_fraction * len(train)))
         train = [train[i] for i in sorted(order[:keep])]
+    if config.task == "coref" and config.data.chunk_sentences:
+        from elmo.tasks.coref import split_document
+
+        train = [piece for document in train for piece in split_document(document, config.data.chunk_sentences)]
     splits = {"train": train, "dev": dev}
     test = read_split(config, "test")
     if test is not None:
@@ -163,6 +187,12 @@ def build_model(config: TaskConfig, embeddings: torch.Tensor, labels: Sequence[s
         from elmo.tasks.tagger import Tagger
 
         return Tagger(features, elmo, n_labels, hidden=m.hidden, layers=m.layers, dropout=m.dropout, crf=m.crf)
+    if config.task == "coref":
+        from elmo.tasks.coref import CorefModel
+
+        return CorefModel(features, elmo, hidden=m.hidden, dropout=m.dropout, max_span_width=m.max_span_width,
+                          spans_per_word=m.spans_per_word, max_antecedents=m.max_antecedents,
+                          feature_dim=m.feature_dim, ffnn_hidden=m.ffnn_hidden, mention_loss=m.mention_loss)
     if config.task == "srl":
         from elmo.tasks.srl import SrlTagger
 
@@ -187,8 +217,13 @@ def load_bilm_source(config: TaskConfig):
 
 # ------------------------------------------------------------------------------------ metrics
 def score(config: TaskConfig, gold: list, predicted: list) -> float:
-    """Span F1 (seqeval, on IOB2 tags), the CoNLL-2005 SRL F1, or accuracy (per token for
+    """Span F1 (seqeval, on IOB2 tags), the CoNLL-2005 SRL F1, the CoNLL coreference F1 (the
+    average of MUC, B-cubed and CEAF-e over the whole corpus), or accuracy (per token for
     tagging), as a fraction."""
+    if config.metric == "coref_f1":
+        from elmo.tasks.coref import coref_scores, corpus_clusters
+
+        return coref_scores(corpus_clusters(gold), corpus_clusters(predicted))["conll_f1"]
     if config.metric == "srl_f1":
         from elmo.tasks.srl import srl_scores
 
@@ -206,12 +241,16 @@ def score(config: TaskConfig, gold: list, predicted: list) -> float:
 
 @torch.no_grad()
 def predict(model, split: LoadedSplit, vocab: WordVocab, labels: dict[str, int], batch_size: int) -> list:
-    """Predicted labels (strings) for every example of the split, in order."""
+    """Predicted labels (strings) for every example of the split, in order; for coreference, the
+    predicted clusters of each document."""
     names = {i: name for name, i in labels.items()}
     model.eval()
     out = []
     for start in range(0, len(split.examples), batch_size):
         indices = list(range(start, min(start + batch_size, len(split.examples))))
+        if isinstance(split.examples[0], CorefDocument):
+            out.extend(model.predict(make_batch(split, indices, vocab, labels)))
+            continue
         for prediction in model.predict(make_batch(split, indices, vocab, labels)):
             out.append([names[t] for t in prediction] if isinstance(prediction, list) else names[prediction])
     return out
@@ -219,9 +258,22 @@ def predict(model, split: LoadedSplit, vocab: WordVocab, labels: dict[str, int],
 
 def evaluate_split(config, model, split: LoadedSplit, vocab, labels, details: dict | None = None) -> float:
     """The split's score under ``config.metric``; for SRL, ``details`` (a dict, if given) receives
-    the precision, recall and per-role scores too."""
+    the precision, recall and per-role scores too, and for coreference every CoNLL metric. On
+    GAP examples a coreference model is scored as GAP scores it (:func:`elmo.tasks.coref.gap_scores`):
+    the score is the overall F1 and ``details`` gets the rest."""
     predicted = predict(model, split, vocab, labels, config.train.batch_size)
+    if split.examples and isinstance(split.examples[0], GapExample):
+        from elmo.tasks.coref import gap_scores
+
+        result = gap_scores(split.examples, predicted)
+        if details is not None:
+            details.update(result)
+        return result["overall"]["f1"]
     gold = [labels_of(e) for e in split.examples]
+    if details is not None and config.metric == "coref_f1":
+        from elmo.tasks.coref import coref_scores, corpus_clusters
+
+        details.update(coref_scores(corpus_clusters(gold), corpus_clusters(predicted)))
     if details is not None and config.metric == "srl_f1":
         from elmo.tasks.srl import srl_scores
 
@@ -436,6 +488,8 @@ def evaluate_task(run_dir: str | os.PathLike, path: str, split: str | None = Non
     model, config, vocab, labels = load_task_model(run_dir)
     kind = kind or config.data.kind
     examples = read_dataset(kind, path, split)
+    if examples and isinstance(examples[0], CorefDocument) != (config.task == "coref"):
+        raise ValueError(f"{path}: data of kind {kind!r} cannot be scored by the {config.task} model in {run_dir}")
     unknown = label_set(examples) - labels.keys()
     # A role that training never saw is part of SRL's task: its arguments count as missed, as
     # the span metric counts them. For every other task it means the wrong data or model.
@@ -454,8 +508,9 @@ def evaluate_task(run_dir: str | os.PathLike, path: str, split: str | None = Non
     details: dict = {}
     value = evaluate_split(config, model, LoadedSplit(examples, layers), vocab, labels, details)
     n_unknown, n_tokens = unknown_tokens(sentences, vocab)
+    metric = "gap_f1" if examples and isinstance(examples[0], GapExample) else config.metric
     result = {"run": os.fspath(run_dir), "data": path, "split": split, "kind": kind,
-              "metric": config.metric, "score": value, "examples": len(examples),
+              "metric": metric, "score": value, "examples": len(examples),
               "words_added": len(vocab) - trained_words, "tokens": n_tokens, "unknown_tokens": n_unknown}
     if details:
         result["details"] = details
