@@ -1,18 +1,20 @@
 """The paper's task analyses, each one command that writes a Markdown table or a PNG into docs/.
 
-    python experiments/task_experiments.py main        [--seeds 1 2 3] [--configs ...]
+    python experiments/task_experiments.py main        [--seeds 1 2 3] [--configs ...] [--variants ...]
     python experiments/task_experiments.py layers      # Table 2: mix with lambda 1 / 0.001, top, average
     python experiments/task_experiments.py placement   # Table 3: ELMo at input, output, both
     python experiments/task_experiments.py samples     # Figure 1: 1% / 10% / 100% of the training data
     python experiments/task_experiments.py weights     # Figure 2: learned layer weights (from earlier runs)
     python experiments/task_experiments.py snli        # the main table's SICK models scored on SNLI dev/test
+    python experiments/task_experiments.py gap         # the main table's LitBank coreference models scored on GAP
     python experiments/task_experiments.py domain-text --output TEXT [--split dev]  # the task's text, for elmo finetune
     python experiments/task_experiments.py domain --finetuned MODEL_DIR   # the biLM adapted to that text
 
 Every run goes to ``--runs/<experiment>/<config>/<variant>/seed-<n>`` and is skipped when its
 ``metrics.json`` exists, so an interrupted experiment continues where it stopped. Common flags:
 ``--epochs`` caps the epochs of every run (for quick looks), ``--bilm`` picks the biLM (default:
-the packaged model).
+the packaged model), ``--variants`` runs only some of an experiment's variants (two processes
+with different variants can train side by side; a later run without it finds their results).
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from elmo.tasks.training import train_task
 
 ALL_CONFIGS = ["configs/tasks/ner-conll2003.toml", "configs/tasks/ner-wnut17.toml", "configs/tasks/pos-ewt.toml",
                "configs/tasks/chunk-conll2000.toml", "configs/tasks/sst5.toml", "configs/tasks/sick.toml",
-               "configs/tasks/srl-propbank-ewt.toml"]
+               "configs/tasks/srl-propbank-ewt.toml", "configs/tasks/coref-litbank.toml"]
 
 VARIANTS = {
     "main": {"baseline": {"elmo": {"enabled": False}}, "elmo": {}},
@@ -127,6 +129,11 @@ def mean_std(values: list[float]) -> str:
 
 def table(args, experiment: str, variants: dict) -> list[str]:
     """Run every config x variant x seed; a Markdown table of mean ± std per variant."""
+    if args.variants:
+        unknown = sorted(set(args.variants) - set(variants))
+        if unknown:
+            raise SystemExit(f"--variants: {', '.join(unknown)} not among {', '.join(variants)}")
+        variants = {v: o for v, o in variants.items() if v in args.variants}
     lines = ["| task | metric | split | " + " | ".join(variants) + " |",
              "|---|---|---|" + "---:|" * len(variants)]
     results = {}
@@ -137,7 +144,7 @@ def table(args, experiment: str, variants: dict) -> list[str]:
         results[config_path] = scores
         split = "test" if config.data.test is not None else "dev"
         lines.append(f"| {task_name(config_path)} | {config.metric} | {split} | " + " | ".join(mean_std(scores[v]) for v in variants) + " |")
-    if experiment == "main":
+    if experiment == "main" and set(variants) == {"baseline", "elmo"}:
         lines += ["", "| task | increase (absolute) | relative error reduction |", "|---|---:|---:|"]
         for config_path, scores in results.items():
             base, elmo = statistics.mean(scores["baseline"]), statistics.mean(scores["elmo"])
@@ -147,9 +154,9 @@ def table(args, experiment: str, variants: dict) -> list[str]:
 
 
 def write_markdown(args, path: str, title: str, command: str, lines: list[str]) -> None:
-    if args.experiment == "snli":
+    if args.experiment in ("snli", "gap"):
         cost = (f"Time: {sum(args.trained) / 60:.1f} minutes for the {len(args.trained)} evaluations (one thread, "
-                f"SNLI's biLM layers computed once per split and cached).")
+                f"the biLM layers computed once per file and cached).")
     else:
         cost = (f"Training time: {sum(args.trained) / 60:.1f} minutes over the {len(args.trained)} runs of this "
                 f"experiment (the sum of each run's `seconds` in its metrics.json, one thread per run, layer caching "
@@ -190,33 +197,58 @@ def samples(args) -> list[str]:
     return lines
 
 
-def snli_transfer(args) -> list[str]:
-    """The SICK models of the main experiment under ``--runs`` (baseline and +ELMo, every seed)
-    scored on SNLI dev and test, an extra test set. Each score is kept next to its run as ``snli-<split>.json``."""
+def transferred(args, label: str, data: str, split: str | None, kind: str) -> dict[str, list[dict]]:
+    """The main experiment's runs of ``args.configs[0]`` (baseline and +ELMo, every seed) scored
+    by ``elmo task evaluate`` on another data set: ``{variant: [result per seed]}``. Each result
+    is kept next to its run as ``<label>.json`` and read from there when it exists."""
     from elmo.tasks.training import evaluate_task
 
+    out: dict[str, list[dict]] = {}
+    for variant, overrides in VARIANTS["main"].items():
+        for seed in args.seeds:
+            config = variant_config(args, "main", args.configs[0], variant, overrides, seed)
+            folder, _ = finished_run(args, task_name(args.configs[0]), config)
+            if folder is None:
+                raise SystemExit(f"{config.output}: not trained yet; run the 'main' experiment first")
+            path = os.path.join(folder, f"{label}.json")
+            if not os.path.isfile(path):
+                started = time.time()
+                result = evaluate_task(folder, data, split, kind=kind, progress=not args.quiet)
+                result["seconds"] = round(time.time() - started, 1)
+                atomic_write_text(path, json.dumps(result, indent=1) + "\n", make_parents=True)
+            with open(path, encoding="utf-8") as f:
+                result = json.load(f)
+            args.trained.append(result["seconds"])
+            out.setdefault(variant, []).append(result)
+    return out
+
+
+def snli_transfer(args) -> list[str]:
+    """The SICK models of the main experiment under ``--runs`` scored on SNLI dev and test, an
+    extra test set (kept next to each run as ``snli-<split>.json``)."""
     lines = ["| SNLI split | baseline | +ELMo |", "|---|---:|---:|"]
     for split in ("dev", "test"):
-        row = []
-        for variant, overrides in VARIANTS["main"].items():
-            scores = []
-            for seed in args.seeds:
-                config = variant_config(args, "main", args.configs[0], variant, overrides, seed)
-                folder, _ = finished_run(args, task_name(args.configs[0]), config)
-                if folder is None:
-                    raise SystemExit(f"{config.output}: not trained yet; run the 'main' experiment first")
-                path = os.path.join(folder, f"snli-{split}.json")
-                if not os.path.isfile(path):
-                    started = time.time()
-                    result = evaluate_task(folder, args.snli, split, kind="snli", progress=not args.quiet)
-                    result["seconds"] = round(time.time() - started, 1)
-                    atomic_write_text(path, json.dumps(result, indent=1) + "\n", make_parents=True)
-                with open(path, encoding="utf-8") as f:
-                    result = json.load(f)
-                args.trained.append(result["seconds"])
-                scores.append(result["score"])
-            row.append(mean_std(scores))
-        lines.append(f"| {split} | {row[0]} | {row[1]} |")
+        results = transferred(args, f"snli-{split}", args.snli, split, "snli")
+        lines.append(f"| {split} | " + " | ".join(mean_std([r["score"] for r in results[v]]) for v in VARIANTS["main"])
+                     + " |")
+    return lines
+
+
+def gap_transfer(args) -> list[str]:
+    """The LitBank coreference models of the main experiment scored on GAP (out of domain:
+    Wikipedia paragraphs, one ambiguous pronoun each), as GAP's scorer counts: F1 of the
+    (pronoun, name) coreference decisions overall and by the pronoun's gender, and the bias
+    (feminine F1 / masculine F1). Kept next to each run as ``gap-<file>.json``."""
+    lines = ["| GAP file | model | overall F1 | masculine F1 | feminine F1 | bias (F/M) |", "|---|---|---:|---:|---:|---:|"]
+    for name in ("development", "test"):
+        path = os.path.join(args.gap, f"gap-{name}.tsv")
+        results = transferred(args, f"gap-{name}", path, None, "gap")
+        for variant, label in (("baseline", "baseline"), ("elmo", "+ELMo")):
+            details = [r["details"] for r in results[variant]]
+            cells = [mean_std([d[group]["f1"] for d in details]) for group in ("overall", "M", "F")]
+            bias = [d["bias"] for d in details]
+            spread = f" ± {statistics.stdev(bias):.2f}" if len(bias) > 1 else ""
+            lines.append(f"| {name} | {label} | " + " | ".join(cells) + f" | {statistics.mean(bias):.2f}{spread} |")
     return lines
 
 
@@ -269,10 +301,11 @@ def write_task_text(config_path: str, split: str, output: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("experiment", choices=["main", "layers", "placement", "samples", "weights", "snli", "domain-text",
-                                               "domain"])
+    parser.add_argument("experiment", choices=["main", "layers", "placement", "samples", "weights", "snli", "gap",
+                                               "domain-text", "domain"])
     parser.add_argument("--configs", nargs="+", help="task configs (default: depends on the experiment)")
     parser.add_argument("--seeds", nargs="+", type=int, default=[1, 2, 3])
+    parser.add_argument("--variants", nargs="+", help="main, layers, placement: run only these variants")
     parser.add_argument("--runs", default="runs/experiments", help="where the runs go")
     parser.add_argument("--cache", default="cache/layers", help="biLM layer cache")
     parser.add_argument("--epochs", type=int, help="cap the epochs of every run")
@@ -281,6 +314,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--output", help="Markdown file to write (default under docs/tasks/)")
     parser.add_argument("--png", default="docs/tasks/layer-weights.png")
     parser.add_argument("--snli", default="../shared/data/nli/snli-devtest", help="snli: the SNLI dev/test folder")
+    parser.add_argument("--gap", default="../shared/data/coref/gap", help="gap: the folder of GAP's tsv files")
     parser.add_argument("--split", default="train", choices=["train", "dev", "test"], help="domain-text: which split")
     parser.add_argument("--quiet", action="store_true")
     args = parser.parse_args(argv)
@@ -288,12 +322,13 @@ def main(argv: list[str] | None = None) -> int:
     command = "python experiments/task_experiments.py " + " ".join(argv if argv is not None else sys.argv[1:])
     default_configs = {"samples": ["configs/tasks/ner-conll2003.toml", "configs/tasks/sst5.toml"],
                        "domain": ["configs/tasks/ner-wnut17.toml"], "domain-text": ["configs/tasks/ner-wnut17.toml"],
-                       "snli": ["configs/tasks/sick.toml"]}
+                       "snli": ["configs/tasks/sick.toml"], "gap": ["configs/tasks/coref-litbank.toml"]}
     args.configs = args.configs or default_configs.get(args.experiment, ALL_CONFIGS)
     titles = {"main": "Baseline vs +ELMo (the paper's Table 1)", "layers": "Layer weighting (the paper's Table 2)",
               "placement": "Where to include ELMo (the paper's Table 3)",
               "samples": "Sample efficiency (the paper's Figure 1)",
-              "domain": "Domain fine-tuning of the biLM", "snli": "SICK models scored on SNLI (an extra test set)"}
+              "domain": "Domain fine-tuning of the biLM", "snli": "SICK models scored on SNLI (an extra test set)",
+              "gap": "LitBank coreference models scored on GAP (out of domain)"}
     output = args.output or f"docs/tasks/{args.experiment}.md"
     if args.experiment in ("main", "layers", "placement"):
         write_markdown(args, output, titles[args.experiment], command, table(args, args.experiment, VARIANTS[args.experiment]))
@@ -301,6 +336,8 @@ def main(argv: list[str] | None = None) -> int:
         write_markdown(args, output, titles["samples"], command, samples(args))
     elif args.experiment == "snli":
         write_markdown(args, output, titles["snli"], command, snli_transfer(args))
+    elif args.experiment == "gap":
+        write_markdown(args, output, titles["gap"], command, gap_transfer(args))
     elif args.experiment == "weights":
         weights_plot(args)
     elif args.experiment == "domain-text":

@@ -50,3 +50,55 @@ def test_identical_run_skips_unfinished_runs_and_the_run_itself(experiments, tmp
     itself = os.path.join(runs, "layers", "ner", "top", "seed-1")
     _run(itself, {**settings, "output": itself})
     assert experiments.identical_run(runs, "ner", 1, {**settings, "output": itself}) is None
+
+
+def _args(tmp_path, **extra):
+    import argparse
+
+    values = dict(runs=str(tmp_path), cache=str(tmp_path / "cache"), epochs=None, bilm=None, seeds=[1, 2],
+                  configs=[os.path.join(ROOT, "configs", "tasks", "coref-litbank.toml")], variants=None, trained=[],
+                  reused=0, quiet=True, gap=str(tmp_path / "gap"))
+    values.update(extra)
+    return argparse.Namespace(**values)
+
+
+def _finished_main_runs(experiments, args, tests):
+    """Fake finished main-experiment runs of the coref config: {variant: [test score per seed]}."""
+    folders = {}
+    for variant, scores in tests.items():
+        for seed, score in zip(args.seeds, scores):
+            config = experiments.variant_config(args, "main", args.configs[0], variant, experiments.VARIANTS["main"][variant], seed)
+            _run(config.output, config.to_dict())
+            with open(os.path.join(config.output, "metrics.json"), "w") as f:
+                json.dump({"dev": score, "test": score, "seconds": 60.0}, f)
+            folders[variant, seed] = config.output
+    return folders
+
+
+def test_variants_pick_part_of_an_experiment(experiments, tmp_path):
+    args = _args(tmp_path, variants=["elmo"])
+    _finished_main_runs(experiments, args, {"elmo": [0.6, 0.62]})
+    lines = experiments.table(args, "main", experiments.VARIANTS["main"])
+    assert lines[0] == "| task | metric | split | elmo |" and "61.00 ± 1.41" in lines[2]
+    assert len(lines) == 3  # no error-reduction table without the baseline
+    with pytest.raises(SystemExit, match="nope"):
+        experiments.table(_args(tmp_path, variants=["nope"]), "main", experiments.VARIANTS["main"])
+    # the whole experiment later finds both variants' runs
+    _finished_main_runs(experiments, args, {"baseline": [0.5, 0.5]})
+    full = experiments.table(_args(tmp_path), "main", experiments.VARIANTS["main"])
+    assert "| coref-litbank | +11.00 | 22.0% |" in full
+
+
+def test_gap_table_from_kept_results(experiments, tmp_path):
+    args = _args(tmp_path)
+    folders = _finished_main_runs(experiments, args, {"baseline": [0.5, 0.5], "elmo": [0.6, 0.6]})
+    for (variant, seed), folder in folders.items():
+        for name in ("development", "test"):
+            f1 = {"baseline": 0.4, "elmo": 0.5}[variant] + 0.02 * seed
+            details = {"overall": {"f1": f1}, "M": {"f1": f1 + 0.05}, "F": {"f1": f1 - 0.05}, "bias": 0.8}
+            with open(os.path.join(folder, f"gap-{name}.json"), "w") as f:
+                json.dump({"score": f1, "details": details, "seconds": 5.0}, f)
+    lines = experiments.gap_transfer(args)
+    assert lines[2] == "| development | baseline | 43.00 ± 1.41 | 48.00 ± 1.41 | 38.00 ± 1.41 | 0.80 ± 0.00 |"
+    assert lines[5] == "| test | +ELMo | 53.00 ± 1.41 | 58.00 ± 1.41 | 48.00 ± 1.41 | 0.80 ± 0.00 |"
+    assert sum(args.trained) == 8 * 5.0
