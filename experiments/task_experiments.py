@@ -34,7 +34,7 @@ from elmo.tasks.training import train_task
 
 ALL_CONFIGS = ["configs/tasks/ner-conll2003.toml", "configs/tasks/ner-wnut17.toml", "configs/tasks/pos-ewt.toml",
                "configs/tasks/chunk-conll2000.toml", "configs/tasks/sst5.toml", "configs/tasks/sick.toml",
-               "configs/tasks/srl-propbank-ewt.toml", "configs/tasks/coref-litbank.toml"]
+               "configs/tasks/srl-propbank-ewt.toml", "configs/tasks/coref-litbank.toml", "configs/tasks/squad.toml"]
 
 VARIANTS = {
     "main": {"baseline": {"elmo": {"enabled": False}}, "elmo": {}},

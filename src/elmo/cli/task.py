@@ -8,8 +8,8 @@ import sys
 
 from elmo.tasks.readers import DATASET_KINDS
 
-HELP = ("Train a task model with or without ELMo (tagging, classification, sentence pairs, SRL, coreference), "
-        "or evaluate one.")
+HELP = ("Train a task model with or without ELMo (tagging, classification, sentence pairs, SRL, coreference, "
+        "reading comprehension), or evaluate one.")
 
 
 def add_parser(parser: argparse.ArgumentParser) -> None:
@@ -34,6 +34,8 @@ def add_parser(parser: argparse.ArgumentParser) -> None:
     evaluate.add_argument("--vectors", help="the run's word vectors file, where it has moved since training "
                           "(default: data.vectors of the run's config)")
     evaluate.add_argument("--json", help="also write the result as JSON here")
+    evaluate.add_argument("--predictions", help="SQuAD: where to write the prediction file, question id -> answer "
+                          "(default: RUN/predictions-<data file name>.json)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -58,13 +60,17 @@ def run(args: argparse.Namespace) -> int:
         summary = {k: metrics[k] for k in ("best_epoch", "dev", "test") if k in metrics}
         print(json.dumps(summary), file=sys.stderr)
         return 0
-    result = evaluate_task(args.run, args.data, args.split, kind=args.kind, vectors=args.vectors)
+    result = evaluate_task(args.run, args.data, args.split, kind=args.kind, vectors=args.vectors,
+                           predictions=args.predictions)
     print(f"{result['metric']} {result['score']:.4f} on {result['examples']} examples")
     if result.get("unseen_labels"):
         print(f"gold label(s) the model never saw in training, counted as missed: {', '.join(result['unseen_labels'])}",
               file=sys.stderr)
     details = result.get("details")
-    if details and "conll_f1" in details:  # coreference: the CoNLL metrics
+    if details and "exact_match" in details:  # SQuAD: the official scores
+        print(f"  exact match {100 * details['exact_match']:.2f} f1 {100 * details['f1']:.2f}")
+        print(f"predictions (question id -> answer) written to {result['predictions']}")
+    elif details and "conll_f1" in details:  # coreference: the CoNLL metrics
         for name in ("muc", "b_cubed", "ceaf_e"):
             row = details[name]
             print(f"  {name:<8} precision {row['precision']:.4f} recall {row['recall']:.4f} f1 {row['f1']:.4f}")

@@ -2,8 +2,8 @@
 
 Example (``configs/tasks/ner-conll2003.toml``)::
 
-    task = "tagging"                 # tagging | classification | pair | srl | coref
-    metric = "span_f1"               # span_f1 | accuracy | srl_f1 | coref_f1
+    task = "tagging"                 # tagging | classification | pair | srl | coref | qa
+    metric = "span_f1"               # span_f1 | accuracy | srl_f1 | coref_f1 | squad_f1
     output = "runs/ner-elmo"
 
     [data]
@@ -35,10 +35,10 @@ from typing import Any
 
 from elmo.tasks.integration import ElmoOptions
 
-TASKS = ("tagging", "classification", "pair", "srl", "coref")
-METRICS = ("span_f1", "accuracy", "srl_f1", "coref_f1")
+TASKS = ("tagging", "classification", "pair", "srl", "coref", "qa")
+METRICS = ("span_f1", "accuracy", "srl_f1", "coref_f1", "squad_f1")
 # The tasks whose metric is their own and goes with no other task.
-OWN_METRICS = {"srl": "srl_f1", "coref": "coref_f1"}
+OWN_METRICS = {"srl": "srl_f1", "coref": "coref_f1", "qa": "squad_f1"}
 
 
 class TaskConfigError(ValueError):
@@ -61,6 +61,7 @@ class DataConfig:
     dev_fraction: float = 0.0  # taken from the training data when there is no dev split
     train_fraction: float = 1.0  # for sample-efficiency runs: the first shuffled fraction is kept
     chunk_sentences: int = 0  # coref: training documents cut into pieces of at most this many sentences (0: whole)
+    train_examples: int = 0  # keep only the first this many training examples, in file order (0: all)
 
 
 @dataclass
@@ -79,6 +80,9 @@ class ModelConfig:
     feature_dim: int = 20
     ffnn_hidden: int = 150
     mention_loss: float = 0.0
+    # Reading comprehension (BiDAF; see elmo.tasks.squad.BiDAF)
+    modelling_layers: int = 1
+    max_answer_length: int = 30
 
 
 @dataclass
@@ -173,6 +177,8 @@ def task_config_from_dict(values: dict, where: str = "config") -> TaskConfig:
         raise TaskConfigError(f"{where}: data.train_fraction: expected a value in (0, 1], got {config.data.train_fraction}")
     if not 0.0 <= config.data.dev_fraction < 1.0:
         raise TaskConfigError(f"{where}: data.dev_fraction: expected a value in [0, 1), got {config.data.dev_fraction}")
+    if config.data.train_examples < 0:
+        raise TaskConfigError(f"{where}: data.train_examples: expected 0 (all) or more, got {config.data.train_examples}")
     if config.data.chunk_sentences < 0:
         raise TaskConfigError(f"{where}: data.chunk_sentences: expected 0 (whole documents) or more, "
                               f"got {config.data.chunk_sentences}")

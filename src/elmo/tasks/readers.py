@@ -14,6 +14,7 @@ reader                      data set                    record
 ``read_conll2012_coref``    CoNLL-2012 coreference      ``CorefDocument`` (sentences, clusters)
 ``read_litbank``            LitBank by split            ``CorefDocument``
 ``read_gap``                GAP (pronoun resolution)    ``GapExample`` (a document, no clusters)
+``read_squad``              SQuAD v1.1 (JSON)           ``SquadQuestion`` (context, question, answers)
 ==========================  ==========================  =====================================
 
 ``read_dataset(kind, path, split)`` picks one of them by name.
@@ -91,13 +92,14 @@ class SrlInstance(TaggedSentence):
 
 
 class DatasetError(ValueError):
-    """A malformed data file: the message is ``"{path}:{line}: {what}"``."""
+    """A malformed data file: the message is ``"{path}:{line}: {what}"``, or ``"{path}: {what}"``
+    where lines mean nothing (a field of a JSON document, which ``what`` then names)."""
 
-    def __init__(self, path: PathLike, line: int, what: str):
+    def __init__(self, path: PathLike, line: int | None, what: str):
         self.path = os.fspath(path)
         self.line = line
         self.what = what
-        super().__init__(f"{self.path}:{line}: {what}")
+        super().__init__(f"{self.path}:{line}: {what}" if line is not None else f"{self.path}: {what}")
 
     def __reduce__(self):
         return type(self), (self.path, self.line, self.what)
@@ -489,6 +491,9 @@ _GAP_ABBREVIATIONS = {"mr", "mrs", "ms", "dr", "st", "jr", "sr", "prof", "gen", 
                       "hon", "gov", "sen", "rep", "vs", "no", "co", "inc", "ltd", "mt", "ft", "u.s", "e.g", "i.e"}
 
 
+_FALLBACK_TOKEN = re.compile(r"\w+|[^\w\s]")
+
+
 @lru_cache(maxsize=1)
 def _gap_tokenizers():
     from nltk.tokenize import TreebankWordTokenizer
@@ -501,12 +506,17 @@ def _gap_tokenizers():
 
 def tokenize_with_offsets(text: str) -> list[list[tuple[int, int]]]:
     """Raw text as sentences (NLTK Punkt) of Penn Treebank tokens (NLTK's Treebank tokenizer,
-    the tokenization of the CoNLL-2012 data), each token as its ``(start, end)`` character
-    offsets in ``text`` (``text[start:end]`` is the token)."""
+    the tokenization of the CoNLL-2012 data; words and punctuation where it cannot align its
+    tokens to the text), each token as its ``(start, end)`` character offsets in ``text``
+    (``text[start:end]`` is the token)."""
     sentencer, tokenizer = _gap_tokenizers()
     out = []
     for s_start, s_end in sentencer.span_tokenize(text):
-        tokens = [(s_start + a, s_start + b) for a, b in tokenizer.span_tokenize(text[s_start:s_end])]
+        try:
+            spans = list(tokenizer.span_tokenize(text[s_start:s_end]))
+        except ValueError:  # a sentence whose tokens the Treebank tokenizer cannot align to it
+            spans = [m.span() for m in _FALLBACK_TOKEN.finditer(text[s_start:s_end])]
+        tokens = [(s_start + a, s_start + b) for a, b in spans]
         if tokens:
             out.append(tokens)
     return out
@@ -570,6 +580,147 @@ def read_gap(path: PathLike) -> list[GapExample]:
     if not examples:
         raise DatasetError(path, 1, "no examples")
     return examples
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading comprehension: SQuAD v1.1
+
+@dataclass
+class SquadContext:
+    """A paragraph, tokenized once: ``tokens[i]`` is ``text[offsets[i][0]:offsets[i][1]]``."""
+
+    text: str
+    tokens: list[str]
+    offsets: list[tuple[int, int]]
+
+    def answer_text(self, start: int, end: int) -> str:
+        """The exact context substring of the token span ``start..end`` (inclusive)."""
+        return self.text[self.offsets[start][0]:self.offsets[end][1]]
+
+    def token_span(self, char_start: int, char_end: int) -> tuple[int, int] | None:
+        """The tokens that overlap the characters ``char_start..char_end`` (exclusive end), or None."""
+        covered = [i for i, (a, b) in enumerate(self.offsets) if a < char_end and b > char_start]
+        return (covered[0], covered[-1]) if covered else None
+
+
+@dataclass
+class SquadQuestion:
+    """One question on a context (the context object is shared by its ~5 questions).
+
+    ``answers``: the gold ``(text, char_start)`` pairs, every one kept for evaluation; ``span``:
+    the token span ``(start, end)`` (inclusive) training uses, from the first answer, or None when
+    it maps to no tokens; ``mapping``: how that span was found: ``"offset"`` (the text is at its
+    ``answer_start``), ``"searched"`` (it is not, but occurs once elsewhere in the context),
+    ``"ambiguous"`` (it is not at its offset and occurs more than once: the first occurrence was
+    chosen), or ``"unmapped"`` (it is nowhere in the context)."""
+
+    id: str
+    context: SquadContext
+    question: list[str]
+    answers: list[tuple[str, int]]
+    span: tuple[int, int] | None
+    mapping: str = "offset"
+
+    @property
+    def tokens(self) -> list[str]:
+        return self.question
+
+
+# Split tokens further at these characters (kept as tokens of their own), as BiDAF's SQuAD
+# tokenizer does: answers often start or end inside "1990-91", "Paris/Lyon" or "45°".
+_SQUAD_SPLIT = re.compile("[-\u2010-\u2015/~\u2212\u00b0\u2018\u2019\u201c\u201d]")
+
+
+def tokenize_squad(text: str) -> tuple[list[str], list[tuple[int, int]]]:
+    """Tokens of a paragraph with their character offsets: :func:`tokenize_with_offsets`'s
+    sentences and Penn Treebank tokens, flattened, each token further split at hyphens, dashes,
+    slashes, tildes, degree signs and curly quotes."""
+    offsets: list[tuple[int, int]] = []
+    for sentence in tokenize_with_offsets(text):
+        for a, b in sentence:
+            start = a
+            for match in _SQUAD_SPLIT.finditer(text, a, b):
+                if match.start() > start:
+                    offsets.append((start, match.start()))
+                offsets.append(match.span())
+                start = match.end()
+            if start < b:
+                offsets.append((start, b))
+    return [text[a:b] for a, b in offsets], offsets
+
+
+def read_squad(path: PathLike) -> list[SquadQuestion]:
+    """Every question of a SQuAD v1.1 JSON file (``{"data": [{"title", "paragraphs": [{"context",
+    "qas": [{"id", "question", "answers": [{"text", "answer_start"}]}]}]}]}``, plain or ``.gz``).
+    Each context is tokenized once (:func:`tokenize_squad`), keeping character offsets, so that a
+    predicted token span maps back to the exact context substring. Invalid JSON is an error with
+    its line and column; a missing or mistyped field is one naming the field, e.g.
+    ``data[3].paragraphs[0].qas[2].answers[0].answer_start``."""
+    import json
+
+    from elmo.fileio import open_text
+
+    with open_text(path) as f:
+        raw = f.read()
+    try:
+        document = json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError as e:
+        raise DatasetError(path, raw[:e.start].count(b"\n") + 1, f"not valid UTF-8 ({e.reason})") from None
+    except json.JSONDecodeError as e:
+        raise DatasetError(path, e.lineno, f"not valid JSON: {e.msg} (column {e.colno})") from None
+
+    def field(value, name: str, kind: type, where: str):
+        if not isinstance(value, dict) or name not in value:
+            raise DatasetError(path, None, f"{where}.{name}: missing")
+        if not isinstance(value[name], kind) or (kind is int and isinstance(value[name], bool)):
+            raise DatasetError(path, None, f"{where}.{name}: expected {kind.__name__}, got {type(value[name]).__name__}")
+        return value[name]
+
+    questions: list[SquadQuestion] = []
+    for a, article in enumerate(field(document, "data", list, "(top level)")):
+        for p, paragraph in enumerate(field(article, "paragraphs", list, f"data[{a}]")):
+            where = f"data[{a}].paragraphs[{p}]"
+            text = field(paragraph, "context", str, where)
+            tokens, offsets = tokenize_squad(text)
+            context = SquadContext(text, tokens, offsets)
+            for q, qa in enumerate(field(paragraph, "qas", list, where)):
+                at = f"{where}.qas[{q}]"
+                answers = []
+                for n, answer in enumerate(field(qa, "answers", list, at)):
+                    answers.append((field(answer, "text", str, f"{at}.answers[{n}]"),
+                                    field(answer, "answer_start", int, f"{at}.answers[{n}]")))
+                question_tokens, _ = tokenize_squad(field(qa, "question", str, at))
+                span, mapping = None, "unmapped"
+                if answers:
+                    span, mapping = _answer_span(context, *answers[0])
+                questions.append(SquadQuestion(field(qa, "id", str, at), context, question_tokens, answers, span,
+                                               mapping))
+    if not questions:
+        raise DatasetError(path, None, "no questions")
+    return questions
+
+
+def _answer_span(context: SquadContext, text: str, start: int) -> tuple[tuple[int, int] | None, str]:
+    """The token span of an answer and how it was found (see :class:`SquadQuestion`)."""
+    if text and context.text[start:start + len(text)] == text:
+        return context.token_span(start, start + len(text)), "offset"
+    found = [m.start() for m in re.finditer(re.escape(text), context.text)] if text else []
+    if not found:
+        return None, "unmapped"
+    return context.token_span(found[0], found[0] + len(text)), "searched" if len(found) == 1 else "ambiguous"
+
+
+def answer_mapping_counts(questions: Sequence[SquadQuestion]) -> dict[str, int]:
+    """How many questions' training spans were found each way (``offset``, ``searched``,
+    ``ambiguous``, ``unmapped``), and how many answers occur more than once in their context
+    although the text is at its offset (``repeated``: for the reconstructed training file, whose
+    offsets are each text's first occurrence, those are where the span may be the wrong one)."""
+    counts = {"offset": 0, "searched": 0, "ambiguous": 0, "unmapped": 0, "repeated": 0}
+    for q in questions:
+        counts[q.mapping] += 1
+        if q.mapping == "offset" and q.answers and q.context.text.count(q.answers[0][0]) > 1:
+            counts["repeated"] += 1
+    return counts
 
 
 # ---------------------------------------------------------------------------------------------
@@ -886,6 +1037,7 @@ _FILE_READERS: dict[str, Callable[[PathLike], list]] = {
     "conll2012-srl": read_conll2012_srl,
     "conll2012-coref": read_conll2012_coref,
     "gap": read_gap,
+    "squad": read_squad,
 }
 _SPLIT_READERS: dict[str, Callable[[PathLike, str], list]] = {
     "conll2000": read_conll2000_chunks,

@@ -27,7 +27,8 @@ from elmo.tasks.features import (UNK, TokenFeatures, WordVocab, char_ids, load_g
                                  word_ids)
 from elmo.tasks.integration import TaskElmo
 from elmo.tasks.layer_cache import LayerCache, load_or_compute
-from elmo.tasks.readers import CorefDocument, GapExample, SentencePair, SrlInstance, TaggedSentence, read_dataset
+from elmo.tasks.readers import (CorefDocument, GapExample, SentencePair, SquadQuestion, SrlInstance, TaggedSentence,
+                                 read_dataset)
 
 CHECKPOINT_FORMAT = "elmo-task-1"
 FALLBACK_VECTOR_DIM = 50
@@ -37,9 +38,13 @@ FALLBACK_VECTOR_DIM = 50
 def sentences_of(examples: Sequence) -> list[list[str]]:
     """Every token sequence in the examples (both sides of a pair), in a fixed order; for SRL,
     whose instances share sentences (one per predicate), each distinct sentence once; for
-    coreference, the sentences of every document in turn (the biLM reads one sentence at a time)."""
+    coreference, the sentences of every document in turn (the biLM reads one sentence at a time);
+    for reading comprehension, each distinct context once, then every question."""
     if examples and isinstance(examples[0], CorefDocument):
         return [list(s) for e in examples for s in e.sentences]
+    if examples and isinstance(examples[0], SquadQuestion):
+        contexts = [list(c.tokens) for _, c in _distinct_contexts(examples).values()]
+        return contexts + [list(e.question) for e in examples]
     if examples and isinstance(examples[0], SentencePair):
         return [e.premise for e in examples] + [e.hypothesis for e in examples]
     if examples and isinstance(examples[0], SrlInstance):
@@ -55,12 +60,26 @@ def _distinct_sentences(examples: Sequence[SrlInstance]) -> dict[tuple[str, ...]
     return index
 
 
+def _distinct_contexts(examples: Sequence[SquadQuestion]) -> dict[int, tuple[int, object]]:
+    """Each distinct context of the questions (the reader shares one object per paragraph), in
+    order of first use: ``id(context) -> (position, context)``."""
+    index: dict[int, tuple[int, object]] = {}
+    for e in examples:
+        index.setdefault(id(e.context), (len(index), e.context))
+    return index
+
+
 def sentence_rows(examples: Sequence) -> list[int] | None:
     """For SRL, the position of each instance's sentence in :func:`sentences_of`, so that the
     biLM layers of a sentence are computed once for all its predicates; for coreference, the
-    position of each document's first sentence; None for the others."""
+    position of each document's first sentence; for reading comprehension, the position of each
+    question's context (its question's row is the number of contexts plus its index); None for
+    the others."""
     if examples and isinstance(examples[0], CorefDocument):
         return np.cumsum([0] + [len(e.sentences) for e in examples[:-1]]).tolist()
+    if examples and isinstance(examples[0], SquadQuestion):
+        index = _distinct_contexts(examples)
+        return [index[id(e.context)][0] for e in examples]
     if not examples or not isinstance(examples[0], SrlInstance):
         return None
     index = _distinct_sentences(examples)
@@ -71,13 +90,15 @@ def labels_of(example) -> list[str] | str | list:
     """The gold labels of an example: its tags, its class, or (coreference) its clusters."""
     if isinstance(example, CorefDocument):
         return example.clusters
+    if isinstance(example, SquadQuestion):
+        return [text for text, _ in example.answers]
     return example.tags if isinstance(example, TaggedSentence) else example.label
 
 
 def label_set(examples: Sequence) -> set[str]:
-    """Every distinct gold label (tag or class) of the examples; none for coreference, whose
-    clusters are not labels from a fixed set."""
-    if examples and isinstance(examples[0], CorefDocument):
+    """Every distinct gold label (tag or class) of the examples; none for coreference and reading
+    comprehension, whose clusters and answers are not labels from a fixed set."""
+    if examples and isinstance(examples[0], (CorefDocument, SquadQuestion)):
         return set()
     return {t for e in examples for t in (e.tags if isinstance(e, TaggedSentence) else [e.label])}
 
@@ -90,10 +111,13 @@ class LoadedSplit:
     examples: list
     layers: LayerCache | None = None
     rows: list[int] | None = None  # layer row of each example, where examples share sentences (SRL)
+    question_offset: int = 0  # reading comprehension: the layer row of the first question
 
     def __post_init__(self):
         if self.rows is None:
             self.rows = sentence_rows(self.examples)
+        if self.examples and isinstance(self.examples[0], SquadQuestion):
+            self.question_offset = len(_distinct_contexts(self.examples))
 
 
 def make_batch(split: LoadedSplit, indices: Sequence[int], vocab: WordVocab, labels: dict[str, int]) -> dict:
@@ -109,6 +133,10 @@ def make_batch(split: LoadedSplit, indices: Sequence[int], vocab: WordVocab, lab
         return {"words": word_ids(sentences, vocab, time), "chars": char_ids(sentences, time), "mask": mask,
                 "elmo": layers}
 
+    if isinstance(examples[0], SquadQuestion):
+        return {"context": side([e.context.tokens for e in examples], [split.rows[i] for i in indices]),
+                "question": side([e.question for e in examples], [split.question_offset + i for i in indices]),
+                "span": torch.tensor([e.span or (0, 0) for e in examples], dtype=torch.long)}
     if isinstance(examples[0], CorefDocument):
         documents = []
         for i, e in zip(indices, examples):
@@ -149,6 +177,8 @@ def read_split(config: TaskConfig, which: str) -> list | None:
 def load_splits(config: TaskConfig) -> dict[str, list]:
     """train / dev / test examples; dev carved from train when the config asks for it."""
     train = read_split(config, "train")
+    if config.data.train_examples:
+        train = train[:config.data.train_examples]
     generator = random.Random(config.train.seed)
     if config.data.dev is None:
         order = list(range(len(train)))
@@ -187,6 +217,11 @@ def build_model(config: TaskConfig, embeddings: torch.Tensor, labels: Sequence[s
         from elmo.tasks.tagger import Tagger
 
         return Tagger(features, elmo, n_labels, hidden=m.hidden, layers=m.layers, dropout=m.dropout, crf=m.crf)
+    if config.task == "qa":
+        from elmo.tasks.squad import BiDAF
+
+        return BiDAF(features, elmo, hidden=m.hidden, dropout=m.dropout, modelling_layers=m.modelling_layers,
+                     max_answer_length=m.max_answer_length)
     if config.task == "coref":
         from elmo.tasks.coref import CorefModel
 
@@ -224,6 +259,10 @@ def score(config: TaskConfig, gold: list, predicted: list) -> float:
         from elmo.tasks.coref import coref_scores, corpus_clusters
 
         return coref_scores(corpus_clusters(gold), corpus_clusters(predicted))["conll_f1"]
+    if config.metric == "squad_f1":
+        from elmo.tasks.squad import squad_scores
+
+        return squad_scores(gold, predicted)["f1"]
     if config.metric == "srl_f1":
         from elmo.tasks.srl import srl_scores
 
@@ -242,7 +281,7 @@ def score(config: TaskConfig, gold: list, predicted: list) -> float:
 @torch.no_grad()
 def predict(model, split: LoadedSplit, vocab: WordVocab, labels: dict[str, int], batch_size: int) -> list:
     """Predicted labels (strings) for every example of the split, in order; for coreference, the
-    predicted clusters of each document."""
+    predicted clusters of each document; for reading comprehension, each answer's text."""
     names = {i: name for name, i in labels.items()}
     model.eval()
     out = []
@@ -250,6 +289,10 @@ def predict(model, split: LoadedSplit, vocab: WordVocab, labels: dict[str, int],
         indices = list(range(start, min(start + batch_size, len(split.examples))))
         if isinstance(split.examples[0], CorefDocument):
             out.extend(model.predict(make_batch(split, indices, vocab, labels)))
+            continue
+        if isinstance(split.examples[0], SquadQuestion):
+            spans = model.predict(make_batch(split, indices, vocab, labels))
+            out.extend(split.examples[i].context.answer_text(*span) for i, span in zip(indices, spans))
             continue
         for prediction in model.predict(make_batch(split, indices, vocab, labels)):
             out.append([names[t] for t in prediction] if isinstance(prediction, list) else names[prediction])
@@ -274,6 +317,11 @@ def evaluate_split(config, model, split: LoadedSplit, vocab, labels, details: di
         from elmo.tasks.coref import coref_scores, corpus_clusters
 
         details.update(coref_scores(corpus_clusters(gold), corpus_clusters(predicted)))
+    if details is not None and config.metric == "squad_f1":
+        from elmo.tasks.squad import squad_scores
+
+        details.update(squad_scores(gold, predicted))
+        details["predictions"] = {e.id: p for e, p in zip(split.examples, predicted)}
     if details is not None and config.metric == "srl_f1":
         from elmo.tasks.srl import srl_scores
 
@@ -314,6 +362,16 @@ def train_task(config: TaskConfig, *, resume: bool = False, progress: bool = Tru
     _seed_everything(config.train.seed)
     started = time.time()
     splits = load_splits(config)
+    answer_mapping = None
+    if config.task == "qa":
+        # Training needs a gold span; evaluation keeps every question and all its answers.
+        from elmo.tasks.readers import answer_mapping_counts
+
+        answer_mapping = answer_mapping_counts(splits["train"])
+        splits["train"] = [q for q in splits["train"] if q.span is not None]
+        if progress:
+            print(f"training answers: {answer_mapping}; {answer_mapping['unmapped']} question(s) without a span "
+                  f"skipped in training")
     label_names = sorted(label_set(splits["train"]))
     labels = {name: i for i, name in enumerate(label_names)}
     if config.data.vectors:
@@ -384,9 +442,14 @@ def train_task(config: TaskConfig, *, resume: bool = False, progress: bool = Tru
                "history": history, "train_examples": len(data["train"].examples),
                "words_with_vectors": found, "vocabulary": len(vocab),
                "layer_weights": best.elmo.layer_weights(), "seconds": round(time.time() - started, 1)}
+    if answer_mapping is not None:
+        metrics["train_answer_mapping"] = answer_mapping
     if "test" in data:
         details: dict = {}
         metrics["test"] = evaluate_split(config, best, data["test"], vocab, labels, details)
+        predictions = details.pop("predictions", None)
+        if predictions is not None:
+            atomic_write_text(os.path.join(config.output, "test-predictions.json"), json.dumps(predictions) + "\n")
         if details:
             metrics["test_details"] = details
     atomic_write_text(os.path.join(config.output, "metrics.json"), json.dumps(metrics, indent=1))
@@ -478,18 +541,23 @@ def unknown_tokens(sentences: Iterable[Sequence[str]], vocab: WordVocab) -> tupl
 
 
 def evaluate_task(run_dir: str | os.PathLike, path: str, split: str | None = None, *, kind: str | None = None,
-                  vectors: str | os.PathLike | None = None, progress: bool = True) -> dict:
+                  vectors: str | os.PathLike | None = None, predictions: str | os.PathLike | None = None,
+                  progress: bool = True) -> dict:
     """Score a run's best model on a data file, read as dataset ``kind`` (by default the run's
     own; e.g. ``kind="snli"`` scores a SICK model on SNLI). Gold labels the model never saw are
     an error, not a silent miss, except for SRL, where a role absent from training is a real
-    part of the test data: its arguments count as missed and ``unseen_labels`` lists them. Words of the data that the run never saw get their vectors from
-    the run's vectors file (``vectors`` where it has moved; see :func:`add_pretrained_words`); the
-    result counts them (``words_added``) and the tokens that still read as ``<unk>``."""
+    part of the test data: its arguments count as missed and ``unseen_labels`` lists them. Words
+    of the data that the run never saw get their vectors from the run's vectors file (``vectors``
+    where it has moved; see :func:`add_pretrained_words`); the result counts them
+    (``words_added``) and the tokens that still read as ``<unk>``. A reading-comprehension run
+    also writes the official prediction file (question id -> answer text) to ``predictions``
+    (default: ``RUN/predictions-<data file name>.json``), named in the result's ``predictions``."""
     model, config, vocab, labels = load_task_model(run_dir)
     kind = kind or config.data.kind
     examples = read_dataset(kind, path, split)
-    if examples and isinstance(examples[0], CorefDocument) != (config.task == "coref"):
-        raise ValueError(f"{path}: data of kind {kind!r} cannot be scored by the {config.task} model in {run_dir}")
+    for task, record in (("coref", CorefDocument), ("qa", SquadQuestion)):
+        if examples and isinstance(examples[0], record) != (config.task == task):
+            raise ValueError(f"{path}: data of kind {kind!r} cannot be scored by the {config.task} model in {run_dir}")
     unknown = label_set(examples) - labels.keys()
     # A role that training never saw is part of SRL's task: its arguments count as missed, as
     # the span metric counts them. For every other task it means the wrong data or model.
@@ -512,6 +580,13 @@ def evaluate_task(run_dir: str | os.PathLike, path: str, split: str | None = Non
     result = {"run": os.fspath(run_dir), "data": path, "split": split, "kind": kind,
               "metric": metric, "score": value, "examples": len(examples),
               "words_added": len(vocab) - trained_words, "tokens": n_tokens, "unknown_tokens": n_unknown}
+    answers = details.pop("predictions", None)
+    if answers is not None:  # reading comprehension: the official prediction file, question id -> answer
+        if predictions is None:
+            stem = os.path.basename(os.path.normpath(path)).split(".")[0]
+            predictions = os.path.join(run_dir, f"predictions-{stem}.json")
+        atomic_write_text(predictions, json.dumps(answers, ensure_ascii=False) + "\n")
+        result["predictions"] = os.fspath(predictions)
     if details:
         result["details"] = details
     if unknown:
