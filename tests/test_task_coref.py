@@ -452,3 +452,19 @@ def test_the_shipped_config_reads_the_documented_split():
         for name in litbank_split(names)[split]:
             assert name.split("_brat")[0].split("_")[0] + "_" in text
     assert config.data.kind == "litbank" and config.data.train.split == "train"
+
+
+def test_reader_takes_gzip(tmp_path):
+    import gzip
+
+    path = tmp_path / "a.conll.gz"
+    with gzip.open(path, "wt", encoding="utf-8") as f:
+        f.write(SAMPLE)
+    assert [d.clusters for d in read_dataset("conll2012-coref", path)] == \
+        [d.clusters for d in read_dataset("conll2012-coref", _plain(tmp_path))]
+
+
+def _plain(tmp_path):
+    path = tmp_path / "plain.conll"
+    path.write_text(SAMPLE, encoding="utf-8")
+    return path
