@@ -468,3 +468,20 @@ def _plain(tmp_path):
     path = tmp_path / "plain.conll"
     path.write_text(SAMPLE, encoding="utf-8")
     return path
+
+
+def test_padding_of_a_documents_sentences_changes_nothing():
+    model = tiny_model(elmo=TaskElmo(ElmoOptions(dropout=0.0), 3, 4))
+    sentences = [["John", "met", "Mary", "."], ["He", "left"]]
+    layers = torch.randn(2, 3, 4, 4)
+    document = tiny_document(sentences, [[(0, 0), (4, 4)]], layers)
+    padded = {key: value for key, value in document.items()}
+    extra = 3
+    padded["words"] = torch.nn.functional.pad(document["words"], (0, extra))
+    padded["chars"] = torch.nn.functional.pad(document["chars"], (0, 0, 0, extra))
+    padded["mask"] = torch.nn.functional.pad(document["mask"], (0, extra))
+    padded["elmo"] = torch.nn.functional.pad(layers, (0, 0, 0, extra), value=7.0)  # padding never read
+    a, b = model.score_document(document), model.score_document(padded)
+    assert torch.equal(a["spans"], b["spans"]) and torch.equal(a["kept"], b["kept"])
+    assert torch.allclose(a["scores"], b["scores"], atol=1e-5)
+    assert model.document_loss(document).item() == pytest.approx(model.document_loss(padded).item(), rel=1e-5)
