@@ -63,6 +63,18 @@ def allennlp_model():
     return load_fixture_model("allennlp")
 
 
+@pytest.fixture(scope="session")
+def bilm_dir(tmp_path_factory):
+    """A model folder (options.json + weights.hdf5) holding the AllenNLP fixture biLM, for task
+    configs' ``bilm.model``. Shared by the session: nothing may write into it."""
+    import shutil
+
+    folder = tmp_path_factory.mktemp("bilm")
+    shutil.copy(ALLENNLP / "options.json", folder / "options.json")
+    shutil.copy(ALLENNLP / "lm_weights.hdf5", folder / "weights.hdf5")
+    return folder
+
+
 @pytest.fixture(autouse=True)
 def _deterministic():
     torch.manual_seed(0)

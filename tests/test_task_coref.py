@@ -352,14 +352,8 @@ def write_toy_documents(path, names, start=0):
 
 
 @pytest.fixture
-def coref_config(tmp_path):
-    import shutil
-
-    fixtures = Path(__file__).parent / "fixtures" / "allennlp-elmo"
-    bilm = tmp_path / "bilm"
-    bilm.mkdir()
-    shutil.copy(fixtures / "options.json", bilm / "options.json")
-    shutil.copy(fixtures / "lm_weights.hdf5", bilm / "weights.hdf5")
+def coref_config(tmp_path, bilm_dir):
+    bilm = bilm_dir
     write_toy_documents(tmp_path / "train.conll", NAMES[:8] * 3)
     write_toy_documents(tmp_path / "dev.conll", NAMES[8:], start=100)
     path = tmp_path / "coref.toml"

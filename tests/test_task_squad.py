@@ -5,7 +5,6 @@ and BiDAF with and without ELMo on tiny data."""
 import gzip
 import itertools
 import json
-import shutil
 from pathlib import Path
 
 import pytest
@@ -16,8 +15,6 @@ from elmo.tasks.config import TaskConfigError, load_task_config
 from elmo.tasks.readers import DatasetError, answer_mapping_counts, read_dataset, tokenize_squad
 from elmo.tasks.squad import best_spans, exact_match, normalize_answer, squad_scores, token_f1
 from elmo.tasks.training import train_task
-
-FIXTURES = Path(__file__).parent / "fixtures" / "allennlp-elmo"
 
 
 def squad_file(path, paragraphs, gz=False):
@@ -145,11 +142,8 @@ def toy_paragraphs(pairs, prefix):
 
 
 @pytest.fixture
-def squad_config(tmp_path):
-    bilm = tmp_path / "bilm"
-    bilm.mkdir()
-    shutil.copy(FIXTURES / "options.json", bilm / "options.json")
-    shutil.copy(FIXTURES / "lm_weights.hdf5", bilm / "weights.hdf5")
+def squad_config(tmp_path, bilm_dir):
+    bilm = bilm_dir
     squad_file(tmp_path / "train.json", toy_paragraphs(CITIES[:8] * 4, "train"))
     squad_file(tmp_path / "dev.json", toy_paragraphs(CITIES[8:], "dev"))
     path = tmp_path / "squad.toml"

@@ -5,13 +5,11 @@ import gzip
 import itertools
 import json
 import random
-import shutil
 from pathlib import Path
 
 import pytest
 import torch
 
-from conftest import ALLENNLP
 from elmo.cli.main import main
 from elmo.tasks.config import TaskConfigError, load_task_config
 from elmo.tasks.readers import DatasetError, SrlInstance, read_dataset, srl_brackets_to_bio, srl_counts
@@ -252,11 +250,8 @@ def write_srl(path, n, seed):
 
 
 @pytest.fixture
-def srl_config(tmp_path):
-    bilm = tmp_path / "bilm"
-    bilm.mkdir()
-    shutil.copy(ALLENNLP / "options.json", bilm / "options.json")
-    shutil.copy(ALLENNLP / "lm_weights.hdf5", bilm / "weights.hdf5")
+def srl_config(tmp_path, bilm_dir):
+    bilm = bilm_dir
     write_srl(tmp_path / "train.conll", 40, 1)
     write_srl(tmp_path / "dev.conll", 10, 2)
     path = tmp_path / "srl.toml"

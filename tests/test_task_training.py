@@ -3,13 +3,11 @@ evaluation from the CLI, with and without ELMo (the fixture biLM stands in for a
 
 import json
 import random
-import shutil
 
 import numpy as np
 import pytest
 import torch
 
-from conftest import ALLENNLP
 from elmo.cli.main import main
 from elmo.embed import Embedder
 from elmo.tasks.config import TaskConfigError, load_task_config
@@ -20,14 +18,6 @@ from elmo.tasks.training import (LoadedSplit, evaluate_task, load_bilm_source, l
 
 NAMES = ["Anna", "Berg", "Oslo", "Paris", "Maria", "Peter"]
 WORDS = ["visited", "the", "city", "of", "met", "and", "saw", "a", "friend", "in"]
-
-
-@pytest.fixture(scope="module")
-def bilm_dir(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("bilm")
-    shutil.copy(ALLENNLP / "options.json", folder / "options.json")
-    shutil.copy(ALLENNLP / "lm_weights.hdf5", folder / "weights.hdf5")
-    return folder
 
 
 def write_ner(path, n, seed):
