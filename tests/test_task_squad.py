@@ -198,6 +198,11 @@ def test_squad_trains_with_elmo_and_writes_the_prediction_file(squad_config, tmp
     assert main(["task", "evaluate", str(run), "--data", str(tmp_path / "dev.json"), "--predictions",
                  str(tmp_path / "mine.json")]) == 0
     assert json.loads((tmp_path / "mine.json").read_text()) == written
+    # the default name drops .json and .gz, and keeps every other dot of the data file's name
+    with gzip.open(tmp_path / "dev-v1.1.json.gz", "wt", encoding="utf-8") as f:
+        f.write((tmp_path / "dev.json").read_text(encoding="utf-8"))
+    assert main(["task", "evaluate", str(run), "--data", str(tmp_path / "dev-v1.1.json.gz")]) == 0
+    assert json.loads((run / "predictions-dev-v1.1.json").read_text()) == written
 
 
 def test_squad_baseline_learns_the_toy_task(squad_config):

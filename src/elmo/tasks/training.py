@@ -583,7 +583,7 @@ def evaluate_task(run_dir: str | os.PathLike, path: str, split: str | None = Non
     answers = details.pop("predictions", None)
     if answers is not None:  # reading comprehension: the official prediction file, question id -> answer
         if predictions is None:
-            stem = os.path.basename(os.path.normpath(path)).split(".")[0]
+            stem = os.path.basename(os.path.normpath(path)).removesuffix(".gz").removesuffix(".json")
             predictions = os.path.join(run_dir, f"predictions-{stem}.json")
         atomic_write_text(predictions, json.dumps(answers, ensure_ascii=False) + "\n")
         result["predictions"] = os.fspath(predictions)
