@@ -43,29 +43,21 @@ def sentences_of(examples: Sequence) -> list[list[str]]:
     if examples and isinstance(examples[0], CorefDocument):
         return [list(s) for e in examples for s in e.sentences]
     if examples and isinstance(examples[0], SquadQuestion):
-        contexts = [list(c.tokens) for _, c in _distinct_contexts(examples).values()]
-        return contexts + [list(e.question) for e in examples]
+        # The reader shares one context object per paragraph; a dict keeps first-use order.
+        contexts = {id(e.context): e.context for e in examples}.values()
+        return [list(c.tokens) for c in contexts] + [list(e.question) for e in examples]
     if examples and isinstance(examples[0], SentencePair):
         return [e.premise for e in examples] + [e.hypothesis for e in examples]
     if examples and isinstance(examples[0], SrlInstance):
-        return [list(tokens) for tokens in _distinct_sentences(examples)]
+        return [list(tokens) for tokens in _first_uses(tuple(e.tokens) for e in examples)]
     return [e.tokens for e in examples]
 
 
-def _distinct_sentences(examples: Sequence[SrlInstance]) -> dict[tuple[str, ...], int]:
-    """Each distinct token sequence of the instances, in order of first use, with its position."""
-    index: dict[tuple[str, ...], int] = {}
-    for e in examples:
-        index.setdefault(tuple(e.tokens), len(index))
-    return index
-
-
-def _distinct_contexts(examples: Sequence[SquadQuestion]) -> dict[int, tuple[int, object]]:
-    """Each distinct context of the questions (the reader shares one object per paragraph), in
-    order of first use: ``id(context) -> (position, context)``."""
-    index: dict[int, tuple[int, object]] = {}
-    for e in examples:
-        index.setdefault(id(e.context), (len(index), e.context))
+def _first_uses(keys: Iterable) -> dict:
+    """Each distinct key, in order of first use, with its position in that order."""
+    index: dict = {}
+    for key in keys:
+        index.setdefault(key, len(index))
     return index
 
 
@@ -78,15 +70,15 @@ def sentence_rows(examples: Sequence) -> list[int] | None:
     if examples and isinstance(examples[0], CorefDocument):
         return np.cumsum([0] + [len(e.sentences) for e in examples[:-1]]).tolist()
     if examples and isinstance(examples[0], SquadQuestion):
-        index = _distinct_contexts(examples)
-        return [index[id(e.context)][0] for e in examples]
+        index = _first_uses(id(e.context) for e in examples)
+        return [index[id(e.context)] for e in examples]
     if not examples or not isinstance(examples[0], SrlInstance):
         return None
-    index = _distinct_sentences(examples)
+    index = _first_uses(tuple(e.tokens) for e in examples)
     return [index[tuple(e.tokens)] for e in examples]
 
 
-def labels_of(example) -> list[str] | str | list:
+def labels_of(example) -> list | str:
     """The gold labels of an example: its tags, its class, or (coreference) its clusters."""
     if isinstance(example, CorefDocument):
         return example.clusters
@@ -117,7 +109,7 @@ class LoadedSplit:
         if self.rows is None:
             self.rows = sentence_rows(self.examples)
         if self.examples and isinstance(self.examples[0], SquadQuestion):
-            self.question_offset = len(_distinct_contexts(self.examples))
+            self.question_offset = max(self.rows) + 1  # the contexts come first, numbered from 0
 
 
 def make_batch(split: LoadedSplit, indices: Sequence[int], vocab: WordVocab, labels: dict[str, int]) -> dict:
