@@ -1,7 +1,10 @@
-"""Shared pieces of the benchmarks: this machine's matmul peak, model FLOPs, peak memory."""
+"""Shared pieces of the benchmarks: this machine's matmul peak, model FLOPs, peak memory, and
+the JSON file each benchmark writes."""
 
 from __future__ import annotations
 
+import json
+import os
 import platform
 import resource
 import subprocess
@@ -10,6 +13,7 @@ import time
 import torch
 
 from elmo.config import BiLMConfig
+from elmo.fileio import atomic_write_text
 
 
 def machine() -> dict:
@@ -73,3 +77,9 @@ def lstm_flops(config: BiLMConfig) -> int:
 def peak_rss_bytes() -> int:
     """Peak resident memory of this process so far (Linux reports KiB)."""
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def write_results(path: str | os.PathLike, results: dict) -> None:
+    """Write a benchmark's results as JSON to ``path`` (atomically, creating its folder), after
+    this machine's description under ``"machine"``."""
+    atomic_write_text(path, json.dumps({"machine": machine(), **results}, indent=2), make_parents=True)

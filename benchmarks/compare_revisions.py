@@ -52,7 +52,7 @@ print(json.dumps({{"tokens_per_second": sum(map(len, lines)) / seconds,
 
 
 def main(argv: list[str] | None = None) -> int:
-    from common import machine
+    from common import write_results
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--before", required=True, help="src/ folder of the earlier checkout")
@@ -76,10 +76,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{side:<8} {values['tokens_per_second']:>20.0f} {values['latency_20_tokens_ms']:>14.1f} ms")
     ratio = summary["after"]["tokens_per_second"] / summary["before"]["tokens_per_second"]
     print(f"after / before throughput: {ratio:.3f}")
-    os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
-    with open(args.output, "w", encoding="utf-8") as f:
-        json.dump({"machine": machine(), "before": args.before, "after": args.after, "size": args.size,
-                   "runs": runs, "median": summary, "throughput_ratio": ratio}, f, indent=2)
+    write_results(args.output, {"before": args.before, "after": args.after, "size": args.size, "runs": runs,
+                                "median": summary, "throughput_ratio": ratio})
     return 0
 
 

@@ -45,8 +45,8 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from common import (lstm_flops, machine, matmul_peak_flops, peak_rss_bytes, time_process,  # noqa: E402
-                    token_encoder_flops)
+from common import (lstm_flops, matmul_peak_flops, peak_rss_bytes, time_process, token_encoder_flops,  # noqa: E402
+                    write_results)
 
 
 def load_sentences(path: str, n: int) -> list[list[str]]:
@@ -244,9 +244,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.whole_process:
         rows = whole_process(args)
-        os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
-        with open(args.output, "w", encoding="utf-8") as f:
-            json.dump({"machine": machine(), "matmul_peak_flops": matmul_peak_flops(), "results": rows}, f, indent=2)
+        write_results(args.output, {"matmul_peak_flops": matmul_peak_flops(), "results": rows})
         return 0
 
     def one(size, path, batch, n):
@@ -282,9 +280,7 @@ def main(argv: list[str] | None = None) -> int:
               f"{100 * r['fraction_of_matmul_peak']:>7.1f}%" + (f"  20-token latency {r['latency_20_tokens_ms']:.1f} ms"
                                                               if "latency_20_tokens_ms" in r else ""))
     print(f"matmul peak {peak / 1e9:.0f} GFLOP/s float32")
-    os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
-    with open(args.output, "w", encoding="utf-8") as f:
-        json.dump({"machine": machine(), "matmul_peak_flops": peak, "results": results}, f, indent=2)
+    write_results(args.output, {"matmul_peak_flops": peak, "results": results})
     return 0
 
 

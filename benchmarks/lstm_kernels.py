@@ -17,7 +17,6 @@ Printed as GFLOP/s beside this machine's float32 and bfloat16 square-matmul peak
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
@@ -26,7 +25,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import torch  # noqa: E402
 
-from common import machine, matmul_peak_flops  # noqa: E402
+from common import matmul_peak_flops, write_results  # noqa: E402
 from elmo.config import published_config  # noqa: E402
 from elmo.lstm import onednn_linear  # noqa: E402
 
@@ -82,9 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     for r in rows:
         print(f"{r['size']:9}{r['product']:22}{r['dtype']:10}{r['kernel']:13}{r['gflops']:>9.0f}")
     print(f"square matmul peak: float32 {peaks['float32']:.0f}, bfloat16 {peaks['bfloat16']:.0f} GFLOP/s")
-    os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
-    with open(args.output, "w", encoding="utf-8") as f:
-        json.dump({"machine": machine(), "peak_gflops": peaks, "results": rows}, f, indent=2)
+    write_results(args.output, {"peak_gflops": peaks, "results": rows})
     return 0
 
 

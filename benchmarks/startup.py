@@ -40,7 +40,7 @@ print(json.dumps({{"imports": t1 - t0, "weight_loading": t2 - t1, "warm_state": 
 
 
 def main(argv: list[str] | None = None) -> int:
-    from common import machine, time_process
+    from common import time_process, write_results
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--size", default="small", help="published size for random weights")
@@ -75,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
                              check=True, capture_output=True, text=True, env=env)
         parts.append(json.loads(out.stdout.strip().splitlines()[-1]))
     breakdown = {key: statistics.median(p[key] for p in parts) for key in parts[0]}
-    result = {"machine": machine(), "size": label,
+    result = {"size": label,
               "first_run_seconds": first, "cached_run_seconds": cached,
               "median_cached_run_seconds": statistics.median(cached),
               "import_torch_seconds": statistics.median(torch_only), "breakdown_seconds": breakdown}
@@ -84,9 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"python -c 'import torch' alone: {result['import_torch_seconds']:.2f} s")
     for key, value in breakdown.items():
         print(f"  {key:<15} {value:.3f} s")
-    os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
-    with open(args.output, "w", encoding="utf-8") as f:
-        json.dump(result, f, indent=2)
+    write_results(args.output, result)
     return 0
 
 

@@ -21,7 +21,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from common import lstm_flops, machine, matmul_peak_flops, peak_rss_bytes, token_encoder_flops  # noqa: E402
+from common import lstm_flops, matmul_peak_flops, peak_rss_bytes, token_encoder_flops, write_results  # noqa: E402
 
 
 def measure(preset: str, train: str, vocab: str, steps: int, warmup: int, device: str) -> dict:
@@ -85,9 +85,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{r['preset']:8} {r['parameters']:>10,} {r['softmax']:>15} {r['tokens_per_second']:>10.0f} "
               f"{r['peak_memory_bytes'] / 2**20:>9.0f} {r['model_flops_per_token'] / 1e9:>10.3f} {100 * r['mfu']:>6.1f}%")
     print(f"matmul peak {results[0]['matmul_peak_flops'] / 1e9:.1f} GFLOP/s float32")
-    os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
-    with open(args.output, "w", encoding="utf-8") as f:
-        json.dump({"machine": machine(), "results": results}, f, indent=2)
+    write_results(args.output, {"results": results})
     return 0
 
 
