@@ -113,8 +113,10 @@ def test_same_model_with_and_without_elmo(kind):
     if kind == "bcn":
         assert widened == {"pre_encode.weight", "self_attention.weight", "hidden.weight"}
     else:
+        # The paper's output placement: ELMo joins the input encoder's states before the attention,
+        # so the projection of the enhanced states widens and the composition LSTM does not.
         assert widened == {"input_encoder.weight_ih_l0", "input_encoder.weight_ih_l0_reverse",
-                           "composition.weight_ih_l0", "composition.weight_ih_l0_reverse"}
+                           "projection.weight"}
 
 
 @pytest.mark.parametrize("setting", ["disabled", "both"])
@@ -141,6 +143,31 @@ def test_padding_never_changes_the_result(kind, setting):
     with torch.no_grad():
         expected, got = model.logits(alone)[0], model.logits(padded)[0]
     torch.testing.assert_close(got, expected, atol=1e-5, rtol=0)
+
+
+def test_esim_output_elmo_joins_the_encoder_states_before_the_attention():
+    """The paper's ESIM output placement: the enhanced vectors [a; a~; a - a~; a * a~] that reach
+    the projection carry the output ELMo in a, and the other side's ELMo, attention-weighted, in a~."""
+    model = make_model("esim", "output").eval()
+    batch = make_batch("esim", PAIRS)
+    seen = []
+    handle = model.projection.register_forward_hook(lambda module, args, out: seen.append(args[0]))
+    with torch.no_grad():
+        model.logits(batch)
+        elmo_a = model.elmo.for_output(batch["premise"]["elmo"], batch["premise"]["mask"])      # (B, Ta, E)
+        elmo_b = model.elmo.for_output(batch["hypothesis"]["elmo"], batch["hypothesis"]["mask"])  # (B, Tb, E)
+    handle.remove()
+    enhanced_a = seen[0]                                                  # (B, Ta, 4D)
+    width = 2 * HIDDEN + ELMO_DIM
+    assert enhanced_a.shape[-1] == 4 * width
+    a, a_aligned = enhanced_a[..., :width], enhanced_a[..., width:2 * width]
+    mask_a, mask_b = batch["premise"]["mask"], batch["hypothesis"]["mask"]
+    torch.testing.assert_close(a[..., 2 * HIDDEN:][mask_a], elmo_a[mask_a])
+    # a~'s ELMo part is a convex combination of the hypothesis's ELMo vectors at its real tokens.
+    for row in range(len(PAIRS)):
+        weights = torch.linalg.lstsq(elmo_b[row][mask_b[row]].T, a_aligned[row, :, 2 * HIDDEN:][mask_a[row]].T).solution
+        torch.testing.assert_close(weights.sum(dim=0), torch.ones(int(mask_a[row].sum())), atol=1e-4, rtol=0)
+        assert (weights > -1e-4).all()
 
 
 def test_esim_is_not_symmetric():

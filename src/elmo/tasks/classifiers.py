@@ -10,8 +10,8 @@ Two classic architectures the ELMo paper (Peters et al. 2018, section 5) adds EL
 Each model is identical with and without ELMo except for the concatenated ELMo vectors: a
 :class:`~elmo.tasks.integration.TaskElmo` with ELMo disabled has ``input_dim == output_dim == 0``
 and contributes nothing. ELMo at the *input* is concatenated to the token features, ELMo at the
-*output* to the encoder output the paper names (BCN: the integrator's output; ESIM: the projected
-enhancement, the input of the composition layer).
+*output* to the encoder output the paper names (BCN: the integrator's output; ESIM: the input
+encoder BiLSTM's output, before the attention, as in the paper's section 5.1).
 
 Batches follow :mod:`elmo.tasks.features`; one sentence (or one side of a pair) is a dict
 
@@ -148,11 +148,12 @@ class ESIM(_TaskModel):
 
     For premise ``a`` (length ``Ta``) and hypothesis ``b`` (``Tb``), with ``H = hidden``::
 
-        [features; ELMo_in] -> dropout -> BiLSTM          a: (B, Ta, 2H), b: (B, Tb, 2H)
+        [features; ELMo_in] -> dropout -> BiLSTM          (B, Ta, 2H), (B, Tb, 2H)
+        -> [.; ELMo_out]                                  a: (B, Ta, D), b: (B, Tb, D), D = 2H + E_out
         e_ij = a_i . b_j                                  (B, Ta, Tb)
         a~ = softmax_j(e) b,  b~ = softmax_i(e)^T a       over the other side's real tokens
-        m_a = [a; a~; a - a~; a * a~]                     (B, Ta, 8H), likewise m_b
-        -> Linear + ReLU -> [.; ELMo_out] -> dropout      (B, Ta, H + E_out)
+        m_a = [a; a~; a - a~; a * a~]                     (B, Ta, 4D), likewise m_b
+        -> Linear + ReLU -> dropout                       (B, Ta, H)
         -> BiLSTM composition                             v_a: (B, Ta, 2H), likewise v_b
         [mean v_a; max v_a; mean v_b; max v_b]            (B, 8H)
         -> dropout -> Linear + tanh -> Linear             (B, n_classes)
@@ -168,8 +169,8 @@ class ESIM(_TaskModel):
         self.elmo = elmo
         self.dropout = nn.Dropout(dropout)
         self.input_encoder = bilstm(features.output_dim + elmo.input_dim, hidden)
-        self.projection = nn.Linear(4 * 2 * hidden, hidden)
-        self.composition = bilstm(hidden + elmo.output_dim, hidden)
+        self.projection = nn.Linear(4 * (2 * hidden + elmo.output_dim), hidden)
+        self.composition = bilstm(hidden, hidden)
         self.hidden = nn.Linear(4 * 2 * hidden, hidden)
         self.output = nn.Linear(hidden, n_classes)
 
@@ -179,26 +180,26 @@ class ESIM(_TaskModel):
         mask_a, mask_b = premise["mask"], hypothesis["mask"]
         inputs_a, elmo_out_a = self._inputs(premise)
         inputs_b, elmo_out_b = self._inputs(hypothesis)
-        a = encode(self.input_encoder, self.dropout(inputs_a), mask_a)   # (B, Ta, 2H)
-        b = encode(self.input_encoder, self.dropout(inputs_b), mask_b)   # (B, Tb, 2H)
+        # The output ELMo joins the encoder's states, so it takes part in the alignment too.
+        a = concat(encode(self.input_encoder, self.dropout(inputs_a), mask_a), elmo_out_a)  # (B, Ta, D)
+        b = concat(encode(self.input_encoder, self.dropout(inputs_b), mask_b), elmo_out_b)  # (B, Tb, D)
 
         # Soft alignment: each token of one side attends over the real tokens of the other.
         e = a @ b.transpose(1, 2)                                          # (B, Ta, Tb)
-        a_aligned = masked_softmax(e, mask_b.unsqueeze(1), dim=2) @ b      # a~: (B, Ta, 2H)
-        b_aligned = masked_softmax(e, mask_a.unsqueeze(2), dim=1).transpose(1, 2) @ a  # b~: (B, Tb, 2H)
+        a_aligned = masked_softmax(e, mask_b.unsqueeze(1), dim=2) @ b      # a~: (B, Ta, D)
+        b_aligned = masked_softmax(e, mask_a.unsqueeze(2), dim=1).transpose(1, 2) @ a  # b~: (B, Tb, D)
 
-        v_a = self._compose(a, a_aligned, elmo_out_a, mask_a)             # (B, Ta, 2H)
-        v_b = self._compose(b, b_aligned, elmo_out_b, mask_b)             # (B, Tb, 2H)
+        v_a = self._compose(a, a_aligned, mask_a)                          # (B, Ta, 2H)
+        v_b = self._compose(b, b_aligned, mask_b)                          # (B, Tb, 2H)
         pooled = torch.cat([masked_mean(v_a, mask_a), masked_max(v_a, mask_a),
                             masked_mean(v_b, mask_b), masked_max(v_b, mask_b)], dim=-1)  # (B, 8H)
         return self.output(torch.tanh(self.hidden(self.dropout(pooled))))
 
-    def _compose(self, x: torch.Tensor, aligned: torch.Tensor, elmo_out: torch.Tensor | None,
-                 mask: torch.Tensor) -> torch.Tensor:
-        """Enhance ``x`` ``(B, T, 2H)`` with its alignment ``aligned`` ``(B, T, 2H)``, project, add
-        the output ELMo ``(B, T, E_out)`` and run the composition BiLSTM -> ``(B, T, 2H)``."""
-        enhanced = torch.cat([x, aligned, x - aligned, x * aligned], dim=-1)  # (B, T, 8H)
-        projected = concat(torch.relu(self.projection(enhanced)), elmo_out)  # (B, T, H + E_out)
+    def _compose(self, x: torch.Tensor, aligned: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """Enhance ``x`` ``(B, T, D)`` with its alignment ``aligned`` ``(B, T, D)``, project and run
+        the composition BiLSTM -> ``(B, T, 2H)``."""
+        enhanced = torch.cat([x, aligned, x - aligned, x * aligned], dim=-1)  # (B, T, 4D)
+        projected = torch.relu(self.projection(enhanced))                   # (B, T, H)
         return encode(self.composition, self.dropout(projected), mask)
 
 
