@@ -3,6 +3,7 @@ evaluation from the CLI, with and without ELMo (the fixture biLM stands in for a
 
 import json
 import random
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -258,6 +259,25 @@ def test_scores():
     assert score(Config, gold, [["B-PER", "O", "O", "B-LOC"]]) == 0.75
     Config.task = "classification"
     assert score(Config, ["1", "2", "3", "4"], ["1", "2", "0", "0"]) == 0.5
+
+
+SHIPPED_CONFIGS = sorted((Path(__file__).parent.parent / "configs" / "tasks").glob("*.toml"))
+
+
+@pytest.mark.parametrize("path", SHIPPED_CONFIGS, ids=lambda p: p.stem)
+def test_shipped_task_configs_are_valid(path):
+    """Every config under configs/tasks parses and validates (its data paths point into ../shared,
+    which a fresh clone may lack, so they are not checked here)."""
+    config = load_task_config(path)
+    assert config.task and config.metric and config.data.train.path
+    assert config.data.dev is not None or config.data.dev_fraction > 0
+
+
+def test_snli_mini_holds_out_a_tenth_of_snli_dev():
+    config = load_task_config(Path(__file__).parent.parent / "configs" / "tasks" / "snli-mini.toml")
+    assert (config.data.kind, config.data.train.split, config.data.test.split) == ("snli", "dev", "test")
+    assert config.data.dev is None and config.data.dev_fraction == 0.1
+    assert config.elmo.placement == "both"
 
 
 def test_bad_config_names_file_and_field(ner_config, capsys):
