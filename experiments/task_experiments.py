@@ -34,7 +34,8 @@ from elmo.tasks.training import train_task
 
 ALL_CONFIGS = ["configs/tasks/ner-conll2003.toml", "configs/tasks/ner-wnut17.toml", "configs/tasks/pos-ewt.toml",
                "configs/tasks/chunk-conll2000.toml", "configs/tasks/sst5.toml", "configs/tasks/sick.toml",
-               "configs/tasks/srl-propbank-ewt.toml", "configs/tasks/coref-litbank.toml", "configs/tasks/squad.toml"]
+               "configs/tasks/snli-mini.toml", "configs/tasks/srl-propbank-ewt.toml", "configs/tasks/coref-litbank.toml",
+               "configs/tasks/squad.toml"]
 
 VARIANTS = {
     "main": {"baseline": {"elmo": {"enabled": False}}, "elmo": {}},
@@ -87,14 +88,38 @@ def run_variant(args, experiment: str, config_path: str, variant: str, overrides
             args.reused += 1
         else:
             args.trained.append(metrics["seconds"])
-        return metrics
+        return with_evaluated_test(args, folder, config, metrics)
     started = time.time()
     metrics = train_task(config, resume=True, progress=not args.quiet)
     args.trained.append(metrics["seconds"])
     print(f"{name} {variant} seed {seed}: dev {metrics['dev']:.4f}"
           + (f" test {metrics['test']:.4f}" if "test" in metrics else "")
           + f" ({time.time() - started:.0f} s)", file=sys.stderr)
-    return metrics
+    return with_evaluated_test(args, config.output, config, metrics)
+
+
+def with_evaluated_test(args, folder: str, config, metrics: dict) -> dict:
+    """``metrics`` with its test score replaced by what ``elmo task evaluate`` gives on the
+    config's test file: the number a user who evaluates the run gets, new words' vectors included.
+    The result is kept next to the run as ``test-eval.json``; a difference from the score the
+    training computed is reported (it would mean the two paths disagree)."""
+    if config.data.test is None:
+        return metrics
+    from elmo.tasks.training import evaluate_task
+
+    path = os.path.join(folder, "test-eval.json")
+    if not os.path.isfile(path):
+        started = time.time()
+        result = evaluate_task(folder, config.data.test.path, config.data.test.split, progress=not args.quiet)
+        result["seconds"] = round(time.time() - started, 1)
+        atomic_write_text(path, json.dumps(result, indent=1) + "\n", make_parents=True)
+    with open(path, encoding="utf-8") as f:
+        result = json.load(f)
+    args.evaluated.append(result["seconds"])
+    if "test" in metrics and abs(result["score"] - metrics["test"]) > 1e-9:
+        print(f"{folder}: elmo task evaluate gives test {result['score']:.6f}, training gave {metrics['test']:.6f}",
+              file=sys.stderr)
+    return {**metrics, "test": result["score"]}
 
 
 def identical_run(runs: str, name: str, seed: int, settings: dict) -> str | None:
@@ -160,7 +185,9 @@ def write_markdown(args, path: str, title: str, command: str, lines: list[str]) 
     else:
         cost = (f"Training time: {sum(args.trained) / 60:.1f} minutes over the {len(args.trained)} runs of this "
                 f"experiment (the sum of each run's `seconds` in its metrics.json, one thread per run, layer caching "
-                f"included); {args.reused} more came from identical runs of an earlier experiment.")
+                f"included); {args.reused} more came from identical runs of an earlier experiment. Test scores: "
+                f"`elmo task evaluate` on the test file, {sum(args.evaluated) / 60:.1f} minutes over "
+                f"{len(args.evaluated)} evaluations.")
     seeds = (f"mean ± std over seeds {', '.join(map(str, args.seeds))}" if len(args.seeds) > 1
              else f"one seed ({args.seeds[0]})")
     text = (f"# {title}\n\nProduced by `{command}`.\nScores are percentages, {seeds}.\n\n"
@@ -318,7 +345,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--split", default="train", choices=["train", "dev", "test"], help="domain-text: which split")
     parser.add_argument("--quiet", action="store_true")
     args = parser.parse_args(argv)
-    args.trained, args.reused = [], 0  # seconds of this experiment's own runs; runs taken from earlier ones
+    # Seconds of this experiment's own runs and of its test evaluations; runs taken from earlier ones.
+    args.trained, args.evaluated, args.reused = [], [], 0
     command = "python experiments/task_experiments.py " + " ".join(argv if argv is not None else sys.argv[1:])
     default_configs = {"samples": ["configs/tasks/ner-conll2003.toml", "configs/tasks/sst5.toml"],
                        "domain": ["configs/tasks/ner-wnut17.toml"], "domain-text": ["configs/tasks/ner-wnut17.toml"],

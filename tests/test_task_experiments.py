@@ -57,7 +57,7 @@ def _args(tmp_path, **extra):
 
     values = dict(runs=str(tmp_path), cache=str(tmp_path / "cache"), epochs=None, bilm=None, seeds=[1, 2],
                   configs=[os.path.join(ROOT, "configs", "tasks", "coref-litbank.toml")], variants=None, trained=[],
-                  reused=0, quiet=True, gap=str(tmp_path / "gap"))
+                  evaluated=[], reused=0, quiet=True, gap=str(tmp_path / "gap"))
     values.update(extra)
     return argparse.Namespace(**values)
 
@@ -71,6 +71,8 @@ def _finished_main_runs(experiments, args, tests):
             _run(config.output, config.to_dict())
             with open(os.path.join(config.output, "metrics.json"), "w") as f:
                 json.dump({"dev": score, "test": score, "seconds": 60.0}, f)
+            with open(os.path.join(config.output, "test-eval.json"), "w") as f:
+                json.dump({"score": score, "seconds": 2.0}, f)
             folders[variant, seed] = config.output
     return folders
 
@@ -102,3 +104,30 @@ def test_gap_table_from_kept_results(experiments, tmp_path):
     assert lines[2] == "| development | baseline | 43.00 ± 1.41 | 48.00 ± 1.41 | 38.00 ± 1.41 | 0.80 ± 0.00 |"
     assert lines[5] == "| test | +ELMo | 53.00 ± 1.41 | 58.00 ± 1.41 | 48.00 ± 1.41 | 0.80 ± 0.00 |"
     assert sum(args.trained) == 8 * 5.0
+
+
+def test_reported_test_scores_come_from_evaluating_the_test_file(experiments, tmp_path, monkeypatch, capsys):
+    """The tables report what elmo task evaluate gives on the test file (kept as test-eval.json and
+    not computed twice), and say so when the training's own test score differs."""
+    import elmo.tasks.training
+
+    args = _args(tmp_path, seeds=[1])
+    config = experiments.variant_config(args, "main", args.configs[0], "elmo", {}, 1)
+    _run(config.output, config.to_dict())
+    with open(os.path.join(config.output, "metrics.json"), "w") as f:
+        json.dump({"dev": 0.5, "test": 0.61, "seconds": 60.0}, f)
+    calls = []
+
+    def fake_evaluate(folder, path, split, **kwargs):
+        calls.append((folder, path, split))
+        return {"score": 0.6, "metric": "coref_f1"}
+
+    monkeypatch.setattr(elmo.tasks.training, "evaluate_task", fake_evaluate)
+    for _ in range(2):
+        metrics = experiments.run_variant(args, "main", args.configs[0], "elmo", {}, 1)
+        assert metrics["test"] == 0.6 and metrics["dev"] == 0.5
+    assert calls == [(config.output, config.data.test.path, "test")]
+    with open(os.path.join(config.output, "test-eval.json")) as f:
+        assert json.load(f)["score"] == 0.6
+    assert "elmo task evaluate gives test 0.600000, training gave 0.610000" in capsys.readouterr().err
+    assert len(args.evaluated) == 2
