@@ -57,7 +57,7 @@ FIXED_ON_RESUME = (("batch_size", "batch_size", "--batch-size"), ("unroll_steps"
 # (Adagrad only, whose learning rate does not depend on it) its length. Everything else --
 # --config, the hyperparameters above, --seed, --vocab, the training data -- is the run's.
 CHANGEABLE_ON_RESUME = ("--checkpoint-every", "--keep-checkpoints", "--log-every", "--heldout", "--eval-every",
-                        "--eval-targets", "--device", "--no-bf16", "--gpus", "--processes", "--no-progress",
+                        "--eval-targets", "--device", "--bf16/--no-bf16", "--gpus", "--processes", "--no-progress",
                         "--max-tokens/--epochs (Adagrad)")
 
 

@@ -53,8 +53,9 @@ def add_common(parser: argparse.ArgumentParser, source: str = "the --config pres
                         help="continue from the run directory's newest readable checkpoint, with the run's settings "
                              "(giving a different --config, --seed, hyperparameter or data is an error)")
     parser.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (default cpu)")
-    parser.add_argument("--no-bf16", dest="bf16", action="store_false", default=None,
-                        help="disable bf16 autocast (default: on for GPUs, off on the CPU)")
+    parser.add_argument("--bf16", action=argparse.BooleanOptionalAction, default=None,
+                        help="bf16 autocast of the matrix products (default: on for GPUs, off on the CPU, where "
+                             "benchmarks/train_bf16.py measures whether it pays)")
     parser.add_argument("--gpus", help="comma-separated GPU ids: one process per GPU on this machine, DDP "
                                        "(default: none, one process on --device)")
     parser.add_argument("--processes", type=int, default=1,

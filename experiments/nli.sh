@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Entailment (issue 17): ESIM with the paper's output placement, baseline and +ELMo, 3 seeds, at the
+# configs' own budget (20 epochs, patience 4): SNLI in miniature (trained on SNLI dev minus a fixed
+# 10%, scored on SNLI test) and SICK. One thread, low priority, one lane; resumable: re-running
+# skips finished runs. Test scores come from elmo task evaluate on the test files.
+#   bash experiments/nli.sh /work/runs /work/logs
+set -euo pipefail
+RUNS=${1:-runs}
+LOGS=${2:-logs}
+mkdir -p "$LOGS"
+export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
+COMMON=(--runs "$RUNS/experiments" --cache "$RUNS/cache" --quiet)
+nice -n 19 python experiments/task_experiments.py main "${COMMON[@]}" --configs configs/tasks/snli-mini.toml \
+  --output docs/tasks/snli-mini.md > "$LOGS/snli-mini.log" 2>&1
+nice -n 19 python experiments/task_experiments.py main "${COMMON[@]}" --configs configs/tasks/sick.toml \
+  --output docs/tasks/sick.md > "$LOGS/sick.log" 2>&1
