@@ -180,7 +180,8 @@ def test_stats_file_records_options_and_counts(tmp_path):
     stats = prepare_corpus([raw], tmp_path / "out", sentences_per_shard=7, min_tokens=2)
     saved = json.loads((tmp_path / "out" / "prepare.json").read_text())
     assert saved == stats
-    assert saved["options"] == {"heldout_fraction": 0.0, "sentences_per_shard": 7, "lang": "en", "min_tokens": 2}
+    assert saved["options"] == {"heldout_fraction": 0.0, "sentences_per_shard": 7, "lang": "en", "min_tokens": 2,
+                                "wrapped": False}
     assert saved["train"]["tokens"] == sum(len(line.split()) for line in read_split(tmp_path / "out", "train"))
     assert saved["punkt_sample_chars"] > 0 and saved["inputs"] == [str(raw)]
 
@@ -219,7 +220,8 @@ def test_cli_end_to_end(tmp_path, capsys):
                  "--sentences-per-shard", "30", "--min-tokens", "2"]) == 0
     assert "sentences" in capsys.readouterr().err
     stats = json.loads((out / "prepare.json").read_text())
-    assert stats["options"] == {"heldout_fraction": 0.5, "sentences_per_shard": 30, "lang": "en", "min_tokens": 2}
+    assert stats["options"] == {"heldout_fraction": 0.5, "sentences_per_shard": 30, "lang": "en", "min_tokens": 2,
+                                "wrapped": False}
     assert stats["train"]["sentences"] + stats["heldout"]["sentences"] == 160
     assert len(read_split(out, "train")) == stats["train"]["sentences"] > 0
     assert (out / "train" / "shard-00000.txt").is_file() and (out / "heldout" / "shard-00000.txt").is_file()
@@ -230,3 +232,27 @@ def test_cli_reports_bad_input_in_one_line(tmp_path, capsys):
     raw.write_bytes(b"Fine.\n\xc3\x28 broken\n")
     assert main(["prepare", str(raw), "--output", str(tmp_path / "out")]) == 2
     assert f"elmo prepare: error: {raw}:2: not valid UTF-8" in capsys.readouterr().err
+
+
+def test_unwrap_joins_hard_wrapped_lines_into_paragraphs_and_documents():
+    lines = ["", "", "CHAPTER I", "", "It was a dark and", "stormy night.  The rain", "fell.", "",
+             "Then it stopped.", "", "", "", "A second book", "begins here.", ""]
+    assert list(prepare.unwrap(lines)) == ["", "CHAPTER I", "It was a dark and stormy night.  The rain fell.",
+                                           "Then it stopped.", "", "A second book begins here."]
+
+
+def test_wrapped_text_keeps_its_sentences_whole(tmp_path):
+    """Gutenberg-style text: read line by line, a sentence wrapped over two lines is cut in two;
+    with --wrapped it stays whole, and two blank lines separate the documents."""
+    book = tmp_path / "book.txt"
+    book.write_text("It was the best of times, it was the worst\nof times, said the narrator.  Nobody\n"
+                    "answered him.\n\nThe next day came.\n\n\nAnother book starts here and\nends here.\n")
+    stats = prepare_corpus([book], tmp_path / "wrapped", wrapped=True)
+    sentences = (tmp_path / "wrapped" / "train" / "shard-00000.txt").read_text().splitlines()
+    assert sentences == ["It was the best of times , it was the worst of times , said the narrator .",
+                         "Nobody answered him .", "The next day came .", "Another book starts here and ends here ."]
+    assert stats["train"]["articles"] == 2 and stats["options"]["wrapped"] is True
+    assert main(["prepare", str(book), "--output", str(tmp_path / "cli"), "--wrapped"]) == 0
+    assert (tmp_path / "cli" / "train" / "shard-00000.txt").read_text().splitlines() == sentences
+    prepare_corpus([book], tmp_path / "plain")
+    assert "of times , said the narrator ." in (tmp_path / "plain" / "train" / "shard-00000.txt").read_text()

@@ -187,19 +187,38 @@ def _assign_articles(lines: Iterable[str], heldout_fraction: float) -> Iterator[
             split = None
 
 
-def _paragraphs(paths: Sequence[str]) -> Iterator[str]:
-    """The non-blank lines of the files, in order."""
+def unwrap(lines: Iterable[str]) -> Iterator[str]:
+    """Hard-wrapped text (Project Gutenberg's: a paragraph's lines run on until a blank line, and
+    two or more blank lines end a document) in the layout :func:`prepare_corpus` reads: each
+    paragraph joined into one line, a blank line between documents."""
+    paragraph: list[str] = []
+    blanks = 0
+    for line in itertools.chain(lines, [None]):
+        if line is None or not line.strip():
+            if paragraph:
+                yield " ".join(paragraph)
+                paragraph = []
+            blanks += 1
+            continue
+        if blanks >= 2:
+            yield ""
+        blanks = 0
+        paragraph.append(line.strip())
+
+
+def _paragraphs(paths: Sequence[str], wrapped: bool = False) -> Iterator[str]:
+    """The paragraphs of the files, in order (each non-blank line, or each unwrapped paragraph)."""
     for path in paths:
-        for line in read_lines(path):
+        for line in unwrap(read_lines(path)) if wrapped else read_lines(path):
             if line.strip():
                 yield line
 
 
 def prepare_corpus(inputs: Sequence[str | os.PathLike], output_dir: str | os.PathLike,
                    heldout_fraction: float = 0.0, sentences_per_shard: int = 100_000, lang: str = "en",
-                   min_tokens: int = 1, progress: bool | None = False) -> dict:
+                   min_tokens: int = 1, progress: bool | None = False, wrapped: bool = False) -> dict:
     """Tokenize raw text files (plain or ``.gz``; one paragraph per line, a blank line between
-    articles) into ``output_dir/train/shard-00000.txt``, ... and, with ``heldout_fraction`` > 0,
+    articles; with ``wrapped``, hard-wrapped text as :func:`unwrap` reads it) into ``output_dir/train/shard-00000.txt``, ... and, with ``heldout_fraction`` > 0,
     ``output_dir/heldout/shard-00000.txt``, ...: one sentence per line, tokens separated by
     single spaces, ``sentences_per_shard`` sentences per shard. Each article goes to held-out with
     probability ``heldout_fraction``, decided by a hash of its text. Sentences with fewer than
@@ -231,7 +250,7 @@ def prepare_corpus(inputs: Sequence[str | os.PathLike], output_dir: str | os.Pat
             raise ValueError(f"{folder}: already holds shards from an earlier run; remove them or choose "
                              "another output directory")
 
-    with contextlib.closing(_paragraphs(inputs)) as paragraphs:  # closes the file it stopped in
+    with contextlib.closing(_paragraphs(inputs, wrapped)) as paragraphs:  # closes the file it stopped in
         tokenizer, sample_chars = ParagraphTokenizer.train(paragraphs, lang)
     counts = {split: dict(articles=0, paragraphs=0, sentences=0, tokens=0, dropped_sentences=0) for split in SPLITS}
 
@@ -262,7 +281,8 @@ def prepare_corpus(inputs: Sequence[str | os.PathLike], output_dir: str | os.Pat
 
         for path in inputs:
             before = lines_read[0]
-            for split, paragraph, first in _assign_articles(counted(read_lines(path)), heldout_fraction):
+            lines = counted(read_lines(path))
+            for split, paragraph, first in _assign_articles(unwrap(lines) if wrapped else lines, heldout_fraction):
                 counts[split]["articles"] += first
                 write(split, paragraph)
             if lines_read[0] == before:
@@ -274,7 +294,7 @@ def prepare_corpus(inputs: Sequence[str | os.PathLike], output_dir: str | os.Pat
     stats = {
         "inputs": inputs,
         "options": {"heldout_fraction": heldout_fraction, "sentences_per_shard": sentences_per_shard,
-                    "lang": lang, "min_tokens": min_tokens},
+                    "lang": lang, "min_tokens": min_tokens, "wrapped": wrapped},
         "tools": {"nltk": version("nltk"), "sacremoses": version("sacremoses")},
         "punkt_sample_chars": sample_chars,
         **{split: {**counts[split], "shards": writers[split].shards} for split in SPLITS},

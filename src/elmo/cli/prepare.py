@@ -24,12 +24,15 @@ def add_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--lang", default="en", help="language of the Moses tokenizer's rules (default en)")
     parser.add_argument("--min-tokens", type=int, default=1,
                         help="drop sentences with fewer tokens (default 1)")
+    parser.add_argument("--wrapped", action="store_true",
+                        help="hard-wrapped text such as Project Gutenberg's: a paragraph's lines run on until a "
+                             "blank line, and two or more blank lines end a document")
 
 
 def run(args: argparse.Namespace) -> int:
     stats = prepare_corpus(expand_paths(args.inputs), args.output, heldout_fraction=args.heldout_fraction,
                            sentences_per_shard=args.sentences_per_shard, lang=args.lang,
-                           min_tokens=args.min_tokens, progress=None)
+                           min_tokens=args.min_tokens, progress=None, wrapped=args.wrapped)
     for split in ("train", "heldout"):
         s = stats[split]
         if s["articles"]:
