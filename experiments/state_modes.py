@@ -129,7 +129,10 @@ def main(argv: list[str] | None = None) -> int:
     n_layers = model.config.n_output_layers
     policies = {name: Embedder(model, state=name) for name in ("reset", "warm")}
     stream = Embedder(model, state="stateful")
+    # Per layer: the cosine averaged over the sentence's words, and at its first word alone, where
+    # the starting state weighs most.
     scores = {name: [[] for _ in range(n_layers)] for name in [*policies, "another context"]}
+    first = {name: [[] for _ in range(n_layers)] for name in scores}
     for sentence, sentence_contexts in zip(tests, contexts):
         references = []
         for context in sentence_contexts:
@@ -139,14 +142,20 @@ def main(argv: list[str] | None = None) -> int:
         for name, embedder in policies.items():
             vectors = embedder.embed_sentences([sentence])[0]
             for layer in range(1, n_layers):
-                scores[name][layer].extend(cosine(vectors[layer], ref[layer]).mean() for ref in references)
+                for ref in references:
+                    per_word = cosine(vectors[layer], ref[layer])
+                    scores[name][layer].append(per_word.mean())
+                    first[name][layer].append(per_word[0])
         for layer in range(1, n_layers):
-            scores["another context"][layer].append(cosine(references[0][layer], references[1][layer]).mean())
+            per_word = cosine(references[0][layer], references[1][layer])
+            scores["another context"][layer].append(per_word.mean())
+            first["another context"][layer].append(per_word[0])
 
-    header = "| starting state | " + " | ".join(f"layer {i} cosine to in-context" for i in range(1, n_layers)) + " |"
-    lines = [header, "|---" * n_layers + "|"]
+    header = ("| starting state | " + " | ".join(f"layer {i} cosine to in-context" for i in range(1, n_layers))
+              + " | " + " | ".join(f"layer {i}, first word" for i in range(1, n_layers)) + " |")
+    lines = [header, "|---" * (2 * n_layers - 1) + "|"]
     for name, per_layer in scores.items():
-        cells = " | ".join(f"{np.mean(per_layer[i]):.4f}" for i in range(1, n_layers))
+        cells = " | ".join(f"{np.mean(values[i]):.4f}" for values in (per_layer, first[name]) for i in range(1, n_layers))
         lines.append(f"| {name} | {cells} |")
     if lm is not None:
         lines += ["", "| starting state | perplexity (forward and backward averaged) |", "|---|---:|"]
