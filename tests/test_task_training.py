@@ -14,8 +14,8 @@ from elmo.embed import Embedder
 from elmo.tasks.config import TaskConfigError, load_task_config
 from elmo.tasks.layer_cache import load_or_compute
 from elmo.tasks.readers import read_dataset
-from elmo.tasks.training import (LoadedSplit, evaluate_task, load_bilm_source, load_task_model, predict, score,
-                                 sentences_of, train_task)
+from elmo.tasks.training import (LoadedSplit, class_scores, evaluate_task, load_bilm_source, load_task_model,
+                                 predict, score, sentences_of, train_task)
 
 NAMES = ["Anna", "Berg", "Oslo", "Paris", "Maria", "Peter"]
 WORDS = ["visited", "the", "city", "of", "met", "and", "saw", "a", "friend", "in"]
@@ -155,7 +155,7 @@ def test_tagger_learns_the_toy_task(ner_config):
 
 
 @pytest.mark.parametrize("placement", ["output", "both"])
-def test_sentence_classifier_and_esim_train(tmp_path, bilm_dir, placement):
+def test_sentence_classifier_and_esim_train(tmp_path, bilm_dir, placement, capsys):
     write_sst(tmp_path / "sst.txt", 30, 3)
     write_sick(tmp_path / "SICK.txt", 40, 4)
     write_vectors(tmp_path / "vectors.txt")
@@ -208,6 +208,17 @@ test = {{ path = "{tmp_path / 'SICK.txt'}", split = "test" }}
         assert set(metrics["layer_weights"]) == ({"output"} if placement == "output" else {"input", "output"})
     assert main(["task", "evaluate", str(tmp_path / "sick-run"), "--data", str(tmp_path / "SICK.txt"),
                  "--split", "test"]) == 0
+    printed = capsys.readouterr().out
+    test_predicted = best_model_predictions(tmp_path / "sick-run", sick_test)
+    for label in sorted({p.label for p in sick_test}):
+        gold_count = sum(p.label == label for p in sick_test)
+        assert f"{label:<14} precision" in printed and f"gold {gold_count}" in printed
+    result = evaluate_task(tmp_path / "sick-run", str(tmp_path / "SICK.txt"), "test", progress=False)
+    confusion = result["details"]["confusion"]
+    for gold in confusion:
+        for predicted in confusion[gold]:
+            assert confusion[gold][predicted] == sum(p.label == gold and q == predicted
+                                                     for p, q in zip(sick_test, test_predicted))
     # SNLI as an extra test set of the SICK model: same (lower-case) label names, read as kind snli.
     snli = tmp_path / "snli"
     snli.mkdir()
@@ -247,6 +258,19 @@ def test_layer_cache_matches_the_embedder_and_is_reused(tmp_path, bilm_dir):
     assert len(list(tmp_path.glob("toy-*.hdf5"))) == 2  # other sentences, another file
     batch = cache.batch([1, 0], time=4)
     assert batch.shape == (2, 3, 4, 32) and float(batch[0, :, 2:].abs().sum()) == 0.0
+
+
+def test_class_scores_count_by_hand():
+    gold = ["a", "a", "a", "b", "b", "c"]
+    predicted = ["a", "b", "a", "b", "a", "b"]
+    result = class_scores(gold, predicted)
+    assert result["confusion"] == {"a": {"a": 2, "b": 1, "c": 0}, "b": {"a": 1, "b": 1, "c": 0},
+                                   "c": {"a": 0, "b": 1, "c": 0}}
+    assert result["classes"]["a"] == {"gold": 3, "predicted": 3, "correct": 2, "precision": 2 / 3,
+                                      "recall": 2 / 3, "f1": pytest.approx(2 / 3)}
+    assert result["classes"]["b"]["precision"] == 1 / 3 and result["classes"]["b"]["recall"] == 1 / 2
+    assert result["classes"]["c"] == {"gold": 1, "predicted": 0, "correct": 0, "precision": 0.0,
+                                      "recall": 0.0, "f1": 0.0}
 
 
 def test_scores():

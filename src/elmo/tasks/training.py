@@ -293,7 +293,8 @@ def predict(model, split: LoadedSplit, vocab: WordVocab, labels: dict[str, int],
 
 def evaluate_split(config, model, split: LoadedSplit, vocab, labels, details: dict | None = None) -> float:
     """The split's score under ``config.metric``; for SRL, ``details`` (a dict, if given) receives
-    the precision, recall and per-role scores too, and for coreference every CoNLL metric. On
+    the precision, recall and per-role scores too, for coreference every CoNLL metric, and for
+    classification and sentence pairs the per-class scores and confusion (:func:`class_scores`). On
     GAP examples a coreference model is scored as GAP scores it (:func:`elmo.tasks.coref.gap_scores`):
     the score is the overall F1 and ``details`` gets the rest."""
     predicted = predict(model, split, vocab, labels, config.train.batch_size)
@@ -318,7 +319,29 @@ def evaluate_split(config, model, split: LoadedSplit, vocab, labels, details: di
         from elmo.tasks.srl import srl_scores
 
         details.update(srl_scores(gold, predicted))
+    if details is not None and config.task in ("classification", "pair"):
+        details.update(class_scores(gold, predicted))
     return score(config, gold, predicted)
+
+
+def class_scores(gold: Sequence[str], predicted: Sequence[str]) -> dict:
+    """Per-class counts and scores of a classification: ``{"classes": {label: {"gold",
+    "predicted", "correct", "precision", "recall", "f1"}}, "confusion": {gold label: {predicted
+    label: count}}}``, the classes in sorted order; a class never predicted has precision 0."""
+    confusion = {label: {other: 0 for other in sorted(set(gold) | set(predicted))}
+                 for label in sorted(set(gold) | set(predicted))}
+    for g, p in zip(gold, predicted):
+        confusion[g][p] += 1
+    classes = {}
+    for label, row in confusion.items():
+        n_gold, correct = sum(row.values()), row[label]
+        n_predicted = sum(confusion[other][label] for other in confusion)
+        precision = correct / n_predicted if n_predicted else 0.0
+        recall = correct / n_gold if n_gold else 0.0
+        f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
+        classes[label] = {"gold": n_gold, "predicted": n_predicted, "correct": correct,
+                          "precision": precision, "recall": recall, "f1": f1}
+    return {"classes": classes, "confusion": confusion}
 
 
 # ------------------------------------------------------------------------------------ running
@@ -586,5 +609,5 @@ def evaluate_task(run_dir: str | os.PathLike, path: str, split: str | None = Non
     return result
 
 
-__all__ = ["add_pretrained_words", "build_model", "evaluate_task", "load_splits", "load_task_model", "make_batch",
+__all__ = ["add_pretrained_words", "build_model", "class_scores", "evaluate_task", "load_splits", "load_task_model", "make_batch",
            "score", "train_task", "unknown_tokens"]
