@@ -1,8 +1,9 @@
 """Is adding Gutenberg novels to the default model's Wikipedia training text worth it? (issue 17)
 
-Two biLMs of the default architecture (``configs/pretrain-wiki-512x128.json``, the default
-model's 50,000-word vocabulary, the continued pretraining's recipe: batch 32, 2,048 sampled
-negatives, Adagrad 0.2, bf16 autocast) are trained from scratch on the same number of tokens:
+Two biLMs are trained on the same number of tokens with the continued pretraining's recipe
+(batch 32, 2,048 sampled negatives, Adagrad 0.2, bf16 autocast), both from the packaged model
+(``--init-from``: the question is whether to continue its training on the mix) or both from
+scratch in its architecture (``configs/pretrain-wiki-512x128.json``, its vocabulary):
 
 * ``wiki``: Wikipedia training sentences only;
 * ``mixed``: the same Wikipedia sentences for ``1 - share`` of the tokens, novels for ``share``.
@@ -13,7 +14,7 @@ default model's own yardstick and what it buys on other text. One thread, low pr
 resumable (a finished run or evaluation is read back, an interrupted run continues).
 
     python experiments/gutenberg_mix.py --wiki '/work/data/wiki/train/*.txt' \\
-        --novels '/work/data/novels/train/*.txt' --vocab src/elmo/resources/model/vocab.txt \\
+        --novels '/work/data/novels/train/*.txt' --init-from src/elmo/resources/model \\
         --eval wikipedia='/work/data/wiki-heldout/train/*.txt' novels='/work/data/novels-heldout/train/*.txt' \\
                wikitext-2='/work/data/wikitext2-test/train/*.txt' ptb='/work/data/ptb-test/train/*.txt' \\
         --work /work/data/gutenberg-mix --output docs/pretraining/gutenberg-mix.md
@@ -64,7 +65,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--wiki", required=True, help="Wikipedia training shards (quoted glob)")
     parser.add_argument("--novels", required=True, help="novels training shards (quoted glob)")
-    parser.add_argument("--vocab", required=True, help="the default model's vocabulary")
+    start = parser.add_mutually_exclusive_group(required=True)
+    start.add_argument("--init-from", help="exported model both runs continue from")
+    start.add_argument("--vocab", help="vocabulary of two runs from scratch in the default architecture")
     parser.add_argument("--eval", nargs="+", required=True, metavar="NAME=GLOB", help="texts to score")
     parser.add_argument("--tokens", type=int, default=1_280_000, help="training tokens per direction, each run")
     parser.add_argument("--share", type=float, default=0.25, help="novels' share of the mixed run's tokens")
@@ -78,27 +81,25 @@ def main(argv: list[str] | None = None) -> int:
     from elmo.evaluate import evaluate
     from elmo.lm import load_language_model
     from elmo.train import Trainer, TrainSettings
-    from elmo.vocab import Vocabulary
 
     wiki, novels = sorted(glob.glob(args.wiki)), sorted(glob.glob(args.novels))
     wiki_tokens = round((1 - args.share) * args.tokens)
     corpora = {"wiki": take_tokens(wiki, args.tokens),
                "mixed": take_tokens(wiki, wiki_tokens) + take_tokens(novels, args.tokens - wiki_tokens)}
-    vocab = Vocabulary.from_file(args.vocab)
     rows = {}
     for name, lines in corpora.items():
         corpus = os.path.join(args.work, name, "train.txt")
         write_corpus(corpus, lines, args.seed)
         run = os.path.join(args.work, name, "run")
         started = time.time()
-        trainer = Trainer(TrainSettings(train=[corpus], vocab=args.vocab, output=run, config=CONFIG,
-                                        max_tokens=args.tokens, batch_size=32, n_negative_samples=2048,
+        start = {"init_from": args.init_from} if args.init_from else {"vocab": args.vocab, "config": CONFIG}
+        trainer = Trainer(TrainSettings(train=[corpus], output=run, **start, max_tokens=args.tokens, batch_size=32, n_negative_samples=2048,
                                         learning_rate=0.2, seed=args.seed, bf16=True, log_every=100,
                                         checkpoint_every=500, keep_checkpoints=1, progress=False,
                                         resume=os.path.isdir(os.path.join(run, "checkpoints"))))
         trainer.run()
         print(f"{name}: trained ({time.time() - started:.0f} s this time)", file=sys.stderr)
-        model, _ = load_language_model(run)
+        model, vocab = load_language_model(run)
         rows[name] = {}
         for text, pattern in evals.items():
             path = os.path.join(args.work, name, f"eval-{text}.json")
