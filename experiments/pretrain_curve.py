@@ -7,6 +7,14 @@ and writes ``curve.csv`` and ``curve.png`` into ``--output``. Training time is s
 run's sessions (``elapsed_seconds`` restarts from zero at every ``--resume``). A power law
 ``ppl = a * tokens^b`` fitted to the last ``--fit-points`` evaluations forecasts the number of
 tokens at which held-out perplexity would reach ``--target``.
+
+A run that continues an earlier one (``elmo finetune`` of its exported model, whose steps and
+tokens count from zero again) is drawn after it with ``--continues EARLIER/curve.csv``: its steps,
+tokens and hours are offset by the earlier curve's last row, and the ``run`` column says which
+run each evaluation belongs to.
+
+    python experiments/pretrain_curve.py /work/data/pretrain/C --continues docs/pretraining/curve.csv \
+        --output docs/pretraining
 """
 
 from __future__ import annotations
@@ -53,6 +61,21 @@ def read_curve(metrics_path: str) -> tuple[list[dict], float]:
     return [unique[s] for s in sorted(unique)], median_rate
 
 
+def read_earlier_curve(path: str) -> list[dict]:
+    """The rows of a curve.csv this script wrote, typed; a file from before the ``run`` column
+    names its run "earlier"."""
+    with open(path, newline="", encoding="utf-8") as f:
+        rows = list(csv.DictReader(f))
+    if not rows:
+        raise SystemExit(f"{path}: no evaluations")
+    typed = []
+    for row in rows:
+        typed.append({"run": row.get("run") or "earlier", "step": int(row["step"]), "tokens": int(row["tokens"]),
+                      **{key: float(row[key]) for key in ("wall_hours", "busy_hours", "heldout_forward",
+                                                          "heldout_backward", "heldout_average")}})
+    return typed
+
+
 def fit_power_law(tokens: list[int], perplexities: list[float]) -> tuple[float, float]:
     """Least-squares fit of ``log ppl = log a + b log tokens``; returns ``(a, b)``."""
     b, log_a = np.polyfit(np.log(tokens), np.log(perplexities), 1)
@@ -65,9 +88,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--output", required=True, help="folder for curve.csv, curve.png and forecast.json")
     parser.add_argument("--fit-points", type=int, default=4, help="evaluations the forecast is fitted to")
     parser.add_argument("--target", type=float, default=100.0, help="perplexity the forecast aims at")
+    parser.add_argument("--continues", help="curve.csv of the run this one continues from")
     args = parser.parse_args(argv)
 
     curve, median_rate = read_curve(os.path.join(args.run, "metrics.csv"))
+    name = os.path.basename(os.path.normpath(args.run))
+    curve = [{"run": name, **row} for row in curve]
+    continued_at = None
+    if args.continues:
+        earlier = read_earlier_curve(args.continues)
+        last = earlier[-1]
+        continued_at = last["tokens"]
+        for row in curve:
+            for key in ("step", "tokens", "wall_hours", "busy_hours"):
+                row[key] = round(row[key] + last[key], 3) if isinstance(row[key], float) else row[key] + last[key]
+        curve = [row for row in earlier if row["run"] != name] + curve
     if len(curve) < 2:
         print(f"{args.run}: fewer than two held-out evaluations in metrics.csv", file=sys.stderr)
         return 2
@@ -82,7 +117,9 @@ def main(argv: list[str] | None = None) -> int:
     target_tokens = (args.target / a) ** (1 / b)
     forecast = {"fit": f"ppl = {a:.4g} * tokens^{b:.4f}", "fit_points": len(fitted), "target": args.target,
                 "tokens_at_target": round(target_tokens), "median_tokens_per_second": round(median_rate),
-                "busy_hours_at_target": round(target_tokens / median_rate / 3600, 1), "last": curve[-1]}
+                "busy_hours_at_target": round(curve[-1]["busy_hours"]
+                                              + max(target_tokens - curve[-1]["tokens"], 0) / median_rate / 3600, 1),
+                "last": curve[-1]}
     with atomic_path(os.path.join(args.output, "forecast.json")) as tmp, open(tmp, "w") as f:
         json.dump(forecast, f, indent=1)
 
@@ -101,6 +138,9 @@ def main(argv: list[str] | None = None) -> int:
     ax.plot(extension / 1e6, a * extension ** b, "k--", linewidth=1,
             label=f"power law fitted to the last {len(fitted)}, exponent {b:.2f}")
     ax.axhline(args.target, color="grey", linewidth=0.8)
+    if continued_at is not None:
+        ax.axvline(continued_at / 1e6, color="grey", linestyle=":", linewidth=1,
+                   label="continued from the packaged model (new optimizer state)")
     ax.set_xscale("log")
     ax.set_yscale("log")
     plain = matplotlib.ticker.FuncFormatter(lambda value, _: f"{value:g}")
@@ -111,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
     ax.set_ylabel("held-out perplexity")
     ax.set_title("Default model (2x512_128) on Wikipedia held-out")
     ax.grid(True, which="both", linewidth=0.3)
-    ax.legend()
+    ax.legend(loc="upper right", fontsize=8)
     fig.tight_layout()
     with atomic_path(os.path.join(args.output, "curve.png")) as tmp:
         fig.savefig(tmp, format="png", dpi=110)
