@@ -179,8 +179,9 @@ def table(args, experiment: str, variants: dict) -> list[str]:
 
 
 def write_markdown(args, path: str, title: str, command: str, lines: list[str]) -> None:
-    if args.experiment in ("snli", "gap"):
-        cost = (f"Time: {sum(args.trained) / 60:.1f} minutes for the {len(args.trained)} evaluations (one thread, "
+    if args.experiment in ("snli", "gap", "diagnose"):
+        evaluations = args.trained + args.evaluated
+        cost = (f"Time: {sum(evaluations) / 60:.1f} minutes for the {len(evaluations)} evaluations (one thread, "
                 f"the biLM layers computed once per file and cached).")
     else:
         cost = (f"Training time: {sum(args.trained) / 60:.1f} minutes over the {len(args.trained)} runs of this "
@@ -196,6 +197,7 @@ def write_markdown(args, path: str, title: str, command: str, lines: list[str]) 
     print(text)
 
 
+DEFAULT_PNG = "docs/tasks/layer-weights.png"
 SAMPLE_EPOCHS = 20  # the most epochs a 1% or 10% run gets (the configs' own cap)
 
 
@@ -279,6 +281,113 @@ def gap_transfer(args) -> list[str]:
     return lines
 
 
+def main_runs(args, config_path: str) -> dict[str, list[tuple[str, dict]]]:
+    """The finished main-experiment runs of one config: ``{variant: [(folder, metrics) per seed]}``."""
+    out: dict[str, list[tuple[str, dict]]] = {}
+    for variant, overrides in VARIANTS["main"].items():
+        for seed in args.seeds:
+            config = variant_config(args, "main", config_path, variant, overrides, seed)
+            folder, _ = finished_run(args, task_name(config_path), config)
+            if folder is None:
+                raise SystemExit(f"{config.output}: not trained yet; run the 'main' experiment first")
+            with open(os.path.join(folder, "metrics.json"), encoding="utf-8") as f:
+                out.setdefault(variant, []).append((folder, json.load(f)))
+    return out
+
+
+def class_details(args, folder: str, config) -> dict:
+    """Per-class scores and confusion of a classification run on its test split (dev where there
+    is none), from ``elmo task evaluate``; kept next to the run as ``<split>-classes.json``."""
+    from elmo.tasks.training import evaluate_task
+
+    split = config.data.test if config.data.test is not None else config.data.dev
+    name = "test" if config.data.test is not None else "dev"
+    path = os.path.join(folder, f"{name}-classes.json")
+    if not os.path.isfile(path):
+        started = time.time()
+        result = evaluate_task(folder, split.path, split.split, progress=not args.quiet)
+        result["seconds"] = round(time.time() - started, 1)
+        atomic_write_text(path, json.dumps(result, indent=1) + "\n", make_parents=True)
+    with open(path, encoding="utf-8") as f:
+        result = json.load(f)
+    args.evaluated.append(result["seconds"])
+    return result["details"]
+
+
+def diagnose(args) -> list[str]:
+    """Why +ELMo does (not) help one classification or pair task: the learning curves, the
+    per-class errors and the learned layer weights of the main experiment's runs (baseline and
+    +ELMo, every seed), with a plot of the dev curves (``--png``)."""
+    config_path = args.configs[0]
+    config = load_task_config(config_path)
+    if config.task not in ("classification", "pair"):
+        raise SystemExit(f"{config_path}: diagnose covers classification and sentence-pair tasks")
+    runs = main_runs(args, config_path)
+    labels = {"baseline": "baseline", "elmo": "+ELMo"}
+    lines = ["**Learning curves.** Dev accuracy and training loss by epoch, mean over the seeds that "
+             "trained that epoch (early stopping ends runs at different epochs); the best epoch of each "
+             "seed is in brackets.", "",
+             "| epoch | " + " | ".join(f"{labels[v]} dev | {labels[v]} train loss" for v in runs) + " |",
+             "|---:|" + "---:|---:|" * len(runs)]
+    longest = max(len(m["history"]) for variant in runs.values() for _, m in variant)
+    for epoch in range(1, longest + 1):
+        cells = []
+        for variant in runs.values():
+            rows = [m["history"][epoch - 1] for _, m in variant if len(m["history"]) >= epoch]
+            cells.append(f"{100 * statistics.mean(r['dev'] for r in rows):.2f} ({len(rows)})" if rows else "")
+            cells.append(f"{statistics.mean(r['train_loss'] for r in rows):.4f}" if rows else "")
+        lines.append(f"| {epoch} | " + " | ".join(cells) + " |")
+    best = [cell for variant in runs.values() for cell in (f"[{', '.join(str(m['best_epoch']) for _, m in variant)}]", "")]
+    lines.append("| best epoch by seed | " + " | ".join(best) + " |")
+    split = "test" if config.data.test is not None else "dev"
+    details = {v: [class_details(args, folder, config) for folder, _ in variant] for v, variant in runs.items()}
+    classes = sorted(details["baseline"][0]["classes"])
+    lines += ["", f"**Per-class errors on {split}.** Recall and precision of each class, mean over seeds.", "",
+              "| class | gold | " + " | ".join(f"{labels[v]} recall | {labels[v]} precision" for v in runs) + " |",
+              "|---|---:|" + "---:|---:|" * len(runs)]
+    for label in classes:
+        cells = []
+        for v in runs:
+            rows = [d["classes"][label] for d in details[v]]
+            cells += [mean_std([r["recall"] for r in rows]), mean_std([r["precision"] for r in rows])]
+        lines.append(f"| {label} | {details['baseline'][0]['classes'][label]['gold']} | " + " | ".join(cells) + " |")
+    for v in runs:
+        total = {g: {p: sum(d["confusion"][g][p] for d in details[v]) for p in classes} for g in classes}
+        lines += ["", f"Confusion of {labels[v]}, summed over the seeds (rows: gold, columns: predicted):", "",
+                  "| gold \\ predicted | " + " | ".join(classes) + " |", "|---|" + "---:|" * len(classes)]
+        lines += [f"| {g} | " + " | ".join(str(total[g][p]) for p in classes) + " |" for g in classes]
+    weights = [m["layer_weights"] for _, m in runs["elmo"]]
+    lines += ["", "**Learned layer weights** of +ELMo (softmax-normalised, mean ± std over seeds; token layer first).", "",
+              "| mix | " + " | ".join(f"layer {i}" for i in range(len(next(iter(weights[0].values()))))) + " |",
+              "|---|" + "---:|" * len(next(iter(weights[0].values())))]
+    for place in weights[0]:
+        per_layer = list(zip(*(w[place] for w in weights)))
+        cells = [f"{statistics.mean(x):.3f}" + (f" ± {statistics.stdev(x):.3f}" if len(x) > 1 else "") for x in per_layer]
+        lines.append(f"| {place} | " + " | ".join(cells) + " |")
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.4, 4.0))
+    for (variant, runs_of_variant), color in zip(runs.items(), ("tab:blue", "tab:orange")):
+        for seed, (_, m) in zip(args.seeds, runs_of_variant):
+            ax.plot([r["epoch"] for r in m["history"]], [100 * r["dev"] for r in m["history"]], color=color,
+                    linewidth=1, alpha=0.8, label=labels[variant] if seed == args.seeds[0] else None)
+    ax.set_xlabel("epoch")
+    ax.set_ylabel("dev accuracy (%)")
+    ax.set_title(f"{task_name(config_path)}: dev accuracy by epoch, seeds {', '.join(map(str, args.seeds))}")
+    ax.grid(True, linewidth=0.3)
+    ax.legend()
+    fig.tight_layout()
+    png = args.png if args.png != DEFAULT_PNG else f"docs/tasks/{task_name(config_path)}-curves.png"
+    os.makedirs(os.path.dirname(png) or ".", exist_ok=True)
+    fig.savefig(png, dpi=110)
+    lines += ["", f"![dev accuracy by epoch]({os.path.basename(png)})"]
+    return lines
+
+
 def weights_plot(args) -> None:
     """Figure 2: the softmax-normalised layer weights learned in the placement runs."""
     import matplotlib
@@ -329,7 +438,7 @@ def write_task_text(config_path: str, split: str, output: str) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("experiment", choices=["main", "layers", "placement", "samples", "weights", "snli", "gap",
-                                               "domain-text", "domain"])
+                                               "diagnose", "domain-text", "domain"])
     parser.add_argument("--configs", nargs="+", help="task configs (default: depends on the experiment)")
     parser.add_argument("--seeds", nargs="+", type=int, default=[1, 2, 3])
     parser.add_argument("--variants", nargs="+", help="main, layers, placement: run only these variants")
@@ -339,7 +448,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--bilm", help="biLM name or folder (default: the packaged model)")
     parser.add_argument("--finetuned", help="domain: exported folder of the biLM fine-tuned on the task text")
     parser.add_argument("--output", help="Markdown file to write (default under docs/tasks/)")
-    parser.add_argument("--png", default="docs/tasks/layer-weights.png")
+    parser.add_argument("--png", default=DEFAULT_PNG, help="weights: the plot (default %(default)s); diagnose: "
+                                                          "the learning curves (default docs/tasks/TASK-curves.png)")
     parser.add_argument("--snli", default="../shared/data/nli/snli-devtest", help="snli: the SNLI dev/test folder")
     parser.add_argument("--gap", default="../shared/data/coref/gap", help="gap: the folder of GAP's tsv files")
     parser.add_argument("--split", default="train", choices=["train", "dev", "test"], help="domain-text: which split")
@@ -350,13 +460,15 @@ def main(argv: list[str] | None = None) -> int:
     command = "python experiments/task_experiments.py " + " ".join(argv if argv is not None else sys.argv[1:])
     default_configs = {"samples": ["configs/tasks/ner-conll2003.toml", "configs/tasks/sst5.toml"],
                        "domain": ["configs/tasks/ner-wnut17.toml"], "domain-text": ["configs/tasks/ner-wnut17.toml"],
-                       "snli": ["configs/tasks/sick.toml"], "gap": ["configs/tasks/coref-litbank.toml"]}
+                       "snli": ["configs/tasks/sick.toml"], "gap": ["configs/tasks/coref-litbank.toml"],
+                       "diagnose": ["configs/tasks/sick.toml"]}
     args.configs = args.configs or default_configs.get(args.experiment, ALL_CONFIGS)
     titles = {"main": "Baseline vs +ELMo (the paper's Table 1)", "layers": "Layer weighting (the paper's Table 2)",
               "placement": "Where to include ELMo (the paper's Table 3)",
               "samples": "Sample efficiency (the paper's Figure 1)",
               "domain": "Domain fine-tuning of the biLM", "snli": "SICK models scored on SNLI (an extra test set)",
-              "gap": "LitBank coreference models scored on GAP (out of domain)"}
+              "gap": "LitBank coreference models scored on GAP (out of domain)",
+              "diagnose": f"What ELMo changes in {task_name(args.configs[0])}: learning curves, per-class errors, layer weights"}
     output = args.output or f"docs/tasks/{args.experiment}.md"
     if args.experiment in ("main", "layers", "placement"):
         write_markdown(args, output, titles[args.experiment], command, table(args, args.experiment, VARIANTS[args.experiment]))
@@ -366,6 +478,9 @@ def main(argv: list[str] | None = None) -> int:
         write_markdown(args, output, titles["snli"], command, snli_transfer(args))
     elif args.experiment == "gap":
         write_markdown(args, output, titles["gap"], command, gap_transfer(args))
+    elif args.experiment == "diagnose":
+        output = args.output or f"docs/tasks/{task_name(args.configs[0])}-diagnosis.md"
+        write_markdown(args, output, titles["diagnose"], command, diagnose(args))
     elif args.experiment == "weights":
         weights_plot(args)
     elif args.experiment == "domain-text":

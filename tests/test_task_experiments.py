@@ -131,3 +131,35 @@ def test_reported_test_scores_come_from_evaluating_the_test_file(experiments, tm
         assert json.load(f)["score"] == 0.6
     assert "elmo task evaluate gives test 0.600000, training gave 0.610000" in capsys.readouterr().err
     assert len(args.evaluated) == 2
+
+
+def test_diagnose_tables_curves_classes_and_weights(experiments, tmp_path):
+    """The diagnosis of a pair task from kept results: mean curves over the seeds that trained an
+    epoch, per-class recall and precision, summed confusions, layer weights, and the plot."""
+    args = _args(tmp_path, configs=[os.path.join(ROOT, "configs", "tasks", "sick.toml")],
+                 png=str(tmp_path / "curves.png"))
+    confusion = {"a": {"a": 3, "b": 1}, "b": {"a": 2, "b": 4}}
+    for variant in ("baseline", "elmo"):
+        for seed, epochs in zip(args.seeds, (2, 3)):
+            config = experiments.variant_config(args, "main", args.configs[0], variant,
+                                                experiments.VARIANTS["main"][variant], seed)
+            _run(config.output, config.to_dict())
+            history = [{"epoch": e, "dev": 0.5 + 0.1 * e + (0.05 if variant == "elmo" else 0), "train_loss": 1.0 / e}
+                       for e in range(1, epochs + 1)]
+            weights = {"input": [0.2, 0.3, 0.5], "output": [0.6, 0.2, 0.2]} if variant == "elmo" else {}
+            with open(os.path.join(config.output, "metrics.json"), "w") as f:
+                json.dump({"dev": history[-1]["dev"], "best_epoch": epochs, "history": history,
+                           "layer_weights": weights, "seconds": 1.0}, f)
+            classes = {"a": {"gold": 4, "recall": 0.75, "precision": 0.6}, "b": {"gold": 6, "recall": 4 / 6, "precision": 0.8}}
+            with open(os.path.join(config.output, "test-classes.json"), "w") as f:
+                json.dump({"details": {"classes": classes, "confusion": confusion}, "seconds": 3.0}, f)
+    lines = experiments.diagnose(args)
+    text = "\n".join(lines)
+    assert "| 1 | 60.00 (2) | 1.0000 | 65.00 (2) | 1.0000 |" in text
+    assert "| 3 | 80.00 (1) | 0.3333 | 85.00 (1) | 0.3333 |" in text
+    assert "| best epoch by seed | [2, 3] |  | [2, 3] |  |" in text
+    assert "| a | 4 | 75.00 ± 0.00 | 60.00 ± 0.00 | 75.00 ± 0.00 | 60.00 ± 0.00 |" in text
+    assert "| b | 4 | 8 |" in text  # confusion summed over the two seeds
+    assert "| input | 0.200 ± 0.000 | 0.300 ± 0.000 | 0.500 ± 0.000 |" in text
+    assert os.path.getsize(tmp_path / "curves.png") > 1000
+    assert len(args.evaluated) == 4
