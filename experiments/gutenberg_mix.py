@@ -108,8 +108,19 @@ def main(argv: list[str] | None = None) -> int:
                 atomic_write_text(path, json.dumps(result, indent=1) + "\n")
             with open(path, encoding="utf-8") as f:
                 rows[name][text] = json.load(f)
+    if args.init_from:  # where both runs started
+        model, vocab = load_language_model(args.init_from)
+        rows = {"start": {}, **rows}
+        for text, pattern in evals.items():
+            path = os.path.join(args.work, f"start-eval-{text}.json")
+            if not os.path.isfile(path):
+                result = evaluate(model, vocab, sorted(glob.glob(pattern)), max_targets=args.eval_targets)
+                atomic_write_text(path, json.dumps(result, indent=1) + "\n", make_parents=True)
+            with open(path, encoding="utf-8") as f:
+                rows["start"][text] = json.load(f)
     lines = ["| training text | " + " | ".join(evals) + " |", "|---|" + "---:|" * len(evals)]
-    labels = {"wiki": "Wikipedia only", "mixed": f"Wikipedia + {100 * args.share:g}% novels"}
+    labels = {"start": f"(start: {args.init_from})", "wiki": f"+ {args.tokens / 1e6:g}M tokens of Wikipedia",
+              "mixed": f"+ {args.tokens / 1e6:g}M tokens, {100 * args.share:g}% of them novels"}
     for name, scores in rows.items():
         lines.append(f"| {labels[name]} | " + " | ".join(f"{scores[t]['average_perplexity']:.1f}" for t in evals) + " |")
     oov = " | ".join(f"{100 * rows['wiki'][t]['oov_rate']:.2f}%" for t in evals)
