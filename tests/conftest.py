@@ -63,6 +63,16 @@ def allennlp_model():
     return load_fixture_model("allennlp")
 
 
+def load_experiment(name: str):
+    """The module of ``experiments/<name>.py`` (experiments are scripts, not an importable package)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, Path(__file__).parent.parent / "experiments" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 @pytest.fixture(scope="session")
 def bilm_dir(tmp_path_factory):
     """A model folder (options.json + weights.hdf5) holding the AllenNLP fixture biLM, for task

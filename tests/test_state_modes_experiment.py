@@ -1,14 +1,12 @@
 """experiments/state_modes.py: its sentence scoring agrees with elmo.evaluate, and its in-context
 perplexity really reads the context."""
 
-import importlib.util
 import math
-import os
 
 import pytest
 import torch
 
-from conftest import ALLENNLP
+from conftest import ALLENNLP, load_experiment
 from elmo import load_bilm_tf
 from elmo.bilm import BACKWARD, FORWARD
 from elmo.evaluate import evaluate
@@ -16,16 +14,12 @@ from elmo.lm import LanguageModel
 from elmo.softmax import Softmax
 from elmo.vocab import Vocabulary
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WORDS = "the cat sat on a mat and dog ran far away".split()
 
 
 @pytest.fixture(scope="module")
 def state_modes():
-    spec = importlib.util.spec_from_file_location("state_modes", os.path.join(ROOT, "experiments", "state_modes.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_experiment("state_modes")
 
 
 @pytest.fixture(scope="module")

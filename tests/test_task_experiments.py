@@ -1,20 +1,18 @@
 """The experiment runner's reuse of identical runs (experiments/task_experiments.py)."""
 
-import importlib.util
 import json
 import os
 
 import pytest
+
+from conftest import load_experiment
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 @pytest.fixture(scope="module")
 def experiments():
-    spec = importlib.util.spec_from_file_location("task_experiments", os.path.join(ROOT, "experiments", "task_experiments.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_experiment("task_experiments")
 
 
 def _run(folder, settings, finished=True):
