@@ -84,10 +84,12 @@ def run(args: argparse.Namespace) -> int:
             print(f"  {label:<14} precision {row['precision']:.4f} recall {row['recall']:.4f} f1 {row['f1']:.4f} "
                   f"gold {row['gold']}")
         labels = list(details["confusion"])
+        corner = "gold \\ predicted"
+        first = max(len(corner), *(len(label) for label in labels)) + 1
         width = max(8, *(len(label) + 1 for label in labels))
-        print("  gold \\ predicted".ljust(width + 2) + "".join(label.rjust(width) for label in labels))
+        print(f"  {corner:<{first}}" + "".join(label.rjust(width) for label in labels))
         for label, row in details["confusion"].items():
-            print(f"  {label:<{width}}" + "".join(str(row[other]).rjust(width) for other in labels))
+            print(f"  {label:<{first}}" + "".join(str(row[other]).rjust(width) for other in labels))
     elif details:  # SRL: the CoNLL-2005 breakdown
         print(f"precision {details['precision']:.4f} recall {details['recall']:.4f} "
               f"({details['correct']} correct of {details['gold']} gold, {details['predicted']} predicted arguments)")
