@@ -256,3 +256,8 @@ def test_wrapped_text_keeps_its_sentences_whole(tmp_path):
     assert (tmp_path / "cli" / "train" / "shard-00000.txt").read_text().splitlines() == sentences
     prepare_corpus([book], tmp_path / "plain")
     assert "of times , said the narrator ." in (tmp_path / "plain" / "train" / "shard-00000.txt").read_text()
+
+
+def test_unwrap_streams_text_without_blank_lines(monkeypatch):
+    monkeypatch.setattr(prepare, "MAX_WRAPPED_PARAGRAPH_CHARS", 10)
+    assert list(prepare.unwrap(["abcd", "efgh", "ijkl", "mn", "", "op"])) == ["abcd efgh ijkl", "mn", "op"]

@@ -187,23 +187,32 @@ def _assign_articles(lines: Iterable[str], heldout_fraction: float) -> Iterator[
             split = None
 
 
+# A wrapped "paragraph" longer than this (text without blank lines) is passed on in pieces, so
+# memory stays bounded; the sentence at each cut may be split.
+MAX_WRAPPED_PARAGRAPH_CHARS = 100_000
+
+
 def unwrap(lines: Iterable[str]) -> Iterator[str]:
     """Hard-wrapped text (Project Gutenberg's: a paragraph's lines run on until a blank line, and
     two or more blank lines end a document) in the layout :func:`prepare_corpus` reads: each
     paragraph joined into one line, a blank line between documents."""
     paragraph: list[str] = []
-    blanks = 0
+    blanks = chars = 0
     for line in itertools.chain(lines, [None]):
         if line is None or not line.strip():
             if paragraph:
                 yield " ".join(paragraph)
-                paragraph = []
+                paragraph, chars = [], 0
             blanks += 1
             continue
         if blanks >= 2:
             yield ""
         blanks = 0
         paragraph.append(line.strip())
+        chars += len(paragraph[-1])
+        if chars >= MAX_WRAPPED_PARAGRAPH_CHARS:  # text without blank lines still streams
+            yield " ".join(paragraph)
+            paragraph, chars = [], 0
 
 
 def _paragraphs(paths: Sequence[str], wrapped: bool = False) -> Iterator[str]:
@@ -218,7 +227,8 @@ def prepare_corpus(inputs: Sequence[str | os.PathLike], output_dir: str | os.Pat
                    heldout_fraction: float = 0.0, sentences_per_shard: int = 100_000, lang: str = "en",
                    min_tokens: int = 1, progress: bool | None = False, wrapped: bool = False) -> dict:
     """Tokenize raw text files (plain or ``.gz``; one paragraph per line, a blank line between
-    articles; with ``wrapped``, hard-wrapped text as :func:`unwrap` reads it) into ``output_dir/train/shard-00000.txt``, ... and, with ``heldout_fraction`` > 0,
+    articles; with ``wrapped``, hard-wrapped text as :func:`unwrap` reads it) into
+    ``output_dir/train/shard-00000.txt``, ... and, with ``heldout_fraction`` > 0,
     ``output_dir/heldout/shard-00000.txt``, ...: one sentence per line, tokens separated by
     single spaces, ``sentences_per_shard`` sentences per shard. Each article goes to held-out with
     probability ``heldout_fraction``, decided by a hash of its text. Sentences with fewer than
