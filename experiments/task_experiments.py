@@ -98,6 +98,26 @@ def run_variant(args, experiment: str, config_path: str, variant: str, overrides
     return with_evaluated_test(args, config.output, config, metrics)
 
 
+def kept_evaluation(args, folder: str, label: str, data: str, split: str | None, kind: str | None = None,
+                    needs: str | None = None) -> dict:
+    """``elmo task evaluate`` of the run in ``folder`` on ``data`` (``split``, read as ``kind``),
+    kept next to the run as ``<label>.json`` with its ``seconds`` and read back from there; a kept
+    result whose details lack ``needs`` (made by an older version) is computed again."""
+    from elmo.tasks.training import evaluate_task
+
+    path = os.path.join(folder, f"{label}.json")
+    result = None
+    if os.path.isfile(path):
+        with open(path, encoding="utf-8") as f:
+            result = json.load(f)
+    if result is None or (needs is not None and needs not in result.get("details", {})):
+        started = time.time()
+        result = evaluate_task(folder, data, split, kind=kind, progress=not args.quiet)
+        result["seconds"] = round(time.time() - started, 1)
+        atomic_write_text(path, json.dumps(result, indent=1) + "\n", make_parents=True)
+    return result
+
+
 def with_evaluated_test(args, folder: str, config, metrics: dict) -> dict:
     """``metrics`` with its test score replaced by what ``elmo task evaluate`` gives on the
     config's test file: the number a user who evaluates the run gets, new words' vectors included.
@@ -105,16 +125,7 @@ def with_evaluated_test(args, folder: str, config, metrics: dict) -> dict:
     training computed is reported (it would mean the two paths disagree)."""
     if config.data.test is None:
         return metrics
-    from elmo.tasks.training import evaluate_task
-
-    path = os.path.join(folder, "test-eval.json")
-    if not os.path.isfile(path):
-        started = time.time()
-        result = evaluate_task(folder, config.data.test.path, config.data.test.split, progress=not args.quiet)
-        result["seconds"] = round(time.time() - started, 1)
-        atomic_write_text(path, json.dumps(result, indent=1) + "\n", make_parents=True)
-    with open(path, encoding="utf-8") as f:
-        result = json.load(f)
+    result = kept_evaluation(args, folder, "test-eval", config.data.test.path, config.data.test.split)
     args.evaluated.append(result["seconds"])
     if "test" in metrics and abs(result["score"] - metrics["test"]) > 1e-9:
         print(f"{folder}: elmo task evaluate gives test {result['score']:.6f}, training gave {metrics['test']:.6f}",
@@ -230,8 +241,6 @@ def transferred(args, label: str, data: str, split: str | None, kind: str) -> di
     """The main experiment's runs of ``args.configs[0]`` (baseline and +ELMo, every seed) scored
     by ``elmo task evaluate`` on another data set: ``{variant: [result per seed]}``. Each result
     is kept next to its run as ``<label>.json`` and read from there when it exists."""
-    from elmo.tasks.training import evaluate_task
-
     out: dict[str, list[dict]] = {}
     for variant, overrides in VARIANTS["main"].items():
         for seed in args.seeds:
@@ -239,14 +248,7 @@ def transferred(args, label: str, data: str, split: str | None, kind: str) -> di
             folder, _ = finished_run(args, task_name(args.configs[0]), config)
             if folder is None:
                 raise SystemExit(f"{config.output}: not trained yet; run the 'main' experiment first")
-            path = os.path.join(folder, f"{label}.json")
-            if not os.path.isfile(path):
-                started = time.time()
-                result = evaluate_task(folder, data, split, kind=kind, progress=not args.quiet)
-                result["seconds"] = round(time.time() - started, 1)
-                atomic_write_text(path, json.dumps(result, indent=1) + "\n", make_parents=True)
-            with open(path, encoding="utf-8") as f:
-                result = json.load(f)
+            result = kept_evaluation(args, folder, label, data, split, kind=kind)
             args.trained.append(result["seconds"])
             out.setdefault(variant, []).append(result)
     return out
@@ -297,19 +299,10 @@ def main_runs(args, config_path: str) -> dict[str, list[tuple[str, dict]]]:
 
 def class_details(args, folder: str, config) -> dict:
     """Per-class scores and confusion of a classification run on its test split (dev where there
-    is none), from ``elmo task evaluate``; kept next to the run as ``<split>-classes.json``."""
-    from elmo.tasks.training import evaluate_task
-
+    is none), from ``elmo task evaluate``: the kept ``<split>-eval.json`` the tables use."""
     split = config.data.test if config.data.test is not None else config.data.dev
     name = "test" if config.data.test is not None else "dev"
-    path = os.path.join(folder, f"{name}-classes.json")
-    if not os.path.isfile(path):
-        started = time.time()
-        result = evaluate_task(folder, split.path, split.split, progress=not args.quiet)
-        result["seconds"] = round(time.time() - started, 1)
-        atomic_write_text(path, json.dumps(result, indent=1) + "\n", make_parents=True)
-    with open(path, encoding="utf-8") as f:
-        result = json.load(f)
+    result = kept_evaluation(args, folder, f"{name}-eval", split.path, split.split, needs="confusion")
     args.evaluated.append(result["seconds"])
     return result["details"]
 

@@ -149,7 +149,7 @@ def test_diagnose_tables_curves_classes_and_weights(experiments, tmp_path):
                 json.dump({"dev": history[-1]["dev"], "best_epoch": epochs, "history": history,
                            "layer_weights": weights, "seconds": 1.0}, f)
             classes = {"a": {"gold": 4, "recall": 0.75, "precision": 0.6}, "b": {"gold": 6, "recall": 4 / 6, "precision": 0.8}}
-            with open(os.path.join(config.output, "test-classes.json"), "w") as f:
+            with open(os.path.join(config.output, "test-eval.json"), "w") as f:
                 json.dump({"details": {"classes": classes, "confusion": confusion}, "seconds": 3.0}, f)
     lines = experiments.diagnose(args)
     text = "\n".join(lines)
