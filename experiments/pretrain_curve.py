@@ -15,6 +15,13 @@ run each evaluation belongs to.
 
     python experiments/pretrain_curve.py /work/data/pretrain/C --continues docs/pretraining/curve.csv \
         --output docs/pretraining
+
+A run that branched off an earlier run before that run's last evaluation (``elmo finetune`` of
+its run directory, which reads the newest checkpoint then: ``init_checkpoint`` in the new run's
+``train_settings.json``) gives the total tokens of the branch point with ``--continues-at``; the
+earlier evaluations after it are left out. Its steps count on from there at this run's tokens per
+step, and its hours from the last evaluation kept plus the tokens in between at this run's median
+speed (an estimate: the earlier run's wall clock at the branch point was not evaluated).
 """
 
 from __future__ import annotations
@@ -76,6 +83,12 @@ def read_earlier_curve(path: str) -> list[dict]:
     return typed
 
 
+def read_options(run: str) -> dict:
+    """The run's ``options.json`` (bilm-tf layout: ``batch_size``, ``unroll_steps`` at the top)."""
+    with open(os.path.join(run, "options.json"), encoding="utf-8") as f:
+        return json.load(f)
+
+
 def fit_power_law(tokens: list[int], perplexities: list[float]) -> tuple[float, float]:
     """Least-squares fit of ``log ppl = log a + b log tokens``; returns ``(a, b)``."""
     b, log_a = np.polyfit(np.log(tokens), np.log(perplexities), 1)
@@ -89,19 +102,34 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fit-points", type=int, default=4, help="evaluations the forecast is fitted to")
     parser.add_argument("--target", type=float, default=100.0, help="perplexity the forecast aims at")
     parser.add_argument("--continues", help="curve.csv of the run this one continues from")
+    parser.add_argument("--continues-at", type=int,
+                        help="with --continues: total training tokens at which this run branched off (default: "
+                             "the earlier curve's last evaluation)")
     args = parser.parse_args(argv)
 
     curve, median_rate = read_curve(os.path.join(args.run, "metrics.csv"))
     name = os.path.basename(os.path.normpath(args.run))
     curve = [{"run": name, **row} for row in curve]
     continued_at = None
+    if args.continues_at is not None and not args.continues:
+        parser.error("--continues-at needs --continues")
     if args.continues:
         earlier = read_earlier_curve(args.continues)
+        at = earlier[-1]["tokens"] if args.continues_at is None else args.continues_at
+        earlier = [row for row in earlier if row["tokens"] <= at]
+        if not earlier:
+            parser.error(f"--continues-at {at}: before the first evaluation of {args.continues}")
         last = earlier[-1]
-        continued_at = last["tokens"]
+        between = at - last["tokens"]
+        options = read_options(args.run)
+        hours = between / median_rate / 3600
+        offset = {"step": last["step"] + between // (options["batch_size"] * options["unroll_steps"]),
+                  "tokens": at, "wall_hours": last["wall_hours"] + hours, "busy_hours": last["busy_hours"] + hours}
+        continued_at = at
+        branched_from = "the packaged model" if last["run"] == "earlier" else last["run"]
         for row in curve:
             for key in ("step", "tokens", "wall_hours", "busy_hours"):
-                row[key] = round(row[key] + last[key], 3) if isinstance(row[key], float) else row[key] + last[key]
+                row[key] = round(row[key] + offset[key], 3) if isinstance(row[key], float) else row[key] + offset[key]
         curve = [row for row in earlier if row["run"] != name] + curve
     if len(curve) < 2:
         print(f"{args.run}: fewer than two held-out evaluations in metrics.csv", file=sys.stderr)
@@ -140,7 +168,7 @@ def main(argv: list[str] | None = None) -> int:
     ax.axhline(args.target, color="grey", linewidth=0.8)
     if continued_at is not None:
         ax.axvline(continued_at / 1e6, color="grey", linestyle=":", linewidth=1,
-                   label="continued from the packaged model (new optimizer state)")
+                   label=f"{name} starts from {branched_from}'s weights (new optimizer state)")
     ax.set_xscale("log")
     ax.set_yscale("log")
     plain = matplotlib.ticker.FuncFormatter(lambda value, _: f"{value:g}")

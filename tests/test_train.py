@@ -2,6 +2,7 @@
 evaluation and fine-tuning, on the tiny corpus of the original's test suite."""
 
 import csv
+import json
 import math
 import os
 import shutil
@@ -344,6 +345,11 @@ def test_finetune_keeps_vocabulary_and_lowers_in_domain_perplexity(trained_run, 
                    check=True, capture_output=True)
     tuned, tuned_vocab = load_language_model(tmp_path / "ft")
     assert tuned_vocab.words == vocab.words
+    # The run says which checkpoint of the earlier run it started from, and where that run was.
+    started = json.loads((tmp_path / "ft" / "train_settings.json").read_text())["init_checkpoint"]
+    newest = sorted((trained_run / "checkpoints").iterdir())[-1]
+    assert started["path"] == str(newest.resolve()) and (started["step"], started["tokens"]) == (40, 1600)
+    assert started["elapsed_seconds"] > 0
     after = evaluate(tuned, tuned_vocab, [str(domain)])["average_perplexity"]
     assert after < 0.7 * before
 

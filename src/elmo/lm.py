@@ -187,18 +187,29 @@ def load_latest_train_checkpoint(run_dir: str | os.PathLike) -> tuple[str, dict]
 def load_language_model(path: str | os.PathLike) -> tuple[LanguageModel, Vocabulary]:
     """Load a trained LM from a run directory (its newest checkpoint), a checkpoint file, or an
     exported folder (``options.json``, ``weights.hdf5``, ``softmax_weights.hdf5``, ``vocab.txt``)."""
+    model, vocab, _ = load_language_model_with_origin(path)
+    return model, vocab
+
+
+def load_language_model_with_origin(path: str | os.PathLike) -> tuple[LanguageModel, Vocabulary, dict]:
+    """:func:`load_language_model`, plus where the weights came from: ``{"path": ...}`` naming
+    the checkpoint file that was read (a run directory names its newest readable one) or the
+    exported folder, and for a checkpoint its ``step``, ``tokens`` and ``elapsed_seconds``, so that
+    a run started from it can say at which point of the earlier run it branched off."""
     path = os.fspath(path)
     if os.path.isfile(path):
         found: tuple[str, dict] | None = (path, load_train_checkpoint(path))
     else:
         found = load_latest_train_checkpoint(path)  # skips a damaged newest file, with a warning
     if found is not None:
-        _, payload = found
+        source, payload = found
         config = BiLMConfig.from_dict(payload["config"])
         vocab = Vocabulary(payload["vocab"])
         model = LanguageModel(config, len(vocab))
         model.load_state_dict(payload["model"])
-        return model, vocab
+        origin = {"path": os.path.abspath(source), "step": payload["step"], "tokens": payload["tokens"],
+                  "elapsed_seconds": payload.get("elapsed_seconds")}
+        return model, vocab, origin
     needed = ["options.json", "weights.hdf5", SOFTMAX_FILE, VOCAB_FILE]
     missing = [n for n in needed if not os.path.isfile(os.path.join(path, n))]
     if missing:
@@ -209,9 +220,9 @@ def load_language_model(path: str | os.PathLike) -> tuple[LanguageModel, Vocabul
     model = LanguageModel(bilm.config, len(vocab))
     model.bilm = bilm
     model.softmax = load_softmax(os.path.join(path, SOFTMAX_FILE), len(vocab), bilm.config.lstm.projection_dim)
-    return model, vocab
+    return model, vocab, {"path": os.path.abspath(path)}
 
 
 __all__ = ["BACKWARD", "FORWARD", "LanguageModel", "checkpoint_paths", "export_language_model",
-           "latest_checkpoint", "load_language_model", "load_latest_train_checkpoint", "load_train_checkpoint",
+           "latest_checkpoint", "load_language_model", "load_language_model_with_origin", "load_latest_train_checkpoint", "load_train_checkpoint",
            "stack_states"]

@@ -37,7 +37,7 @@ from elmo.data import LMBatcher, SentenceStream, count_tokens, expand_paths
 from elmo.evaluate import evaluate
 from elmo.fileio import atomic_path, atomic_write_text
 from elmo.lm import (TRAIN_FORMAT, VOCAB_FILE, LanguageModel, checkpoint_paths, latest_checkpoint,
-                     load_language_model, load_latest_train_checkpoint)
+                     load_language_model_with_origin, load_latest_train_checkpoint)
 from elmo.vocab import Vocabulary
 
 PRESETS = ("tiny", "small", "original")
@@ -294,9 +294,9 @@ class Trainer:
         if self.n_train_tokens == 0:
             raise ValueError(f"{s.train}: the training shards hold no sentences")
 
-        init_model = None
+        init_model, self.init_origin = None, None
         if s.init_from is not None:
-            init_model, vocab = load_language_model(s.init_from)
+            init_model, vocab, self.init_origin = load_language_model_with_origin(s.init_from)
             if s.vocab is not None and Vocabulary.from_file(s.vocab).words != vocab.words:
                 raise ValueError(f"{s.vocab}: fine-tuning keeps the model's vocabulary; this one differs")
         else:
@@ -476,6 +476,9 @@ class Trainer:
         recorded = asdict(s)
         recorded["seed"] = self.seed
         recorded["config"] = s.config if s.config is not None or s.init_from is not None else "tiny"
+        if self.init_origin is not None:
+            # A run directory's newest checkpoint changes as that run goes on: keep which one was read.
+            recorded["init_checkpoint"] = self.init_origin
         atomic_write_text(settings_path, json.dumps(recorded, indent=2) + "\n")
 
     # ----------------------------------------------------------------------- checkpoints
