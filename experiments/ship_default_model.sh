@@ -5,6 +5,10 @@
 # A run that continued the packaged model (experiments/pretrain_continue.sh) is drawn after the
 # curve it continues:
 #   bash experiments/ship_default_model.sh /work/data/pretrain/C /work/data docs/pretraining/curve.csv
+# and one that branched off before the earlier curve's last evaluation gives the total training
+# tokens of its branch point (experiments/pretrain_curve.py --continues-at):
+#   bash experiments/ship_default_model.sh /work/data/pretrain/anneal/lr002 /work/data \
+#     docs/pretraining/anneal-lr005/curve.csv 29120000
 # Writes src/elmo/resources/model/ (float16 storage) and docs/pretraining/{curve.csv,curve.png,
 # forecast.json,*-eval.json,float16.txt}. The evaluations score the packaged (float16) files.
 set -euo pipefail
@@ -12,6 +16,7 @@ RUN=${1:-/work/data/pretrain/B}
 DATA=${2:-/work/data}
 CONTINUES=()
 [ -n "${3:-}" ] && CONTINUES=(--continues "$3")
+[ -n "${4:-}" ] && CONTINUES+=(--continues-at "$4")
 MODEL=src/elmo/resources/model
 OUT=docs/pretraining
 mkdir -p "$OUT"
