@@ -142,11 +142,15 @@ def main(argv: list[str] | None = None) -> int:
 
     fitted = curve[-args.fit_points:]
     a, b = fit_power_law([r["tokens"] for r in fitted], [r["heldout_average"] for r in fitted])
-    target_tokens = (args.target / a) ** (1 / b)
+    # A curve that has stopped falling forecasts nothing: the fit would reach the target backwards.
+    falling = b < 0
+    target_tokens = (args.target / a) ** (1 / b) if falling else None
     forecast = {"fit": f"ppl = {a:.4g} * tokens^{b:.4f}", "fit_points": len(fitted), "target": args.target,
-                "tokens_at_target": round(target_tokens), "median_tokens_per_second": round(median_rate),
+                "tokens_at_target": round(target_tokens) if falling else None,
+                "median_tokens_per_second": round(median_rate),
                 "busy_hours_at_target": round(curve[-1]["busy_hours"]
-                                              + max(target_tokens - curve[-1]["tokens"], 0) / median_rate / 3600, 1),
+                                              + max(target_tokens - curve[-1]["tokens"], 0) / median_rate / 3600, 1)
+                if falling else None,
                 "last": curve[-1]}
     with atomic_path(os.path.join(args.output, "forecast.json")) as tmp, open(tmp, "w") as f:
         json.dump(forecast, f, indent=1)
@@ -160,11 +164,16 @@ def main(argv: list[str] | None = None) -> int:
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
     tokens = np.array([r["tokens"] for r in curve])
     for key, label in (("heldout_forward", "forward"), ("heldout_backward", "backward"), ("heldout_average", "average")):
-        ax.plot(tokens / 1e6, [r[key] for r in curve], marker="o" if key == "heldout_average" else None,
-                label=label, linewidth=2 if key == "heldout_average" else 1)
-    extension = np.geomspace(fitted[0]["tokens"], max(target_tokens, tokens[-1]) * 1.05, 50)
-    ax.plot(extension / 1e6, a * extension ** b, "k--", linewidth=1,
-            label=f"power law fitted to the last {len(fitted)}, exponent {b:.2f}")
+        ax.plot(tokens / 1e6, [r[key] for r in curve], label=label, linewidth=2 if key == "heldout_average" else 1)
+    runs = list(dict.fromkeys(r["run"] for r in curve))
+    for run in runs:  # each run's evaluations in their own colour, so a chain of runs reads as one
+        rows = [r for r in curve if r["run"] == run]
+        ax.plot([r["tokens"] / 1e6 for r in rows], [r["heldout_average"] for r in rows], "o", markersize=4,
+                label=("the first run" if run == "earlier" else f"run {run}") if len(runs) > 1 else None, color=None if len(runs) > 1 else "C2")
+    if falling:
+        extension = np.geomspace(fitted[0]["tokens"], max(target_tokens, tokens[-1]) * 1.05, 50)
+        ax.plot(extension / 1e6, a * extension ** b, "k--", linewidth=1,
+                label=f"power law fitted to the last {len(fitted)}, exponent {b:.2f}")
     ax.axhline(args.target, color="grey", linewidth=0.8)
     if continued_at is not None:
         ax.axvline(continued_at / 1e6, color="grey", linestyle=":", linewidth=1,
@@ -185,8 +194,11 @@ def main(argv: list[str] | None = None) -> int:
         fig.savefig(tmp, format="png", dpi=110)
     for r in curve:
         print(f"{r['step']:>7} {r['tokens']:>11,} {r['busy_hours']:>6.2f} h  ppl {r['heldout_average']:.1f}")
-    print(f"forecast: {forecast['fit']}; {args.target:g} at {target_tokens / 1e6:.0f}M tokens "
-          f"(~{forecast['busy_hours_at_target']} h at the median {median_rate:.0f} tokens/s)")
+    if falling:
+        print(f"forecast: {forecast['fit']}; {args.target:g} at {target_tokens / 1e6:.0f}M tokens "
+              f"(~{forecast['busy_hours_at_target']} h at the median {median_rate:.0f} tokens/s)")
+    else:
+        print(f"no forecast: the last {len(fitted)} evaluations no longer fall ({forecast['fit']})")
     return 0
 
 

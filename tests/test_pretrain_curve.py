@@ -72,3 +72,16 @@ def test_a_branch_point_before_the_first_evaluation_is_refused(tmp_path, capsys)
         curve_script.main([str(branch), "--continues", str(tmp_path / "c-curve" / "curve.csv"),
                            "--continues-at", "1000", "--output", str(tmp_path / "out")])
     assert "before the first evaluation" in capsys.readouterr().err
+
+
+def test_a_curve_that_stopped_falling_forecasts_nothing(tmp_path, capsys):
+    run = write_run(tmp_path / "flat", [(1000, 150.0), (2000, 120.0), (3000, 110.0), (4000, 110.5), (5000, 110.4),
+                                        (6000, 110.6)])
+    assert curve_script.main([str(run), "--output", str(tmp_path / "out")]) == 0
+    forecast = json.loads((tmp_path / "out" / "forecast.json").read_text())
+    assert forecast["tokens_at_target"] is None and forecast["busy_hours_at_target"] is None
+    assert "no forecast" in capsys.readouterr().out
+    # A falling curve does forecast.
+    falling = write_run(tmp_path / "falling", [(1000, 150.0), (2000, 130.0), (3000, 120.0), (4000, 112.0)])
+    curve_script.main([str(falling), "--output", str(tmp_path / "out2")])
+    assert json.loads((tmp_path / "out2" / "forecast.json").read_text())["tokens_at_target"] > 4000 * 640
