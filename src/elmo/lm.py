@@ -224,5 +224,5 @@ def load_language_model_with_origin(path: str | os.PathLike) -> tuple[LanguageMo
 
 
 __all__ = ["BACKWARD", "FORWARD", "LanguageModel", "checkpoint_paths", "export_language_model",
-           "latest_checkpoint", "load_language_model", "load_language_model_with_origin", "load_latest_train_checkpoint", "load_train_checkpoint",
-           "stack_states"]
+           "latest_checkpoint", "load_language_model", "load_language_model_with_origin",
+           "load_latest_train_checkpoint", "load_train_checkpoint", "stack_states"]
