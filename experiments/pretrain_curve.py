@@ -144,13 +144,14 @@ def main(argv: list[str] | None = None) -> int:
     a, b = fit_power_law([r["tokens"] for r in fitted], [r["heldout_average"] for r in fitted])
     # A curve that has stopped falling forecasts nothing: the fit would reach the target backwards.
     falling = b < 0
-    target_tokens = (args.target / a) ** (1 / b) if falling else None
+    target_tokens, busy_hours_at_target = None, None
+    if falling:
+        target_tokens = (args.target / a) ** (1 / b)
+        busy_hours_at_target = round(curve[-1]["busy_hours"]
+                                     + max(target_tokens - curve[-1]["tokens"], 0) / median_rate / 3600, 1)
     forecast = {"fit": f"ppl = {a:.4g} * tokens^{b:.4f}", "fit_points": len(fitted), "target": args.target,
                 "tokens_at_target": round(target_tokens) if falling else None,
-                "median_tokens_per_second": round(median_rate),
-                "busy_hours_at_target": round(curve[-1]["busy_hours"]
-                                              + max(target_tokens - curve[-1]["tokens"], 0) / median_rate / 3600, 1)
-                if falling else None,
+                "median_tokens_per_second": round(median_rate), "busy_hours_at_target": busy_hours_at_target,
                 "last": curve[-1]}
     with atomic_path(os.path.join(args.output, "forecast.json")) as tmp, open(tmp, "w") as f:
         json.dump(forecast, f, indent=1)
@@ -168,8 +169,10 @@ def main(argv: list[str] | None = None) -> int:
     runs = list(dict.fromkeys(r["run"] for r in curve))
     for run in runs:  # each run's evaluations in their own colour, so a chain of runs reads as one
         rows = [r for r in curve if r["run"] == run]
+        chained = len(runs) > 1
+        label = ("the first run" if run == "earlier" else f"run {run}") if chained else None
         ax.plot([r["tokens"] / 1e6 for r in rows], [r["heldout_average"] for r in rows], "o", markersize=4,
-                label=("the first run" if run == "earlier" else f"run {run}") if len(runs) > 1 else None, color=None if len(runs) > 1 else "C2")
+                label=label, color=None if chained else "C2")
     if falling:
         extension = np.geomspace(fitted[0]["tokens"], max(target_tokens, tokens[-1]) * 1.05, 50)
         ax.plot(extension / 1e6, a * extension ** b, "k--", linewidth=1,
