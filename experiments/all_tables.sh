@@ -39,8 +39,8 @@ lane_b() {  # the +ELMo runs, then placement, the probes and the domain experime
   E domain --finetuned "$RUNS/wnut-ft/model" --output docs/tasks/domain.md
   step "B: done"
 }
-lane_a > "$LOGS/lane-a.log" 2>&1 &
-lane_b > "$LOGS/lane-b.log" 2>&1 &
+lane_a >> "$LOGS/lane-a.log" 2>&1 &  # appended: a restart keeps the earlier lines
+lane_b >> "$LOGS/lane-b.log" 2>&1 &
 wait
 # Every run is trained by now: the tables below only read them back (and evaluate where needed).
 step "tables"

@@ -9,6 +9,7 @@
     python experiments/task_experiments.py gap         # the main table's LitBank coreference models scored on GAP
     python experiments/task_experiments.py domain-text --output TEXT [--split dev]  # the task's text, for elmo finetune
     python experiments/task_experiments.py domain --finetuned MODEL_DIR   # the biLM adapted to that text
+    python experiments/task_experiments.py main --status   # where each planned run stands; trains nothing
 
 Every run goes to ``--runs/<experiment>/<config>/<variant>/seed-<n>`` and is skipped when its
 ``metrics.json`` exists, so an interrupted experiment continues where it stopped. Common flags:
@@ -80,6 +81,9 @@ def run_variant(args, experiment: str, config_path: str, variant: str, overrides
     name = task_name(config_path)
     config = variant_config(args, experiment, config_path, variant, overrides, seed)
     folder, reused = finished_run(args, name, config)
+    if getattr(args, "status", False):
+        args.status_rows.append(run_state(experiment, name, variant, config, folder, reused))
+        return {"dev": 0.0}  # a stand-in: with --status the tables built from it are not written
     if folder is not None:
         with open(os.path.join(folder, "metrics.json"), encoding="utf-8") as f:
             metrics = json.load(f)
@@ -87,15 +91,81 @@ def run_variant(args, experiment: str, config_path: str, variant: str, overrides
             print(f"{name} {variant} seed {seed}: same settings as {folder}, reusing its metrics", file=sys.stderr)
             args.reused += 1
         else:
-            args.trained.append(metrics["seconds"])
+            count_time(args, metrics)
         return with_evaluated_test(args, folder, config, metrics)
     started = time.time()
     metrics = train_task(config, resume=True, progress=not args.quiet)
-    args.trained.append(metrics["seconds"])
+    count_time(args, metrics)
     print(f"{name} {variant} seed {seed}: dev {metrics['dev']:.4f}"
           + (f" test {metrics['test']:.4f}" if "test" in metrics else "")
           + f" ({time.time() - started:.0f} s)", file=sys.stderr)
     return with_evaluated_test(args, config.output, config, metrics)
+
+
+def count_time(args, metrics: dict) -> None:
+    """Adds a run's ``seconds`` to the experiment's training time, noting a run whose time before a
+    resume was not recorded (its checkpoint predates that)."""
+    args.trained.append(metrics["seconds"])
+    if "seconds_counted_from_epoch" in metrics:
+        args.untimed += 1
+
+
+def run_state(experiment: str, name: str, variant: str, config, folder: str | None, reused: bool) -> dict:
+    """Where one planned run stands, without training anything: ``state`` is ``done`` (its
+    metrics.json exists), ``reused`` (an identical run of another experiment finished), ``partial``
+    (``last.pt`` holds finished epochs; training resumes after them) or ``pending``."""
+    row = {"experiment": experiment, "task": name, "variant": variant, "seed": config.train.seed,
+           "max_epochs": config.train.epochs, "epochs": 0, "best_epoch": None, "seconds": None}
+    if folder is not None:
+        with open(os.path.join(folder, "metrics.json"), encoding="utf-8") as f:
+            metrics = json.load(f)
+        row.update(state="reused" if reused else "done", epochs=len(metrics.get("history", [])),
+                   best_epoch=metrics.get("best_epoch"), seconds=metrics.get("seconds"), folder=folder,
+                   counted_from=metrics.get("seconds_counted_from_epoch"))
+        return row
+    last = os.path.join(config.output, "last.pt")
+    if os.path.isfile(last):
+        import torch
+
+        state = torch.load(last, map_location="cpu", weights_only=True)
+        row.update(state="partial", epochs=int(state["epoch"]), best_epoch=int(state["best_epoch"]))
+    else:
+        row["state"] = "pending"
+    return row
+
+
+def status_lines(rows: list[dict]) -> list[str]:
+    """A Markdown table of :func:`run_state` rows and a summary: CPU minutes of the finished runs,
+    and an estimate for the rest from the mean time of the same task and variant's finished runs
+    (runs of a task and variant with none finished are counted, not estimated)."""
+    lines = ["| experiment | task | variant | seed | state | epochs (best) | minutes |", "|---|---|---|---:|---|---:|---:|"]
+    for r in rows:
+        best = f" ({r['best_epoch']})" if r["best_epoch"] else ""
+        minutes = f"{r['seconds'] / 60:.1f}" if r["seconds"] is not None else ""
+        if r.get("counted_from"):
+            minutes += f" (from epoch {r['counted_from']} on)"
+        lines.append(f"| {r['experiment']} | {r['task']} | {r['variant']} | {r['seed']} | {r['state']} | "
+                     f"{r['epochs']}/{r['max_epochs']}{best} | {minutes} |")
+    done = [r for r in rows if r["state"] == "done"]
+    times: dict[tuple, list[float]] = {}
+    for r in done:
+        times.setdefault((r["task"], r["variant"]), []).append(r["seconds"])
+    left = [r for r in rows if r["state"] in ("partial", "pending")]
+    estimate, unknown = 0.0, 0
+    for r in left:
+        known = times.get((r["task"], r["variant"]))
+        if known:
+            share = 1 - r["epochs"] / r["max_epochs"] if r["state"] == "partial" else 1.0
+            estimate += statistics.mean(known) * share
+        else:
+            unknown += 1
+    counts = {state: sum(r["state"] == state for r in rows) for state in ("done", "reused", "partial", "pending")}
+    lines += ["", f"{len(rows)} runs: {counts['done']} done ({sum(r['seconds'] for r in done) / 60:.1f} CPU-minutes), "
+                  f"{counts['reused']} reused, {counts['partial']} partly trained, {counts['pending']} not started.",
+              f"Left: about {estimate / 60:.0f} CPU-minutes for {len(left) - unknown} runs (the mean of their task and "
+              f"variant's finished runs, all epochs; early stopping can end them sooner); {unknown} more runs have no "
+              f"finished run to estimate from."]
+    return lines
 
 
 def kept_evaluation(args, folder: str, label: str, data: str, split: str | None, kind: str | None = None,
@@ -200,6 +270,9 @@ def write_markdown(args, path: str, title: str, command: str, lines: list[str]) 
                 f"included); {args.reused} more came from identical runs of an earlier experiment. Test scores: "
                 f"`elmo task evaluate` on the test file, {sum(args.evaluated) / 60:.1f} minutes over "
                 f"{len(args.evaluated)} evaluations.")
+        if args.untimed:
+            cost += (f" {args.untimed} of the runs were resumed from a checkpoint that did not record the time "
+                     f"spent before it: only their time from the resumed epoch on is counted, so the total is low.")
     seeds = (f"mean ± std over seeds {', '.join(map(str, args.seeds))}" if len(args.seeds) > 1
              else f"one seed ({args.seeds[0]})")
     text = (f"# {title}\n\nProduced by `{command}`.\nScores are percentages, {seeds}.\n\n"
@@ -416,6 +489,11 @@ def weights_plot(args) -> None:
     print(f"wrote {args.png}")
 
 
+def domain_variants(args) -> dict:
+    """The domain experiment's two biLMs: the packaged one and ``--finetuned``."""
+    return {"unadapted": {}, "fine-tuned": {"bilm": {"model": args.finetuned}}}
+
+
 def write_task_text(config_path: str, split: str, output: str) -> None:
     """One split's sentences, one per line: the training split is the unlabeled in-domain text for
     ``elmo finetune``; dev gives held-out text for ``elmo evaluate``."""
@@ -447,9 +525,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--gap", default="../shared/data/coref/gap", help="gap: the folder of GAP's tsv files")
     parser.add_argument("--split", default="train", choices=["train", "dev", "test"], help="domain-text: which split")
     parser.add_argument("--quiet", action="store_true")
+    parser.add_argument("--status", action="store_true", help="main, layers, placement, samples, domain: list "
+                        "where each planned run stands (done, reused, partly trained, not started) and train nothing")
     args = parser.parse_args(argv)
+    args.status_rows = []
     # Seconds of this experiment's own runs and of its test evaluations; runs taken from earlier ones.
-    args.trained, args.evaluated, args.reused = [], [], 0
+    args.trained, args.evaluated, args.reused, args.untimed = [], [], 0, 0
     command = "python experiments/task_experiments.py " + " ".join(argv if argv is not None else sys.argv[1:])
     default_configs = {"samples": ["configs/tasks/ner-conll2003.toml", "configs/tasks/sst5.toml"],
                        "domain": ["configs/tasks/ner-wnut17.toml"], "domain-text": ["configs/tasks/ner-wnut17.toml"],
@@ -463,6 +544,18 @@ def main(argv: list[str] | None = None) -> int:
               "gap": "LitBank coreference models scored on GAP (out of domain)",
               "diagnose": f"What ELMo changes in {task_name(args.configs[0])}: learning curves, per-class errors, layer weights"}
     output = args.output or f"docs/tasks/{args.experiment}.md"
+    if args.status:
+        planned = {"main": lambda: table(args, "main", VARIANTS["main"]),
+                   "layers": lambda: table(args, "layers", VARIANTS["layers"]),
+                   "placement": lambda: table(args, "placement", VARIANTS["placement"]),
+                   "samples": lambda: samples(args), "domain": lambda: table(args, "domain", domain_variants(args))}
+        if args.experiment not in planned:
+            parser.error(f"--status covers {', '.join(planned)}, not {args.experiment}")
+        if args.experiment == "domain" and not args.finetuned:
+            parser.error("domain needs --finetuned: the exported biLM fine-tuned with elmo finetune on the task text")
+        planned[args.experiment]()
+        print("\n".join(status_lines(args.status_rows)))
+        return 0
     if args.experiment in ("main", "layers", "placement"):
         write_markdown(args, output, titles[args.experiment], command, table(args, args.experiment, VARIANTS[args.experiment]))
     elif args.experiment == "samples":
@@ -483,8 +576,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         if not args.finetuned:
             parser.error("domain needs --finetuned: the exported biLM fine-tuned with elmo finetune on the task text")
-        variants = {"unadapted": {}, "fine-tuned": {"bilm": {"model": args.finetuned}}}
-        write_markdown(args, output, titles["domain"], command, table(args, "domain", variants))
+        write_markdown(args, output, titles["domain"], command, table(args, "domain", domain_variants(args)))
     return 0
 
 

@@ -55,7 +55,7 @@ def _args(tmp_path, **extra):
 
     values = dict(runs=str(tmp_path), cache=str(tmp_path / "cache"), epochs=None, bilm=None, seeds=[1, 2],
                   configs=[os.path.join(ROOT, "configs", "tasks", "coref-litbank.toml")], variants=None, trained=[],
-                  evaluated=[], reused=0, quiet=True, gap=str(tmp_path / "gap"))
+                  evaluated=[], reused=0, untimed=0, quiet=True, gap=str(tmp_path / "gap"))
     values.update(extra)
     return argparse.Namespace(**values)
 
@@ -87,6 +87,56 @@ def test_variants_pick_part_of_an_experiment(experiments, tmp_path):
     _finished_main_runs(experiments, args, {"baseline": [0.5, 0.5]})
     full = experiments.table(_args(tmp_path), "main", experiments.VARIANTS["main"])
     assert "| coref-litbank | +11.00 | 22.0% |" in full
+
+
+def test_status_lists_each_planned_run_and_estimates_the_rest(experiments, tmp_path, capsys):
+    """--status trains nothing: it says which runs are done, reused from another experiment, partly
+    trained (epochs in last.pt) or not started, and estimates the rest from finished runs' times."""
+    import torch
+
+    args = _args(tmp_path, seeds=[1, 2, 3])
+    plan = {(v, s): experiments.variant_config(args, "main", args.configs[0], v, experiments.VARIANTS["main"][v], s)
+            for v in ("baseline", "elmo") for s in (1, 2, 3)}
+    for seed, seconds in ((1, 60.0), (2, 120.0)):
+        config = plan["baseline", seed]
+        _run(config.output, config.to_dict())
+        with open(os.path.join(config.output, "metrics.json"), "w") as f:
+            json.dump({"dev": 0.5, "seconds": seconds, "best_epoch": 3, "history": [{}] * 5}, f)
+    partial = plan["baseline", 3]
+    _run(partial.output, partial.to_dict(), finished=False)
+    torch.save({"epoch": 2, "best_epoch": 1}, os.path.join(partial.output, "last.pt"))
+    elsewhere = os.path.join(str(tmp_path), "placement", "coref-litbank", "input", "seed-1")
+    _run(elsewhere, {**plan["elmo", 1].to_dict(), "output": elsewhere})
+
+    argv = ["main", "--status", "--runs", str(tmp_path), "--configs", args.configs[0], "--cache", args.cache]
+    assert experiments.main(argv) == 0
+    out = capsys.readouterr().out
+    assert "| main | coref-litbank | baseline | 2 | done | 5/8 (3) | 2.0 |" in out
+    assert "| main | coref-litbank | baseline | 3 | partial | 2/8 (1) |  |" in out
+    assert "| main | coref-litbank | elmo | 1 | reused |" in out
+    assert "| main | coref-litbank | elmo | 3 | pending | 0/8 |  |" in out
+    assert "6 runs: 2 done (3.0 CPU-minutes), 1 reused, 1 partly trained, 2 not started." in out
+    # baseline seed 3 has 6 of 8 epochs left at the mean 90 s of its finished seeds; +ELMo has no time yet.
+    assert "Left: about 1 CPU-minutes for 1 runs" in out and "2 more runs have no finished run" in out
+    assert not os.path.exists(os.path.join(plan["elmo", 2].output, "config.json"))
+    assert not os.path.exists(os.path.join(str(tmp_path), "docs"))
+    with pytest.raises(SystemExit):
+        experiments.main(["weights", "--status", "--runs", str(tmp_path)])
+
+
+def test_the_time_line_says_when_a_run_was_timed_only_after_a_resume(experiments, tmp_path):
+    args = _args(tmp_path, seeds=[1], experiment="main")
+    config = experiments.variant_config(args, "main", args.configs[0], "baseline", {"elmo": {"enabled": False}}, 1)
+    _run(config.output, config.to_dict())
+    with open(os.path.join(config.output, "metrics.json"), "w") as f:
+        json.dump({"dev": 0.5, "seconds": 30.0, "seconds_counted_from_epoch": 4}, f)
+    with open(os.path.join(config.output, "test-eval.json"), "w") as f:
+        json.dump({"score": 0.5, "seconds": 2.0}, f)
+    experiments.run_variant(args, "main", args.configs[0], "baseline", {"elmo": {"enabled": False}}, 1)
+    experiments.write_markdown(args, str(tmp_path / "t.md"), "T", "cmd", ["| x |"])
+    text = (tmp_path / "t.md").read_text()
+    assert "Training time: 0.5 minutes over the 1 runs" in text
+    assert "1 of the runs were resumed from a checkpoint that did not record the time" in text
 
 
 def test_gap_table_from_kept_results(experiments, tmp_path):

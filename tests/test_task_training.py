@@ -149,6 +149,27 @@ def test_baseline_needs_no_bilm_and_resume_continues(ner_config, tmp_path):
     assert again["history"] == first["history"]
 
 
+def test_resumed_run_counts_the_time_before_the_resume(ner_config, tmp_path):
+    config = load_task_config(ner_config, {"elmo": {"enabled": False}, "train": {"epochs": 1}})
+    train_task(config, progress=False)
+    last = tmp_path / "run" / "last.pt"
+    state = torch.load(last, weights_only=True)
+    assert 0 < state["seconds"] < 600
+    # As if the first process had trained for 1000 s before it was stopped.
+    torch.save({**state, "seconds": 1000.0}, last)
+    longer = load_task_config(ner_config, {"elmo": {"enabled": False}, "train": {"epochs": 2}})
+    resumed = train_task(longer, resume=True, progress=False)
+    assert 1000 < resumed["seconds"] < 1600 and "seconds_counted_from_epoch" not in resumed
+    assert torch.load(last, weights_only=True)["seconds"] > 1000
+    # A checkpoint written before the time was recorded: the metrics say what the seconds cover.
+    state = torch.load(last, weights_only=True)
+    del state["seconds"]
+    torch.save(state, last)
+    longest = load_task_config(ner_config, {"elmo": {"enabled": False}, "train": {"epochs": 3}})
+    partly_timed = train_task(longest, resume=True, progress=False)
+    assert partly_timed["seconds_counted_from_epoch"] == 3 and partly_timed["seconds"] < 600
+
+
 def test_tagger_learns_the_toy_task(ner_config):
     config = load_task_config(ner_config, {"elmo": {"enabled": False}, "train": {"epochs": 8}})
     assert train_task(config, progress=False)["dev"] > 0.9

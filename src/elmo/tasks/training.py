@@ -411,6 +411,9 @@ def train_task(config: TaskConfig, *, resume: bool = False, progress: bool = Tru
     optimizer = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=config.train.learning_rate)
     history: list[dict] = []
     best_score, best_epoch, first_epoch = -math.inf, 0, 1
+    # Seconds spent by earlier processes on this run, up to their last checkpoint: a resumed run
+    # reports its whole time, not just the part since the resume.
+    earlier_seconds: float | None = 0.0
     last_path = os.path.join(config.output, "last.pt")
     if resume and os.path.isfile(last_path):
         state = torch.load(last_path, map_location="cpu", weights_only=True)
@@ -420,6 +423,7 @@ def train_task(config: TaskConfig, *, resume: bool = False, progress: bool = Tru
         first_epoch = state["epoch"] + 1
         torch.set_rng_state(state["torch_rng"])
         random.setstate(_tuple_state(state["python_rng"]))
+        earlier_seconds = state.get("seconds")  # None: a checkpoint from before this was recorded
 
     order = list(range(len(data["train"].examples)))
     for epoch in range(first_epoch, config.train.epochs + 1):
@@ -449,14 +453,20 @@ def train_task(config: TaskConfig, *, resume: bool = False, progress: bool = Tru
             _save(os.path.join(config.output, "best.pt"), payload)
         _save(last_path, {**payload, "optimizer": optimizer.state_dict(), "epoch": epoch, "history": history,
                           "best_score": best_score, "best_epoch": best_epoch, "torch_rng": torch.get_rng_state(),
-                          "python_rng": _list_state(random.getstate())})
+                          "python_rng": _list_state(random.getstate()),
+                          "seconds": (earlier_seconds or 0.0) + time.time() - started})
 
     best = load_task_model(config.output)[0]
     metrics = {"task": config.task, "metric": config.metric, "elmo": config.to_dict()["elmo"],
                "best_epoch": best_epoch, "dev": evaluate_split(config, best, data["dev"], vocab, labels),
                "history": history, "train_examples": len(data["train"].examples),
                "words_with_vectors": found, "vocabulary": len(vocab),
-               "layer_weights": best.elmo.layer_weights(), "seconds": round(time.time() - started, 1)}
+               "layer_weights": best.elmo.layer_weights(),
+               "seconds": round((earlier_seconds or 0.0) + time.time() - started, 1)}
+    if earlier_seconds is None:
+        # Resumed from a checkpoint without the earlier processes' time: "seconds" counts only
+        # this process, from this epoch on.
+        metrics["seconds_counted_from_epoch"] = first_epoch
     if answer_mapping is not None:
         metrics["train_answer_mapping"] = answer_mapping
     if "test" in data:
