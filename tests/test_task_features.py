@@ -4,9 +4,23 @@ embedding for words seen only at evaluation."""
 import pytest
 import torch
 
-from elmo.tasks.features import PAD, UNK, TokenFeatures, WordVocab, load_glove, load_vectors, word_ids
+from elmo.tasks.features import (PAD, TASK_MAX_CHARS, UNK, TokenFeatures, WordVocab, char_ids, load_glove,
+                                 load_vectors, word_ids)
 
 GLOVE = "the 0.5 0.25\ncat 1.0 -1.0\nparis 2.0 3.0\n<unk> 9.0 9.0\n"
+
+
+def test_char_ids_are_utf8_bytes_plus_one_padded_and_cut():
+    long_word = "x" * (TASK_MAX_CHARS + 5)
+    ids = char_ids([["a\x00b", "é"], [long_word], []])
+    assert ids.shape == (3, 2, TASK_MAX_CHARS) and ids.dtype == torch.long
+    assert ids[0, 0, :4].tolist() == [ord("a") + 1, 1, ord("b") + 1, 0]  # a NUL byte is id 1, not padding
+    assert ids[0, 1, :3].tolist() == [0xC3 + 1, 0xA9 + 1, 0]  # "é" is two bytes
+    assert ids[1, 0].tolist() == [ord("x") + 1] * TASK_MAX_CHARS  # the first TASK_MAX_CHARS bytes
+    assert ids[1, 1].sum() == 0 and ids[2].sum() == 0
+    # A shorter time cuts every sentence; a longer one pads.
+    assert torch.equal(char_ids([["a", "b", "c"]], time=2), char_ids([["a", "b"]]))
+    assert char_ids([["a"]], time=3)[0, 1:].sum() == 0
 
 
 def test_load_vectors_reads_only_the_words_asked_for(tmp_path):

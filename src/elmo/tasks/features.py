@@ -112,12 +112,14 @@ def load_glove(path: str | os.PathLike, vocab: WordVocab, *, seed: int = 0) -> t
 def char_ids(sentences: Sequence[Sequence[str]], time: int | None = None) -> torch.Tensor:
     """``(batch, time, TASK_MAX_CHARS)`` byte ids (+1; 0 is padding) for the task's CNN."""
     time = time if time is not None else max((len(s) for s in sentences), default=0)
-    ids = torch.zeros(len(sentences), time, TASK_MAX_CHARS, dtype=torch.long)
+    # Filled in numpy: a tensor built per word cost about 4x more, on every training batch.
+    ids = np.zeros((len(sentences), time, TASK_MAX_CHARS), dtype=np.int64)
     for row, sentence in enumerate(sentences):
         for col, word in enumerate(sentence[:time]):
             data = word.encode("utf-8")[:TASK_MAX_CHARS]
-            ids[row, col, :len(data)] = torch.tensor(list(data), dtype=torch.long) + 1
-    return ids
+            ids[row, col, :len(data)] = np.frombuffer(data, dtype=np.uint8)
+            ids[row, col, :len(data)] += 1
+    return torch.from_numpy(ids)
 
 
 def word_ids(sentences: Sequence[Sequence[str]], vocab: WordVocab, time: int | None = None) -> torch.Tensor:
