@@ -39,17 +39,22 @@ lane_b() {  # the +ELMo runs, then placement, the probes and the domain experime
   E domain --finetuned "$RUNS/wnut-ft/model" --output docs/tasks/domain.md
   step "B: done"
 }
-lane_a >> "$LOGS/lane-a.log" 2>&1 &  # appended: a restart keeps the earlier lines
-lane_b >> "$LOGS/lane-b.log" 2>&1 &
-wait
-# Every run is trained by now: the tables below only read them back (and evaluate where needed).
-step "tables"
-E main --output docs/tasks/main.md
-E layers --configs "${FIVE[@]}" --output docs/tasks/layers.md
-E placement --configs "${FIVE[@]}" --output docs/tasks/placement.md
-E samples --output docs/tasks/samples.md
-E weights --configs "${FIVE[@]}"
-E snli --output docs/tasks/snli.md
-E gap --output docs/tasks/coref-gap.md
-for task in snli-mini sick sst5; do E diagnose --configs configs/tasks/$task.toml; done
-step "all done"
+# Everything runs from inside one function, so bash has read the whole file before it starts: an
+# edit to this file while it runs changes nothing in the running copy.
+everything() {
+  lane_a >> "$LOGS/lane-a.log" 2>&1 &  # appended: a restart keeps the earlier lines
+  lane_b >> "$LOGS/lane-b.log" 2>&1 &
+  wait
+  # Every run is trained by now: the tables below only read them back (and evaluate where needed).
+  step "tables"
+  E main --output docs/tasks/main.md
+  E layers --configs "${FIVE[@]}" --output docs/tasks/layers.md
+  E placement --configs "${FIVE[@]}" --output docs/tasks/placement.md
+  E samples --output docs/tasks/samples.md
+  E weights --configs "${FIVE[@]}"
+  E snli --output docs/tasks/snli.md
+  E gap --output docs/tasks/coref-gap.md
+  for task in snli-mini sick sst5; do E diagnose --configs configs/tasks/$task.toml; done
+  step "all done"
+}
+everything; exit
