@@ -4,6 +4,7 @@
 # side by side, one thread each at low priority; each lane's steps run in order. Resumable:
 # re-running skips every finished run and evaluation, so it can be stopped at any time.
 #   bash experiments/all_tables.sh /work/runs/tables-v2 /work/logs/tables-v2
+#   bash experiments/all_tables.sh /work/runs/tables-v2 /work/logs/tables-v2 status   # where it stands
 # RUNS must be a folder no other model's runs went to: a finished run is recognised by its
 # settings, and the model is named there only as "default". The WSD probe needs WordNet 3.0
 # (apt-get install wordnet-base).
@@ -57,4 +58,11 @@ everything() {
   for task in snli-mini sick sst5; do E diagnose --configs configs/tasks/$task.toml; done
   step "all done"
 }
-everything; exit
+status() {  # every planned training run: done, reused, partly trained or not started (trains nothing)
+  E main --status
+  E layers --configs "${FIVE[@]}" --status
+  E placement --configs "${FIVE[@]}" --status
+  E samples --status
+  echo; tail -n 4 "$LOGS/steps.log"
+}
+if [ "${3:-}" = status ]; then status; else everything; fi; exit
