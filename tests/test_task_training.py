@@ -149,6 +149,40 @@ def test_baseline_needs_no_bilm_and_resume_continues(ner_config, tmp_path):
     assert again["history"] == first["history"]
 
 
+@pytest.mark.parametrize("elmo", [False, True])
+def test_resume_gives_the_uninterrupted_run(ner_config, tmp_path, elmo):
+    """Stopped after epoch 2 and resumed, a run trains epoch 3 exactly as without the stop: the
+    example order (each epoch shuffles the last one's) is restored with the weights and RNGs."""
+    def config(epochs, folder):
+        return load_task_config(ner_config, {"elmo": {"enabled": elmo}, "train": {"epochs": epochs},
+                                             "output": str(tmp_path / folder)})
+
+    straight = train_task(config(3, "straight"), progress=False)
+    train_task(config(2, "stopped"), progress=False)
+    resumed = train_task(config(3, "stopped"), resume=True, progress=False)
+    assert resumed["history"] == straight["history"] and resumed["dev"] == straight["dev"]
+    # A checkpoint from before the order was saved: the order is replayed from the seed.
+    train_task(config(2, "old"), progress=False)
+    state = torch.load(tmp_path / "old" / "last.pt", weights_only=True)
+    del state["order"]
+    torch.save(state, tmp_path / "old" / "last.pt")
+    assert train_task(config(3, "old"), resume=True, progress=False)["history"] == straight["history"]
+
+
+def test_an_old_checkpoint_whose_order_cannot_be_replayed_warns(ner_config, tmp_path):
+    config = load_task_config(ner_config, {"elmo": {"enabled": False}, "train": {"epochs": 1}})
+    train_task(config, progress=False)
+    last = tmp_path / "run" / "last.pt"
+    state = torch.load(last, weights_only=True)
+    del state["order"]
+    state["python_rng"] = [3, list(random.Random(99).getstate()[1]), None]  # not where the seed's shuffles end
+    torch.save(state, last)
+    longer = load_task_config(ner_config, {"elmo": {"enabled": False}, "train": {"epochs": 2}})
+    with pytest.warns(UserWarning, match="could not be replayed"):
+        resumed = train_task(longer, resume=True, progress=False)
+    assert [h["epoch"] for h in resumed["history"]] == [1, 2]
+
+
 def test_resumed_run_counts_the_time_before_the_resume(ner_config, tmp_path):
     config = load_task_config(ner_config, {"elmo": {"enabled": False}, "train": {"epochs": 1}})
     train_task(config, progress=False)

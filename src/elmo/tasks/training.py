@@ -14,6 +14,7 @@ import math
 import os
 import random
 import time
+import warnings
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -414,6 +415,8 @@ def train_task(config: TaskConfig, *, resume: bool = False, progress: bool = Tru
     # Seconds spent by earlier processes on this run, up to their last checkpoint: a resumed run
     # reports its whole time, not just the part since the resume.
     earlier_seconds: float | None = 0.0
+    # Each epoch shuffles the previous epoch's order in place, so the order is part of the state.
+    order = list(range(len(data["train"].examples)))
     last_path = os.path.join(config.output, "last.pt")
     if resume and os.path.isfile(last_path):
         state = torch.load(last_path, map_location="cpu", weights_only=True)
@@ -424,8 +427,13 @@ def train_task(config: TaskConfig, *, resume: bool = False, progress: bool = Tru
         torch.set_rng_state(state["torch_rng"])
         random.setstate(_tuple_state(state["python_rng"]))
         earlier_seconds = state.get("seconds")  # None: a checkpoint from before this was recorded
+        order = state["order"] if "order" in state else _replayed_order(len(order), config.train.seed,
+                                                                         state["epoch"], random.getstate())
+        if order is None:
+            warnings.warn(f"{last_path}: an older checkpoint without the example order, which could not be "
+                          f"replayed; the run goes on with a new order, so it will not match an uninterrupted run")
+            order = list(range(len(data["train"].examples)))
 
-    order = list(range(len(data["train"].examples)))
     for epoch in range(first_epoch, config.train.epochs + 1):
         if epoch - best_epoch > config.train.patience and best_epoch > 0:
             break
@@ -453,7 +461,7 @@ def train_task(config: TaskConfig, *, resume: bool = False, progress: bool = Tru
             _save(os.path.join(config.output, "best.pt"), payload)
         _save(last_path, {**payload, "optimizer": optimizer.state_dict(), "epoch": epoch, "history": history,
                           "best_score": best_score, "best_epoch": best_epoch, "torch_rng": torch.get_rng_state(),
-                          "python_rng": _list_state(random.getstate()),
+                          "python_rng": _list_state(random.getstate()), "order": order,
                           "seconds": (earlier_seconds or 0.0) + time.time() - started})
 
     best = load_task_model(config.output)[0]
@@ -479,6 +487,18 @@ def train_task(config: TaskConfig, *, resume: bool = False, progress: bool = Tru
             metrics["test_details"] = details
     atomic_write_text(os.path.join(config.output, "metrics.json"), json.dumps(metrics, indent=1))
     return metrics
+
+
+def _replayed_order(n: int, seed: int, epochs: int, python_state: tuple) -> list[int] | None:
+    """The example order after ``epochs`` epochs of a run seeded with ``seed``, for checkpoints
+    that predate saving it: only the epochs' shuffles draw from Python's ``random`` after the
+    seeding, so replaying them gives the order exactly when it ends in the saved state (checked;
+    None when it does not)."""
+    replay = random.Random(seed)
+    order = list(range(n))
+    for _ in range(epochs):
+        replay.shuffle(order)
+    return order if replay.getstate() == python_state else None
 
 
 def _payload(config, model, vocab, label_names, n_layers, dim) -> dict:
