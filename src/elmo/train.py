@@ -272,12 +272,14 @@ def setup_distributed(device: str) -> Distributed:
 
 
 def _gather_rows(tensor: torch.Tensor, ctx: Distributed, dim: int) -> torch.Tensor:
-    """Concatenate every rank's rows along ``dim`` (ranks hold consecutive slices of the batch)."""
+    """Concatenate every rank's rows along ``dim`` (ranks hold consecutive slices of the batch).
+    The result is on ``tensor``'s device."""
     if ctx.world == 1:
         return tensor
-    parts = [torch.empty_like(tensor) for _ in range(ctx.world)]
-    dist.all_gather(parts, tensor.contiguous())
-    return torch.cat(parts, dim=dim)
+    local = tensor.to(ctx.device).contiguous()  # NCCL gathers only tensors on the GPU (the RNG states are not)
+    parts = [torch.empty_like(local) for _ in range(ctx.world)]
+    dist.all_gather(parts, local)
+    return torch.cat(parts, dim=dim).to(tensor.device)
 
 
 # ------------------------------------------------------------------------------------ the run
@@ -490,7 +492,11 @@ class Trainer:
         c = _gather_rows(self.state.c, self.ctx, dim=2)
         h = _gather_rows(self.state.h, self.ctx, dim=2)
         rng = _gather_rows(torch.get_rng_state().unsqueeze(0), self.ctx, dim=0)
-        return {"format": TRAIN_FORMAT, "version": 2, "config": self.config.to_dict(), "vocab": self.vocab.words,
+        extra = {}
+        if self.ctx.device.type == "cuda":
+            # Dropout on the GPU draws from the GPU's generator: without its state a resume is not exact.
+            extra["cuda_rng"] = _gather_rows(torch.cuda.get_rng_state(self.ctx.device).unsqueeze(0), self.ctx, dim=0)
+        return {**extra, "format": TRAIN_FORMAT, "version": 2, "config": self.config.to_dict(), "vocab": self.vocab.words,
                 "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
                 "scheduler": self.scheduler.state_dict(), "step": self.step, "tokens": self.tokens,
                 "torch_rng": rng, "sampler_rng": self.sampler.get_state(),
@@ -518,6 +524,9 @@ class Trainer:
         self.elapsed_before = float(payload.get("elapsed_seconds", 0.0))
         rng = payload["torch_rng"]
         torch.set_rng_state(rng[self.ctx.rank] if rng.shape[0] == self.ctx.world else rng[0])
+        cuda_rng = payload.get("cuda_rng")
+        if cuda_rng is not None and self.ctx.device.type == "cuda" and cuda_rng.shape[0] == self.ctx.world:
+            torch.cuda.set_rng_state(cuda_rng[self.ctx.rank], self.ctx.device)
         self.sampler.set_state(payload["sampler_rng"])
         for batcher, state in zip(self.batchers, payload["batchers"]):
             batcher.load_state_dict(state)
