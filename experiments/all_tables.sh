@@ -5,6 +5,14 @@
 # re-running skips every finished run and evaluation, so it can be stopped at any time.
 #   bash experiments/all_tables.sh /work/runs/tables-v2 /work/logs/tables-v2
 #   bash experiments/all_tables.sh /work/runs/tables-v2 /work/logs/tables-v2 status   # where it stands
+#   bash experiments/all_tables.sh /work/runs/tables-v2 /work/logs/tables-v2 save     # keep results in the repo
+#   bash experiments/all_tables.sh /work/runs/tables-v2 /work/logs/tables-v2 lane-a   # one lane only
+# The full budget takes far longer than one machine lasts (nothing outside the repository survives
+# from one session to the next), so the small JSON files of every finished run (config, metrics,
+# evaluations; no models) are kept under experiments/results/tables-v2 with the hash of the
+# packaged model they were made with: 'save' copies them there (each step does too; commit them),
+# and every start copies them back into RUNS, so finished runs are not trained again. A changed
+# packaged model refuses the kept results: move them aside to start over.
 # RUNS must be a folder no other model's runs went to: a finished run is recognised by its
 # settings, and the model is named there only as "default". The WSD probe needs WordNet 3.0
 # (apt-get install wordnet-base).
@@ -16,7 +24,32 @@ export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
 E() { nice -n 19 python experiments/task_experiments.py "$@" --runs "$RUNS/experiments" --cache "$RUNS/cache" --quiet; }
 FIVE=(configs/tasks/ner-conll2003.toml configs/tasks/ner-wnut17.toml configs/tasks/pos-ewt.toml
       configs/tasks/chunk-conll2000.toml configs/tasks/sst5.toml)
-step() { echo "$(date -u +%FT%TZ) $*" >> "$LOGS/steps.log"; }
+RESULTS=experiments/results/tables-v2
+step() { echo "$(date -u +%FT%TZ) $*" >> "$LOGS/steps.log"; save; }
+model_hash() { sha256sum src/elmo/resources/model/weights.hdf5 | cut -d' ' -f1; }
+restore() {  # finished runs of earlier machines, from the repository
+  [ -f "$RESULTS/model.sha256" ] || return 0
+  if [ "$(cat "$RESULTS/model.sha256")" != "$(model_hash)" ]; then
+    echo "$RESULTS: made with another packaged model (model.sha256); move it aside to start over" >&2
+    exit 1
+  fi
+  mkdir -p "$RUNS/experiments"
+  cp -rn "$RESULTS/experiments/." "$RUNS/experiments/"
+}
+save() {  # every finished run's small JSON files into the repository
+  [ -d "$RUNS/experiments" ] || return 0
+  mkdir -p "$RESULTS"
+  model_hash > "$RESULTS/model.sha256"
+  local metrics run
+  find "$RUNS/experiments" -path '*/seed-*' -name metrics.json | sort | while read -r metrics; do
+    run=$(dirname "$metrics")
+    # A run with a test file is kept once its test evaluation is written too (it follows metrics.json).
+    [ -f "$run/test-eval.json" ] || grep -q '"test": null' "$run/config.json" || continue
+    mkdir -p "$RESULTS/experiments/${run#"$RUNS/experiments/"}"
+    cp "$run"/config.json "$run"/metrics.json "$RESULTS/experiments/${run#"$RUNS/experiments/"}/"
+    cp "$run"/*-eval.json "$RESULTS/experiments/${run#"$RUNS/experiments/"}/" 2>/dev/null || true
+  done
+}
 
 lane_a() {  # the baselines, then the layer-weighting variants
   step "A: main baselines"; E main --variants baseline --output "$RUNS/main-baseline.md"
@@ -43,6 +76,7 @@ lane_b() {  # the +ELMo runs, then placement, the probes and the domain experime
 # Everything runs from inside one function, so bash has read the whole file before it starts: an
 # edit to this file while it runs changes nothing in the running copy.
 everything() {
+  restore
   lane_a >> "$LOGS/lane-a.log" 2>&1 &  # appended: a restart keeps the earlier lines
   lane_b >> "$LOGS/lane-b.log" 2>&1 &
   wait
@@ -58,6 +92,7 @@ everything() {
   for task in snli-mini sick sst5; do E diagnose --configs configs/tasks/$task.toml; done
   step "all done"
 }
+one_lane() { restore; "$1" >> "$LOGS/$2.log" 2>&1; }
 status() {  # every planned training run: done, reused, partly trained or not started (trains nothing)
   E main --status
   E layers --configs "${FIVE[@]}" --status
@@ -65,4 +100,11 @@ status() {  # every planned training run: done, reused, partly trained or not st
   E samples --status
   echo; tail -n 4 "$LOGS/steps.log"
 }
-if [ "${3:-}" = status ]; then status; else everything; fi; exit
+case "${3:-}" in
+  status) restore; status ;;
+  save) save ;;
+  lane-a) one_lane lane_a lane-a ;;
+  lane-b) one_lane lane_b lane-b ;;
+  "") everything ;;
+  *) echo "all_tables.sh: unknown step '$3' (status, save, lane-a or lane-b)" >&2; exit 2 ;;
+esac; exit

@@ -207,7 +207,8 @@ def identical_run(runs: str, name: str, seed: int, settings: dict) -> str | None
     """A finished run of another experiment whose settings equal ``settings`` (apart from its
     output folder), so that e.g. the layers experiment's "mix, lambda 0.001" reuses the main
     table's +ELMo run instead of training the same model again."""
-    wanted = {k: v for k, v in settings.items() if k != "output"}
+    # Where a run and its layer cache live does not change its result.
+    wanted = {k: v for k, v in settings.items() if k not in ("output", "cache_dir")}
     for path in sorted(glob.glob(os.path.join(runs, "*", name, "*", f"seed-{seed}", "config.json"))):
         folder = os.path.dirname(path)
         if os.path.normpath(folder) == os.path.normpath(settings["output"]):
@@ -216,7 +217,7 @@ def identical_run(runs: str, name: str, seed: int, settings: dict) -> str | None
             continue
         with open(path, encoding="utf-8") as f:
             earlier = json.load(f)
-        if {k: v for k, v in earlier.items() if k != "output"} == wanted:
+        if {k: v for k, v in earlier.items() if k not in ("output", "cache_dir")} == wanted:
             return folder
     return None
 
