@@ -151,7 +151,7 @@ def test_vocab_cache_round_trip_and_fallback(tmp_path):
         load_vocab_cache(path, other)
 
 
-def test_bfloat16_stays_close_to_float32():
+def test_bfloat16_stays_close_to_float32(bfloat16_selected):
     model = load_fixture_model("allennlp")
     reference = Embedder(model).embed_sentences(TEXT)
     low = Embedder(model, precision="bfloat16").embed_sentences(TEXT)

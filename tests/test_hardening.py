@@ -156,7 +156,7 @@ def test_sentences_that_are_not_text_are_rejected_clearly():
 
 
 # ------------------------------------------------------------------------ models never mutated
-def test_embedder_never_changes_the_model_it_was_handed():
+def test_embedder_never_changes_the_model_it_was_handed(bfloat16_selected):  # the bfloat16 copy too
     model = load_fixture_model("allennlp").train()  # a caller's model, mid-training
     before = {k: v.clone() for k, v in model.state_dict().items()}
     first = Embedder(model)

@@ -4,7 +4,6 @@ import numpy as np
 import pytest
 import torch
 
-import elmo.runtime
 import elmo.states
 from conftest import load_fixture_model
 from elmo import Embedder
@@ -35,10 +34,7 @@ def test_cached_warm_state_gives_the_same_bits_without_recomputing(cache, monkey
     np.testing.assert_array_equal(again, first)
 
 
-def test_a_changed_model_or_precision_gets_its_own_state(cache, monkeypatch):
-    # bfloat16 must really run (on a CPU without bfloat16 hardware it would fall back to float32).
-    monkeypatch.setattr(elmo.runtime, "cpu_has_bfloat16", lambda: True)
-    monkeypatch.setenv("ELMO_BFLOAT16_CHECK", "0")
+def test_a_changed_model_or_precision_gets_its_own_state(cache, bfloat16_selected):
     model = load_fixture_model("allennlp")
     runtime = Runtime(model)
     key = warm_state_key(runtime)
