@@ -12,7 +12,7 @@
 # evaluations; no models) are kept under experiments/results/tables-v2 with the hash of the
 # packaged model they were made with: 'save' copies them there (each step does too; commit them),
 # and every start copies them back into RUNS, so finished runs are not trained again. A changed
-# packaged model refuses the kept results: move them aside to start over.
+# packaged model drops the kept +ELMo runs (the baselines do not depend on it).
 # RUNS must be a folder no other model's runs went to: a finished run is recognised by its
 # settings, and the model is named there only as "default". The WSD probe needs WordNet 3.0
 # (apt-get install wordnet-base).
@@ -27,12 +27,21 @@ FIVE=(configs/tasks/ner-conll2003.toml configs/tasks/ner-wnut17.toml configs/tas
 RESULTS=experiments/results/tables-v2
 step() { echo "$(date -u +%FT%TZ) $*" >> "$LOGS/steps.log"; save; }
 model_hash() { sha256sum src/elmo/resources/model/weights.hdf5 | cut -d' ' -f1; }
+drop_elmo_runs() {  # $1/experiments, made with the model whose hash is in $1/model.sha256
+  [ -f "$1/model.sha256" ] && [ "$(cat "$1/model.sha256")" != "$(model_hash)" ] || return 0
+  # Runs that used ELMo belong to the old model: drop them (the repository's history keeps the
+  # kept ones); the baselines never read the biLM, so they stay.
+  echo "$1: made with another packaged model; dropping its +ELMo runs, keeping the baselines" >&2
+  grep -l '"enabled": true' -r "$1/experiments" --include=config.json 2>/dev/null | while read -r config; do
+    rm -r "$(dirname "$config")"
+  done
+  model_hash > "$1/model.sha256"
+}
 restore() {  # finished runs of earlier machines, from the repository
-  [ -f "$RESULTS/model.sha256" ] || return 0
-  if [ "$(cat "$RESULTS/model.sha256")" != "$(model_hash)" ]; then
-    echo "$RESULTS: made with another packaged model (model.sha256); move it aside to start over" >&2
-    exit 1
-  fi
+  drop_elmo_runs "$RESULTS"
+  [ -f "$RUNS/model.sha256" ] || model_hash > "$RUNS/model.sha256"
+  drop_elmo_runs "$RUNS"
+  [ -d "$RESULTS/experiments" ] || return 0
   mkdir -p "$RUNS/experiments"
   cp -rn "$RESULTS/experiments/." "$RUNS/experiments/"
 }
