@@ -1,35 +1,49 @@
 #!/usr/bin/env bash
-# Continue the default model's pretraining on one GPU (issue 17), within one device-tool call:
-# the packaged model, the prepared Wikipedia shards and vocabulary of experiments/pretrain_default.sh,
-# Adagrad at 0.2 for SECONDS_A, then at 0.02 (fresh accumulators, as the CPU recipe annealed) for
-# SECONDS_B (0: no second phase; LR_A and SEED_A change the first phase). Each phase checkpoints often, so the time limit (a SIGTERM) loses little; the second
-# phase starts from the first one's newest checkpoint. Writes the float16 export and both
-# phases' metrics under $OUT.
-#   tar -C DATA/wiki -cf - train | xz -T2 -6 > .gpu/wiki-train.tar.xz    # on this machine
-#   bash experiments/gpu_pretrain.sh .gpu/wiki-train.tar.xz 540 0          # on the GPU machine
-# Batch 2048 x 20: throughput on an H100 grows almost linearly with the batch (64: 7.9k, 256: 21.8k,
-# 1024: 61k tokens/s per direction; experiments/gpu_checks.sh), so the GPU wants wide batches.
+# Continue the default model's pretraining on one GPU (issue 17), as phases of `elmo finetune`, each
+# from the one before (the first from the packaged model), each with fresh Adagrad at its own
+# learning rate for its own number of seconds (a SIGTERM ends it; it checkpoints every 20 steps,
+# so little is lost). Then the last phase's export (float16) is evaluated on the GPU on held-out
+# Wikipedia, WikiText-2 test and PTB test, and the packaged model on WikiText-2 test as a check
+# that the GPU's evaluation gives the CPU's numbers.
+#   bash experiments/gpu_pretrain.sh DATA RESULT "0.2:880 0.05:150 0.02:180"
+# DATA holds the prepared shards: wiki/train, wiki-heldout/train, wikitext2-test/train and
+# ptb-test/train (experiments/gpu_session.sh unpacks them from the archive it is given). Writes
+# RESULT/model, RESULT/phase-N-metrics.csv, RESULT/evaluations.txt and RESULT/train.log; a file
+# RESULT/done marks the end. PREFETCH (default 2) is --prefetch;
+# DEVICE and BATCH (cuda, 2048) are for trying the script out on the CPU. Batch 2048 x 20: throughput on an H100 grows with the batch (64: 7.9k,
+# 256: 21.8k, 1024: 61k tokens/s per direction; docs/speed.md), so the GPU wants wide batches.
 set -uo pipefail
-ARCHIVE=$1
-SECONDS_A=${2:-690}
-SECONDS_B=${3:-170}
-OUT=${OUT:-/tmp/gpu-pretrain}
-RUNS=/tmp/gpu-pretrain-runs
-mkdir -p "$OUT" /tmp/wiki "$RUNS"
+DATA=$1
+RESULT=$2
+PHASES=${3:-"0.2:880 0.05:150 0.02:180"}
+RUNS=${RUNS:-/tmp/gpu-pretrain-runs}
+mkdir -p "$RESULT" "$RUNS"
 export PYTHONUNBUFFERED=1
-xz -dc "$ARCHIVE" | tar -C /tmp/wiki -xf -
-COMMON=(--train "/tmp/wiki/train/*.txt" --device cuda --batch-size 2048 --negative-samples 2048
-        --epochs 20 --keep-checkpoints 2 --log-every 10 --no-bf16 --no-progress)
-timeout -s TERM "$SECONDS_A" elmo finetune src/elmo/resources/model "${COMMON[@]}" --output "$RUNS/A" \
-  --learning-rate "${LR_A:-0.2}" --seed "${SEED_A:-5}" --checkpoint-every 40 > "$OUT/train.log" 2>&1
-LAST=A
-if [ "$SECONDS_B" -gt 0 ]; then
-  timeout -s TERM "$SECONDS_B" elmo finetune "$RUNS/A" "${COMMON[@]}" --output "$RUNS/B" \
-    --learning-rate 0.02 --seed 6 --checkpoint-every 20 >> "$OUT/train.log" 2>&1
-  cp "$RUNS/B/metrics.csv" "$OUT/B-metrics.csv"
-  LAST=B
-fi
-cp "$RUNS/A/metrics.csv" "$OUT/A-metrics.csv"
-elmo export "$RUNS/$LAST" --output "$OUT/model" --dtype float16
-rm -f "$OUT/model/vocab.txt"  # the packaged vocabulary, unchanged
-tail -n 3 "$OUT"/*-metrics.csv
+HELDOUT="$DATA/wiki-heldout/train/*.txt"
+COMMON=(--train "$DATA/wiki/train/*.txt" --device "${DEVICE:-cuda}" --batch-size "${BATCH:-2048}" --negative-samples 2048
+        --epochs 20 --keep-checkpoints 2 --log-every 10 --checkpoint-every 20 --no-bf16 --no-progress --prefetch "${PREFETCH:-2}"
+        --heldout "$HELDOUT" --eval-every 150 --eval-targets 200000)
+FROM=src/elmo/resources/model
+n=0
+for phase in $PHASES; do
+  n=$((n + 1))
+  rate=${phase%%:*}
+  seconds=${phase##*:}
+  echo "$(date -u +%T) phase $n: learning rate $rate for $seconds s from $FROM" | tee -a "$RESULT/train.log"
+  timeout -s TERM "$seconds" elmo finetune "$FROM" "${COMMON[@]}" --output "$RUNS/phase-$n" \
+    --learning-rate "$rate" --seed $((4 + n)) >> "$RESULT/train.log" 2>&1
+  cp "$RUNS/phase-$n/metrics.csv" "$RESULT/phase-$n-metrics.csv"
+  FROM=$RUNS/phase-$n
+done
+rm -rf "$RESULT/model"
+elmo export "$FROM" --output "$RESULT/model" --dtype float16 >> "$RESULT/train.log" 2>&1
+{
+  for data in wiki-heldout wikitext2-test ptb-test; do
+    echo "new model, $data:"
+    elmo evaluate "$RESULT/model" --data "$DATA/$data/train/*.txt" --device "${DEVICE:-cuda}" --json "$RESULT/new-$data.json"
+  done
+  echo "packaged model, wikitext2-test (docs/pretraining.md has its CPU figure, 237.4):"
+  elmo evaluate src/elmo/resources/model --data "$DATA/wikitext2-test/train/*.txt" --device "${DEVICE:-cuda}" \
+    --json "$RESULT/packaged-wikitext2-test.json"
+} > "$RESULT/evaluations.txt" 2>&1
+touch "$RESULT/done"

@@ -18,7 +18,7 @@ from conftest import FIXTURES
 from elmo import load_bilm_tf
 from elmo.bilm import FORWARD
 from elmo.chars import batch_to_char_ids
-from elmo.data import LMBatcher, SentenceStream, count_tokens
+from elmo.data import LMBatcher, PrefetchingBatcher, SentenceStream, count_tokens
 from elmo.evaluate import evaluate
 from elmo.lm import load_language_model, load_train_checkpoint
 from elmo.weights import WeightsError
@@ -95,6 +95,68 @@ def test_batcher_state_dict_resumes_exactly(tmp_path):
             assert torch.equal(x[key], y[key])
 
 
+def _three_shards(tmp_path):
+    shards = []
+    for k in range(3):
+        shards.append(tmp_path / f"s{k}.txt")
+        shards[-1].write_text("\n".join(f"w{k} x{i} y{i % 3} z" for i in range(7)) + "\n")
+    return [str(s) for s in shards], Vocabulary(["<S>", "</S>", "<UNK>", "z"])
+
+
+@pytest.mark.parametrize("depth", [1, 3])
+def test_prefetching_batcher_hands_out_the_same_batches_and_states(tmp_path, depth):
+    paths, vocab = _three_shards(tmp_path)
+    plain = LMBatcher(SentenceStream(paths, seed=3), vocab, 3, 5)
+    ahead = PrefetchingBatcher(LMBatcher(SentenceStream(paths, seed=3), vocab, 3, 5), depth=depth)
+    assert ahead.state_dict() == plain.state_dict()
+    for _ in range(30):  # across shard and pass boundaries, with the thread batches ahead
+        x, y = plain.next_batch(), ahead.next_batch()
+        for key in x:
+            assert torch.equal(x[key], y[key]), key
+        # The state of the last batch handed out, not of the last one the thread built.
+        assert ahead.state_dict() == plain.state_dict()
+    resumed = PrefetchingBatcher(LMBatcher(SentenceStream(paths, seed=3), vocab, 3, 5), depth=depth)
+    resumed.load_state_dict(ahead.state_dict())
+    for _ in range(10):
+        x, y = plain.next_batch(), resumed.next_batch()
+        for key in x:
+            assert torch.equal(x[key], y[key]), key
+    ahead.close()
+    resumed.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        ahead.next_batch()
+
+
+def test_prefetching_batcher_ends_with_a_finite_stream(tmp_path):
+    paths, vocab = _three_shards(tmp_path)
+    plain = LMBatcher(SentenceStream(paths, shuffle=False), vocab, 2, 4)
+    ahead = PrefetchingBatcher(LMBatcher(SentenceStream(paths, shuffle=False), vocab, 2, 4))
+    n = 0
+    while (x := plain.next_batch()) is not None:
+        y = ahead.next_batch()
+        assert all(torch.equal(x[key], y[key]) for key in x)
+        n += 1
+    assert n > 5 and ahead.next_batch() is None and ahead.next_batch() is None
+    assert not ahead._thread.is_alive()
+
+
+def test_prefetching_batcher_raises_the_threads_error_naming_the_file(tmp_path):
+    paths, vocab = _three_shards(tmp_path)
+    os.remove(paths[1])  # gone after the run was set up
+    ahead = PrefetchingBatcher(LMBatcher(SentenceStream(paths, shuffle=False), vocab, 2, 4))
+    with pytest.raises(OSError, match="s1.txt"):
+        while ahead.next_batch() is not None:
+            pass
+    assert not ahead._thread.is_alive()
+    started = PrefetchingBatcher(LMBatcher(SentenceStream(paths[:1], shuffle=False), vocab, 2, 4))
+    started.next_batch()
+    with pytest.raises(RuntimeError, match="before its first batch"):
+        started.load_state_dict(started.state_dict())
+    started.close()
+    with pytest.raises(ValueError, match="at least 1"):
+        PrefetchingBatcher(LMBatcher(SentenceStream(paths[:1]), vocab, 2, 4), depth=0)
+
+
 def test_rows_slice_matches_the_global_batch():
     vocab = Vocabulary.from_file(VOCAB)
     whole = LMBatcher(SentenceStream([str(CORPUS)], seed=0), vocab, 4, 6).next_batch()
@@ -162,6 +224,22 @@ def test_training_lowers_the_loss(tmp_path):
     assert events and events[0].stat().st_size > 0
     options = (tmp_path / "run" / "options.json").read_text()
     assert '"n_train_tokens": 139' in options  # counted from the data, never hand-set
+
+
+def test_training_with_prefetch_equals_training_without_and_resumes_exactly(tmp_path):
+    """The prefetching thread is batches ahead at every checkpoint: resuming from one must
+    still continue the data exactly where the unprefetched run is."""
+    train(tiny_settings(tmp_path / "plain", prefetch=0))
+    train(tiny_settings(tmp_path / "ahead", prefetch=2))
+    train(tiny_settings(tmp_path / "split", prefetch=3, max_tokens=4 * 10 * 7))  # stops mid-run, at step 7
+    train(tiny_settings(tmp_path / "split", prefetch=3, resume=True))
+    plain = final_parameters(tmp_path / "plain")
+    for run in ("ahead", "split"):
+        other = final_parameters(tmp_path / run)
+        for key in plain:
+            assert torch.equal(plain[key], other[key]), (run, key)
+    with pytest.raises(ValueError, match="--prefetch"):
+        train(tiny_settings(tmp_path / "bad", prefetch=-1))
 
 
 def test_existing_run_needs_resume(tmp_path):

@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import glob
 import os
+import queue
 import random
+import threading
 from collections.abc import Sequence
 
 import numpy as np
@@ -180,3 +182,82 @@ class LMBatcher:
         self.stream.load_state_dict(state["stream"])
         self.current = [list(c) for c in state["current"]]
         self.current_index = list(state["current_index"])
+
+
+class PrefetchingBatcher:
+    """An :class:`LMBatcher` whose batches are built ahead, in a background thread.
+
+    Batch building is plain Python (lists of words, character ids): on a GPU it took about 40% of
+    a training step while the device waited (``benchmarks/lm_batcher.py``). The thread builds the
+    next ``depth`` batches while the device runs the current step (PyTorch releases the GIL
+    while it waits). The batches and their order are exactly the wrapped batcher's, and
+    :meth:`state_dict` is the state after the last batch *handed out*, not the last one built,
+    so a checkpoint resumes exactly where an unprefetched run would.
+    """
+
+    def __init__(self, batcher: LMBatcher, depth: int = 2, pin_memory: bool = False):
+        if depth < 1:
+            raise ValueError(f"prefetch depth must be at least 1, not {depth}")
+        self.batcher, self.depth, self.pin_memory = batcher, depth, pin_memory
+        self._queue: queue.Queue | None = None
+        self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
+        self._state: dict | None = None  # after the last batch handed out; None: nothing handed out yet
+        self._finished = False
+
+    def _work(self) -> None:
+        try:
+            while not self._stop.is_set():
+                batch = self.batcher.next_batch()
+                if batch is not None and self.pin_memory:
+                    batch = {k: v.pin_memory() for k, v in batch.items()}
+                self._put((batch, self.batcher.state_dict(), None))
+                if batch is None:
+                    return
+        except BaseException as error:  # handed to the consumer, which raises it
+            self._put((None, None, error))
+
+    def _put(self, item: tuple) -> None:
+        while not self._stop.is_set():
+            try:
+                self._queue.put(item, timeout=0.1)
+                return
+            except queue.Full:
+                continue
+
+    def next_batch(self) -> dict[str, torch.Tensor] | None:
+        """The wrapped batcher's next batch (see :meth:`LMBatcher.next_batch`)."""
+        if self._finished:
+            return None
+        if self._stop.is_set():
+            raise RuntimeError("this prefetching batcher was closed")
+        if self._thread is None:
+            self._state = self.batcher.state_dict()
+            self._queue = queue.Queue(maxsize=self.depth)
+            self._thread = threading.Thread(target=self._work, name="lm-batcher", daemon=True)
+            self._thread.start()
+        batch, state, error = self._queue.get()
+        if error is not None:
+            self.close()
+            raise error
+        if batch is None:
+            self.close()
+            self._finished = True
+            return None
+        self._state = state
+        return batch
+
+    def state_dict(self) -> dict:
+        return self.batcher.state_dict() if self._state is None else self._state
+
+    def load_state_dict(self, state: dict) -> None:
+        if self._thread is not None:
+            raise RuntimeError("a prefetching batcher's state can only be loaded before its first batch")
+        self.batcher.load_state_dict(state)
+
+    def close(self) -> None:
+        """Stop the thread (the batches it built ahead are dropped; :meth:`state_dict` stays)."""
+        if self._thread is None:
+            return
+        self._stop.set()
+        self._thread.join()

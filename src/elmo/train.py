@@ -33,7 +33,7 @@ from tqdm import tqdm
 
 from elmo.bilm import BiLMState
 from elmo.config import BiLMConfig, ConfigError
-from elmo.data import LMBatcher, SentenceStream, count_tokens, expand_paths
+from elmo.data import LMBatcher, PrefetchingBatcher, SentenceStream, count_tokens, expand_paths
 from elmo.evaluate import evaluate
 from elmo.fileio import atomic_path, atomic_write_text
 from elmo.lm import (TRAIN_FORMAT, VOCAB_FILE, LanguageModel, checkpoint_paths, latest_checkpoint,
@@ -118,6 +118,7 @@ class TrainSettings:
     eval_targets: int = 50_000
     device: str = "cpu"
     bf16: bool | None = None  # None: on for CUDA, off on CPU
+    prefetch: int | None = None  # batches built ahead in a thread; 0: none; None: 2 on CUDA, 0 on CPU
     resume: bool = False
     progress: bool = True
 
@@ -150,7 +151,7 @@ class TrainSettings:
                                      ("--checkpoint-every", self.checkpoint_every, 1),
                                      ("--keep-checkpoints", self.keep_checkpoints, 1),
                                      ("--log-every", self.log_every, 1), ("--eval-every", self.eval_every, 0),
-                                     ("--eval-targets", self.eval_targets, 1)):
+                                     ("--eval-targets", self.eval_targets, 1), ("--prefetch", self.prefetch, 0)):
             _check_count(option, value, least)
         if self.optimizer is not None and self.optimizer not in OPTIMIZERS:
             raise ValueError(f"--optimizer: expected {' or '.join(OPTIMIZERS)}, got {self.optimizer!r}")
@@ -351,6 +352,10 @@ class Trainer:
         self.rows = slice(self.ctx.rank * rows_per_rank, (self.ctx.rank + 1) * rows_per_rank)
         self.batchers = [LMBatcher(SentenceStream(self.paths, seed=self.seed * 2 + d, reverse=bool(d)), vocab,
                                    self.batch_size, self.unroll_steps, rows=self.rows) for d in (0, 1)]
+        prefetch = s.prefetch if s.prefetch is not None else (2 if self.ctx.device.type == "cuda" else 0)
+        if prefetch:
+            cuda = self.ctx.device.type == "cuda"
+            self.batchers = [PrefetchingBatcher(b, depth=prefetch, pin_memory=cuda) for b in self.batchers]
         self.state = self.model.bilm.zero_state(rows_per_rank)
         self.step, self.tokens = 0, 0
         # Training time of the run so far: what earlier sessions spent (from the checkpoint) plus
@@ -572,7 +577,7 @@ class Trainer:
         batches = []
         for batcher in self.batchers:
             batch = batcher.next_batch()
-            batches.append({k: v.to(self.ctx.device) for k, v in batch.items()})
+            batches.append({k: v.to(self.ctx.device, non_blocking=True) for k, v in batch.items()})
         self.model.train()
         with self._autocast():
             nll_f, nll_b, self.state = self.ddp(batches[0], batches[1], self.state, dropout=t["dropout"],
@@ -682,6 +687,9 @@ def train(settings: TrainSettings) -> dict:
     try:
         return trainer.run()
     finally:
+        for batcher in trainer.batchers:
+            if isinstance(batcher, PrefetchingBatcher):
+                batcher.close()
         if trainer.ctx.world > 1 and dist.is_initialized():
             # Leave together: a rank tearing down gloo while another still writes the last
             # checkpoint can abort the process.

@@ -56,6 +56,9 @@ def add_common(parser: argparse.ArgumentParser, source: str = "the --config pres
     parser.add_argument("--bf16", action=argparse.BooleanOptionalAction, default=None,
                         help="bf16 autocast of the matrix products (default: on for GPUs, off on the CPU, where "
                              "benchmarks/train_bf16.py measures whether it pays)")
+    parser.add_argument("--prefetch", type=int, default=None,
+                        help="batches built ahead in a background thread while the device trains; 0: none "
+                             "(default: 2 on a GPU, 0 on the CPU, where benchmarks/train_prefetch.py measures it)")
     parser.add_argument("--gpus", help="comma-separated GPU ids: one process per GPU on this machine, DDP "
                                        "(default: none, one process on --device)")
     parser.add_argument("--processes", type=int, default=1,
