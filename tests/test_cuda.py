@@ -87,23 +87,43 @@ def test_bilm_training_forward_on_cuda_matches_cpu():
     torch.testing.assert_close(out.cpu(), cpu, rtol=0, atol=1e-5)
 
 
+RESUME_CHECK = """
+import os, sys, json
+os.environ["CUBLAS_WORKSPACE_CONFIG"] = ":4096:8"  # before cuBLAS starts: deterministic matrix products
+import torch
+torch.use_deterministic_algorithms(True, warn_only=True)
+from elmo.lm import load_train_checkpoint
+from elmo.train import TrainSettings, train
+out, settings = sys.argv[1], json.loads(sys.argv[2])
+last = lambda run: load_train_checkpoint(sorted(os.scandir(run + "/checkpoints"), key=lambda e: e.name)[-1].path)
+full = train(TrainSettings(output=out + "/full", max_tokens=8 * 10 * 60, **settings))
+train(TrainSettings(output=out + "/half", max_tokens=8 * 10 * 30, **settings))
+train(TrainSettings(output=out + "/half", max_tokens=8 * 10 * 60, resume=True, **settings))
+a, b = last(out + "/full")["model"], last(out + "/half")["model"]
+first = float(open(out + "/full/metrics.csv").read().splitlines()[1].split(",")[2])
+print(json.dumps({"first_loss": first, "last_loss": full["loss"],
+                  "largest_difference": max((a[k].float() - b[k].float()).abs().max().item() for k in a)}))
+"""
+
+
 @pytest.mark.parametrize("bf16", [False, True])
 def test_training_on_cuda_runs_resumes_and_learns(tmp_path, bf16):
+    """A run killed and resumed on the GPU ends exactly where the uninterrupted run does. The GPU's
+    default kernels are not reproducible (two identical uninterrupted runs of this size ended up to
+    0.14 apart on an H100), so both runs use deterministic algorithms, in a fresh process where
+    cuBLAS has not started yet; there resume was bitwise exact on the H100."""
+    import json
+    import subprocess
+    import sys
+
     settings = dict(train=[str(CORPUS)], vocab=str(VOCAB), config="tiny", batch_size=8, unroll_steps=10,
                     checkpoint_every=10, log_every=10, progress=False, seed=1, device="cuda", bf16=bf16)
-    full = tmp_path / "full"
-    last = train(TrainSettings(output=str(full), max_tokens=8 * 10 * 60, **settings))
-    first_rows = (full / "metrics.csv").read_text().splitlines()
-    first_loss, last_loss = float(first_rows[1].split(",")[2]), last["loss"]
-    assert last_loss < first_loss - 0.5, (first_loss, last_loss)
-
-    half = tmp_path / "half"
-    train(TrainSettings(output=str(half), max_tokens=8 * 10 * 30, **settings))
-    train(TrainSettings(output=str(half), max_tokens=8 * 10 * 60, resume=True, **settings))
-    a = load_train_checkpoint(sorted((full / "checkpoints").glob("step-*.pt"))[-1])["model"]
-    b = load_train_checkpoint(sorted((half / "checkpoints").glob("step-*.pt"))[-1])["model"]
-    for name in a:  # the GPU's reductions are not bitwise reproducible; the runs must agree closely
-        torch.testing.assert_close(b[name], a[name], rtol=1e-3, atol=1e-3, msg=name)
+    done = subprocess.run([sys.executable, "-c", RESUME_CHECK, str(tmp_path), json.dumps(settings)],
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["last_loss"] < result["first_loss"] - 0.5, result
+    assert result["largest_difference"] == 0.0, result
 
 
 def test_cli_train_with_gpus_zero(tmp_path):
