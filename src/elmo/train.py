@@ -57,8 +57,8 @@ FIXED_ON_RESUME = (("batch_size", "batch_size", "--batch-size"), ("unroll_steps"
 # (Adagrad only, whose learning rate does not depend on it) its length. Everything else --
 # --config, the hyperparameters above, --seed, --vocab, the training data -- is the run's.
 CHANGEABLE_ON_RESUME = ("--checkpoint-every", "--keep-checkpoints", "--log-every", "--heldout", "--eval-every",
-                        "--eval-targets", "--device", "--bf16/--no-bf16", "--gpus", "--processes", "--no-progress",
-                        "--max-tokens/--epochs (Adagrad)")
+                        "--eval-targets", "--device", "--bf16/--no-bf16", "--prefetch", "--gpus", "--processes",
+                        "--no-progress", "--max-tokens/--epochs (Adagrad)")
 
 
 def _check_count(option: str, value: int | None, least: int) -> None:
