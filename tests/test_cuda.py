@@ -11,7 +11,6 @@ from conftest import FIXTURES, load_fixture_model
 from elmo import BiLM, Embedder, batch_to_char_ids
 from elmo.lm import load_train_checkpoint
 from elmo.lstm import LstmLayer, lstm_fast, lstm_plain
-from elmo.train import TrainSettings, train
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
@@ -89,12 +88,8 @@ def test_bilm_training_forward_on_cuda_matches_cpu():
 
 RESUME_CHECK = """
 import os, sys, json
-os.environ["CUBLAS_WORKSPACE_CONFIG"] = ":4096:8"  # before cuBLAS starts: deterministic matrix products
-import torch
-torch.use_deterministic_algorithms(True, warn_only=True)
 from elmo.lm import load_train_checkpoint
-from elmo.train import TrainSettings, train
-out, settings = sys.argv[1], json.loads(sys.argv[2])
+out, settings = sys.argv[1], {**json.loads(sys.argv[2]), "deterministic": True}
 last = lambda run: load_train_checkpoint(sorted(os.scandir(run + "/checkpoints"), key=lambda e: e.name)[-1].path)
 full = train(TrainSettings(output=out + "/full", max_tokens=8 * 10 * 60, **settings))
 train(TrainSettings(output=out + "/half", max_tokens=8 * 10 * 30, **settings))
@@ -110,8 +105,8 @@ print(json.dumps({"first_loss": first, "last_loss": full["loss"],
 def test_training_on_cuda_runs_resumes_and_learns(tmp_path, bf16):
     """A run killed and resumed on the GPU ends exactly where the uninterrupted run does. The GPU's
     default kernels are not reproducible (two identical uninterrupted runs of this size ended up to
-    0.14 apart on an H100), so both runs use deterministic algorithms, in a fresh process where
-    cuBLAS has not started yet; there resume was bitwise exact on the H100."""
+    0.14 apart on an H100), so both runs use deterministic kernels (``deterministic=True``), in a
+    fresh process where cuBLAS has not started yet; with them resume was bitwise exact on the H100."""
     import json
     import subprocess
     import sys

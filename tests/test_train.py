@@ -242,6 +242,27 @@ def test_training_with_prefetch_equals_training_without_and_resumes_exactly(tmp_
         train(tiny_settings(tmp_path / "bad", prefetch=-1))
 
 
+def test_deterministic_option_sets_the_process_up_before_training(tmp_path):
+    """--deterministic turns on PyTorch's deterministic algorithms and cuBLAS's fixed workspace
+    (checked in a fresh process: both are process-wide); the run trains as usual."""
+    code = ("import os, sys, torch\n"
+            "from elmo.cli.main import main\n"
+            "code = main(sys.argv[1:])\n"
+            "print(code, torch.are_deterministic_algorithms_enabled(), os.environ.get('CUBLAS_WORKSPACE_CONFIG'))\n")
+    args = ["train", "--train", str(CORPUS), "--vocab", str(VOCAB), "--config", "tiny", "--batch-size", "4",
+            "--unroll-steps", "10", "--max-tokens", "400", "--no-progress", "--output", str(tmp_path / "run")]
+    env = {k: v for k, v in os.environ.items() if k != "CUBLAS_WORKSPACE_CONFIG"}
+    plain = subprocess.run([sys.executable, "-c", code, *args], env=env, capture_output=True, text=True)
+    assert plain.returncode == 0, plain.stderr
+    assert plain.stdout.split()[-3:] == ["0", "False", "None"]
+    args[-1] = str(tmp_path / "det")
+    det = subprocess.run([sys.executable, "-c", code, *args, "--deterministic"], env=env, capture_output=True,
+                         text=True)
+    assert det.returncode == 0, det.stderr
+    assert det.stdout.split()[-3:] == ["0", "True", ":4096:8"]
+    assert (tmp_path / "det" / "checkpoints").is_dir()
+
+
 def test_existing_run_needs_resume(tmp_path):
     train(tiny_settings(tmp_path / "run", max_tokens=40 * 5))
     with pytest.raises(FileExistsError, match="--resume"):

@@ -59,6 +59,9 @@ def add_common(parser: argparse.ArgumentParser, source: str = "the --config pres
     parser.add_argument("--prefetch", type=int, default=None,
                         help="batches built ahead in a background thread while the device trains; 0: none "
                              "(default: 2 on a GPU, 0 on the CPU, where benchmarks/train_prefetch.py measures it)")
+    parser.add_argument("--deterministic", action="store_true",
+                        help="reproducible GPU kernels, so that runs repeat and resume bit for bit (slower; "
+                             "default: the GPU's fast kernels, whose results drift slightly run to run)")
     parser.add_argument("--gpus", help="comma-separated GPU ids: one process per GPU on this machine, DDP "
                                        "(default: none, one process on --device)")
     parser.add_argument("--processes", type=int, default=1,
