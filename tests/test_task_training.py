@@ -136,6 +136,34 @@ def test_tagger_trains_with_elmo_and_evaluates_from_the_cli(ner_config, tmp_path
     assert capsys.readouterr().out.startswith("span_f1 ")
 
 
+def test_tags_unseen_in_training_count_as_missed_unless_most_are_unknown(ner_config, tmp_path):
+    """CoNLL-2000's test set has I-LST, which its training set lacks: the spans of such a tag
+    are scored as missed (seqeval on the gold strings), not refused. A file most of whose tags
+    the model never saw is the wrong data, and an error."""
+    from seqeval.metrics import f1_score
+
+    config = load_task_config(ner_config, {"elmo": {"enabled": False}, "train": {"epochs": 3}})
+    train_task(config, progress=False)
+    run = tmp_path / "run"
+    rows = (tmp_path / "dev.txt").read_text(encoding="utf-8").splitlines()
+    first_o = next(i for i, r in enumerate(rows) if r.endswith(" O"))
+    rows[first_o] = rows[first_o][:-1] + "B-MISC"  # a tag the training file never has
+    (tmp_path / "dev-misc.txt").write_text("\n".join(rows) + "\n", encoding="utf-8")
+    result = evaluate_task(run, str(tmp_path / "dev-misc.txt"), progress=False)
+    assert result["unseen_labels"] == ["B-MISC"]
+    examples = read_dataset("conll2003", str(tmp_path / "dev-misc.txt"))
+    predicted = best_model_predictions(run, examples)
+    assert "B-MISC" not in {t for tags in predicted for t in tags}
+    assert result["score"] == pytest.approx(f1_score([e.tags for e in examples], predicted))
+    assert result["score"] < evaluate_task(run, str(tmp_path / "dev.txt"), progress=False)["score"]
+
+    swapped = [" ".join(r.split()[:-1] + [{"B-PER": "B-X", "O": "I-Y"}.get(r.split()[-1], "B-Z")]) if r.strip()
+               else r for r in rows]
+    (tmp_path / "dev-wrong.txt").write_text("\n".join(swapped) + "\n", encoding="utf-8")
+    with pytest.raises(ValueError, match=r"dev-wrong.txt: label\(s\) .*B-X.* are not among"):
+        evaluate_task(run, str(tmp_path / "dev-wrong.txt"), progress=False)
+
+
 def test_baseline_needs_no_bilm_and_resume_continues(ner_config, tmp_path):
     config = load_task_config(ner_config, {"elmo": {"enabled": False}, "train": {"epochs": 2}})
     first = train_task(config, progress=False)
