@@ -83,6 +83,20 @@ def test_cli_embeds_with_the_default_model_and_prints_without_output(tmp_path, c
     assert printed[5].startswith("sentence 1: 2 tokens")
 
 
+def test_the_readme_shows_what_the_packaged_model_prints(capsys):
+    """The README's sample output is the packaged model's own: re-packaging a model without
+    updating it fails here."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    assert main(["embed", str(root / "examples" / "sentences.txt")]) == 0
+    printed = capsys.readouterr().out.splitlines()
+    readme = (root / "README.md").read_text(encoding="utf-8").splitlines()
+    start = readme.index(printed[0])
+    shown = readme[start:readme.index("...", start)]
+    assert len(shown) >= 5 and shown == printed[:len(shown)]
+
+
 def test_cli_rejects_half_a_model_and_two_models(tmp_path, capsys):
     src = tmp_path / "in.txt"
     src.write_text("x\n", encoding="utf-8")
