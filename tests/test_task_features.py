@@ -4,8 +4,8 @@ embedding for words seen only at evaluation."""
 import pytest
 import torch
 
-from elmo.tasks.features import (PAD, TASK_MAX_CHARS, UNK, TokenFeatures, WordVocab, char_ids, load_glove,
-                                 load_vectors, word_ids)
+from elmo.tasks.features import (PAD, TASK_MAX_CHARS, UNK, CharCNN, TokenFeatures, WordVocab, char_ids,
+                                 load_glove, load_vectors, word_ids)
 
 GLOVE = "the 0.5 0.25\ncat 1.0 -1.0\nparis 2.0 3.0\n<unk> 9.0 9.0\n"
 
@@ -66,3 +66,37 @@ def test_extended_vocabulary_and_embedding_keep_the_old_ids_and_rows():
         assert torch.equal(out[0], table[[vocab.id("the"), 4, 5, UNK]])
     with pytest.raises(ValueError, match=r"expected vectors of shape \(n, 3\)"):
         features.add_words(torch.randn(2, 4))
+
+
+def _cnn_cases():
+    """Char-id batches for the CNN's fast path: words of every length up to the cut (and longer),
+    padding tokens, an all-padding row, a one-token batch and a batch with no real word."""
+    sentences = [["The", "internationalisation", "of", "Zürich", "a"], ["x"], [], ["€", "ab" * 15, "abc"]]
+    return [char_ids(sentences), char_ids([["word"]]), char_ids([[], []], time=3), char_ids([["a", "b"]], time=5)]
+
+
+@pytest.mark.parametrize("case", range(4))
+def test_char_cnn_fast_path_equals_the_cnn_over_every_slot(case):
+    """forward (real words only, trimmed to the longest) against forward_every_slot (the plain
+    computation over padding too): the same outputs and the same gradients of every parameter."""
+    torch.manual_seed(case)
+    cnn = CharCNN()
+    chars = _cnn_cases()[case]
+    weights = torch.randn(*chars.shape[:2], cnn.output_dim)
+    results = []
+    for forward in (cnn.forward_every_slot, cnn.forward):
+        cnn.zero_grad()
+        out = forward(chars)
+        if out.requires_grad:  # with no real word the fast path is a constant zero
+            (out * weights).sum().backward()
+        grads = [torch.zeros_like(p) if p.grad is None else p.grad.clone() for p in cnn.parameters()]
+        results.append((out.detach(), grads))
+    (plain, plain_grads), (fast, fast_grads) = results
+    assert fast.shape == plain.shape == (*chars.shape[:2], cnn.output_dim)
+    torch.testing.assert_close(fast, plain, rtol=0, atol=1e-6)
+    real = chars[..., 0] != 0
+    assert torch.all(fast[~real] == 0)
+    if real.any():
+        assert fast[real].abs().sum() > 0  # the real words did go through the CNN
+    for got, want in zip(fast_grads, plain_grads):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
