@@ -58,6 +58,12 @@ save() {  # every finished run's small JSON files into the repository
     cp "$run"/config.json "$run"/metrics.json "$RESULTS/experiments/${run#"$RUNS/experiments/"}/"
     cp "$run"/*-eval.json "$RESULTS/experiments/${run#"$RUNS/experiments/"}/" 2>/dev/null || true
   done
+  # Where every planned run stands, for a reader of the repository (both lanes save: each writes
+  # its own temporary file and renames it into place). A failure here must not stop a lane.
+  { echo "# Full-budget tables: where every planned run stands"; echo
+    echo "Written by \`bash experiments/all_tables.sh RUNS LOGS save\` at $(date -u +%FT%TZ)."; echo
+    status; } > "$RESULTS/STATUS.md.$$" 2>/dev/null && mv "$RESULTS/STATUS.md.$$" "$RESULTS/STATUS.md" \
+    || rm -f "$RESULTS/STATUS.md.$$"
 }
 
 lane_a() {  # the baselines, then the layer-weighting variants
@@ -107,7 +113,7 @@ status() {  # every planned training run: done, reused, partly trained or not st
   E layers --configs "${FIVE[@]}" --status
   E placement --configs "${FIVE[@]}" --status
   E samples --status
-  echo; tail -n 4 "$LOGS/steps.log"
+  echo; tail -n 4 "$LOGS/steps.log" 2>/dev/null || true
 }
 case "${3:-}" in
   status) restore; status ;;
