@@ -29,6 +29,7 @@ from torch import nn
 
 from elmo.bilm import BiLM, BiLMState, remove_boundaries
 from elmo.chars import batch_to_char_ids
+from elmo.dropout import Dropout
 from elmo.embed import Embedder
 from elmo.pretrained import PUBLISHED, load_model
 from elmo.runtime import Runtime
@@ -113,7 +114,7 @@ class Elmo(nn.Module):
         if scalar_mix_parameters is not None and len(scalar_mix_parameters) != n_layers:
             raise ValueError(f"scalar_mix_parameters: {len(scalar_mix_parameters)} values for a biLM with "
                              f"{n_layers} layers")
-        self._dropout = nn.Dropout(dropout)
+        self._dropout = Dropout(dropout)
         self._scalar_mixes = nn.ModuleList()
         for k in range(num_output_representations):
             mix = ScalarMix(n_layers, do_layer_norm=do_layer_norm)

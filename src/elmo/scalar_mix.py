@@ -9,6 +9,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from elmo.dropout import Dropout
+
 LAYER_NORM_EPS = 1e-12  # bilm-tf's weight_layers uses the same
 
 
@@ -44,7 +46,7 @@ class ScalarMix(nn.Module):
         # s starts at 0 (equal weights) and gamma at 1; s only trains in "mix" mode.
         self.scalars = nn.Parameter(torch.zeros(n_layers), requires_grad=(mode == "mix"))
         self.gamma = nn.Parameter(torch.ones(1))
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
 
     def layer_weights(self) -> torch.Tensor:
         """The softmax-normalised layer weights ``(n_layers,)`` this mix applies."""

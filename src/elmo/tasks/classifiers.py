@@ -30,6 +30,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from elmo.dropout import Dropout
 from elmo.tasks.features import TokenFeatures
 from elmo.tasks.integration import TaskElmo, concat
 from elmo.tasks.masked import encode, masked_max, masked_mean, masked_min, masked_softmax, zero_masked
@@ -115,7 +116,7 @@ class SentenceClassifier(_TaskModel):
         self.integrator = bilstm(3 * 2 * hidden, hidden)
         pooled_dim = 2 * hidden + elmo.output_dim
         self.self_attention = nn.Linear(pooled_dim, 1)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
         self.hidden = nn.Linear(4 * pooled_dim, hidden)
         self.output = nn.Linear(hidden, n_classes)
 
@@ -167,7 +168,7 @@ class ESIM(_TaskModel):
         super().__init__()
         self.features = features
         self.elmo = elmo
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
         self.input_encoder = bilstm(features.output_dim + elmo.input_dim, hidden)
         self.projection = nn.Linear(4 * (2 * hidden + elmo.output_dim), hidden)
         self.composition = bilstm(hidden, hidden)

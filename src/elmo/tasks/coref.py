@@ -37,6 +37,7 @@ import torch
 from scorch import scores as _scorch
 from torch import nn
 
+from elmo.dropout import Dropout
 from elmo.tasks.features import TokenFeatures
 from elmo.tasks.integration import TaskElmo, concat
 from elmo.tasks.masked import encode, masked_softmax
@@ -120,8 +121,8 @@ def antecedent_loss(scores: torch.Tensor, gold: torch.Tensor) -> torch.Tensor:
 
 def _feed_forward(input_dim: int, hidden: int, dropout: float) -> nn.Sequential:
     """Lee et al.'s scorers: two ReLU hidden layers, dropout after each, one score out."""
-    return nn.Sequential(nn.Linear(input_dim, hidden), nn.ReLU(), nn.Dropout(dropout),
-                         nn.Linear(hidden, hidden), nn.ReLU(), nn.Dropout(dropout), nn.Linear(hidden, 1))
+    return nn.Sequential(nn.Linear(input_dim, hidden), nn.ReLU(), Dropout(dropout),
+                         nn.Linear(hidden, hidden), nn.ReLU(), Dropout(dropout), nn.Linear(hidden, 1))
 
 
 class CorefModel(nn.Module):
@@ -151,7 +152,7 @@ class CorefModel(nn.Module):
         self.spans_per_word = spans_per_word
         self.max_antecedents = max_antecedents
         self.mention_loss_weight = mention_loss
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
         input_dim = features.output_dim + elmo.input_dim
         self.encoder = nn.LSTM(input_dim, hidden, bidirectional=True, batch_first=True)
         state_dim = 2 * hidden + elmo.output_dim

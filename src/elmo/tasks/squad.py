@@ -31,6 +31,7 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
+from elmo.dropout import Dropout
 from elmo.tasks.features import TokenFeatures
 from elmo.tasks.integration import TaskElmo, concat
 from elmo.tasks.masked import encode, masked_softmax
@@ -111,7 +112,7 @@ class BiDAF(nn.Module):
         self.features = features
         self.elmo = elmo
         self.max_answer_length = max_answer_length
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
         input_dim = features.output_dim + elmo.input_dim
         self.contextual = nn.LSTM(input_dim, hidden, bidirectional=True, batch_first=True)
         d = 2 * hidden + elmo.output_dim

@@ -28,6 +28,7 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
+from elmo.dropout import Dropout
 from elmo.tasks.features import TokenFeatures
 from elmo.tasks.integration import TaskElmo, concat
 from elmo.tasks.masked import encode
@@ -163,7 +164,7 @@ class SrlTagger(nn.Module):
         self.features = features
         self.elmo = elmo
         self.predicate = nn.Embedding(2, predicate_dim)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
         input_dim = features.output_dim + predicate_dim + elmo.input_dim
         self.encoders = nn.ModuleList(
             nn.LSTM(input_dim if i == 0 else 2 * hidden, hidden, bidirectional=True, batch_first=True)

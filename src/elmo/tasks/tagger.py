@@ -18,6 +18,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from elmo.dropout import Dropout
 from elmo.tasks.features import TokenFeatures
 from elmo.tasks.integration import TaskElmo, concat
 from elmo.tasks.masked import encode
@@ -135,10 +136,10 @@ class Tagger(nn.Module):
         self.features = features
         self.elmo = elmo
         self.n_tags = n_tags
-        self.input_dropout = nn.Dropout(dropout)
+        self.input_dropout = Dropout(dropout)
         self.encoder = nn.LSTM(features.output_dim + elmo.input_dim, hidden, num_layers=layers,
                                bidirectional=True, batch_first=True, dropout=dropout if layers > 1 else 0.0)
-        self.output_dropout = nn.Dropout(dropout)
+        self.output_dropout = Dropout(dropout)
         self.projection = nn.Linear(2 * hidden + elmo.output_dim, n_tags)
         self.crf = CRF(n_tags) if crf else None
 
