@@ -66,15 +66,22 @@ save() {  # every finished run's small JSON files into the repository
     || rm -f "$RESULTS/STATUS.md.$$"
 }
 
-lane_a() {  # the baselines, then the layer-weighting variants
+# The lanes are ordered so that whole tables land early, should the machine stop: first the main
+# table (lane A takes SQuAD's +ELMo runs, so that both lanes finish their share of it at about the
+# same time), then the short experiments (samples; the probes and the domain experiment), and last
+# the long layer and placement tables. No run is in both lanes: two processes never train one run.
+ELMO_B=(configs/tasks/ner-conll2003.toml configs/tasks/ner-wnut17.toml configs/tasks/pos-ewt.toml
+        configs/tasks/chunk-conll2000.toml configs/tasks/sst5.toml configs/tasks/sick.toml
+        configs/tasks/snli-mini.toml configs/tasks/srl-propbank-ewt.toml configs/tasks/coref-litbank.toml)
+lane_a() {  # the baselines and SQuAD +ELMo, then sample efficiency, then the layer-weighting variants
   step "A: main baselines"; E main --variants baseline --output "$RUNS/main-baseline.md"
-  step "A: layers"; E layers --configs "${FIVE[@]}" --variants mix-l2-1 top average --output "$RUNS/layers-a.md"
+  step "A: main squad +ELMo"; E main --variants elmo --configs configs/tasks/squad.toml --output "$RUNS/main-squad.md"
   step "A: samples"; E samples --output "$RUNS/samples.md"
+  step "A: layers"; E layers --configs "${FIVE[@]}" --variants mix-l2-1 top average --output "$RUNS/layers-a.md"
   step "A: done"
 }
-lane_b() {  # the +ELMo runs, then placement, the probes and the domain experiment
-  step "B: main +ELMo"; E main --variants elmo --output "$RUNS/main-elmo.md"
-  step "B: placement"; E placement --configs "${FIVE[@]}" --variants output both --output "$RUNS/placement-b.md"
+lane_b() {  # the other +ELMo runs, then the probes, the domain experiment and placement
+  step "B: main +ELMo"; E main --variants elmo --configs "${ELMO_B[@]}" --output "$RUNS/main-elmo.md"
   step "B: probes"
   nice -n 19 python experiments/probes.py pos --cache "$RUNS/cache" --output docs/probes/pos.md
   nice -n 19 python experiments/probes.py wsd --output docs/probes/wsd.md
@@ -86,6 +93,7 @@ lane_b() {  # the +ELMo runs, then placement, the probes and the domain experime
       --epochs 3 --no-progress $( [ -d "$RUNS/wnut-ft/checkpoints" ] && echo --resume )
     elmo export "$RUNS/wnut-ft" --output "$RUNS/wnut-ft/model"; }
   E domain --finetuned "$RUNS/wnut-ft/model" --output docs/tasks/domain.md
+  step "B: placement"; E placement --configs "${FIVE[@]}" --variants output both --output "$RUNS/placement-b.md"
   step "B: done"
 }
 # Everything runs from inside one function, so bash has read the whole file before it starts: an
