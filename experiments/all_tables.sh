@@ -59,11 +59,12 @@ save() {  # every finished run's small JSON files into the repository
     cp "$run"/*-eval.json "$RESULTS/experiments/${run#"$RUNS/experiments/"}/" 2>/dev/null || true
   done
   # Where every planned run stands, for a reader of the repository (both lanes save: each writes
-  # its own temporary file and renames it into place). A failure here must not stop a lane.
+  # its own temporary file, named by its own process ($$ is the script's in both lanes), and renames
+  # it into place). A failure here must not stop a lane.
   { echo "# Full-budget tables: where every planned run stands"; echo
     echo "Written by \`bash experiments/all_tables.sh RUNS LOGS save\` at $(date -u +%FT%TZ)."; echo
-    status; } > "$RESULTS/STATUS.md.$$" 2>/dev/null && mv "$RESULTS/STATUS.md.$$" "$RESULTS/STATUS.md" \
-    || rm -f "$RESULTS/STATUS.md.$$"
+    status; } > "$RESULTS/STATUS.md.$BASHPID" 2>/dev/null && mv "$RESULTS/STATUS.md.$BASHPID" "$RESULTS/STATUS.md" \
+    || rm -f "$RESULTS/STATUS.md.$BASHPID"
 }
 
 # The lanes are ordered so that whole tables land early, should the machine stop: first the main
