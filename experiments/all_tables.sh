@@ -79,8 +79,8 @@ ELMO_B=(configs/tasks/ner-conll2003.toml configs/tasks/ner-wnut17.toml configs/t
 # costs about as much): CoNLL-2003 92, WNUT-17 13, POS 63, chunking 55, SST-5 47. On 2026-11-25
 # at 09:30 UTC, lane A's work left (coreference baselines, SQuAD, samples, layers) was about 4.5 h
 # more than lane B's (SRL and coreference +ELMo, probes, domain, placement) without the split, and
-# about half an hour more with it (SQuAD's and coreference's times estimated from their earlier
-# runs at 3 and 6 epochs).
+# about half an hour more with it (SQuAD's and coreference's times estimated from their runs at
+# the same budget with the first packaged model).
 LAYERS_AVERAGE_A=(configs/tasks/ner-conll2003.toml configs/tasks/ner-wnut17.toml configs/tasks/sst5.toml)
 LAYERS_AVERAGE_B=(configs/tasks/pos-ewt.toml configs/tasks/chunk-conll2000.toml)
 lane_a() {  # the baselines and SQuAD +ELMo, then sample efficiency, then the layer-weighting variants
