@@ -65,8 +65,7 @@ def measure(config_path: str, compare: str, path: str, steps: int, warmup: int, 
     embeddings, _ = training.load_glove(config.data.vectors, vocab, seed=config.train.seed)
     embedder = training.load_bilm_source(config)
     data = training._layers_for(embedder, splits, config, False)
-    n_layers = embedder.model.config.n_output_layers if embedder else 1
-    dim = 2 * embedder.model.config.lstm.projection_dim if embedder else 1
+    n_layers, dim = training.bilm_layer_shape(embedder)
     training._seed_everything(config.train.seed)
     model = training.build_model(config, embeddings, sorted(labels), n_layers, dim)
     optimizer = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=config.train.learning_rate)

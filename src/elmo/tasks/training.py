@@ -243,6 +243,14 @@ def load_bilm_source(config: TaskConfig):
     return Embedder(load_model(config.bilm.model), state=config.bilm.state, batch_size=config.bilm.batch_size)
 
 
+def bilm_layer_shape(embedder) -> tuple[int, int]:
+    """``(n_layers, dim)`` of the ELMo layers ``embedder`` gives, which size a task model's scalar
+    mix and ELMo input; ``(1, 1)`` for a baseline (``embedder`` None), whose ELMo parts are empty."""
+    if embedder is None:
+        return 1, 1
+    return embedder.model.config.n_output_layers, 2 * embedder.model.config.lstm.projection_dim
+
+
 # ------------------------------------------------------------------------------------ metrics
 def score(config: TaskConfig, gold: list, predicted: list) -> float:
     """Span F1 (seqeval, on IOB2 tags), the CoNLL-2005 SRL F1, the CoNLL coreference F1 (the
@@ -403,8 +411,7 @@ def train_task(config: TaskConfig, *, resume: bool = False, progress: bool = Tru
 
     embedder = load_bilm_source(config)
     data = _layers_for(embedder, splits, config, progress)
-    n_layers = embedder.model.config.n_output_layers if embedder else 1
-    dim = 2 * embedder.model.config.lstm.projection_dim if embedder else 1
+    n_layers, dim = bilm_layer_shape(embedder)
     os.makedirs(config.output, exist_ok=True)
     atomic_write_text(os.path.join(config.output, "config.json"), json.dumps(config.to_dict(), indent=1))
     _seed_everything(config.train.seed)
