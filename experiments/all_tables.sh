@@ -43,7 +43,15 @@ restore() {  # finished runs of earlier machines, from the repository
   drop_elmo_runs "$RUNS"
   [ -d "$RESULTS/experiments" ] || return 0
   mkdir -p "$RUNS/experiments"
-  cp -rn "$RESULTS/experiments/." "$RUNS/experiments/"
+  local config run
+  find "$RESULTS/experiments" -path '*/seed-*' -name config.json | while read -r config; do
+    run="$RUNS/experiments/$(dirname "${config#"$RESULTS/experiments/"}")"
+    # A kept run that is training again here (task_experiments.py trains a run again when a later
+    # evaluation needs its model): its old metrics must not come back over the new training.
+    [ -f "$run/last.pt" ] && [ ! -f "$run/metrics.json" ] && continue
+    mkdir -p "$run"
+    cp -n "$(dirname "$config")"/*.json "$run/"
+  done
 }
 save() {  # every finished run's small JSON files into the repository
   [ -d "$RUNS/experiments" ] || return 0
@@ -55,8 +63,8 @@ save() {  # every finished run's small JSON files into the repository
     # A run with a test file is kept once its test evaluation is written too (it follows metrics.json).
     [ -f "$run/test-eval.json" ] || grep -q '"test": null' "$run/config.json" || continue
     mkdir -p "$RESULTS/experiments/${run#"$RUNS/experiments/"}"
-    cp "$run"/config.json "$run"/metrics.json "$RESULTS/experiments/${run#"$RUNS/experiments/"}/"
-    cp "$run"/*-eval.json "$RESULTS/experiments/${run#"$RUNS/experiments/"}/" 2>/dev/null || true
+    # Every JSON file: config, metrics, and the evaluations that later tables read (test, SNLI, GAP).
+    cp "$run"/*.json "$RESULTS/experiments/${run#"$RUNS/experiments/"}/"
   done
   # Where every planned run stands, for a reader of the repository (both lanes save: each writes
   # its own temporary file, named by its own process ($$ is the script's in both lanes), and renames
@@ -99,10 +107,16 @@ lane_b() {  # the other +ELMo runs, then the probes, the domain experiment, plac
   nice -n 19 python experiments/probes.py neighbours --output docs/probes/neighbours.md
   step "B: domain"
   [ -f "$RUNS/wnut/train.txt" ] || E domain-text --output "$RUNS/wnut/train.txt"
+  [ -f "$RUNS/wnut/dev.txt" ] || E domain-text --split dev --output "$RUNS/wnut/dev.txt"
   [ -d "$RUNS/wnut-ft/model" ] || {
     nice -n 19 elmo finetune src/elmo/resources/model --train "$RUNS/wnut/train.txt" --output "$RUNS/wnut-ft" \
       --epochs 3 --no-progress $( [ -d "$RUNS/wnut-ft/checkpoints" ] && echo --resume )
     elmo export "$RUNS/wnut-ft" --output "$RUNS/wnut-ft/model"; }
+  # The perplexity on WNUT-17 dev text before and after, as docs/tasks.md reports it.
+  nice -n 19 elmo evaluate src/elmo/resources/model --data "$RUNS/wnut/dev.txt" \
+    --json docs/tasks/wnut17-dev-perplexity-unadapted.json
+  nice -n 19 elmo evaluate "$RUNS/wnut-ft/model" --data "$RUNS/wnut/dev.txt" \
+    --json docs/tasks/wnut17-dev-perplexity-finetuned.json
   E domain --finetuned "$RUNS/wnut-ft/model" --output docs/tasks/domain.md
   step "B: placement"; E placement --configs "${FIVE[@]}" --variants output both --output "$RUNS/placement-b.md"
   step "B: layers"; E layers --configs "${LAYERS_AVERAGE_B[@]}" --variants average --output "$RUNS/layers-b-average.md"
@@ -124,7 +138,8 @@ everything() {
   E weights --configs "${FIVE[@]}"
   E snli --output docs/tasks/snli.md
   E gap --output docs/tasks/coref-gap.md
-  for task in snli-mini sick sst5; do E diagnose --configs configs/tasks/$task.toml; done
+  # The two pair tasks: their kept test evaluations hold the confusion that the diagnosis reads.
+  for task in snli-mini sick; do E diagnose --configs configs/tasks/$task.toml; done
   step "all done"
 }
 one_lane() { restore; "$1" >> "$LOGS/$2.log" 2>&1; }

@@ -38,6 +38,13 @@ ALL_CONFIGS = ["configs/tasks/ner-conll2003.toml", "configs/tasks/ner-wnut17.tom
                "configs/tasks/snli-mini.toml", "configs/tasks/srl-propbank-ewt.toml", "configs/tasks/coref-litbank.toml",
                "configs/tasks/squad.toml"]
 
+# The configs of the experiments that do not default to ALL_CONFIGS; the transfer tables (snli, gap)
+# read their default task's main runs, which keep those evaluations as soon as they train.
+DEFAULT_CONFIGS = {"samples": ["configs/tasks/ner-conll2003.toml", "configs/tasks/sst5.toml"],
+                   "domain": ["configs/tasks/ner-wnut17.toml"], "domain-text": ["configs/tasks/ner-wnut17.toml"],
+                   "snli": ["configs/tasks/sick.toml"], "gap": ["configs/tasks/coref-litbank.toml"],
+                   "diagnose": ["configs/tasks/sick.toml"]}
+
 VARIANTS = {
     "main": {"baseline": {"elmo": {"enabled": False}}, "elmo": {}},
     "layers": {"mix-l2-1": {"elmo": {"layers": "mix", "l2": 1.0}},
@@ -77,13 +84,24 @@ def finished_run(args, name: str, config) -> tuple[str | None, bool]:
 
 
 def run_variant(args, experiment: str, config_path: str, variant: str, overrides: dict, seed: int) -> dict:
-    """Train one (config, variant, seed) unless it, or an identical run, has finished; return its metrics."""
+    """Train one (config, variant, seed) unless it, or an identical run, has finished; return its metrics.
+    A finished run whose later evaluations (:func:`later_evaluations`) are not kept and whose model
+    is gone trains again."""
     name = task_name(config_path)
     config = variant_config(args, experiment, config_path, variant, overrides, seed)
     folder, reused = finished_run(args, name, config)
+    later = later_evaluations(args, experiment, name)
     if getattr(args, "status", False):
-        args.status_rows.append(run_state(experiment, name, variant, config, folder, reused))
+        row = run_state(experiment, name, variant, config, folder, reused)
+        if row["state"] == "done" and needs_retraining(folder, later):
+            row["state"] = "retrain"
+        args.status_rows.append(row)
         return {"dev": 0.0}  # a stand-in: with --status the tables built from it are not written
+    if folder is not None and not reused and needs_retraining(folder, later):
+        kept = retrain_from_scratch(folder)
+        print(f"{name} {variant} seed {seed}: training again, for {', '.join(label for label, *_ in later)}: "
+              f"only the JSON files of this run were kept, not its model (dev was {kept['dev']:.4f})", file=sys.stderr)
+        folder = None
     if folder is not None:
         with open(os.path.join(folder, "metrics.json"), encoding="utf-8") as f:
             metrics = json.load(f)
@@ -92,6 +110,7 @@ def run_variant(args, experiment: str, config_path: str, variant: str, overrides
             args.reused += 1
         else:
             count_time(args, metrics)
+            keep_later_evaluations(args, folder, later)
         return with_evaluated_test(args, folder, config, metrics)
     started = time.time()
     metrics = train_task(config, resume=True, progress=not args.quiet)
@@ -99,7 +118,68 @@ def run_variant(args, experiment: str, config_path: str, variant: str, overrides
     print(f"{name} {variant} seed {seed}: dev {metrics['dev']:.4f}"
           + (f" test {metrics['test']:.4f}" if "test" in metrics else "")
           + f" ({time.time() - started:.0f} s)", file=sys.stderr)
+    keep_later_evaluations(args, config.output, later)
     return with_evaluated_test(args, config.output, config, metrics)
+
+
+def later_evaluations(args, experiment: str, name: str) -> list[tuple[str, str, str | None, str]]:
+    """The evaluations of a run of task ``name`` that a later table reads, besides its test score,
+    as ``(label, data, split, kind)``: the transfer tables' (``snli``, ``gap``) for the main
+    experiment's runs of their default task. Only the runs' JSON files outlive a machine
+    (experiments/all_tables.sh keeps them in the repository), so these are made as soon as the run
+    has trained, while its model is on disk."""
+    if experiment != "main":
+        return []
+    if name == task_name(DEFAULT_CONFIGS["snli"][0]):
+        return snli_evaluations(args)
+    if name == task_name(DEFAULT_CONFIGS["gap"][0]):
+        return gap_evaluations(args)
+    return []
+
+
+def snli_evaluations(args) -> list[tuple[str, str, str | None, str]]:
+    """SNLI dev and test (``--snli``) as ``(label, data, split, kind)``."""
+    return [(f"snli-{split}", args.snli, split, "snli") for split in ("dev", "test")]
+
+
+def gap_evaluations(args) -> list[tuple[str, str, str | None, str]]:
+    """GAP's development and test files (``--gap``) as ``(label, data, split, kind)``."""
+    return [(f"gap-{name}", os.path.join(args.gap, f"gap-{name}.tsv"), None, "gap") for name in ("development", "test")]
+
+
+def missing_evaluations(folder: str, later: list[tuple]) -> list[str]:
+    """The labels of ``later`` that have no kept ``<label>.json`` in ``folder``."""
+    return [label for label, *_ in later if not os.path.isfile(os.path.join(folder, f"{label}.json"))]
+
+
+def needs_retraining(folder: str, later: list[tuple]) -> bool:
+    """Whether a finished run lacks a later evaluation and its model: on a new machine only its JSON
+    files came back from the repository, so the model must be trained again to evaluate it."""
+    return bool(missing_evaluations(folder, later)) and not os.path.isfile(os.path.join(folder, "best.pt"))
+
+
+FIRST_TRAINING = "first-training-metrics.json"
+
+
+def retrain_from_scratch(folder: str) -> dict:
+    """Clear a finished run whose model is gone so that it trains again, and return its old metrics,
+    which stay beside it as ``first-training-metrics.json``. Its evaluations go: they belong to the
+    old model, and the tables must read one model's scores. ``metrics.json`` goes last, so an
+    interruption leaves a run that is still recognised as finished (and cleared again) or one that
+    resumes from its ``last.pt``."""
+    with open(os.path.join(folder, "metrics.json"), encoding="utf-8") as f:
+        kept = json.load(f)
+    for path in glob.glob(os.path.join(folder, "*.json")):
+        if os.path.basename(path) not in ("config.json", "metrics.json", FIRST_TRAINING):
+            os.remove(path)
+    os.replace(os.path.join(folder, "metrics.json"), os.path.join(folder, FIRST_TRAINING))
+    return kept
+
+
+def keep_later_evaluations(args, folder: str, later: list[tuple]) -> None:
+    """Make (and keep next to the run) each of ``later`` that is not kept yet."""
+    for label, data, split, kind in later:
+        kept_evaluation(args, folder, label, data, split, kind=kind)
 
 
 def count_time(args, metrics: dict) -> None:
@@ -137,7 +217,8 @@ def run_state(experiment: str, name: str, variant: str, config, folder: str | No
 def status_lines(rows: list[dict]) -> list[str]:
     """A Markdown table of :func:`run_state` rows and a summary: CPU minutes of the finished runs,
     and an estimate for the rest from the mean time of the same task and variant's finished runs
-    (runs of a task and variant with none finished are counted, not estimated)."""
+    (runs of a task and variant with none finished are counted, not estimated; a finished run that
+    must train again, state ``retrain``, is estimated at its own earlier time)."""
     lines = ["| experiment | task | variant | seed | state | epochs (best) | minutes |", "|---|---|---|---:|---|---:|---:|"]
     for r in rows:
         best = f" ({r['best_epoch']})" if r["best_epoch"] else ""
@@ -150,18 +231,22 @@ def status_lines(rows: list[dict]) -> list[str]:
     times: dict[tuple, list[float]] = {}
     for r in done:
         times.setdefault((r["task"], r["variant"]), []).append(r["seconds"])
-    left = [r for r in rows if r["state"] in ("partial", "pending")]
+    left = [r for r in rows if r["state"] in ("partial", "pending", "retrain")]
     estimate, unknown = 0.0, 0
     for r in left:
         known = times.get((r["task"], r["variant"]))
-        if known:
+        if r["state"] == "retrain":  # its own time, the first time it trained
+            estimate += r["seconds"]
+        elif known:
             share = 1 - r["epochs"] / r["max_epochs"] if r["state"] == "partial" else 1.0
             estimate += statistics.mean(known) * share
         else:
             unknown += 1
-    counts = {state: sum(r["state"] == state for r in rows) for state in ("done", "reused", "partial", "pending")}
+    counts = {state: sum(r["state"] == state for r in rows) for state in ("done", "reused", "partial", "pending", "retrain")}
+    retrain = (f", {counts['retrain']} to train again (finished, but the model that a later evaluation needs is gone)"
+               if counts["retrain"] else "")
     lines += ["", f"{len(rows)} runs: {counts['done']} done ({sum(r['seconds'] for r in done) / 60:.1f} CPU-minutes), "
-                  f"{counts['reused']} reused, {counts['partial']} partly trained, {counts['pending']} not started.",
+                  f"{counts['reused']} reused, {counts['partial']} partly trained, {counts['pending']} not started{retrain}.",
               f"Left: about {estimate / 60:.0f} CPU-minutes for {len(left) - unknown} runs (the mean of their task and "
               f"variant's finished runs, all epochs; early stopping can end them sooner); {unknown} more runs have no "
               f"finished run to estimate from."]
@@ -332,8 +417,8 @@ def snli_transfer(args) -> list[str]:
     """The SICK models of the main experiment under ``--runs`` scored on SNLI dev and test, an
     extra test set (kept next to each run as ``snli-<split>.json``)."""
     lines = ["| SNLI split | baseline | +ELMo |", "|---|---:|---:|"]
-    for split in ("dev", "test"):
-        results = transferred(args, f"snli-{split}", args.snli, split, "snli")
+    for label, data, split, kind in snli_evaluations(args):
+        results = transferred(args, label, data, split, kind)
         lines.append(f"| {split} | " + " | ".join(mean_std([r["score"] for r in results[v]]) for v in VARIANTS["main"])
                      + " |")
     return lines
@@ -345,9 +430,9 @@ def gap_transfer(args) -> list[str]:
     (pronoun, name) coreference decisions overall and by the pronoun's gender, and the bias
     (feminine F1 / masculine F1). Kept next to each run as ``gap-<file>.json``."""
     lines = ["| GAP file | model | overall F1 | masculine F1 | feminine F1 | bias (F/M) |", "|---|---|---:|---:|---:|---:|"]
-    for name in ("development", "test"):
-        path = os.path.join(args.gap, f"gap-{name}.tsv")
-        results = transferred(args, f"gap-{name}", path, None, "gap")
+    for label, data, split, kind in gap_evaluations(args):
+        name = label.removeprefix("gap-")
+        results = transferred(args, label, data, split, kind)
         for variant, label in (("baseline", "baseline"), ("elmo", "+ELMo")):
             details = [r["details"] for r in results[variant]]
             cells = [mean_std([d[group]["f1"] for d in details]) for group in ("overall", "M", "F")]
@@ -527,17 +612,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--split", default="train", choices=["train", "dev", "test"], help="domain-text: which split")
     parser.add_argument("--quiet", action="store_true")
     parser.add_argument("--status", action="store_true", help="main, layers, placement, samples, domain: list "
-                        "where each planned run stands (done, reused, partly trained, not started) and train nothing")
+                        "where each planned run stands (done, reused, partly trained, not started, or to train again) "
+                        "and train nothing")
     args = parser.parse_args(argv)
     args.status_rows = []
     # Seconds of this experiment's own runs and of its test evaluations; runs taken from earlier ones.
     args.trained, args.evaluated, args.reused, args.untimed = [], [], 0, 0
     command = "python experiments/task_experiments.py " + " ".join(argv if argv is not None else sys.argv[1:])
-    default_configs = {"samples": ["configs/tasks/ner-conll2003.toml", "configs/tasks/sst5.toml"],
-                       "domain": ["configs/tasks/ner-wnut17.toml"], "domain-text": ["configs/tasks/ner-wnut17.toml"],
-                       "snli": ["configs/tasks/sick.toml"], "gap": ["configs/tasks/coref-litbank.toml"],
-                       "diagnose": ["configs/tasks/sick.toml"]}
-    args.configs = args.configs or default_configs.get(args.experiment, ALL_CONFIGS)
+    args.configs = args.configs or DEFAULT_CONFIGS.get(args.experiment, ALL_CONFIGS)
     titles = {"main": "Baseline vs +ELMo (the paper's Table 1)", "layers": "Layer weighting (the paper's Table 2)",
               "placement": "Where to include ELMo (the paper's Table 3)",
               "samples": "Sample efficiency (the paper's Figure 1)",

@@ -60,6 +60,14 @@ def _args(tmp_path, **extra):
     return argparse.Namespace(**values)
 
 
+def _keep_gap(folder, f1=0.5):
+    """The GAP evaluations that a finished main run of the coref config keeps beside it."""
+    for name in ("development", "test"):
+        details = {"overall": {"f1": f1}, "M": {"f1": f1 + 0.05}, "F": {"f1": f1 - 0.05}, "bias": 0.8}
+        with open(os.path.join(folder, f"gap-{name}.json"), "w") as f:
+            json.dump({"score": f1, "details": details, "seconds": 5.0}, f)
+
+
 def _finished_main_runs(experiments, args, tests):
     """Fake finished main-experiment runs of the coref config: {variant: [test score per seed]}."""
     folders = {}
@@ -71,6 +79,7 @@ def _finished_main_runs(experiments, args, tests):
                 json.dump({"dev": score, "test": score, "seconds": 60.0}, f)
             with open(os.path.join(config.output, "test-eval.json"), "w") as f:
                 json.dump({"score": score, "seconds": 2.0}, f)
+            _keep_gap(config.output)
             folders[variant, seed] = config.output
     return folders
 
@@ -102,6 +111,7 @@ def test_status_lists_each_planned_run_and_estimates_the_rest(experiments, tmp_p
         _run(config.output, config.to_dict())
         with open(os.path.join(config.output, "metrics.json"), "w") as f:
             json.dump({"dev": 0.5, "seconds": seconds, "best_epoch": 3, "history": [{}] * 5}, f)
+        _keep_gap(config.output)
     partial = plan["baseline", 3]
     _run(partial.output, partial.to_dict(), finished=False)
     torch.save({"epoch": 2, "best_epoch": 1}, os.path.join(partial.output, "last.pt"))
@@ -132,6 +142,7 @@ def test_the_time_line_says_when_a_run_was_timed_only_after_a_resume(experiments
         json.dump({"dev": 0.5, "seconds": 30.0, "seconds_counted_from_epoch": 4}, f)
     with open(os.path.join(config.output, "test-eval.json"), "w") as f:
         json.dump({"score": 0.5, "seconds": 2.0}, f)
+    _keep_gap(config.output)
     experiments.run_variant(args, "main", args.configs[0], "baseline", {"elmo": {"enabled": False}}, 1)
     experiments.write_markdown(args, str(tmp_path / "t.md"), "T", "cmd", ["| x |"])
     text = (tmp_path / "t.md").read_text()
@@ -143,11 +154,7 @@ def test_gap_table_from_kept_results(experiments, tmp_path):
     args = _args(tmp_path)
     folders = _finished_main_runs(experiments, args, {"baseline": [0.5, 0.5], "elmo": [0.6, 0.6]})
     for (variant, seed), folder in folders.items():
-        for name in ("development", "test"):
-            f1 = {"baseline": 0.4, "elmo": 0.5}[variant] + 0.02 * seed
-            details = {"overall": {"f1": f1}, "M": {"f1": f1 + 0.05}, "F": {"f1": f1 - 0.05}, "bias": 0.8}
-            with open(os.path.join(folder, f"gap-{name}.json"), "w") as f:
-                json.dump({"score": f1, "details": details, "seconds": 5.0}, f)
+        _keep_gap(folder, {"baseline": 0.4, "elmo": 0.5}[variant] + 0.02 * seed)
     lines = experiments.gap_transfer(args)
     assert lines[2] == "| development | baseline | 43.00 ± 1.41 | 48.00 ± 1.41 | 38.00 ± 1.41 | 0.80 ± 0.00 |"
     assert lines[5] == "| test | +ELMo | 53.00 ± 1.41 | 58.00 ± 1.41 | 48.00 ± 1.41 | 0.80 ± 0.00 |"
@@ -164,6 +171,7 @@ def test_reported_test_scores_come_from_evaluating_the_test_file(experiments, tm
     _run(config.output, config.to_dict())
     with open(os.path.join(config.output, "metrics.json"), "w") as f:
         json.dump({"dev": 0.5, "test": 0.61, "seconds": 60.0}, f)
+    _keep_gap(config.output)
     calls = []
 
     def fake_evaluate(folder, path, split, **kwargs):
@@ -211,3 +219,84 @@ def test_diagnose_tables_curves_classes_and_weights(experiments, tmp_path):
     assert "| input | 0.200 ± 0.000 | 0.300 ± 0.000 | 0.500 ± 0.000 |" in text
     assert os.path.getsize(tmp_path / "curves.png") > 1000
     assert len(args.evaluated) == 4
+
+
+def _fake_evaluations(monkeypatch, calls):
+    import elmo.tasks.training
+
+    def fake_evaluate(folder, path, split, **kwargs):
+        calls.append((os.path.basename(path), split, kwargs.get("kind")))
+        return {"score": 0.7, "details": {"overall": {"f1": 0.7}}}
+
+    monkeypatch.setattr(elmo.tasks.training, "evaluate_task", fake_evaluate)
+
+
+def test_a_finished_run_keeps_the_transfer_evaluations_while_its_model_is_there(experiments, tmp_path, monkeypatch):
+    """The GAP scores of the main coref runs are made next to the run while best.pt is on disk
+    (before the test evaluation, which marks the run as kept), and read back afterwards."""
+    args = _args(tmp_path, seeds=[1])
+    config = experiments.variant_config(args, "main", args.configs[0], "elmo", {}, 1)
+    _run(config.output, config.to_dict())
+    with open(os.path.join(config.output, "metrics.json"), "w") as f:
+        json.dump({"dev": 0.5, "test": 0.7, "seconds": 60.0}, f)
+    open(os.path.join(config.output, "best.pt"), "wb").close()
+    calls = []
+    _fake_evaluations(monkeypatch, calls)
+    for _ in range(2):
+        assert experiments.run_variant(args, "main", args.configs[0], "elmo", {}, 1)["test"] == 0.7
+    assert calls == [("gap-development.tsv", None, "gap"), ("gap-test.tsv", None, "gap"),
+                     (os.path.basename(config.data.test.path), "test", None)]
+    for label in ("gap-development", "gap-test", "test-eval"):
+        assert os.path.isfile(os.path.join(config.output, f"{label}.json"))
+    # Other experiments' runs, and tasks no transfer table reads, have nothing more to keep.
+    assert experiments.later_evaluations(args, "placement", "coref-litbank") == []
+    assert experiments.later_evaluations(args, "main", "ner-conll2003") == []
+    assert [label for label, *_ in experiments.later_evaluations(_args(tmp_path, snli="x"), "main", "sick")] \
+        == ["snli-dev", "snli-test"]
+
+
+def test_a_finished_run_whose_model_is_gone_trains_again(experiments, tmp_path, monkeypatch, capsys):
+    """Kept from another machine as JSON files only, a main coref run without its GAP scores is
+    listed as 'retrain', then trained again (its old metrics kept aside, its old test score dropped),
+    and the new model is evaluated on GAP and on the test file."""
+    args = _args(tmp_path, seeds=[1])
+    config = experiments.variant_config(args, "main", args.configs[0], "baseline", {"elmo": {"enabled": False}}, 1)
+    _run(config.output, config.to_dict())
+    with open(os.path.join(config.output, "metrics.json"), "w") as f:
+        json.dump({"dev": 0.5, "test": 0.61, "seconds": 120.0, "history": [{}] * 8, "best_epoch": 8}, f)
+    with open(os.path.join(config.output, "test-eval.json"), "w") as f:
+        json.dump({"score": 0.61, "seconds": 2.0}, f)
+
+    argv = ["main", "--status", "--runs", str(tmp_path), "--configs", args.configs[0], "--cache", args.cache,
+            "--seeds", "1", "--variants", "baseline"]
+    assert experiments.main(argv) == 0
+    out = capsys.readouterr().out
+    assert "| main | coref-litbank | baseline | 1 | retrain | 8/8 (8) | 2.0 |" in out
+    assert "1 to train again" in out and "Left: about 2 CPU-minutes for 1 runs" in out
+
+    trained = []
+
+    def fake_train(cfg, resume, progress):
+        trained.append(cfg.output)
+        assert not os.path.exists(os.path.join(cfg.output, "metrics.json"))
+        assert not os.path.exists(os.path.join(cfg.output, "test-eval.json"))
+        open(os.path.join(cfg.output, "best.pt"), "wb").close()
+        metrics = {"dev": 0.52, "test": 0.7, "seconds": 100.0}
+        with open(os.path.join(cfg.output, "metrics.json"), "w") as f:
+            json.dump(metrics, f)
+        return metrics
+
+    monkeypatch.setattr(experiments, "train_task", fake_train)
+    calls = []
+    _fake_evaluations(monkeypatch, calls)
+    metrics = experiments.run_variant(args, "main", args.configs[0], "baseline", {"elmo": {"enabled": False}}, 1)
+    assert trained == [config.output] and metrics["test"] == 0.7 and args.trained == [100.0]
+    assert [c[0] for c in calls] == ["gap-development.tsv", "gap-test.tsv", os.path.basename(config.data.test.path)]
+    with open(os.path.join(config.output, "first-training-metrics.json")) as f:
+        assert json.load(f)["dev"] == 0.5
+    with open(os.path.join(config.output, "test-eval.json")) as f:
+        assert json.load(f)["score"] == 0.7
+    assert "training again, for gap-development, gap-test" in capsys.readouterr().err
+    # Now kept with its GAP scores, it is done: nothing trains again.
+    experiments.run_variant(args, "main", args.configs[0], "baseline", {"elmo": {"enabled": False}}, 1)
+    assert trained == [config.output]
