@@ -63,8 +63,10 @@ save() {  # every finished run's small JSON files into the repository
     # A run with a test file is kept once its test evaluation is written too (it follows metrics.json).
     [ -f "$run/test-eval.json" ] || grep -q '"test": null' "$run/config.json" || continue
     mkdir -p "$RESULTS/experiments/${run#"$RUNS/experiments/"}"
-    # Every JSON file: config, metrics, and the evaluations that later tables read (test, SNLI, GAP).
-    cp "$run"/*.json "$RESULTS/experiments/${run#"$RUNS/experiments/"}/"
+    # Settings, metrics and the evaluations that the tables read (test, SNLI, GAP); no predictions.
+    for kept in "$run"/{config,metrics,first-training-metrics}.json "$run"/{*-eval,snli-*,gap-*}.json; do
+      if [ -f "$kept" ]; then cp "$kept" "$RESULTS/experiments/${run#"$RUNS/experiments/"}/"; fi
+    done
   done
   # Where every planned run stands, for a reader of the repository (both lanes save: each writes
   # its own temporary file, named by its own process ($$ is the script's in both lanes), and renames
