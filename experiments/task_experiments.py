@@ -430,9 +430,9 @@ def gap_transfer(args) -> list[str]:
     (pronoun, name) coreference decisions overall and by the pronoun's gender, and the bias
     (feminine F1 / masculine F1). Kept next to each run as ``gap-<file>.json``."""
     lines = ["| GAP file | model | overall F1 | masculine F1 | feminine F1 | bias (F/M) |", "|---|---|---:|---:|---:|---:|"]
-    for label, data, split, kind in gap_evaluations(args):
-        name = label.removeprefix("gap-")
-        results = transferred(args, label, data, split, kind)
+    for file_label, data, split, kind in gap_evaluations(args):
+        name = file_label.removeprefix("gap-")
+        results = transferred(args, file_label, data, split, kind)
         for variant, label in (("baseline", "baseline"), ("elmo", "+ELMo")):
             details = [r["details"] for r in results[variant]]
             cells = [mean_std([d[group]["f1"] for d in details]) for group in ("overall", "M", "F")]
