@@ -134,6 +134,8 @@ everything() {
   # Every run is trained by now: the tables below only read them back (and evaluate where needed).
   step "tables"
   E main --output docs/tasks/main.md
+  # SICK without early stopping: the test of why +ELMo falls below the baseline there.
+  E main --configs experiments/configs/sick-patience-20.toml --output docs/tasks/sick-patience-20.md
   E layers --configs "${FIVE[@]}" --output docs/tasks/layers.md
   E placement --configs "${FIVE[@]}" --output docs/tasks/placement.md
   E samples --output docs/tasks/samples.md
@@ -147,6 +149,7 @@ everything() {
 one_lane() { restore; "$1" >> "$LOGS/$2.log" 2>&1; }
 status() {  # every planned training run: done, reused, partly trained or not started (trains nothing)
   E main --status
+  E main --configs experiments/configs/sick-patience-20.toml --status
   E layers --configs "${FIVE[@]}" --status
   E placement --configs "${FIVE[@]}" --status
   E samples --status
