@@ -368,13 +368,14 @@ def test_scores():
     assert score(Config, ["1", "2", "3", "4"], ["1", "2", "0", "0"]) == 0.5
 
 
-SHIPPED_CONFIGS = sorted((Path(__file__).parent.parent / "configs" / "tasks").glob("*.toml"))
+ROOT = Path(__file__).parent.parent
+SHIPPED_CONFIGS = sorted([*(ROOT / "configs" / "tasks").glob("*.toml"), *(ROOT / "experiments" / "configs").glob("*.toml")])
 
 
 @pytest.mark.parametrize("path", SHIPPED_CONFIGS, ids=lambda p: p.stem)
 def test_shipped_task_configs_are_valid(path):
-    """Every config under configs/tasks parses and validates (its data paths point into ../shared,
-    which a fresh clone may lack, so they are not checked here)."""
+    """Every config under configs/tasks and experiments/configs parses and validates (its data
+    paths point into ../shared, which a fresh clone may lack, so they are not checked here)."""
     config = load_task_config(path)
     assert config.task and config.metric and config.data.train.path
     assert config.data.dev is not None or config.data.dev_fraction > 0
@@ -385,6 +386,16 @@ def test_snli_mini_holds_out_a_tenth_of_snli_dev():
     assert (config.data.kind, config.data.train.split, config.data.test.split) == ("snli", "dev", "test")
     assert config.data.dev is None and config.data.dev_fraction == 0.1
     assert config.elmo.placement == "both"
+
+
+def test_sick_without_early_stopping_differs_from_sick_only_in_patience():
+    """The SICK diagnosis compares the two configs' runs, so nothing else may differ."""
+    plain = load_task_config(ROOT / "configs" / "tasks" / "sick.toml")
+    patient = load_task_config(ROOT / "experiments" / "configs" / "sick-patience-20.toml")
+    assert patient.train.patience >= patient.train.epochs > plain.train.patience
+    patient.train.patience = plain.train.patience
+    patient.output = plain.output
+    assert patient == plain
 
 
 def test_bad_config_names_file_and_field(ner_config, capsys):
