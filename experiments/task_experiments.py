@@ -76,8 +76,14 @@ def variant_config(args, experiment: str, config_path: str, variant: str, overri
 
 def finished_run(args, name: str, config) -> tuple[str | None, bool]:
     """The folder whose metrics.json holds the result of ``config`` (a run of task ``name``) and
-    whether it is another experiment's identical run; (None, False) while nothing has trained it."""
+    whether it is another experiment's identical run; (None, False) while nothing has trained it.
+    A finished run in ``config``'s own folder with other settings (say, the domain experiment's
+    "fine-tuned" runs of another fine-tuned biLM) is an error, not a result of ``config``."""
     if os.path.isfile(os.path.join(config.output, "metrics.json")):
+        differences = setting_differences(os.path.join(config.output, "config.json"), config.to_dict())
+        if differences:
+            raise SystemExit(f"{config.output}: holds a finished run with other settings than this experiment "
+                             f"asks for ({'; '.join(differences)}); move it away or give another --runs")
         return config.output, False
     same = identical_run(args.runs, name, config.train.seed, config.to_dict())
     return (same, True) if same is not None else (None, False)
@@ -286,6 +292,31 @@ def with_evaluated_test(args, folder: str, config, metrics: dict) -> dict:
         print(f"{folder}: elmo task evaluate gives test {result['score']:.6f}, training gave {metrics['test']:.6f}",
               file=sys.stderr)
     return {**metrics, "test": result["score"]}
+
+
+def setting_differences(config_json: str, settings: dict) -> list[str]:
+    """Each setting (dotted name: the run's value, the wanted value) in which the run whose
+    ``config.json`` is given differs from ``settings``; where a run and its layer cache live does
+    not count. A run without a config.json has nothing to compare."""
+    if not os.path.isfile(config_json):
+        return []
+    with open(config_json, encoding="utf-8") as f:
+        earlier = json.load(f)
+
+    def flat(values: dict, prefix: str = "") -> dict:
+        out = {}
+        for key, value in values.items():
+            if key in ("output", "cache_dir") and not prefix:
+                continue
+            if isinstance(value, dict):
+                out.update(flat(value, f"{prefix}{key}."))
+            else:
+                out[f"{prefix}{key}"] = value
+        return out
+
+    have, want = flat(earlier), flat(settings)
+    return [f"{key}: the run's {have.get(key, 'unset')!r}, wanted {want.get(key, 'unset')!r}"
+            for key in sorted(set(have) | set(want)) if have.get(key, "unset") != want.get(key, "unset")]
 
 
 def identical_run(runs: str, name: str, seed: int, settings: dict) -> str | None:

@@ -50,6 +50,23 @@ def test_identical_run_skips_unfinished_runs_and_the_run_itself(experiments, tmp
     assert experiments.identical_run(runs, "ner", 1, {**settings, "output": itself}) is None
 
 
+def test_a_finished_run_with_other_settings_in_the_planned_folder_is_an_error(experiments, tmp_path):
+    """The domain experiment's "fine-tuned" runs live in one folder whatever biLM they read: runs of
+    another fine-tuned biLM there are not results of this one, and must not be taken for them."""
+    args = _args(tmp_path, seeds=[1])
+    planned = experiments.variant_config(args, "domain", args.configs[0], "fine-tuned",
+                                         {"bilm": {"model": "/models/ft-new"}}, 1)
+    _run(planned.output, {**planned.to_dict(), "bilm": {**planned.to_dict()["bilm"], "model": "/models/ft-old"}})
+    with pytest.raises(SystemExit, match=r"seed-1: holds a finished run with other settings.*"
+                                         r"bilm.model: the run's '/models/ft-old', wanted '/models/ft-new'"):
+        experiments.finished_run(args, "coref-litbank", planned)
+    # The same settings are the run's own result; where the layer cache lives does not matter.
+    same = experiments.variant_config(args, "domain", args.configs[0], "fine-tuned", {"bilm": {"model": "/models/ft-old"}}, 1)
+    with open(os.path.join(same.output, "config.json"), "w") as f:
+        json.dump({**same.to_dict(), "cache_dir": "elsewhere"}, f)
+    assert experiments.finished_run(args, "coref-litbank", same) == (same.output, False)
+
+
 def _args(tmp_path, **extra):
     import argparse
 
