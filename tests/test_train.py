@@ -453,6 +453,22 @@ def test_finetune_keeps_vocabulary_and_lowers_in_domain_perplexity(trained_run, 
     assert after < 0.7 * before
 
 
+def test_finetune_warns_when_the_inherited_batch_leaves_a_handful_of_steps(trained_run, tmp_path, capsys):
+    """A model's options.json keeps its pretraining batch (2048 rows for the packaged model), so a
+    small in-domain corpus makes a few huge steps unless --batch-size is given: say so."""
+    domain = tmp_path / "domain.txt"
+    domain.write_text("the cat sat on the mat .\n" * 20)  # 160 tokens with the end markers: 4 steps of the run's 4 x 10
+    common = dict(train=[str(domain)], vocab=None, config=None, init_from=str(trained_run), unroll_steps=10,
+                  epochs=1.0, checkpoint_every=100, log_every=100, progress=False, seed=1)
+    train(TrainSettings(output=str(tmp_path / "inherited"), **common))
+    warning = capsys.readouterr().err
+    assert "warning: 160 training tokens make 4 optimizer step(s) of 4 x 10 tokens" in warning
+    assert f"the batch size of {trained_run}'s options.json" in warning and "--batch-size" in warning
+    # A batch size given on purpose is the user's choice: no warning.
+    train(TrainSettings(output=str(tmp_path / "chosen"), batch_size=2, **common))
+    assert "warning" not in capsys.readouterr().err
+
+
 # ------------------------------------------------------------------ python train.py (bilm-tf's way)
 def _root_train(cwd, *args):
     env = {**os.environ, "OMP_NUM_THREADS": "1"}

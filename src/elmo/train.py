@@ -295,6 +295,10 @@ def _gather_rows(tensor: torch.Tensor, ctx: Distributed, dim: int) -> torch.Tens
 
 
 # ------------------------------------------------------------------------------------ the run
+# Fewer optimizer steps than this in a new run whose batch size was not chosen gets a warning.
+FEW_STEPS = 50
+
+
 class Trainer:
     """One training run. Build it, then call :meth:`run`."""
 
@@ -346,6 +350,13 @@ class Trainer:
         self.tokens_per_step = self.batch_size * self.unroll_steps
         self.seed = s.seed if s.seed is not None else (previous.seed if previous and previous.seed is not None else 0)
         self.max_steps = self._max_steps(previous)
+        if previous is None and s.batch_size is None and self.max_steps < FEW_STEPS and self.ctx.main:
+            # A model's options.json keeps the batch of its pretraining (2048 rows on a GPU for the
+            # packaged model): on a small fine-tuning corpus that is a handful of updates.
+            source = f"{s.init_from}'s options.json" if s.init_from is not None else f"the config {s.config or 'tiny'}"
+            print(f"warning: {self.n_train_tokens:,} training tokens make {self.max_steps} optimizer step(s) of "
+                  f"{self.batch_size} x {self.unroll_steps} tokens (the batch size of {source}); pass "
+                  f"--batch-size (32, say) for more, smaller updates", file=sys.stderr)
         if payload is not None and self.max_steps < payload["step"]:
             raise ValueError(f"{self._length_option()}: gives {self.max_steps} steps, but the run is already at "
                              f"step {payload['step']}")
