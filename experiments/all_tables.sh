@@ -108,8 +108,9 @@ lane_b() {  # the other +ELMo runs, then the probes, the domain experiment, plac
   nice -n 19 python experiments/probes.py wsd --output docs/probes/wsd.md
   nice -n 19 python experiments/probes.py neighbours --output docs/probes/neighbours.md
   step "B: domain"
-  [ -f "$RUNS/wnut/train.txt" ] || E domain-text --output "$RUNS/wnut/train.txt"
-  [ -f "$RUNS/wnut/dev.txt" ] || E domain-text --split dev --output "$RUNS/wnut/dev.txt"
+  for split in train dev test; do
+    [ -f "$RUNS/wnut/$split.txt" ] || E domain-text --split $split --output "$RUNS/wnut/$split.txt"
+  done
   # Batch 32: the packaged model's options.json keeps its GPU batch of 2048 x 20, which would make
   # WNUT-17's 62,730 tokens 5 steps in 3 epochs; its own learning rate, 0.02, gives a lower dev
   # perplexity than 0.2 (experiments/domain_finetune_lr.sh: 283.9 against 314.2).
@@ -117,11 +118,14 @@ lane_b() {  # the other +ELMo runs, then the probes, the domain experiment, plac
     nice -n 19 elmo finetune src/elmo/resources/model --train "$RUNS/wnut/train.txt" --output "$RUNS/wnut-ft-b32" \
       --epochs 3 --batch-size 32 --no-progress $( [ -d "$RUNS/wnut-ft-b32/checkpoints" ] && echo --resume )
     elmo export "$RUNS/wnut-ft-b32" --output "$RUNS/wnut-ft-b32/model"; }
-  # The perplexity on WNUT-17 dev text before and after, as docs/tasks.md reports it.
-  nice -n 19 elmo evaluate src/elmo/resources/model --data "$RUNS/wnut/dev.txt" \
-    --json docs/tasks/wnut17-dev-perplexity-unadapted.json
-  nice -n 19 elmo evaluate "$RUNS/wnut-ft-b32/model" --data "$RUNS/wnut/dev.txt" \
-    --json docs/tasks/wnut17-dev-perplexity-finetuned.json
+  # The perplexity on WNUT-17's text before and after, as docs/tasks.md reports it: train is the
+  # text the biLM was fine-tuned on, dev (YouTube comments) and test (other sources) are not.
+  for split in train dev test; do
+    nice -n 19 elmo evaluate src/elmo/resources/model --data "$RUNS/wnut/$split.txt" \
+      --json docs/tasks/wnut17-$split-perplexity-unadapted.json
+    nice -n 19 elmo evaluate "$RUNS/wnut-ft-b32/model" --data "$RUNS/wnut/$split.txt" \
+      --json docs/tasks/wnut17-$split-perplexity-finetuned.json
+  done
   E domain --finetuned "$RUNS/wnut-ft-b32/model" --output docs/tasks/domain.md
   step "B: placement"; E placement --configs "${FIVE[@]}" --variants output both --output "$RUNS/placement-b.md"
   step "B: layers"; E layers --configs "${LAYERS_AVERAGE_B[@]}" --variants average --output "$RUNS/layers-b-average.md"

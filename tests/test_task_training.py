@@ -398,6 +398,15 @@ def test_sick_without_early_stopping_differs_from_sick_only_in_patience():
     assert patient == plain
 
 
+def test_wnut17_first_half_differs_from_wnut17_only_in_its_training_sentences():
+    """The half-split test of domain fine-tuning compares its runs with the main WNUT-17 runs."""
+    plain = load_task_config(ROOT / "configs" / "tasks" / "ner-wnut17.toml")
+    half = load_task_config(ROOT / "experiments" / "configs" / "wnut17-first-half.toml")
+    assert plain.data.train_examples == 0 and half.data.train_examples == 1697  # of 3,394
+    half.data.train_examples, half.output = plain.data.train_examples, plain.output
+    assert half == plain
+
+
 def test_bad_config_names_file_and_field(ner_config, capsys):
     text = ner_config.read_text().replace('placement = "input"', 'placement = "middle"')
     ner_config.write_text(text)

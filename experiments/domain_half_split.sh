@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Issue 17, domain fine-tuning: does fine-tuning the biLM on the very sentences the tagger trains on
+# hurt? WNUT-17's tagger is trained on the first half of its training sentences
+# (experiments/configs/wnut17-first-half.toml) with three biLMs: the packaged one, the packaged one
+# fine-tuned on the other half's text (like dev and test, text the tagger never trains on), and
+# the packaged one fine-tuned on this half's text (the sentences the tagger trains on). Fine-tuning
+# as in all_tables.sh: 3 epochs, batch 32, the model's own learning rate. 3 seeds each; resumable.
+#   bash experiments/domain_half_split.sh /work/runs/tables-v2 /work/runs/domain-half
+# (the first folder holds wnut/train.txt, written by all_tables.sh's domain step.)
+set -euo pipefail
+TABLES=${1:?the all_tables.sh runs folder}
+OUT=${2:?where this experiment's models and runs go}
+export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
+CONFIG=experiments/configs/wnut17-first-half.toml
+mkdir -p "$OUT/text"
+head -n 1697 "$TABLES/wnut/train.txt" > "$OUT/text/first-half.txt"
+tail -n +1698 "$TABLES/wnut/train.txt" > "$OUT/text/second-half.txt"
+for half in second first; do
+  run="$OUT/ft-$half-half"
+  [ -d "$run/model" ] || {
+    nice -n 19 elmo finetune src/elmo/resources/model --train "$OUT/text/$half-half.txt" --output "$run" --epochs 3 \
+      --batch-size 32 --no-progress $( [ -d "$run/checkpoints" ] && echo --resume )
+    elmo export "$run" --output "$run/model"; }
+  for split in first-half second-half; do
+    nice -n 19 elmo evaluate "$run/model" --data "$OUT/text/$split.txt" --json "$run/perplexity-$split.json" | grep average
+  done
+  # One runs folder per fine-tuned biLM (the domain experiment's "fine-tuned" folder names no model);
+  # the unadapted runs of the second are the first's, copied.
+  runs="$OUT/runs-ft-$half-half"
+  [ "$half" = second ] || { mkdir -p "$runs/domain/wnut17-first-half"
+    cp -rn "$OUT/runs-ft-second-half/domain/wnut17-first-half/unadapted" "$runs/domain/wnut17-first-half/"; }
+  nice -n 19 python experiments/task_experiments.py domain --configs "$CONFIG" --finetuned "$run/model" \
+    --runs "$runs" --cache "$OUT/cache" --quiet --output "docs/tasks/domain-half-ft-$half-half.md"
+done
