@@ -9,7 +9,7 @@
 # (the first folder holds wnut/train.txt, written by all_tables.sh's domain step.)
 set -euo pipefail
 TABLES=${1:?the all_tables.sh runs folder}
-OUT=${2:?where this experiment's models and runs go}
+OUT=${2:?where the fine-tuned models and the runs go}
 export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
 CONFIG=experiments/configs/wnut17-first-half.toml
 mkdir -p "$OUT/text"
