@@ -103,6 +103,15 @@ lane_a() {  # the baselines and SQuAD +ELMo, then sample efficiency, then the la
 }
 lane_b() {  # the other +ELMo runs, then the probes, the domain experiment, placement and part of layers
   step "B: main +ELMo"; E main --variants elmo --configs "${ELMO_B[@]}" --output "$RUNS/main-elmo.md"
+  # The probes and the domain step write docs only (and the domain runs, which are kept): once done
+  # with this packaged model, marked in the repository, a new machine does not redo them (about 30
+  # minutes of this lane). Delete the mark to redo them, as after changing their recipe.
+  if [ "$(cat "$RESULTS/probes-domain.sha256" 2>/dev/null)" != "$(model_hash)" ]; then probes_and_domain; fi
+  step "B: placement"; E placement --configs "${FIVE[@]}" --variants output both --output "$RUNS/placement-b.md"
+  step "B: layers"; E layers --configs "${LAYERS_AVERAGE_B[@]}" --variants average --output "$RUNS/layers-b-average.md"
+  step "B: done"
+}
+probes_and_domain() {
   step "B: probes"
   nice -n 19 python experiments/probes.py pos --cache "$RUNS/cache" --output docs/probes/pos.md
   nice -n 19 python experiments/probes.py wsd --output docs/probes/wsd.md
@@ -119,7 +128,7 @@ lane_b() {  # the other +ELMo runs, then the probes, the domain experiment, plac
       --epochs 3 --batch-size 32 --no-progress $( [ -d "$RUNS/wnut-ft-b32/checkpoints" ] && echo --resume )
     elmo export "$RUNS/wnut-ft-b32" --output "$RUNS/wnut-ft-b32/model"; }
   # The perplexity on WNUT-17's text before and after, as docs/tasks.md reports it: train is the
-  # text the biLM was fine-tuned on, dev (YouTube comments) and test (other sources) are not.
+  # text the biLM was fine-tuned on, dev and test are not.
   for split in train dev test; do
     nice -n 19 elmo evaluate src/elmo/resources/model --data "$RUNS/wnut/$split.txt" \
       --json docs/tasks/wnut17-$split-perplexity-unadapted.json
@@ -127,9 +136,7 @@ lane_b() {  # the other +ELMo runs, then the probes, the domain experiment, plac
       --json docs/tasks/wnut17-$split-perplexity-finetuned.json
   done
   E domain --finetuned "$RUNS/wnut-ft-b32/model" --output docs/tasks/domain.md
-  step "B: placement"; E placement --configs "${FIVE[@]}" --variants output both --output "$RUNS/placement-b.md"
-  step "B: layers"; E layers --configs "${LAYERS_AVERAGE_B[@]}" --variants average --output "$RUNS/layers-b-average.md"
-  step "B: done"
+  mkdir -p "$RESULTS" && model_hash > "$RESULTS/probes-domain.sha256"
 }
 # Everything runs from inside one function, so bash has read the whole file before it starts: an
 # edit to this file while it runs changes nothing in the running copy.
