@@ -12,9 +12,11 @@ TABLES=${1:?the all_tables.sh runs folder}
 OUT=${2:?where the fine-tuned models and the runs go}
 export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
 CONFIG=experiments/configs/wnut17-first-half.toml
+# The tagger's half, as its config keeps it (the first this many sentences, in file order).
+HALF=$(python -c "from elmo.tasks.config import load_task_config as c; print(c('$CONFIG').data.train_examples)")
 mkdir -p "$OUT/text"
-head -n 1697 "$TABLES/wnut/train.txt" > "$OUT/text/first-half.txt"
-tail -n +1698 "$TABLES/wnut/train.txt" > "$OUT/text/second-half.txt"
+head -n "$HALF" "$TABLES/wnut/train.txt" > "$OUT/text/first-half.txt"
+tail -n +"$((HALF + 1))" "$TABLES/wnut/train.txt" > "$OUT/text/second-half.txt"
 for half in second first; do
   run="$OUT/ft-$half-half"
   [ -d "$run/model" ] || {
