@@ -84,31 +84,20 @@ save() {  # every finished run's small JSON files into the repository
 ELMO_B=(configs/tasks/ner-conll2003.toml configs/tasks/ner-wnut17.toml configs/tasks/pos-ewt.toml
         configs/tasks/chunk-conll2000.toml configs/tasks/sst5.toml configs/tasks/sick.toml
         configs/tasks/snli-mini.toml configs/tasks/srl-propbank-ewt.toml configs/tasks/coref-litbank.toml)
-# The layer table's "average" runs are split between the lanes so that both end at about the same
-# time. Measured CPU-minutes of the main table's +ELMo runs (3 seeds; a layer or placement variant
-# costs about as much): CoNLL-2003 92, WNUT-17 13, POS 63, chunking 55, SST-5 47. On 2026-11-25
-# at 09:30 UTC, lane A's work left (coreference baselines, SQuAD, samples, layers) was about 4.5 h
-# more than lane B's (SRL and coreference +ELMo, probes, domain, placement) without the split, and
-# about half an hour more with it (SQuAD's and coreference's times estimated from their runs at
-# the same budget with the first packaged model).
-LAYERS_AVERAGE_A=(configs/tasks/ner-conll2003.toml configs/tasks/ner-wnut17.toml configs/tasks/sst5.toml)
-LAYERS_AVERAGE_B=(configs/tasks/pos-ewt.toml configs/tasks/chunk-conll2000.toml)
 lane_a() {  # the baselines and SQuAD +ELMo, then sample efficiency, then the layer-weighting variants
   step "A: main baselines"; E main --variants baseline --output "$RUNS/main-baseline.md"
   step "A: main squad +ELMo"; E main --variants elmo --configs configs/tasks/squad.toml --output "$RUNS/main-squad.md"
   step "A: samples"; E samples --output "$RUNS/samples.md"
   step "A: layers"; E layers --configs "${FIVE[@]}" --variants mix-l2-1 top --output "$RUNS/layers-a.md"
-  E layers --configs "${LAYERS_AVERAGE_A[@]}" --variants average --output "$RUNS/layers-a-average.md"
   step "A: done"
 }
-lane_b() {  # the other +ELMo runs, then the probes, the domain experiment, placement and part of layers
+lane_b() {  # the other +ELMo runs, then the probes, the domain experiment and placement
   step "B: main +ELMo"; E main --variants elmo --configs "${ELMO_B[@]}" --output "$RUNS/main-elmo.md"
   # The probes and the domain step write docs only (and the domain runs, which are kept): once done
   # with this packaged model, marked in the repository, a new machine does not redo them (about 30
   # minutes of this lane). Delete the mark to redo them, as after changing their recipe.
   if [ "$(cat "$RESULTS/probes-domain.sha256" 2>/dev/null)" != "$(model_hash)" ]; then probes_and_domain; fi
   step "B: placement"; E placement --configs "${FIVE[@]}" --variants output both --output "$RUNS/placement-b.md"
-  step "B: layers"; E layers --configs "${LAYERS_AVERAGE_B[@]}" --variants average --output "$RUNS/layers-b-average.md"
   step "B: done"
 }
 probes_and_domain() {

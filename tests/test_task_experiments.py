@@ -115,6 +115,32 @@ def test_variants_pick_part_of_an_experiment(experiments, tmp_path):
     assert "| coref-litbank | +11.00 | 22.0% |" in full
 
 
+def test_layer_table_is_the_papers_table_2_and_reuses_the_main_runs(experiments, tmp_path, monkeypatch):
+    """Without --variants the layer table has the paper's columns (no ELMo, top layer, lambda 1,
+    lambda 0.001) and no "average"; its baseline and lambda-0.001 columns are the main table's runs,
+    found by their settings, so only "top" and "mix-l2-1" would train."""
+    args = _args(tmp_path)
+    _finished_main_runs(experiments, args, {"baseline": [0.5, 0.52], "elmo": [0.6, 0.62]})
+    trained = []
+
+    def fake_train(config, resume, progress):
+        trained.append(os.path.relpath(config.output, str(tmp_path)))
+        _run(config.output, config.to_dict())
+        return {"dev": 0.7, "test": 0.7, "seconds": 1.0}
+
+    monkeypatch.setattr(experiments, "train_task", fake_train)
+    monkeypatch.setattr(experiments, "with_evaluated_test", lambda args, folder, config, metrics: metrics)
+    lines = experiments.table(args, "layers", experiments.VARIANTS["layers"])
+    assert lines[0] == "| task | metric | split | baseline | top | mix-l2-1 | mix-l2-0.001 |"
+    assert lines[2] == "| coref-litbank | coref_f1 | test | 51.00 ± 1.41 | 70.00 ± 0.00 | 70.00 ± 0.00 | 61.00 ± 1.41 |"
+    assert sorted(trained) == [os.path.join("layers", "coref-litbank", variant, f"seed-{seed}")
+                               for variant in ("mix-l2-1", "top") for seed in (1, 2)]
+    assert args.reused == 4
+    # "average" is still there when asked for
+    average = experiments.table(_args(tmp_path, variants=["average"]), "layers", experiments.VARIANTS["layers"])
+    assert average[0] == "| task | metric | split | average |"
+
+
 def test_status_lists_each_planned_run_and_estimates_the_rest(experiments, tmp_path, capsys):
     """--status trains nothing: it says which runs are done, reused from another experiment, partly
     trained (epochs in last.pt) or not started, and estimates the rest from finished runs' times."""
