@@ -386,7 +386,9 @@ def table(args, experiment: str, variants: dict) -> list[str]:
 
 
 def write_markdown(args, path: str, title: str, command: str, lines: list[str]) -> None:
-    if args.experiment in ("snli", "gap", "diagnose"):
+    if args.experiment == "weights":
+        cost = "Read from the runs' metrics.json: trains nothing."
+    elif args.experiment in ("snli", "gap", "diagnose"):
         evaluations = args.trained + args.evaluated
         cost = (f"Time: {sum(evaluations) / 60:.1f} minutes for the {len(evaluations)} evaluations (one thread, "
                 f"the biLM layers computed once per file and cached).")
@@ -401,7 +403,8 @@ def write_markdown(args, path: str, title: str, command: str, lines: list[str]) 
                      f"spent before it: only their time from the resumed epoch on is counted, so the total is low.")
     seeds = (f"mean ± std over seeds {', '.join(map(str, args.seeds))}" if len(args.seeds) > 1
              else f"one seed ({args.seeds[0]})")
-    text = (f"# {title}\n\nProduced by `{command}`.\nScores are percentages, {seeds}.\n\n"
+    unit = "Weights sum to 1 over a mix's layers" if args.experiment == "weights" else "Scores are percentages"
+    text = (f"# {title}\n\nProduced by `{command}`.\n{unit}, {seeds}.\n\n"
             + "\n".join(lines) + "\n\n" + cost + "\n")
     atomic_write_text(path, text, make_parents=True)
     print(text)
@@ -580,39 +583,67 @@ def diagnose(args) -> list[str]:
     return lines
 
 
-def weights_plot(args) -> None:
-    """Figure 2: the softmax-normalised layer weights learned in the placement runs."""
+def learned_weights(args) -> list[tuple[str, str, list[list[float]]]]:
+    """Figure 2's data: ``(task, placement, weights per seed)`` for ELMo's input and output mix in
+    the placement experiment's "both" runs that have finished, each weight vector softmax-normalised
+    over the layers (tokens, LSTM 1, ...)."""
+    rows = []
+    for config_path in args.configs:
+        name = task_name(config_path)
+        per_placement = {"input": [], "output": []}
+        for seed in args.seeds:
+            config = variant_config(args, "placement", config_path, "both", VARIANTS["placement"]["both"], seed)
+            folder, _ = finished_run(args, name, config)
+            if folder is None:
+                continue
+            with open(os.path.join(folder, "metrics.json"), encoding="utf-8") as f:
+                weights = json.load(f)["layer_weights"]
+            for placement, kept in per_placement.items():
+                if weights.get(placement):
+                    kept.append(weights[placement])
+        rows += [(name, placement, kept) for placement, kept in per_placement.items() if kept]
+    if not rows:
+        raise SystemExit(f"no placement runs under {args.runs}/placement: run the 'placement' experiment first")
+    return rows
+
+
+def weights_plot(args) -> list[str]:
+    """Figure 2: the learned layer weights, their mean over seeds drawn as a heat map (``--png``);
+    returns the Markdown table of mean ± std over the seeds that have finished."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    rows = []
-    for config_path in args.configs:
-        name = task_name(config_path)
-        for placement in ("input", "output"):
-            config = variant_config(args, "placement", config_path, "both", VARIANTS["placement"]["both"], args.seeds[0])
-            folder, _ = finished_run(args, name, config)
-            if folder is not None:
-                with open(os.path.join(folder, "metrics.json"), encoding="utf-8") as f:
-                    weights = json.load(f)["layer_weights"].get(placement)
-                if weights:
-                    rows.append((f"{name} ({placement})", weights))
-    if not rows:
-        raise SystemExit(f"no placement runs under {args.runs}/placement: run the 'placement' experiment first")
-    fig, ax = plt.subplots(figsize=(6.4, 0.45 * len(rows) + 1.2))
-    image = ax.imshow([w for _, w in rows], cmap="viridis", vmin=0, vmax=1, aspect="auto")
-    ax.set_yticks(range(len(rows)), [label for label, _ in rows])
-    ax.set_xticks(range(len(rows[0][1])), ["tokens"] + [f"LSTM {i}" for i in range(1, len(rows[0][1]))])
-    for y, (_, weights) in enumerate(rows):
-        for x, w in enumerate(weights):
-            ax.text(x, y, f"{w:.2f}", ha="center", va="center", color="white" if w < 0.6 else "black", fontsize=8)
+    rows = learned_weights(args)
+    layers = len(rows[0][2][0])
+    names = ["tokens"] + [f"LSTM {i}" for i in range(1, layers)]
+    means = [[statistics.mean(column) for column in zip(*runs)] for _, _, runs in rows]
+    spreads = [[statistics.stdev(column) if len(runs) > 1 else 0.0 for column in zip(*runs)] for _, _, runs in rows]
+    fig, ax = plt.subplots(figsize=(6.4, 0.5 * len(rows) + 1.2))
+    image = ax.imshow(means, cmap="viridis", vmin=0, vmax=1, aspect="auto")
+    ax.set_yticks(range(len(rows)), [f"{name} ({placement})" for name, placement, _ in rows])
+    ax.set_xticks(range(layers), names)
+    for y, (mean, spread) in enumerate(zip(means, spreads)):
+        for x, (m, sd) in enumerate(zip(mean, spread)):
+            ax.text(x, y, f"{m:.2f} ± {sd:.2f}", ha="center", va="center", color="white" if m < 0.6 else "black",
+                    fontsize=7)
+    seeds = sorted({len(runs) for _, _, runs in rows})
     fig.colorbar(image, ax=ax, label="softmax-normalised weight")
-    ax.set_title("Learned ELMo layer weights (ELMo at input and output)")
+    ax.set_title(f"Learned ELMo layer weights, ELMo at input and output (mean ± std, {'/'.join(map(str, seeds))} seeds)",
+                 fontsize=9)
     fig.tight_layout()
-    os.makedirs(os.path.dirname(args.png), exist_ok=True)
-    fig.savefig(args.png, dpi=110)
+    os.makedirs(os.path.dirname(os.path.abspath(args.png)), exist_ok=True)
+    partial = args.png + ".partial.png"  # renamed into place: an interrupted run leaves the old plot whole
+    fig.savefig(partial, dpi=110)
+    plt.close(fig)
+    os.replace(partial, args.png)
     print(f"wrote {args.png}")
+    lines = ["| task | ELMo at | seeds | " + " | ".join(names) + " |", "|---|---|---:|" + "---:|" * layers]
+    for (name, placement, runs), mean, spread in zip(rows, means, spreads):
+        cells = [f"{m:.2f} ± {sd:.2f}" if len(runs) > 1 else f"{m:.2f}" for m, sd in zip(mean, spread)]
+        lines.append(f"| {name} | {placement} | {len(runs)} | " + " | ".join(cells) + " |")
+    return lines + ["", f"The plot: [{os.path.basename(args.png)}]({os.path.basename(args.png)})."]
 
 
 def domain_variants(args) -> dict:
@@ -662,6 +693,7 @@ def main(argv: list[str] | None = None) -> int:
     args.configs = args.configs or DEFAULT_CONFIGS.get(args.experiment, ALL_CONFIGS)
     titles = {"main": "Baseline vs +ELMo (the paper's Table 1)", "layers": "Layer weighting (the paper's Table 2)",
               "placement": "Where to include ELMo (the paper's Table 3)",
+              "weights": "Learned layer weights (the paper's Figure 2), from the placement experiment's \"both\" runs",
               "samples": "Sample efficiency (the paper's Figure 1)",
               "domain": "Domain fine-tuning of the biLM", "snli": "SICK models scored on SNLI (an extra test set)",
               "gap": "LitBank coreference models scored on GAP (out of domain)",
@@ -691,7 +723,7 @@ def main(argv: list[str] | None = None) -> int:
         output = args.output or f"docs/tasks/{task_name(args.configs[0])}-diagnosis.md"
         write_markdown(args, output, titles["diagnose"], command, diagnose(args))
     elif args.experiment == "weights":
-        weights_plot(args)
+        write_markdown(args, output, titles["weights"], command, weights_plot(args))
     elif args.experiment == "domain-text":
         if not args.output:
             parser.error("domain-text needs --output: the text file to write")

@@ -343,3 +343,27 @@ def test_a_finished_run_whose_model_is_gone_trains_again(experiments, tmp_path, 
     # Now kept with its GAP scores, it is done: nothing trains again.
     experiments.run_variant(args, "main", args.configs[0], "baseline", {"elmo": {"enabled": False}}, 1)
     assert trained == [config.output]
+
+
+def test_weights_average_the_both_runs_over_seeds_and_table_them(experiments, tmp_path):
+    """Figure 2 reads every finished seed of the placement experiment's "both" runs: the plot shows
+    the mean, the Markdown table mean ± std, and a seed that has not finished is left out."""
+    args = _args(tmp_path, seeds=[1, 2, 3])
+    weights = {1: {"input": [0.2, 0.5, 0.3], "output": [0.3, 0.3, 0.4]},
+               2: {"input": [0.4, 0.3, 0.3], "output": [0.3, 0.3, 0.4]}}
+    for seed in (1, 2, 3):
+        config = experiments.variant_config(args, "placement", args.configs[0], "both",
+                                            experiments.VARIANTS["placement"]["both"], seed)
+        _run(config.output, config.to_dict(), finished=seed in weights)
+        if seed in weights:
+            with open(os.path.join(config.output, "metrics.json"), "w") as f:
+                json.dump({"dev": 0.5, "seconds": 1.0, "layer_weights": weights[seed]}, f)
+    png, output = tmp_path / "docs" / "w.png", tmp_path / "docs" / "w.md"
+    argv = ["weights", "--runs", str(tmp_path), "--configs", args.configs[0], "--png", str(png), "--output", str(output)]
+    assert experiments.main(argv) == 0
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    text = output.read_text()
+    assert "| coref-litbank | input | 2 | 0.30 ± 0.14 | 0.40 ± 0.14 | 0.30 ± 0.00 |" in text
+    assert "| coref-litbank | output | 2 | 0.30 ± 0.00 | 0.30 ± 0.00 | 0.40 ± 0.00 |" in text
+    assert "Weights sum to 1 over a mix's layers" in text and "trains nothing" in text
+    assert not list((tmp_path / "docs").glob("*.partial.png"))
