@@ -25,7 +25,8 @@ E() { nice -n 19 python experiments/task_experiments.py "$@" --runs "$RUNS/exper
 FIVE=(configs/tasks/ner-conll2003.toml configs/tasks/ner-wnut17.toml configs/tasks/pos-ewt.toml
       configs/tasks/chunk-conll2000.toml configs/tasks/sst5.toml)
 RESULTS=experiments/results/tables-v2
-step() { echo "$(date -u +%FT%TZ) $*" >> "$LOGS/steps.log"; save; }
+# A failed save (it is only a copy for the repository) must not stop a lane: say so and go on.
+step() { echo "$(date -u +%FT%TZ) $*" >> "$LOGS/steps.log"; save || echo "$(date -u +%FT%TZ) save failed (step: $*)" >&2; }
 model_hash() { sha256sum src/elmo/resources/model/weights.hdf5 | cut -d' ' -f1; }
 drop_elmo_runs() {  # $1/experiments, made with the model whose hash is in $1/model.sha256
   [ -f "$1/model.sha256" ] && [ "$(cat "$1/model.sha256")" != "$(model_hash)" ] || return 0
@@ -57,15 +58,19 @@ save() {  # every finished run's small JSON files into the repository
   [ -d "$RUNS/experiments" ] || return 0
   mkdir -p "$RESULTS"
   model_hash > "$RESULTS/model.sha256"
-  local metrics run
+  local metrics run kept target
   find "$RUNS/experiments" -path '*/seed-*' -name metrics.json | sort | while read -r metrics; do
-    run=$(dirname "$metrics")
+    run=$(dirname "$metrics") target="$RESULTS/experiments/${run#"$RUNS/experiments/"}"
     # A run with a test file is kept once its test evaluation is written too (it follows metrics.json).
     [ -f "$run/test-eval.json" ] || grep -q '"test": null' "$run/config.json" || continue
-    mkdir -p "$RESULTS/experiments/${run#"$RUNS/experiments/"}"
+    mkdir -p "$target"
     # Settings, metrics and the evaluations that the tables read (test, SNLI, GAP); no predictions.
+    # Both lanes save, so a file is copied under this process's own name and renamed into place: two
+    # plain copies to one new file can collide ("cp: cannot create regular file: File exists").
     for kept in "$run"/{config,metrics,first-training-metrics}.json "$run"/{*-eval,snli-*,gap-*}.json; do
-      if [ -f "$kept" ]; then cp "$kept" "$RESULTS/experiments/${run#"$RUNS/experiments/"}/"; fi
+      if [ -f "$kept" ]; then
+        cp "$kept" "$target/.$(basename "$kept").$BASHPID" && mv -f "$target/.$(basename "$kept").$BASHPID" "$target/$(basename "$kept")"
+      fi
     done
   done
   # Where every planned run stands, for a reader of the repository (both lanes save: each writes
