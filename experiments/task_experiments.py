@@ -583,16 +583,16 @@ def diagnose(args) -> list[str]:
     return lines
 
 
-def learned_weights(args) -> list[tuple[str, str, list[list[float]]]]:
-    """Figure 2's data: ``(task, placement, weights per seed)`` for ELMo's input and output mix in
-    the placement experiment's "both" runs that have finished, each weight vector softmax-normalised
-    over the layers (tokens, LSTM 1, ...)."""
+def learned_weights(args, experiment: str = "placement", variant: str = "both") -> list[tuple[str, str, list[list[float]]]]:
+    """``(task, placement, weights per seed)`` for each ELMo mix in the finished runs of one
+    experiment's variant (Figure 2's: the placement experiment's "both" runs, with an input and an
+    output mix), each weight vector softmax-normalised over the layers (tokens, LSTM 1, ...)."""
     rows = []
     for config_path in args.configs:
         name = task_name(config_path)
         per_placement = {"input": [], "output": []}
         for seed in args.seeds:
-            config = variant_config(args, "placement", config_path, "both", VARIANTS["placement"]["both"], seed)
+            config = variant_config(args, experiment, config_path, variant, VARIANTS[experiment][variant], seed)
             folder, _ = finished_run(args, name, config)
             if folder is None:
                 continue
@@ -602,8 +602,6 @@ def learned_weights(args) -> list[tuple[str, str, list[list[float]]]]:
                 if weights.get(placement):
                     kept.append(weights[placement])
         rows += [(name, placement, kept) for placement, kept in per_placement.items() if kept]
-    if not rows:
-        raise SystemExit(f"no placement runs under {args.runs}/placement: run the 'placement' experiment first")
     return rows
 
 
@@ -616,6 +614,8 @@ def weights_plot(args) -> list[str]:
     import matplotlib.pyplot as plt
 
     rows = learned_weights(args)
+    if not rows:
+        raise SystemExit(f"no placement runs under {args.runs}/placement: run the 'placement' experiment first")
     layers = len(rows[0][2][0])
     names = ["tokens"] + [f"LSTM {i}" for i in range(1, layers)]
     means = [[statistics.mean(column) for column in zip(*runs)] for _, _, runs in rows]
@@ -643,7 +643,21 @@ def weights_plot(args) -> list[str]:
     for (name, placement, runs), mean, spread in zip(rows, means, spreads):
         cells = [f"{m:.2f} ± {sd:.2f}" if len(runs) > 1 else f"{m:.2f}" for m, sd in zip(mean, spread)]
         lines.append(f"| {name} | {placement} | {len(runs)} | " + " | ".join(cells) + " |")
-    return lines + ["", f"The plot: [{os.path.basename(args.png)}]({os.path.basename(args.png)})."]
+    lines += ["", f"The plot: [{os.path.basename(args.png)}]({os.path.basename(args.png)})."]
+    # What lambda does to the weights: the layer table's two mixes (ELMo at the input), where finished.
+    mixes = {variant: {name: runs for name, _, runs in learned_weights(args, "layers", variant)}
+             for variant in ("mix-l2-1", "mix-l2-0.001")}
+    names_both = [task_name(c) for c in args.configs if all(task_name(c) in kept for kept in mixes.values())]
+    if names_both:
+        lines += ["", "The input mix of the layer-weighting table's runs, lambda 1 against lambda 0.001 "
+                  "(mean over seeds):", "",
+                  "| task | lambda | seeds | " + " | ".join(names) + " |", "|---|---:|---:|" + "---:|" * layers]
+        for name in names_both:
+            for variant, label in (("mix-l2-1", "1"), ("mix-l2-0.001", "0.001")):
+                runs = mixes[variant][name]
+                lines.append(f"| {name} | {label} | {len(runs)} | "
+                             + " | ".join(f"{statistics.mean(column):.2f}" for column in zip(*runs)) + " |")
+    return lines
 
 
 def domain_variants(args) -> dict:

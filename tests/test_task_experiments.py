@@ -367,3 +367,15 @@ def test_weights_average_the_both_runs_over_seeds_and_table_them(experiments, tm
     assert "| coref-litbank | output | 2 | 0.30 ± 0.00 | 0.30 ± 0.00 | 0.40 ± 0.00 |" in text
     assert "Weights sum to 1 over a mix's layers" in text and "trains nothing" in text
     assert not list((tmp_path / "docs").glob("*.partial.png"))
+    assert "lambda 1 against lambda 0.001" not in text  # no layer-table runs yet
+    # Once the layer table's two mixes have finished, their input weights are tabled side by side.
+    for variant, weight in (("mix-l2-1", [0.34, 0.33, 0.33]), ("mix-l2-0.001", [0.1, 0.6, 0.3])):
+        config = experiments.variant_config(args, "layers", args.configs[0], variant,
+                                            experiments.VARIANTS["layers"][variant], 1)
+        _run(config.output, config.to_dict())
+        with open(os.path.join(config.output, "metrics.json"), "w") as f:
+            json.dump({"dev": 0.5, "seconds": 1.0, "layer_weights": {"input": weight}}, f)
+    assert experiments.main(argv) == 0
+    text = output.read_text()
+    assert "| coref-litbank | 1 | 1 | 0.34 | 0.33 | 0.33 |" in text
+    assert "| coref-litbank | 0.001 | 1 | 0.10 | 0.60 | 0.30 |" in text
