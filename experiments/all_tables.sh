@@ -58,7 +58,7 @@ save() {  # every finished run's small JSON files into the repository
   [ -d "$RUNS/experiments" ] || return 0
   mkdir -p "$RESULTS"
   model_hash > "$RESULTS/model.sha256"
-  local metrics run kept target
+  local metrics run kept target name
   find "$RUNS/experiments" -path '*/seed-*' -name metrics.json | sort | while read -r metrics; do
     run=$(dirname "$metrics") target="$RESULTS/experiments/${run#"$RUNS/experiments/"}"
     # A run with a test file is kept once its test evaluation is written too (it follows metrics.json).
@@ -68,9 +68,9 @@ save() {  # every finished run's small JSON files into the repository
     # Both lanes save, so a file is copied under this process's own name and renamed into place: two
     # plain copies to one new file can collide ("cp: cannot create regular file: File exists").
     for kept in "$run"/{config,metrics,first-training-metrics}.json "$run"/{*-eval,snli-*,gap-*}.json; do
-      if [ -f "$kept" ]; then
-        cp "$kept" "$target/.$(basename "$kept").$BASHPID" && mv -f "$target/.$(basename "$kept").$BASHPID" "$target/$(basename "$kept")"
-      fi
+      [ -f "$kept" ] || continue
+      name=$(basename "$kept")
+      cp "$kept" "$target/.$name.$BASHPID" && mv -f "$target/.$name.$BASHPID" "$target/$name"
     done
   done
   # Where every planned run stands, for a reader of the repository (both lanes save: each writes

@@ -358,6 +358,12 @@ def mean_std(values: list[float]) -> str:
     return f"{100 * statistics.mean(values):.2f} ± {100 * statistics.stdev(values):.2f}"
 
 
+def weight_mean_std(values: list[float], digits: int) -> str:
+    """A layer weight (a fraction, not percent), mean ± std over seeds (just the value for one seed)."""
+    spread = f" ± {statistics.stdev(values):.{digits}f}" if len(values) > 1 else ""
+    return f"{statistics.mean(values):.{digits}f}{spread}"
+
+
 def table(args, experiment: str, variants: dict) -> list[str]:
     """Run every config x variant x seed; a Markdown table of mean ± std per variant."""
     chosen = args.variants or DEFAULT_VARIANTS.get(experiment)
@@ -557,7 +563,7 @@ def diagnose(args) -> list[str]:
               "|---|" + "---:|" * len(next(iter(weights[0].values())))]
     for place in weights[0]:
         per_layer = list(zip(*(w[place] for w in weights)))
-        cells = [f"{statistics.mean(x):.3f}" + (f" ± {statistics.stdev(x):.3f}" if len(x) > 1 else "") for x in per_layer]
+        cells = [weight_mean_std(list(x), 3) for x in per_layer]
         lines.append(f"| {place} | " + " | ".join(cells) + " |")
 
     import matplotlib
@@ -583,6 +589,11 @@ def diagnose(args) -> list[str]:
     return lines
 
 
+def layer_names(layers: int) -> list[str]:
+    """Column names of a mix's weights: the token layer, then the LSTM layers."""
+    return ["tokens"] + [f"LSTM {i}" for i in range(1, layers)]
+
+
 def learned_weights(args, experiment: str = "placement", variant: str = "both") -> list[tuple[str, str, list[list[float]]]]:
     """``(task, placement, weights per seed)`` for each ELMo mix in the finished runs of one
     experiment's variant (Figure 2's: the placement experiment's "both" runs, with an input and an
@@ -606,8 +617,8 @@ def learned_weights(args, experiment: str = "placement", variant: str = "both") 
 
 
 def weights_plot(args) -> list[str]:
-    """Figure 2: the learned layer weights, their mean over seeds drawn as a heat map (``--png``);
-    returns the Markdown table of mean ± std over the seeds that have finished."""
+    """Figure 2: the learned layer weights of the placement "both" runs, their mean over seeds drawn
+    as a heat map (``--png``); returns their Markdown table of mean ± std over the finished seeds."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -617,7 +628,7 @@ def weights_plot(args) -> list[str]:
     if not rows:
         raise SystemExit(f"no placement runs under {args.runs}/placement: run the 'placement' experiment first")
     layers = len(rows[0][2][0])
-    names = ["tokens"] + [f"LSTM {i}" for i in range(1, layers)]
+    names = layer_names(layers)
     means = [[statistics.mean(column) for column in zip(*runs)] for _, _, runs in rows]
     spreads = [[statistics.stdev(column) if len(runs) > 1 else 0.0 for column in zip(*runs)] for _, _, runs in rows]
     fig, ax = plt.subplots(figsize=(6.4, 0.5 * len(rows) + 1.2))
@@ -640,23 +651,29 @@ def weights_plot(args) -> list[str]:
     os.replace(partial, args.png)
     print(f"wrote {args.png}")
     lines = ["| task | ELMo at | seeds | " + " | ".join(names) + " |", "|---|---|---:|" + "---:|" * layers]
-    for (name, placement, runs), mean, spread in zip(rows, means, spreads):
-        cells = [f"{m:.2f} ± {sd:.2f}" if len(runs) > 1 else f"{m:.2f}" for m, sd in zip(mean, spread)]
+    for name, placement, runs in rows:
+        cells = [weight_mean_std(list(column), 2) for column in zip(*runs)]
         lines.append(f"| {name} | {placement} | {len(runs)} | " + " | ".join(cells) + " |")
-    lines += ["", f"The plot: [{os.path.basename(args.png)}]({os.path.basename(args.png)})."]
-    # What lambda does to the weights: the layer table's two mixes (ELMo at the input), where finished.
+    return lines + ["", f"The plot: [{os.path.basename(args.png)}]({os.path.basename(args.png)})."]
+
+
+def lambda_weights(args) -> list[str]:
+    """What lambda does to the weights: the Markdown table of the input mix of the layer table's
+    lambda-1 and lambda-0.001 runs (mean over seeds), for the tasks where both have finished; no
+    lines while none has."""
     mixes = {variant: {name: runs for name, _, runs in learned_weights(args, "layers", variant)}
              for variant in ("mix-l2-1", "mix-l2-0.001")}
     names_both = [task_name(c) for c in args.configs if all(task_name(c) in kept for kept in mixes.values())]
-    if names_both:
-        lines += ["", "The input mix of the layer-weighting table's runs, lambda 1 against lambda 0.001 "
-                  "(mean over seeds):", "",
-                  "| task | lambda | seeds | " + " | ".join(names) + " |", "|---|---:|---:|" + "---:|" * layers]
-        for name in names_both:
-            for variant, label in (("mix-l2-1", "1"), ("mix-l2-0.001", "0.001")):
-                runs = mixes[variant][name]
-                lines.append(f"| {name} | {label} | {len(runs)} | "
-                             + " | ".join(f"{statistics.mean(column):.2f}" for column in zip(*runs)) + " |")
+    if not names_both:
+        return []
+    layers = len(mixes["mix-l2-1"][names_both[0]][0])
+    lines = ["", "The input mix of the layer-weighting table's runs, lambda 1 against lambda 0.001 (mean over seeds):",
+             "", "| task | lambda | seeds | " + " | ".join(layer_names(layers)) + " |", "|---|---:|---:|" + "---:|" * layers]
+    for name in names_both:
+        for variant, label in (("mix-l2-1", "1"), ("mix-l2-0.001", "0.001")):
+            runs = mixes[variant][name]
+            lines.append(f"| {name} | {label} | {len(runs)} | "
+                         + " | ".join(f"{statistics.mean(column):.2f}" for column in zip(*runs)) + " |")
     return lines
 
 
@@ -737,7 +754,7 @@ def main(argv: list[str] | None = None) -> int:
         output = args.output or f"docs/tasks/{task_name(args.configs[0])}-diagnosis.md"
         write_markdown(args, output, titles["diagnose"], command, diagnose(args))
     elif args.experiment == "weights":
-        write_markdown(args, output, titles["weights"], command, weights_plot(args))
+        write_markdown(args, output, titles["weights"], command, weights_plot(args) + lambda_weights(args))
     elif args.experiment == "domain-text":
         if not args.output:
             parser.error("domain-text needs --output: the text file to write")
