@@ -12,7 +12,7 @@ import time
 
 import torch
 
-from elmo.config import BiLMConfig
+from elmo.model.config import BiLMConfig
 from elmo.fileio import atomic_write_text
 
 

@@ -27,7 +27,7 @@ sys.path.insert(0, {src!r})
 import torch
 import elmo
 from elmo import BiLM, Embedder
-from elmo.config import published_config
+from elmo.model.config import published_config
 assert elmo.__file__.startswith({src!r}), elmo.__file__
 torch.manual_seed(0)
 model = BiLM(published_config({size!r})).eval()

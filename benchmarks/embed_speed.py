@@ -67,7 +67,7 @@ def make_model(size: str, fast: bool):
     import torch
 
     from elmo import BiLM
-    from elmo.config import published_config
+    from elmo.model.config import published_config
 
     torch.manual_seed(0)
     model = BiLM(published_config(size), fast=fast).eval()
@@ -85,7 +85,7 @@ def run_one(args) -> dict:
     import torch
 
     from elmo import Embedder
-    from elmo.chars import batch_to_char_ids
+    from elmo.model.chars import batch_to_char_ids
 
     sentences = load_sentences(args.text, args.sentences)
     model = make_model(args.size, fast=args.path != "plain")
@@ -101,7 +101,7 @@ def run_one(args) -> dict:
     else:
         options = {"precision": "bfloat16" if "bf16" in args.path else "float32"}
         if "cache" in args.path:
-            from elmo.vocab_cache import save_vocab_cache
+            from elmo.inference.vocab_cache import save_vocab_cache
 
             with open(args.cache_words, encoding="utf-8") as f:
                 words = [line.strip() for line in f if line.strip()]
@@ -145,8 +145,8 @@ BREAKDOWN = """
 import json, time
 t0 = time.perf_counter()
 import elmo.cli.main, elmo.cli.embed
-from elmo.embed import Embedder
-from elmo.pretrained import load_model
+from elmo.inference.embed import Embedder
+from elmo.hub.pretrained import load_model
 t1 = time.perf_counter()
 model = load_model(({options!r}, {weights!r}))
 t2 = time.perf_counter()

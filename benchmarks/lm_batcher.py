@@ -1,6 +1,6 @@
 """How fast the host builds language-model training batches, alone: the ceiling it puts on training.
 
-Training draws one batch per direction per step from :class:`elmo.data.LMBatcher` (sentences to
+Training draws one batch per direction per step from :class:`elmo.training.data.LMBatcher` (sentences to
 windows, character ids, target ids) in the training process, between the GPU's steps. On an H100
 training stopped getting faster between batch 1,024 and 2,048 at about 63,000 tokens/s per
 direction (docs/speed.md), which points at the host. This measures the batcher by itself, one
@@ -24,7 +24,7 @@ from common import write_results  # noqa: E402
 
 
 def measure(paths: list[str], vocab, batch_size: int, unroll_steps: int, seconds: float) -> dict:
-    from elmo.data import LMBatcher, SentenceStream
+    from elmo.training.data import LMBatcher, SentenceStream
 
     batcher = LMBatcher(SentenceStream(paths, seed=0), vocab, batch_size, unroll_steps)
     batcher.next_batch()  # the first batch opens the shard
@@ -41,9 +41,9 @@ def measure(paths: list[str], vocab, batch_size: int, unroll_steps: int, seconds
 def main() -> None:
     import torch
 
-    from elmo.pretrained import packaged_model_dir
-    from elmo.data import expand_paths
-    from elmo.vocab import Vocabulary
+    from elmo.hub.pretrained import packaged_model_dir
+    from elmo.training.data import expand_paths
+    from elmo.model.vocab import Vocabulary
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--train", required=True, help="prepared training shards: paths or a quoted glob")

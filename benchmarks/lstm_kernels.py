@@ -4,7 +4,7 @@ For the small and original published sizes, at ``--rows`` rows per direction (th
 directions at once, best of ``--repeats``:
 
 * the recurrent product ``h (rows, proj) x W_h (proj, 4*dim)``: MKL's batched product in float32,
-  oneDNN's (``elmo.lstm.onednn_linear``, bias in the kernel) in float32, and the batched product
+  oneDNN's (``elmo.model.lstm.onednn_linear``, bias in the kernel) in float32, and the batched product
   in bfloat16;
 * the projection ``(rows, dim) x (dim, proj)``, float32 and bfloat16;
 * the input half of the gates for ``--steps`` timesteps at once ``(rows*steps, proj) x W_x``.
@@ -26,8 +26,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import torch  # noqa: E402
 
 from common import matmul_peak_flops, write_results  # noqa: E402
-from elmo.config import published_config  # noqa: E402
-from elmo.lstm import onednn_linear  # noqa: E402
+from elmo.model.config import published_config  # noqa: E402
+from elmo.model.lstm import onednn_linear  # noqa: E402
 
 
 def best_seconds(run, repeats: int) -> float:

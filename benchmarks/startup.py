@@ -25,8 +25,8 @@ BREAKDOWN = """
 import json, sys, time
 t0 = time.perf_counter()
 import elmo.cli.main, elmo.cli.embed
-from elmo.embed import Embedder
-from elmo.pretrained import load_model
+from elmo.inference.embed import Embedder
+from elmo.hub.pretrained import load_model
 t1 = time.perf_counter()
 model = load_model(({options!r}, {weights!r}))
 t2 = time.perf_counter()
@@ -55,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
         import torch
 
         from elmo import BiLM, save_bilm_tf
-        from elmo.config import published_config
+        from elmo.model.config import published_config
 
         torch.manual_seed(0)
         options, weights = save_bilm_tf(BiLM(published_config(args.size)), work)

@@ -5,7 +5,7 @@ every slot of the padded batch (``forward_every_slot``, the plain specification)
 the same values, so the losses must agree to float rounding: the table shows the largest
 difference.
 
-``--compare dropout``: torch's ``nn.Dropout`` or ``elmo.dropout.Dropout`` (the same distribution,
+``--compare dropout``: torch's ``nn.Dropout`` or ``elmo.model.dropout.Dropout`` (the same distribution,
 drawn from uniform numbers). Their masks differ, so the losses do too; the table shows each
 path's mean loss, which must be close.
 
@@ -42,7 +42,7 @@ def measure(config_path: str, compare: str, path: str, steps: int, warmup: int, 
 
     import torch
 
-    from elmo.dropout import Dropout
+    from elmo.model.dropout import Dropout
     from elmo.tasks import training
     from elmo.tasks.config import load_task_config
     from elmo.tasks.features import CharCNN, vector_words

@@ -30,7 +30,7 @@ PRECISIONS = ("float32", "bfloat16")
 
 def measure(model: str, train: str, heldout: str, precision: str, steps: int, warmup: int,
             eval_targets: int, seed: int) -> dict:
-    from elmo.train import Trainer, TrainSettings
+    from elmo.training.train import Trainer, TrainSettings
 
     with tempfile.TemporaryDirectory() as output:
         trainer = Trainer(TrainSettings(train=[train], init_from=model, output=output, max_tokens=10 ** 12,

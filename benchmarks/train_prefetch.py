@@ -33,7 +33,7 @@ def measure(model: str, train: str, prefetch: int, device: str, batch_size: int,
 
     import torch
 
-    from elmo.train import Trainer, TrainSettings
+    from elmo.training.train import Trainer, TrainSettings
 
     with tempfile.TemporaryDirectory() as output:
         trainer = Trainer(TrainSettings(train=[train], init_from=model, output=output, max_tokens=10 ** 12,

@@ -27,7 +27,7 @@ from common import lstm_flops, matmul_peak_flops, peak_rss_bytes, token_encoder_
 def measure(preset: str, train: str, vocab: str, steps: int, warmup: int, device: str) -> dict:
     import torch
 
-    from elmo.train import Trainer, TrainSettings
+    from elmo.training.train import Trainer, TrainSettings
 
     with tempfile.TemporaryDirectory() as output:
         trainer = Trainer(TrainSettings(train=[train], vocab=vocab, output=output, config=preset,

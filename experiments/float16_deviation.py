@@ -15,10 +15,10 @@ import tempfile
 
 import numpy as np
 
-from elmo.embed import Embedder
+from elmo.inference.embed import Embedder
 from elmo.fileio import read_lines
-from elmo.lm import load_language_model
-from elmo.weights import load_bilm_tf, save_bilm_tf
+from elmo.hub.checkpoints import load_language_model
+from elmo.model.weights import load_bilm_tf, save_bilm_tf
 
 
 def main(argv: list[str] | None = None) -> int:

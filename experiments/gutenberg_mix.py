@@ -30,7 +30,7 @@ import random
 import sys
 import time
 
-from elmo.data import read_sentences
+from elmo.training.data import read_sentences
 from elmo.fileio import atomic_write_text
 
 CONFIG = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs",
@@ -78,9 +78,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     evals = dict(item.split("=", 1) for item in args.eval)
 
-    from elmo.evaluate import evaluate
-    from elmo.lm import load_language_model
-    from elmo.train import Trainer, TrainSettings
+    from elmo.training.evaluate import evaluate
+    from elmo.hub.checkpoints import load_language_model
+    from elmo.training.train import Trainer, TrainSettings
 
     wiki, novels = sorted(glob.glob(args.wiki)), sorted(glob.glob(args.novels))
     wiki_tokens = round((1 - args.share) * args.tokens)

@@ -1,5 +1,5 @@
 """Which initial LSTM state should a sentence start from?  Measures the state policies of
-``elmo.states`` against the vectors the same sentence gets inside running text, which is what the
+``elmo.inference.states`` against the vectors the same sentence gets inside running text, which is what the
 biLM saw during training (state carried from window to window).
 
 For every test sentence and each of ``--contexts`` random contexts (``--context-length``
@@ -29,12 +29,13 @@ import numpy as np
 import torch
 
 from elmo import Embedder, load_bilm_tf
-from elmo.bilm import BACKWARD, FORWARD, BiLMState
-from elmo.chars import BOS_TOKEN, EOS_TOKEN, batch_to_char_ids
+from elmo.model.bilm import BACKWARD, FORWARD, BiLMState
+from elmo.model.chars import BOS_TOKEN, EOS_TOKEN, batch_to_char_ids
 from elmo.fileio import atomic_write_text, read_lines
-from elmo.lm import LanguageModel, load_language_model, stack_states
-from elmo.states import compute_warm_state
-from elmo.vocab import Vocabulary
+from elmo.model.lm import LanguageModel, stack_states
+from elmo.hub.checkpoints import load_language_model
+from elmo.inference.states import compute_warm_state
+from elmo.model.vocab import Vocabulary
 
 
 def sentences_from(path: str, min_len: int = 5, max_len: int = 40) -> list[list[str]]:

@@ -10,9 +10,9 @@ import argparse
 import os
 import sys
 
-from elmo.pretrained import load_model
-from elmo.runtime import Runtime
-from elmo.states import WARM_STATE_FILE, compute_warm_state, save_warm_state, warm_state_key
+from elmo.hub.pretrained import load_model
+from elmo.inference.runtime import Runtime
+from elmo.inference.states import WARM_STATE_FILE, compute_warm_state, save_warm_state, warm_state_key
 
 
 def main(argv: list[str] | None = None) -> int:

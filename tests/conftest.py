@@ -131,7 +131,7 @@ def bfloat16_selected(monkeypatch):
     """Make ``precision="bfloat16"`` really run bfloat16 on this CPU: without AVX-512 BF16 or AMX
     (or where it measures slower) the runtime falls back to float32, which a test of bfloat16's
     own behaviour must not silently get."""
-    import elmo.runtime
+    import elmo.inference.runtime
 
-    monkeypatch.setattr(elmo.runtime, "cpu_has_bfloat16", lambda: True)
-    monkeypatch.setenv(elmo.runtime.BFLOAT16_CHECK_ENV, "0")
+    monkeypatch.setattr(elmo.inference.runtime, "cpu_has_bfloat16", lambda: True)
+    monkeypatch.setenv(elmo.inference.runtime.BFLOAT16_CHECK_ENV, "0")

@@ -10,9 +10,16 @@ import h5py
 import numpy as np
 import pytest
 import torch
-
 from conftest import ALLENNLP, fixture_batches, top_as_fixture
-from elmo.allennlp import DEFAULT_OPTIONS_FILE, DEFAULT_WEIGHT_FILE, Elmo, ElmoEmbedder, batch_to_ids, load_bilm
+
+from elmo.allennlp import (
+    DEFAULT_OPTIONS_FILE,
+    DEFAULT_WEIGHT_FILE,
+    Elmo,
+    ElmoEmbedder,
+    batch_to_ids,
+    load_bilm,
+)
 
 OPTIONS, WEIGHTS = str(ALLENNLP / "options.json"), str(ALLENNLP / "lm_weights.hdf5")
 # Softmax weights that put everything on the top layer: the fixtures hold the top layer.

@@ -1,7 +1,13 @@
 import numpy as np
 import pytest
 
-from elmo.chars import BOS_IDS, EOS_IDS, batch_to_char_ids, tokenize, word_to_char_ids
+from elmo.model.chars import (
+    BOS_IDS,
+    EOS_IDS,
+    batch_to_char_ids,
+    tokenize,
+    word_to_char_ids,
+)
 
 BOW, EOW, PAD = 259, 260, 261  # bilm-tf's 258, 259, 260 shifted by +1
 

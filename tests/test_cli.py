@@ -8,8 +8,8 @@ import sys
 import h5py
 import numpy as np
 import pytest
-
 from conftest import ALLENNLP, fixture_batches, top_as_fixture
+
 from elmo.cli.main import main
 
 MODEL_ARGS = ["--options", str(ALLENNLP / "options.json"), "--weights", str(ALLENNLP / "lm_weights.hdf5")]

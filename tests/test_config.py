@@ -1,8 +1,8 @@
 import json
 
 import pytest
-
 from conftest import ALLENNLP, BILM_TF
+
 from elmo import BiLMConfig, ConfigError
 
 

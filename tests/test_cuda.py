@@ -6,11 +6,11 @@ Skipped without a GPU (CI has none); run on a GPU machine with ``python -m pytes
 import numpy as np
 import pytest
 import torch
-
 from conftest import FIXTURES, load_fixture_model
+
 from elmo import BiLM, Embedder, batch_to_char_ids
-from elmo.lm import load_train_checkpoint
-from elmo.lstm import LstmLayer, lstm_fast, lstm_plain
+from elmo.hub.checkpoints import load_train_checkpoint
+from elmo.model.lstm import LstmLayer, lstm_fast, lstm_plain
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
@@ -88,7 +88,7 @@ def test_bilm_training_forward_on_cuda_matches_cpu():
 
 RESUME_CHECK = """
 import os, sys, json
-from elmo.lm import load_train_checkpoint
+from elmo.hub.checkpoints import load_train_checkpoint
 out, settings = sys.argv[1], {**json.loads(sys.argv[2]), "deterministic": True}
 last = lambda run: load_train_checkpoint(sorted(os.scandir(run + "/checkpoints"), key=lambda e: e.name)[-1].path)
 full = train(TrainSettings(output=out + "/full", max_tokens=8 * 10 * 60, **settings))

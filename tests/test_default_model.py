@@ -7,7 +7,7 @@ import torch
 
 from elmo import Elmo, Embedder
 from elmo.cli.main import main
-from elmo.pretrained import load_model, model_files, packaged_model_dir
+from elmo.hub.pretrained import load_model, model_files, packaged_model_dir
 
 MAX_PACKAGED_BYTES = 60 * 1024 * 1024
 

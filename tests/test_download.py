@@ -14,10 +14,17 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-
 from conftest import serve_directory
-from elmo import download
-from elmo.download import DownloadError, RemoteFile, check_url, default_cache_dir, fetch, file_sha256
+
+from elmo.hub import download
+from elmo.hub.download import (
+    DownloadError,
+    RemoteFile,
+    check_url,
+    default_cache_dir,
+    fetch,
+    file_sha256,
+)
 
 FIXTURES = Path(__file__).parent / "fixtures" / "allennlp-elmo"
 FILES = ("options.json", "lm_weights.hdf5")

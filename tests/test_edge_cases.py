@@ -2,12 +2,11 @@
 
 import numpy as np
 import pytest
-
-from conftest import load_fixture_model
-from elmo import Embedder
 import torch
+from conftest import load_fixture_model
 
-from elmo.chars import BOS_IDS, EOS_IDS, batch_to_char_ids
+from elmo import Embedder
+from elmo.model.chars import BOS_IDS, EOS_IDS, batch_to_char_ids
 
 
 @pytest.fixture(scope="module")

@@ -4,10 +4,10 @@ import pytest
 import torch
 
 from elmo import BiLM, batch_to_char_ids
-from elmo.config import BiLMConfig
-from elmo.encoder import encode_distinct
-from elmo.lstm import LstmLayer, lstm_fast, lstm_plain
-from elmo.runtime import Runtime
+from elmo.inference.runtime import Runtime
+from elmo.model.config import BiLMConfig
+from elmo.model.encoder import encode_distinct
+from elmo.model.lstm import LstmLayer, lstm_fast, lstm_plain
 
 SENTENCES = [["The", "cat", "sat", "on", "the", "mat", "."], [], ["the", "the", "THE", "cat"], ["x" * 70]]
 
@@ -65,11 +65,11 @@ import subprocess  # noqa: E402
 import sys  # noqa: E402
 
 import numpy as np  # noqa: E402
-
 from conftest import load_fixture_model  # noqa: E402
+
 from elmo import Embedder  # noqa: E402
-from elmo.encoder import encode_fast, encode_words_fast  # noqa: E402
-from elmo.vocab_cache import load_vocab_cache, save_vocab_cache  # noqa: E402
+from elmo.inference.vocab_cache import load_vocab_cache, save_vocab_cache  # noqa: E402
+from elmo.model.encoder import encode_fast, encode_words_fast  # noqa: E402
 
 TEXT = [s.split() for s in [
     "The committee will meet again next week to discuss the proposal .",
@@ -176,7 +176,7 @@ LONG_SENTENCE = """
 import json, resource, sys
 import torch
 from elmo import BiLM, Embedder
-from elmo.config import published_config
+from elmo.model.config import published_config
 model = BiLM(published_config("small")).eval()
 before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 words = [f"w{i % 997}" for i in range(10_000)]
@@ -209,8 +209,8 @@ def test_stacked_weights_follow_weight_changes():
 
 
 # ------------------------------------------- full windows (training) and long sentences (inference)
-from elmo import lstm as lstm_module  # noqa: E402
-from elmo.lstm import GATE_CHUNK_STEPS, MIN_ACTIVE_ROWS, bilstm_inference  # noqa: E402
+from elmo.model import lstm as lstm_module  # noqa: E402
+from elmo.model.lstm import GATE_CHUNK_STEPS, MIN_ACTIVE_ROWS, bilstm_inference  # noqa: E402
 
 
 def values_and_gradients(run, layer, inputs, mask, state):
@@ -381,7 +381,7 @@ def test_cpu_dropout_is_the_definition_of_dropout(p):
     """elmo.dropout draws its mask from uniform numbers instead of bernoulli_: the result must be
     exactly ``x * [u >= p] / (1 - p)`` for the draws ``u`` of the same generator state, keep
     about ``1 - p`` of the elements, and pass gradients through the kept ones only."""
-    from elmo.dropout import Dropout, dropout
+    from elmo.model.dropout import Dropout, dropout
 
     x = torch.randn(64, 50, 40, requires_grad=True)
     torch.manual_seed(7)
@@ -403,8 +403,8 @@ def test_cpu_dropout_is_the_definition_of_dropout(p):
 
 
 def test_cpu_dropout_keeps_the_distribution_of_torch_dropout():
-    """Over many draws, elmo.dropout and torch's dropout agree in keep rate and mean output."""
-    from elmo.dropout import dropout
+    """Over many draws, elmo.model.dropout and torch's dropout agree in keep rate and mean output."""
+    from elmo.model.dropout import dropout
 
     x = torch.full((400_000,), 2.0)
     ours = dropout(x, 0.3, training=True)
@@ -414,7 +414,7 @@ def test_cpu_dropout_keeps_the_distribution_of_torch_dropout():
 
 
 def test_dropout_rejects_a_probability_out_of_range():
-    from elmo.dropout import dropout
+    from elmo.model.dropout import dropout
 
     with pytest.raises(ValueError, match="between 0 and 1"):
         dropout(torch.ones(3), 1.5, training=True)
@@ -425,8 +425,9 @@ def test_task_models_use_the_fast_dropout():
     elmo.dropout's (torch's own on the CPU was a tenth of a task's training step)."""
     import inspect
 
-    from elmo import allennlp, scalar_mix
-    from elmo.dropout import Dropout
+    from elmo import allennlp
+    from elmo.model import scalar_mix
+    from elmo.model.dropout import Dropout
     from elmo.tasks import classifiers, coref, squad, srl, tagger
 
     for module in (allennlp, scalar_mix, classifiers, coref, squad, srl, tagger):

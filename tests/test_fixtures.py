@@ -4,10 +4,10 @@ import h5py
 import numpy as np
 import pytest
 import torch
-
 from conftest import ALLENNLP, fixture_batches, load_fixture_model, top_as_fixture
+
 from elmo import Embedder, batch_to_char_ids
-from elmo.runtime import Runtime
+from elmo.inference.runtime import Runtime
 
 TOLERANCE = 1e-5
 

@@ -11,13 +11,13 @@ import h5py
 import numpy as np
 import pytest
 import torch
-
 from conftest import ALLENNLP, load_fixture_model
+
 from elmo import Elmo, Embedder, WeightsError, load_bilm_tf
 from elmo.cli.main import EXIT_INTERRUPTED, main
 from elmo.fileio import atomic_path, atomic_write_text, remove_stale_temporaries
-from elmo.runtime import Runtime
-from elmo.weights import load_checkpoint, save_checkpoint
+from elmo.inference.runtime import Runtime
+from elmo.model.weights import load_checkpoint, save_checkpoint
 
 CLI = [sys.executable, "-m", "elmo.cli.main"]
 FIXTURE_MODEL = ["--options", str(ALLENNLP / "options.json"), "--weights", str(ALLENNLP / "lm_weights.hdf5")]
@@ -277,14 +277,14 @@ def test_bad_device_is_one_clear_line(text_file):
 
 
 def test_bfloat16_falls_back_to_float32_without_bfloat16_hardware(monkeypatch):
-    import elmo.runtime
+    import elmo.inference.runtime
 
     model = load_fixture_model("allennlp")
-    monkeypatch.setattr(elmo.runtime, "cpu_flags", lambda: {"avx2", "fma"})
+    monkeypatch.setattr(elmo.inference.runtime, "cpu_flags", lambda: {"avx2", "fma"})
     with pytest.warns(UserWarning, match="neither AVX-512 BF16 nor AMX"):
         runtime = Runtime(model, precision="bfloat16")
     assert runtime.precision == "float32" and runtime.dtype == torch.float32
-    monkeypatch.setattr(elmo.runtime, "cpu_flags", lambda: {"avx512f", "avx512_bf16"})
+    monkeypatch.setattr(elmo.inference.runtime, "cpu_flags", lambda: {"avx512f", "avx512_bf16"})
     assert Runtime(model, precision="bfloat16").dtype == torch.bfloat16
-    monkeypatch.setattr(elmo.runtime, "cpu_flags", lambda: None)  # flags unknown: as asked
+    monkeypatch.setattr(elmo.inference.runtime, "cpu_flags", lambda: None)  # flags unknown: as asked
     assert Runtime(model, precision="bfloat16").dtype == torch.bfloat16

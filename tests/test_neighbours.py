@@ -2,11 +2,11 @@
 
 import numpy as np
 import pytest
-
 from conftest import ALLENNLP, load_fixture_model
+
 from elmo.cli.main import main
-from elmo.embed import Embedder
-from elmo.neighbours import contextual_neighbours, word_positions
+from elmo.inference.embed import Embedder
+from elmo.inference.neighbours import contextual_neighbours, word_positions
 
 CORPUS = [
     "He scored a goal in the second half of the game .".split(),

@@ -5,11 +5,10 @@ import json
 
 import pytest
 import torch
-
-import elmo.runtime
-from elmo.runtime import BFLOAT16_CHECK_ENV, Runtime, bfloat16_pays
-
 from conftest import load_fixture_model
+
+import elmo.inference.runtime
+from elmo.inference.runtime import BFLOAT16_CHECK_ENV, Runtime, bfloat16_pays
 
 
 @pytest.fixture
@@ -18,7 +17,7 @@ def measured(monkeypatch, tmp_path):
     bfloat16 hardware claimed, and fake step timings whose calls are counted."""
     monkeypatch.setenv(BFLOAT16_CHECK_ENV, "1")
     monkeypatch.setenv("ELMO_CACHE", str(tmp_path))
-    monkeypatch.setattr(elmo.runtime, "cpu_flags", lambda: {"avx512f", "avx512_bf16"})
+    monkeypatch.setattr(elmo.inference.runtime, "cpu_flags", lambda: {"avx512f", "avx512_bf16"})
     timings = {"float32": 0.010, "bfloat16": 0.004}
     calls = []
 
@@ -27,7 +26,7 @@ def measured(monkeypatch, tmp_path):
         calls.append((dim, projection_dim, name))
         return timings[name]
 
-    monkeypatch.setattr(elmo.runtime, "_lstm_step_seconds", fake_seconds)
+    monkeypatch.setattr(elmo.inference.runtime, "_lstm_step_seconds", fake_seconds)
     return timings, calls, tmp_path / "precision.json"
 
 
@@ -86,4 +85,4 @@ def test_the_check_can_be_switched_off(measured, monkeypatch):
 def test_real_measurement_runs_both_precisions():
     """The timing itself, on a tiny size: positive seconds for both precisions."""
     for dtype in (torch.float32, torch.bfloat16):
-        assert elmo.runtime._lstm_step_seconds(16, 8, dtype, rows=4, steps=2) > 0
+        assert elmo.inference.runtime._lstm_step_seconds(16, 8, dtype, rows=4, steps=2) > 0

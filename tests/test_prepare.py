@@ -1,17 +1,17 @@
 """``elmo prepare``: raw text -> tokenized shards, on tiny corpora made here."""
 
 import gzip
-import re
 import json
 import os
+import re
 import subprocess
 import sys
 
 import pytest
 
-from elmo import prepare
 from elmo.cli.main import main
-from elmo.prepare import ParagraphTokenizer, prepare_corpus, remove_citations
+from elmo.training import prepare
+from elmo.training.prepare import ParagraphTokenizer, prepare_corpus, remove_citations
 
 
 def tokenizer_for(*paragraphs: str) -> ParagraphTokenizer:
@@ -122,7 +122,7 @@ def test_same_input_gives_byte_identical_output_in_another_process(tmp_path):
     write_articles(raw, numbered_articles(60))
     prepare_corpus([raw], tmp_path / "one", heldout_fraction=0.3, sentences_per_shard=50)
     # A fresh interpreter with another hash seed: nothing may depend on set or dict hashing order.
-    code = ("import sys; from elmo.prepare import prepare_corpus; "
+    code = ("import sys; from elmo.training.prepare import prepare_corpus; "
             "prepare_corpus([sys.argv[1]], sys.argv[2], heldout_fraction=0.3, sentences_per_shard=50)")
     env = {**os.environ, "PYTHONHASHSEED": "12345"}
     subprocess.run([sys.executable, "-c", code, str(raw), str(tmp_path / "two")], check=True, env=env)

@@ -4,7 +4,6 @@ import csv
 import json
 
 import pytest
-
 from conftest import load_experiment
 
 curve_script = load_experiment("pretrain_curve")

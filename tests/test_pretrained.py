@@ -6,12 +6,12 @@ import shutil
 
 import numpy as np
 import pytest
-
 from conftest import ALLENNLP, serve_directory
+
 from elmo import Elmo, Embedder, load_bilm_tf
 from elmo.cli.main import main
-from elmo.download import DownloadError
-from elmo import pretrained
+from elmo.hub import pretrained
+from elmo.hub.download import DownloadError
 
 
 @pytest.fixture(autouse=True)

@@ -1,18 +1,18 @@
-"""experiments/state_modes.py: its sentence scoring agrees with elmo.evaluate, and its in-context
+"""experiments/state_modes.py: its sentence scoring agrees with elmo.training.evaluate, and its in-context
 perplexity really reads the context."""
 
 import math
 
 import pytest
 import torch
-
 from conftest import ALLENNLP, load_experiment
+
 from elmo import load_bilm_tf
-from elmo.bilm import BACKWARD, FORWARD
-from elmo.evaluate import evaluate
-from elmo.lm import LanguageModel
-from elmo.softmax import Softmax
-from elmo.vocab import Vocabulary
+from elmo.model.bilm import BACKWARD, FORWARD
+from elmo.model.lm import LanguageModel
+from elmo.model.softmax import Softmax
+from elmo.model.vocab import Vocabulary
+from elmo.training.evaluate import evaluate
 
 WORDS = "the cat sat on a mat and dog ran far away".split()
 

@@ -2,10 +2,10 @@
 
 import numpy as np
 import pytest
-
 from conftest import fixture_batches, load_fixture_model
+
 from elmo import DEFAULT_STATE, Embedder
-from elmo.states import StateKeeper, compute_warm_state
+from elmo.inference.states import StateKeeper, compute_warm_state
 
 TARGET = "the committee agreed to share the cost of the new bridge .".split()
 OTHERS = [s.split() for s in [

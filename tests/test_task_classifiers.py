@@ -7,9 +7,15 @@ import pytest
 import torch
 
 from elmo.tasks.classifiers import ESIM, SentenceClassifier
-from elmo.tasks.masked import masked_max, masked_mean, masked_min, masked_softmax
-from elmo.tasks.features import TASK_MAX_CHARS, TokenFeatures, WordVocab, char_ids, word_ids
+from elmo.tasks.features import (
+    TASK_MAX_CHARS,
+    TokenFeatures,
+    WordVocab,
+    char_ids,
+    word_ids,
+)
 from elmo.tasks.integration import ElmoOptions, TaskElmo
+from elmo.tasks.masked import masked_max, masked_mean, masked_min, masked_softmax
 
 VOCAB = WordVocab("good bad the a movie film plot was is very not fun dull cast".split())
 N_LAYERS, ELMO_DIM, HIDDEN, N_CLASSES = 3, 6, 8, 3

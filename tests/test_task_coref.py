@@ -9,11 +9,26 @@ import pytest
 import torch
 
 from elmo.tasks.config import TaskConfigError, load_task_config
-from elmo.tasks.coref import (CorefModel, antecedent_loss, clusters_from_antecedents, coref_scores, corpus_clusters,
-                              distance_bucket, enumerate_spans, gap_scores, split_document)
+from elmo.tasks.coref import (
+    CorefModel,
+    antecedent_loss,
+    clusters_from_antecedents,
+    coref_scores,
+    corpus_clusters,
+    distance_bucket,
+    enumerate_spans,
+    gap_scores,
+    split_document,
+)
 from elmo.tasks.features import TokenFeatures, WordVocab, char_ids, word_ids
 from elmo.tasks.integration import ElmoOptions, TaskElmo
-from elmo.tasks.readers import CorefDocument, DatasetError, GapExample, litbank_split, read_dataset
+from elmo.tasks.readers import (
+    CorefDocument,
+    DatasetError,
+    GapExample,
+    litbank_split,
+    read_dataset,
+)
 from elmo.tasks.training import train_task
 
 LITBANK = Path(__file__).resolve().parents[2] / "shared" / "data" / "coref" / "litbank" / "conll"

@@ -4,7 +4,6 @@ import json
 import os
 
 import pytest
-
 from conftest import load_experiment
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

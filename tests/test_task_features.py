@@ -4,8 +4,18 @@ embedding for words seen only at evaluation."""
 import pytest
 import torch
 
-from elmo.tasks.features import (PAD, TASK_MAX_CHARS, UNK, CharCNN, TokenFeatures, WordVocab, char_ids,
-                                 load_glove, load_vectors, word_ids)
+from elmo.tasks.features import (
+    PAD,
+    TASK_MAX_CHARS,
+    UNK,
+    CharCNN,
+    TokenFeatures,
+    WordVocab,
+    char_ids,
+    load_glove,
+    load_vectors,
+    word_ids,
+)
 
 GLOVE = "the 0.5 0.25\ncat 1.0 -1.0\nparis 2.0 3.0\n<unk> 9.0 9.0\n"
 

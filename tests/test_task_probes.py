@@ -6,9 +6,20 @@ import numpy as np
 import pytest
 import torch
 
-from elmo.tasks.layer_cache import LayerCache
-from elmo.tasks.probes import accuracy, label_ids, layer_token_features, train_linear_probe, word_vector_features
-from elmo.tasks.readers import PTB_SAMPLE_SPLITS, DatasetError, read_dataset, read_ptb_sample_pos
+from elmo.inference.layer_cache import LayerCache
+from elmo.tasks.probes import (
+    accuracy,
+    label_ids,
+    layer_token_features,
+    train_linear_probe,
+    word_vector_features,
+)
+from elmo.tasks.readers import (
+    PTB_SAMPLE_SPLITS,
+    DatasetError,
+    read_dataset,
+    read_ptb_sample_pos,
+)
 
 
 def test_probe_learns_a_linearly_separable_label_and_keeps_the_best_dev_epoch():

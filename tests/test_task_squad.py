@@ -12,8 +12,19 @@ import torch
 
 from elmo.cli.main import main
 from elmo.tasks.config import TaskConfigError, load_task_config
-from elmo.tasks.readers import DatasetError, answer_mapping_counts, read_dataset, tokenize_squad
-from elmo.tasks.squad import best_spans, exact_match, normalize_answer, squad_scores, token_f1
+from elmo.tasks.readers import (
+    DatasetError,
+    answer_mapping_counts,
+    read_dataset,
+    tokenize_squad,
+)
+from elmo.tasks.squad import (
+    best_spans,
+    exact_match,
+    normalize_answer,
+    squad_scores,
+    token_f1,
+)
 from elmo.tasks.training import train_task
 
 

@@ -12,10 +12,28 @@ import torch
 
 from elmo.cli.main import main
 from elmo.tasks.config import TaskConfigError, load_task_config
-from elmo.tasks.readers import DatasetError, SrlInstance, read_dataset, srl_brackets_to_bio, srl_counts
-from elmo.tasks.srl import BioDecoder, bio_constraints, bio_spans, srl_arguments, srl_scores
-from elmo.tasks.training import LoadedSplit, make_batch, sentence_rows, sentences_of, train_task
 from elmo.tasks.features import WordVocab
+from elmo.tasks.readers import (
+    DatasetError,
+    SrlInstance,
+    read_dataset,
+    srl_brackets_to_bio,
+    srl_counts,
+)
+from elmo.tasks.srl import (
+    BioDecoder,
+    bio_constraints,
+    bio_spans,
+    srl_arguments,
+    srl_scores,
+)
+from elmo.tasks.training import (
+    LoadedSplit,
+    make_batch,
+    sentence_rows,
+    sentences_of,
+    train_task,
+)
 
 SHARED_SRL = Path(__file__).resolve().parents[2] / "shared" / "data" / "srl" / "propbank-ewt"
 

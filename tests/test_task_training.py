@@ -10,12 +10,21 @@ import pytest
 import torch
 
 from elmo.cli.main import main
-from elmo.embed import Embedder
+from elmo.inference.embed import Embedder
+from elmo.inference.layer_cache import load_or_compute
 from elmo.tasks.config import TaskConfigError, load_task_config
-from elmo.tasks.layer_cache import load_or_compute
 from elmo.tasks.readers import read_dataset
-from elmo.tasks.training import (LoadedSplit, class_scores, evaluate_task, load_bilm_source, load_task_model,
-                                 predict, score, sentences_of, train_task)
+from elmo.tasks.training import (
+    LoadedSplit,
+    class_scores,
+    evaluate_task,
+    load_bilm_source,
+    load_task_model,
+    predict,
+    score,
+    sentences_of,
+    train_task,
+)
 
 NAMES = ["Anna", "Berg", "Oslo", "Paris", "Maria", "Peter"]
 WORDS = ["visited", "the", "city", "of", "met", "and", "saw", "a", "friend", "in"]

@@ -6,13 +6,24 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from conftest import load_fixture_model
-from elmo.embed import Embedder
+
+from elmo.inference.embed import Embedder
 from elmo.tasks.readers import DatasetError
-from elmo.tasks.wsd import (WordNetSenses, WsdSentence, WsdToken, annotated_token_vectors, disambiguate,
-                            first_sense_predictions, nearest_sense, read_raganato, read_semcor, sense_centroids,
-                            token_vectors, wsd_scores)
+from elmo.tasks.wsd import (
+    WordNetSenses,
+    WsdSentence,
+    WsdToken,
+    annotated_token_vectors,
+    disambiguate,
+    first_sense_predictions,
+    nearest_sense,
+    read_raganato,
+    read_semcor,
+    sense_centroids,
+    token_vectors,
+    wsd_scores,
+)
 
 
 # ------------------------------------------------------------------------------ WordNet

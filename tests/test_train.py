@@ -13,18 +13,23 @@ import time
 
 import pytest
 import torch
-
 from conftest import FIXTURES
+
 from elmo import load_bilm_tf
-from elmo.bilm import FORWARD
-from elmo.chars import batch_to_char_ids
-from elmo.data import LMBatcher, PrefetchingBatcher, SentenceStream, count_tokens
-from elmo.evaluate import evaluate
-from elmo.lm import load_language_model, load_train_checkpoint
-from elmo.weights import WeightsError
-from elmo.softmax import Softmax, expected_count, log_uniform_sample
-from elmo.train import TrainSettings, train
-from elmo.vocab import Vocabulary
+from elmo.hub.checkpoints import load_language_model, load_train_checkpoint
+from elmo.model.bilm import FORWARD
+from elmo.model.chars import batch_to_char_ids
+from elmo.model.softmax import Softmax, expected_count, log_uniform_sample
+from elmo.model.vocab import Vocabulary
+from elmo.model.weights import WeightsError
+from elmo.training.data import (
+    LMBatcher,
+    PrefetchingBatcher,
+    SentenceStream,
+    count_tokens,
+)
+from elmo.training.evaluate import evaluate
+from elmo.training.train import TrainSettings, train
 
 CORPUS = FIXTURES / "bilm-tf" / "train" / "data.txt"
 VOCAB = FIXTURES / "bilm-tf" / "train" / "vocab.txt"

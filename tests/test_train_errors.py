@@ -6,10 +6,10 @@ import shutil
 
 import pytest
 import torch
+from test_train import CORPUS, VOCAB, final_parameters, tiny_settings
 
 from elmo.cli.main import build_parser, main
-from elmo.train import TrainSettings, Trainer, train
-from test_train import CORPUS, VOCAB, final_parameters, tiny_settings
+from elmo.training.train import Trainer, TrainSettings, train
 
 STEPS = 10  # the shared run's length: 4 rows x 10 tokens per step
 

@@ -7,7 +7,7 @@ from collections import Counter
 import pytest
 
 from elmo.cli.main import main
-from elmo.vocab import Vocabulary, build_vocabulary
+from elmo.model.vocab import Vocabulary, build_vocabulary
 
 SHARD_1 = "c b a c\nb c a\n"
 SHARD_2 = "c d c\nb a\n"  # c 5, b 3, a 3, d 1

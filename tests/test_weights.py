@@ -2,11 +2,19 @@ import h5py
 import numpy as np
 import pytest
 import torch
-
 from conftest import ALLENNLP
-from elmo import BiLM, WeightsError, batch_to_char_ids, load_bilm_tf, load_checkpoint, save_bilm_tf, save_checkpoint
-from elmo.config import BiLMConfig, published_config
-from elmo.weights import _tf_datasets
+
+from elmo import (
+    BiLM,
+    WeightsError,
+    batch_to_char_ids,
+    load_bilm_tf,
+    load_checkpoint,
+    save_bilm_tf,
+    save_checkpoint,
+)
+from elmo.model.config import BiLMConfig, published_config
+from elmo.model.weights import _tf_datasets
 
 
 def assert_same_parameters(a, b):

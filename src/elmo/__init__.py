@@ -5,14 +5,20 @@ Public API::
     from elmo import Embedder, Elmo, BiLM, BiLMConfig, ScalarMix, batch_to_char_ids
 """
 
-from elmo.bilm import BiLM, BiLMOutput, BiLMState
-from elmo.chars import batch_to_char_ids, tokenize
-from elmo.config import BiLMConfig, CharCNNConfig, ConfigError, LSTMConfig
-from elmo.elmo import Elmo, ElmoOutput
-from elmo.embed import Embedder
-from elmo.scalar_mix import ScalarMix
-from elmo.states import DEFAULT_STATE, STATE_MODES
-from elmo.weights import WeightsError, load_bilm_tf, load_checkpoint, save_bilm_tf, save_checkpoint
+from elmo.inference.elmo import Elmo, ElmoOutput
+from elmo.inference.embed import Embedder
+from elmo.inference.states import DEFAULT_STATE, STATE_MODES
+from elmo.model.bilm import BiLM, BiLMOutput, BiLMState
+from elmo.model.chars import batch_to_char_ids, tokenize
+from elmo.model.config import BiLMConfig, CharCNNConfig, ConfigError, LSTMConfig
+from elmo.model.scalar_mix import ScalarMix
+from elmo.model.weights import (
+    WeightsError,
+    load_bilm_tf,
+    load_checkpoint,
+    save_bilm_tf,
+    save_checkpoint,
+)
 
 __version__ = "0.1.0"
 

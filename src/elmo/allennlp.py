@@ -12,7 +12,7 @@ of the next batch, as AllenNLP's ``_ElmoBiLm`` did, so old results reproduce. ``
 never depend on what was embedded before it (see ``docs/state.md`` and ``docs/from-allennlp.md``).
 
 The published models' URLs (AllenNLP's defaults) resolve through this library's download cache
-(:mod:`elmo.pretrained`); local paths load directly.
+(:mod:`elmo.hub.pretrained`); local paths load directly.
 """
 
 from __future__ import annotations
@@ -27,13 +27,13 @@ import numpy as np
 import torch
 from torch import nn
 
-from elmo.bilm import BiLM, BiLMState, remove_boundaries
-from elmo.chars import batch_to_char_ids
-from elmo.dropout import Dropout
-from elmo.embed import Embedder
-from elmo.pretrained import PUBLISHED, load_model
-from elmo.runtime import Runtime
-from elmo.scalar_mix import ScalarMix
+from elmo.hub.pretrained import PUBLISHED, load_model
+from elmo.inference.embed import Embedder
+from elmo.inference.runtime import Runtime
+from elmo.model.bilm import BiLM, BiLMState, remove_boundaries
+from elmo.model.chars import batch_to_char_ids
+from elmo.model.dropout import Dropout
+from elmo.model.scalar_mix import ScalarMix
 
 # AllenNLP's defaults for ElmoEmbedder: the original model.
 DEFAULT_OPTIONS_FILE = ("https://allennlp.s3.amazonaws.com/models/elmo/2x4096_512_2048cnn_2xhighway/"
@@ -255,8 +255,8 @@ class ElmoEmbedder:
         ``elmo embed`` and of AllenNLP's ``allennlp elmo``. Written atomically."""
         import h5py
 
-        from elmo.embed import select_layers
         from elmo.fileio import atomic_path
+        from elmo.inference.embed import select_layers
 
         if output_format not in ("all", "top", "average"):
             raise ValueError(f"output_format: expected 'all', 'top' or 'average', got {output_format!r}")

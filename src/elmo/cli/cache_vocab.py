@@ -7,7 +7,7 @@ import sys
 
 from elmo.cli.common import add_model_arguments, model_from_args
 from elmo.fileio import read_lines
-from elmo.vocab_cache import save_vocab_cache
+from elmo.inference.vocab_cache import save_vocab_cache
 
 HELP = "Precompute token vectors for a word list (one word per line), for elmo embed --vocab-cache."
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from elmo.bilm import BiLM
-from elmo.pretrained import DEFAULT_MODEL, load_model, model_names
+from elmo.hub.pretrained import DEFAULT_MODEL, load_model, model_names
+from elmo.model.bilm import BiLM
 
 
 def add_model_arguments(parser: argparse.ArgumentParser) -> None:
@@ -21,7 +21,7 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def model_from_args(args: argparse.Namespace) -> BiLM:
-    """The biLM the arguments name, in eval mode (resolved by :func:`elmo.pretrained.load_model`)."""
+    """The biLM the arguments name, in eval mode (resolved by :func:`elmo.hub.pretrained.load_model`)."""
     if (args.options is None) != (args.weights is None):
         raise ValueError("--options and --weights go together: give both, or neither (and --model)")
     if args.options is not None:

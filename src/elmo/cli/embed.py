@@ -8,9 +8,9 @@ import sys
 import numpy as np
 
 from elmo.cli.common import add_model_arguments, model_from_args
-from elmo.embed import Embedder, check_output
 from elmo.fileio import STDIN, chunks, read_lines
-from elmo.states import DEFAULT_STATE, STATE_MODES
+from elmo.inference.embed import Embedder, check_output
+from elmo.inference.states import DEFAULT_STATE, STATE_MODES
 
 HELP = ("Embed a file of sentences (one per line, tokens split on whitespace) into HDF5, "
         "or print a summary of the vectors when no output file is given.")

@@ -5,10 +5,10 @@ from __future__ import annotations
 import argparse
 import json
 
-from elmo.data import expand_paths
-from elmo.evaluate import evaluate
 from elmo.fileio import atomic_path
-from elmo.lm import load_language_model
+from elmo.hub.checkpoints import load_language_model
+from elmo.training.data import expand_paths
+from elmo.training.evaluate import evaluate
 
 HELP = "Forward, backward and average perplexity of a trained biLM on tokenized text."
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from elmo.lm import export_language_model, load_language_model
+from elmo.hub.checkpoints import export_language_model, load_language_model
 
 HELP = "Export a training run as options.json + weights.hdf5 (+ softmax_weights.hdf5, vocab.txt)."
 

@@ -68,7 +68,7 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args = build_parser(argv).parse_args(argv)
-    from elmo.download import DownloadError
+    from elmo.hub.download import DownloadError
 
     def show_warning(message, category, filename, lineno, file=None, line=None):
         # One line in the command's voice, not Python's "file:line: UserWarning" with source.

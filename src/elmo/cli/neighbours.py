@@ -25,10 +25,10 @@ def add_parser(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from elmo.chars import tokenize
-    from elmo.embed import Embedder
     from elmo.fileio import read_lines
-    from elmo.neighbours import contextual_neighbours, word_positions
+    from elmo.inference.embed import Embedder
+    from elmo.inference.neighbours import contextual_neighbours, word_positions
+    from elmo.model.chars import tokenize
 
     if args.k < 1:
         raise ValueError(f"-k: must be at least 1, got {args.k}")

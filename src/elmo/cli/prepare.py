@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from elmo.data import expand_paths
-from elmo.prepare import prepare_corpus
+from elmo.training.data import expand_paths
+from elmo.training.prepare import prepare_corpus
 
 HELP = ("Split raw text (one paragraph per line, a blank line between articles) into sentences, "
         "tokenize them and write train/held-out shards of one sentence per line.")

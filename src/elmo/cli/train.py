@@ -7,7 +7,7 @@ import os
 import socket
 import sys
 
-from elmo.train import PRESETS, TrainSettings, train
+from elmo.training.train import PRESETS, TrainSettings, train
 
 HELP = "Train a biLM on tokenized shards (one sentence per line)."
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from elmo.data import expand_paths
-from elmo.vocab import build_vocabulary
+from elmo.model.vocab import build_vocabulary
+from elmo.training.data import expand_paths
 
 HELP = "Count the words of tokenized shards and write the vocabulary (<S>, </S>, <UNK>, then by count)."
 

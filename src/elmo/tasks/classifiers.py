@@ -30,10 +30,17 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from elmo.dropout import Dropout
+from elmo.model.dropout import Dropout
 from elmo.tasks.features import TokenFeatures
 from elmo.tasks.integration import TaskElmo, concat
-from elmo.tasks.masked import encode, masked_max, masked_mean, masked_min, masked_softmax, zero_masked
+from elmo.tasks.masked import (
+    encode,
+    masked_max,
+    masked_mean,
+    masked_min,
+    masked_softmax,
+    zero_masked,
+)
 
 Batch = dict  # a sentence dict as in the module docstring, or a pair/labelled batch of them
 

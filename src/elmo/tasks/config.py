@@ -87,7 +87,7 @@ class ModelConfig:
 
 @dataclass
 class BiLMSource:
-    """Which biLM gives the ELMo layers: anything :func:`elmo.pretrained.load_model` takes (a
+    """Which biLM gives the ELMo layers: anything :func:`elmo.hub.pretrained.load_model` takes (a
     model name, a folder with ``options.json`` + ``weights.hdf5``, or a training run directory)."""
 
     model: str = "default"
@@ -206,7 +206,7 @@ def check_task_paths(config: TaskConfig, where: str = "config") -> None:
     if vectors is not None and not os.path.isfile(vectors):
         raise TaskConfigError(f"{where}: data.vectors: {vectors}: no such file{_where_relative(vectors)}")
     if config.elmo.enabled:
-        from elmo.pretrained import model_names
+        from elmo.hub.pretrained import model_names
 
         source = config.bilm.model
         if source not in model_names():

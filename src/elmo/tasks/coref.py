@@ -37,7 +37,7 @@ import torch
 from scorch import scores as _scorch
 from torch import nn
 
-from elmo.dropout import Dropout
+from elmo.model.dropout import Dropout
 from elmo.tasks.features import TokenFeatures
 from elmo.tasks.integration import TaskElmo, concat
 from elmo.tasks.masked import encode, masked_softmax

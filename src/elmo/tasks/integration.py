@@ -1,7 +1,7 @@
 """How a task model uses ELMo: where the vectors go and how the biLM layers are mixed.
 
 The biLM is frozen, so its layers ``(batch, L+1, time, dim)`` are computed once per data set
-(:mod:`elmo.tasks.layer_cache`) and a task only learns its mixes. Following the paper (section
+(:mod:`elmo.inference.layer_cache`) and a task only learns its mixes. Following the paper (section
 3.3 and Tables 2-3), ELMo can be concatenated to the task's input ``[x_k; ELMo_k]``, to the
 output of its encoder ``[h_k; ELMo_k]`` (with a mix of its own), or both.
 """
@@ -13,8 +13,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from elmo.elmo import Elmo
-from elmo.scalar_mix import ScalarMix
+from elmo.inference.elmo import Elmo
+from elmo.model.scalar_mix import ScalarMix
 
 PLACEMENTS = ("input", "output", "both")
 
@@ -48,7 +48,7 @@ class ElmoOptions:
 
 
 class TaskElmo(nn.Module):
-    """Where a task model puts ELMo: an :class:`~elmo.elmo.Elmo` over cached biLM layers
+    """Where a task model puts ELMo: an :class:`~elmo.inference.elmo.Elmo` over cached biLM layers
     (:meth:`Elmo.for_cached_layers`) with one mix for the input and/or one for the output.
 
     ``n_layers``/``dim``: the biLM's ``L+1`` layers of ``dim`` each. With ELMo disabled it

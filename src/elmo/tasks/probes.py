@@ -18,7 +18,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from elmo.tasks.layer_cache import LayerCache
+from elmo.inference.layer_cache import LayerCache
 
 
 def layer_token_features(cache: LayerCache, layer: int) -> np.ndarray:

@@ -32,7 +32,7 @@ Conventions shared by all readers:
 * Tokens are kept exactly as the data set spells them (PTB escapes such as ``-LRB-`` and ``\\/``
   in SST stay), except for SICK, whose sentences are raw text: they are tokenized by the Moses
   tokenizer, as the 1B Word Benchmark that the published ELMo models were trained on was
-  (``elmo.chars.tokenize`` is ``str.split`` and would leave ``"young,"`` in one token).
+  (``elmo.model.chars.tokenize`` is ``str.split`` and would leave ``"young,"`` in one token).
 * Tagged data (NER, chunking) is returned in IOB2 (BIO): every span starts with ``B-``. Each
   sentence goes through :func:`iob1_to_iob2`, which turns IOB1 into IOB2 and leaves IOB2 as it
   is, so either scheme reads the same way (and a stray ``I-X`` that follows a span of another
@@ -49,8 +49,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Union
 
-from elmo.chars import tokenize as split_on_whitespace
 from elmo.fileio import read_lines
+from elmo.model.chars import tokenize as split_on_whitespace
 
 PathLike = Union[str, os.PathLike]
 

@@ -28,7 +28,7 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-from elmo.dropout import Dropout
+from elmo.model.dropout import Dropout
 from elmo.tasks.features import TokenFeatures
 from elmo.tasks.integration import TaskElmo, concat
 from elmo.tasks.masked import encode

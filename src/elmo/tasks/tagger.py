@@ -18,7 +18,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from elmo.dropout import Dropout
+from elmo.model.dropout import Dropout
 from elmo.tasks.features import TokenFeatures
 from elmo.tasks.integration import TaskElmo, concat
 from elmo.tasks.masked import encode

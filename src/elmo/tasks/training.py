@@ -23,13 +23,28 @@ import torch
 from tqdm import tqdm
 
 from elmo.fileio import atomic_path, atomic_write_text
+from elmo.inference.layer_cache import LayerCache, load_or_compute
 from elmo.tasks.config import TaskConfig, check_task_paths, task_config_from_dict
-from elmo.tasks.features import (UNK, TokenFeatures, WordVocab, char_ids, load_glove, load_vectors, vector_words,
-                                 word_ids)
+from elmo.tasks.features import (
+    UNK,
+    TokenFeatures,
+    WordVocab,
+    char_ids,
+    load_glove,
+    load_vectors,
+    vector_words,
+    word_ids,
+)
 from elmo.tasks.integration import TaskElmo
-from elmo.tasks.layer_cache import LayerCache, load_or_compute
-from elmo.tasks.readers import (CorefDocument, GapExample, SentencePair, SquadQuestion, SrlInstance, TaggedSentence,
-                                 read_dataset)
+from elmo.tasks.readers import (
+    CorefDocument,
+    GapExample,
+    SentencePair,
+    SquadQuestion,
+    SrlInstance,
+    TaggedSentence,
+    read_dataset,
+)
 
 CHECKPOINT_FORMAT = "elmo-task-1"
 FALLBACK_VECTOR_DIM = 50
@@ -237,8 +252,8 @@ def load_bilm_source(config: TaskConfig):
     """The Embedder that computes ELMo layers for this config (None for a baseline)."""
     if not config.elmo.enabled:
         return None
-    from elmo.embed import Embedder
-    from elmo.pretrained import load_model
+    from elmo.hub.pretrained import load_model
+    from elmo.inference.embed import Embedder
 
     return Embedder(load_model(config.bilm.model), state=config.bilm.state, batch_size=config.bilm.batch_size)
 

@@ -278,7 +278,7 @@ def nearest_sense(vector: np.ndarray, candidates: Sequence[str], index: dict[str
 def annotated_token_vectors(embedder, sentences: Sequence[WsdSentence], chunk: int = 512
                             ) -> Iterator[tuple[WsdToken, np.ndarray]]:
     """``(token, vectors (L+1, dim))`` for every token with gold keys or an instance id, the
-    sentences embedded ``chunk`` at a time by ``embedder`` (an :class:`~elmo.embed.Embedder`),
+    sentences embedded ``chunk`` at a time by ``embedder`` (an :class:`~elmo.inference.embed.Embedder`),
     so memory stays bounded on all of SemCor."""
     for start in range(0, len(sentences), chunk):
         part = sentences[start:start + chunk]

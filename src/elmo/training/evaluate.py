@@ -15,10 +15,10 @@ from collections.abc import Sequence
 import torch
 from tqdm import tqdm
 
-from elmo.bilm import BACKWARD, FORWARD
-from elmo.data import LMBatcher, SentenceStream
-from elmo.lm import LanguageModel
-from elmo.vocab import Vocabulary
+from elmo.model.bilm import BACKWARD, FORWARD
+from elmo.model.lm import LanguageModel
+from elmo.model.vocab import Vocabulary
+from elmo.training.data import LMBatcher, SentenceStream
 
 
 @torch.inference_mode()

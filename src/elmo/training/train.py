@@ -2,7 +2,7 @@
 with ``torch.distributed``.
 
 Per step, each direction reads its own window of ``unroll_steps`` tokens for every row (see
-:mod:`elmo.data`), the LSTM state carries over from the previous window, and the loss is
+:mod:`elmo.training.data`), the LSTM state carries over from the previous window, and the loss is
 ``0.5 * (forward NLL + backward NLL)`` (mean per token). As in bilm-tf, Adagrad (lr 0.2, initial
 accumulator 1.0) sees the gradient of that loss times ``unroll_steps``, and the global gradient
 norm is clipped to ``all_clip_norm_val``. AdamW (with warm-up and cosine decay) is the option.
@@ -31,14 +31,27 @@ import torch
 import torch.distributed as dist
 from tqdm import tqdm
 
-from elmo.bilm import BiLMState
-from elmo.config import BiLMConfig, ConfigError
-from elmo.data import LMBatcher, PrefetchingBatcher, SentenceStream, count_tokens, expand_paths
-from elmo.evaluate import evaluate
 from elmo.fileio import atomic_path, atomic_write_text
-from elmo.lm import (TRAIN_FORMAT, VOCAB_FILE, LanguageModel, checkpoint_paths, latest_checkpoint,
-                     load_language_model_with_origin, load_latest_train_checkpoint)
-from elmo.vocab import Vocabulary
+from elmo.hub.checkpoints import (
+    TRAIN_FORMAT,
+    VOCAB_FILE,
+    checkpoint_paths,
+    latest_checkpoint,
+    load_language_model_with_origin,
+    load_latest_train_checkpoint,
+)
+from elmo.model.bilm import BiLMState
+from elmo.model.config import BiLMConfig, ConfigError
+from elmo.model.lm import LanguageModel
+from elmo.model.vocab import Vocabulary
+from elmo.training.data import (
+    LMBatcher,
+    PrefetchingBatcher,
+    SentenceStream,
+    count_tokens,
+    expand_paths,
+)
+from elmo.training.evaluate import evaluate
 
 PRESETS = ("tiny", "small", "original")
 OPTIMIZERS = ("adagrad", "adamw")

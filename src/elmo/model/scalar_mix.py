@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from elmo.dropout import Dropout
+from elmo.model.dropout import Dropout
 
 LAYER_NORM_EPS = 1e-12  # bilm-tf's weight_layers uses the same
 

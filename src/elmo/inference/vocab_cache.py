@@ -17,11 +17,11 @@ import h5py
 import numpy as np
 import torch
 
-from elmo.bilm import BiLM
-from elmo.chars import batch_to_char_ids
-from elmo.encoder import encode_words_fast
 from elmo.fileio import atomic_path
-from elmo.weights import weights_fingerprint
+from elmo.model.bilm import BiLM
+from elmo.model.chars import batch_to_char_ids
+from elmo.model.encoder import encode_words_fast
+from elmo.model.weights import weights_fingerprint
 
 
 @torch.inference_mode()

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from elmo.chars import tokenize
-from elmo.embed import Embedder
+from elmo.inference.embed import Embedder
+from elmo.model.chars import tokenize
 
 
 @dataclass(frozen=True)
@@ -84,7 +84,7 @@ def contextual_neighbours(embedder: Embedder, query: str | Sequence[str], word: 
                 heapq.heapreplace(best, item)
 
     if cache_dir is not None:
-        from elmo.tasks.layer_cache import load_or_compute
+        from elmo.inference.layer_cache import load_or_compute
 
         cache = load_or_compute(embedder, [list(s) for s in corpus], cache_dir, "neighbours", progress=progress)
         for index, places in candidates:

@@ -25,12 +25,12 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
-from elmo.bilm import BiLM, BiLMState
-from elmo.chars import batch_to_char_ids, tokenize
 from elmo.fileio import atomic_path
+from elmo.model.bilm import BiLM, BiLMState
+from elmo.model.chars import batch_to_char_ids, tokenize
 
 if TYPE_CHECKING:  # the runtime builds on this module
-    from elmo.runtime import Runtime
+    from elmo.inference.runtime import Runtime
 
 STATE_MODES = ("warm", "reset", "stateful")
 DEFAULT_STATE = "warm"
@@ -49,7 +49,7 @@ def compute_warm_state(model: "BiLM | Runtime", sentences: list[list[str]] | Non
 
     ``model`` is a runtime (its device and precision are used) or a biLM (run in float32)."""
     if isinstance(model, BiLM):
-        from elmo.runtime import Runtime
+        from elmo.inference.runtime import Runtime
 
         model = Runtime(model, state="reset")
     sentences = sentences if sentences is not None else warmup_sentences()
@@ -71,7 +71,7 @@ WARM_STATE_FILE = "warm_state.npz"  # beside a model's weights, e.g. the package
 def warm_state_key(runtime: "Runtime") -> str:
     """What a warm state depends on: the weights (their fingerprint), the warm-up text, the
     precision and the kind of device it is computed in, and the procedure's version."""
-    from elmo.weights import weights_fingerprint
+    from elmo.model.weights import weights_fingerprint
 
     text = resources.files("elmo").joinpath("resources/warmup.txt").read_bytes()
     parts = [weights_fingerprint(runtime.model), hashlib.sha256(text).hexdigest(), runtime.precision,
@@ -101,7 +101,7 @@ def save_warm_state(state: BiLMState, key: str, path: str | os.PathLike, make_pa
 
 
 def warm_state_cache_path(key: str) -> Path:
-    from elmo.download import default_cache_dir
+    from elmo.hub.download import default_cache_dir
 
     return default_cache_dir() / "warm-states" / f"{key}.npz"
 
@@ -115,7 +115,7 @@ def load_or_compute_warm_state(runtime: "Runtime") -> BiLMState:
     :func:`warm_state_key`, so a changed model, text, precision or procedure never reads a stale
     state. A stored state is the computed one, bit for bit; computing it again under another
     thread count or CPU can differ in the last bits (up to ~3e-6), as any float32 product does."""
-    from elmo.pretrained import packaged_model_dir
+    from elmo.hub.pretrained import packaged_model_dir
 
     key = warm_state_key(runtime)
     for path in (packaged_model_dir() / WARM_STATE_FILE, warm_state_cache_path(key)):

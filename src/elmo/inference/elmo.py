@@ -13,11 +13,11 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from elmo.bilm import BiLM
-from elmo.chars import batch_to_char_ids
-from elmo.runtime import Runtime
-from elmo.scalar_mix import ScalarMix
-from elmo.states import DEFAULT_STATE
+from elmo.inference.runtime import Runtime
+from elmo.inference.states import DEFAULT_STATE
+from elmo.model.bilm import BiLM
+from elmo.model.chars import batch_to_char_ids
+from elmo.model.scalar_mix import ScalarMix
 
 
 @dataclass
@@ -31,13 +31,13 @@ class ElmoOutput:
 class Elmo(nn.Module):
     """Frozen biLM + ``num_output_representations`` scalar mixes.
 
-    Without ``bilm``, the packaged default model is used (see :mod:`elmo.pretrained`).
+    Without ``bilm``, the packaged default model is used (see :mod:`elmo.hub.pretrained`).
 
     ``mode``, ``do_layer_norm``, ``dropout`` and ``l2_coef`` configure every mix (see
-    :class:`~elmo.scalar_mix.ScalarMix`); ``state`` picks the LSTM state policy
-    (:mod:`elmo.states`) and ``precision`` the matrix products' dtype. The biLM becomes part of
+    :class:`~elmo.model.scalar_mix.ScalarMix`); ``state`` picks the LSTM state policy
+    (:mod:`elmo.inference.states`) and ``precision`` the matrix products' dtype. The biLM becomes part of
     this module (``.to()`` moves it), stays in eval mode and gets no gradients; it runs through an
-    :class:`~elmo.runtime.Runtime`, rebuilt when the module moves to another device.
+    :class:`~elmo.inference.runtime.Runtime`, rebuilt when the module moves to another device.
     """
 
     def __init__(self, bilm: BiLM | None = None, num_output_representations: int = 1, *, mode: str | int = "mix",
@@ -45,7 +45,7 @@ class Elmo(nn.Module):
                  state: str = DEFAULT_STATE, precision: str = "float32"):
         super().__init__()
         if bilm is None:
-            from elmo.pretrained import load_model
+            from elmo.hub.pretrained import load_model
 
             bilm = load_model()
         self.bilm = bilm
@@ -61,17 +61,17 @@ class Elmo(nn.Module):
     @classmethod
     def from_files(cls, options_file: str | os.PathLike, weights_file: str | os.PathLike, **kwargs) -> "Elmo":
         """Build from the original ``options.json`` + ``weights.hdf5``."""
-        from elmo.pretrained import load_model
+        from elmo.hub.pretrained import load_model
 
         return cls(load_model((options_file, weights_file)), **kwargs)
 
     @classmethod
     def from_pretrained(cls, name: str = "default", *, cache_dir: str | os.PathLike | None = None,
                         progress: bool = True, **kwargs) -> "Elmo":
-        """Build on a model named as :func:`elmo.pretrained.load_model` takes it: ``"default"``
+        """Build on a model named as :func:`elmo.hub.pretrained.load_model` takes it: ``"default"``
         (packaged), a published one, downloaded and cached (``"small"``, ``"medium"``,
         ``"original"``, ``"original-5.5b"``), an exported folder or a training run directory."""
-        from elmo.pretrained import load_model
+        from elmo.hub.pretrained import load_model
 
         return cls(load_model(name, cache_dir=cache_dir, progress=progress), **kwargs)
 
@@ -136,7 +136,7 @@ class Elmo(nn.Module):
         return ElmoOutput([m(layers, mask) for m in self.mixes], mask)
 
     def forward(self, char_ids: torch.Tensor, mask: torch.Tensor | None = None) -> ElmoOutput:
-        """``char_ids``: ``(batch, time, 50)`` from :func:`~elmo.chars.batch_to_char_ids`."""
+        """``char_ids``: ``(batch, time, 50)`` from :func:`~elmo.model.chars.batch_to_char_ids`."""
         return self.mix(*self.layers(char_ids, mask))
 
     def embed(self, sentences: Sequence[Sequence[str]]) -> ElmoOutput:

@@ -19,10 +19,10 @@ import h5py
 import numpy as np
 import torch
 
-from elmo.bilm import BiLM
-from elmo.embed import Embedder
 from elmo.fileio import atomic_path
-from elmo.weights import weights_fingerprint
+from elmo.inference.embed import Embedder
+from elmo.model.bilm import BiLM
+from elmo.model.weights import weights_fingerprint
 
 FORMAT = "elmo-layer-cache-1"
 

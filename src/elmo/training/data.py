@@ -21,9 +21,9 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from elmo.chars import BOS_TOKEN, EOS_TOKEN, batch_to_char_ids
 from elmo.fileio import read_lines
-from elmo.vocab import Vocabulary
+from elmo.model.chars import BOS_TOKEN, EOS_TOKEN, batch_to_char_ids
+from elmo.model.vocab import Vocabulary
 
 
 def expand_paths(patterns: str | Sequence[str]) -> list[str]:

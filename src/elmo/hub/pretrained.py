@@ -4,7 +4,7 @@
 ``resources/model/MODEL_CARD.md``); it is part of the package and needs no network.
 ``"small"``, ``"medium"``, ``"original"`` and ``"original-5.5b"`` are the models AllenNLP
 published; their ``options.json`` + ``weights.hdf5`` are downloaded once into a cache directory
-(:func:`elmo.download.default_cache_dir`, or ``$ELMO_CACHE``) and reused from there.
+(:func:`elmo.hub.download.default_cache_dir`, or ``$ELMO_CACHE``) and reused from there.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-from elmo.bilm import BiLM
+from elmo.model.bilm import BiLM
 
 DEFAULT_MODEL = "default"
 
@@ -97,7 +97,7 @@ def model_files(name: str = DEFAULT_MODEL, *, cache_dir: str | os.PathLike | Non
                 progress: bool = True) -> tuple[Path, Path]:
     """``(options.json, weights.hdf5)`` of the named model, downloading a published one if needed.
 
-    Raises ValueError for an unknown name and :class:`elmo.download.DownloadError` when a published
+    Raises ValueError for an unknown name and :class:`elmo.hub.download.DownloadError` when a published
     model is not cached and cannot be fetched (the message says where to put the files by hand),
     when what is fetched does not match its pins or its sidecar record, or when ``$ELMO_MODELS_URL``
     is a plain ``http://`` mirror and ``$ELMO_ALLOW_HTTP`` is not ``1``.
@@ -110,7 +110,7 @@ def model_files(name: str = DEFAULT_MODEL, *, cache_dir: str | os.PathLike | Non
         return options, weights
     if name not in PUBLISHED:
         raise ValueError(f"model: unknown name {name!r}; expected one of {', '.join(model_names())}")
-    from elmo.download import RemoteFile, default_cache_dir, fetch
+    from elmo.hub.download import RemoteFile, default_cache_dir, fetch
 
     spec = PUBLISHED[name]
     base = os.environ.get("ELMO_MODELS_URL", PUBLISHED_BASE_URL).rstrip("/")
@@ -134,7 +134,7 @@ def load_model(source: ModelSource = None, *, cache_dir: str | os.PathLike | Non
     ``options.json`` + ``weights.hdf5`` (``elmo export`` writes one), or a training run directory
     or checkpoint file (``elmo train`` writes those). Returns the biLM in eval mode, float32.
     """
-    from elmo.weights import load_bilm_tf
+    from elmo.model.weights import load_bilm_tf
 
     if isinstance(source, tuple):
         options, weights = source
@@ -147,7 +147,7 @@ def load_model(source: ModelSource = None, *, cache_dir: str | os.PathLike | Non
     if path.is_dir() and (path / "options.json").is_file() and (path / "weights.hdf5").is_file():
         return load_bilm_tf(path / "options.json", path / "weights.hdf5").eval()
     if (path.is_dir() and (path / "checkpoints").is_dir()) or (path.is_file() and path.suffix == ".pt"):
-        from elmo.lm import load_language_model
+        from elmo.hub.checkpoints import load_language_model
 
         return load_language_model(path)[0].bilm.eval()
     if path.exists():

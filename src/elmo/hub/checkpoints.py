@@ -1,95 +1,28 @@
-"""The biLM as a language model: the biLM plus its shared softmax, the per-direction loss, and
-loading a trained model from a run directory, a training checkpoint or an exported folder.
+"""Trained language models on disk: training checkpoints (``step-*.pt`` in a run directory) and
+exported folders (``options.json`` + ``weights.hdf5`` + ``softmax_weights.hdf5`` + ``vocab.txt``).
 """
 
 from __future__ import annotations
 
 import os
 import warnings
-from dataclasses import dataclass
 
 import h5py
 import numpy as np
 import torch
-from torch import nn
 
-from elmo.bilm import BACKWARD, FORWARD, BiLM, BiLMState
-from elmo.config import BiLMConfig
-from elmo.encoder import encode_distinct
 from elmo.fileio import atomic_path
-from elmo.softmax import Softmax
-from elmo.vocab import Vocabulary
-from elmo.weights import WeightsError, check_finite, load_bilm_tf, save_bilm_tf
+from elmo.model.config import BiLMConfig
+from elmo.model.lm import LanguageModel
+from elmo.model.softmax import Softmax
+from elmo.model.vocab import Vocabulary
+from elmo.model.weights import WeightsError, check_finite, load_bilm_tf, save_bilm_tf
 
 SOFTMAX_FILE = "softmax_weights.hdf5"
 VOCAB_FILE = "vocab.txt"
 TRAIN_FORMAT = "elmo-train"
 
 
-@dataclass
-class DirectionLoss:
-    """Summed negative log-likelihood over ``count`` predicted positions, and the final state."""
-
-    nll_sum: torch.Tensor
-    count: int
-    state: BiLMState | None = None
-
-
-class LanguageModel(nn.Module):
-    """A :class:`BiLM` and the softmax both directions share."""
-
-    def __init__(self, config: BiLMConfig, vocab_size: int):
-        super().__init__()
-        self.bilm = BiLM(config)
-        self.softmax = Softmax(vocab_size, config.lstm.projection_dim)
-
-    @property
-    def config(self) -> BiLMConfig:
-        return self.bilm.config
-
-    def forward(self, forward_batch: dict, backward_batch: dict, state: BiLMState, dropout: float = 0.0,
-                n_samples: int = 0, generator: torch.Generator | None = None,
-                ) -> tuple[torch.Tensor, torch.Tensor, BiLMState]:
-        """One training window of both directions (independent streams, shared encoder and
-        softmax). Returns the per-position NLL of each direction and the new (detached) state."""
-        nll_f, finals_f = self.direction_nll(FORWARD, forward_batch["char_ids"], forward_batch["targets"],
-                                             forward_batch["mask"], state, dropout, n_samples, generator)
-        nll_b, finals_b = self.direction_nll(BACKWARD, backward_batch["char_ids"], backward_batch["targets"],
-                                             backward_batch["mask"], state, dropout, n_samples, generator)
-        new_state = stack_states(finals_f, finals_b)
-        return nll_f, nll_b, BiLMState(new_state.c.detach(), new_state.h.detach())
-
-    def direction_nll(self, direction: int, char_ids: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor,
-                      state: BiLMState, dropout: float = 0.0, n_samples: int = 0,
-                      generator: torch.Generator | None = None) -> tuple[torch.Tensor, list]:
-        """Per-position NLL ``(n_masked,)`` of one direction's window and its layers' final states.
-
-        ``char_ids``: ``(batch, unroll, 50)`` in that direction's reading order; ``targets`` and
-        ``mask``: ``(batch, unroll)``. ``n_samples`` > 0 uses the sampled softmax.
-        """
-        tokens = encode_distinct(self.bilm.token_encoder, char_ids)  # (batch, unroll, projection_dim)
-        outputs, finals = self.bilm.run_stack(direction, tokens, mask, state, dropout)
-        top = outputs[-1]
-        if dropout > 0:
-            top = nn.functional.dropout(top, dropout, self.training)
-        hidden, wanted = top[mask], targets[mask]
-        if n_samples > 0 and self.training:
-            nll = self.softmax.sampled_loss(hidden, wanted, n_samples, generator)
-        else:
-            nll = self.softmax.full_loss(hidden, wanted)
-        return nll, finals
-
-
-def stack_states(forward_finals: list, backward_finals: list) -> BiLMState:
-    """Per-layer ``(c, h)`` lists of both directions -> a :class:`BiLMState`."""
-    finals = forward_finals + backward_finals
-    n_layers = len(forward_finals)
-    c = torch.stack([c for c, _ in finals]).view(2, n_layers, *finals[0][0].shape)
-    h = torch.stack([h for _, h in finals]).view(2, n_layers, *finals[0][1].shape)
-    return BiLMState(c, h)
-
-
-# ------------------------------------------------------------------------------------ files
 def save_softmax(softmax: Softmax, path: str | os.PathLike, dtype: str = "float32") -> None:
     """Write ``softmax/W`` ``(vocab, dim)`` and ``softmax/b`` ``(vocab,)``, the layout of the
     published softmax weights files; ``dtype="float16"`` halves the file (loading gives float32)."""
@@ -140,7 +73,7 @@ def latest_checkpoint(run_dir: str | os.PathLike) -> str | None:
     return paths[-1] if paths else None
 
 
-# What a checkpoint written by elmo.train.Trainer holds; a file without one of these is damaged.
+# What a checkpoint written by elmo.training.train.Trainer holds; a file without one of these is damaged.
 CHECKPOINT_KEYS = ("config", "vocab", "model", "optimizer", "scheduler", "step", "tokens", "torch_rng",
                    "sampler_rng", "batchers", "lstm_c", "lstm_h")
 
@@ -223,6 +156,6 @@ def load_language_model_with_origin(path: str | os.PathLike) -> tuple[LanguageMo
     return model, vocab, {"path": os.path.abspath(path)}
 
 
-__all__ = ["BACKWARD", "FORWARD", "LanguageModel", "checkpoint_paths", "export_language_model",
+__all__ = ["SOFTMAX_FILE", "TRAIN_FORMAT", "VOCAB_FILE", "checkpoint_paths", "export_language_model",
            "latest_checkpoint", "load_language_model", "load_language_model_with_origin",
-           "load_latest_train_checkpoint", "load_train_checkpoint", "stack_states"]
+           "load_latest_train_checkpoint", "load_train_checkpoint", "load_softmax", "save_softmax"]

@@ -9,8 +9,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from elmo.chars import MAX_CHARS, PAD_CHAR
-from elmo.config import CharCNNConfig
+from elmo.model.chars import MAX_CHARS, PAD_CHAR
+from elmo.model.config import CharCNNConfig
 
 PAD_ID = PAD_CHAR + 1  # the id of a padding slot inside a word (after the +1 shift)
 # Buckets of real-slot counts: short words are convolved over short character windows.

@@ -19,9 +19,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from elmo.bilm import BiLM
-from elmo.config import BiLMConfig
 from elmo.fileio import atomic_path
+from elmo.model.bilm import BiLM
+from elmo.model.config import BiLMConfig
 
 NATIVE_FORMAT = "elmo-bilm"
 NATIVE_VERSION = 1

@@ -12,10 +12,10 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from elmo.chars import BOS_IDS, EOS_IDS
-from elmo.config import BiLMConfig
-from elmo.encoder import TokenEncoder
-from elmo.lstm import LstmLayer, State
+from elmo.model.chars import BOS_IDS, EOS_IDS
+from elmo.model.config import BiLMConfig
+from elmo.model.encoder import TokenEncoder
+from elmo.model.lstm import LstmLayer, State
 
 FORWARD, BACKWARD = 0, 1
 
@@ -102,7 +102,7 @@ class BiLM(nn.Module):
         config.validate()
         self.config = config
         # False: the per-timestep reference path (the specification), in training and in
-        # inference (elmo.runtime honours it); True: the fast training path and fast inference.
+        # inference (elmo.inference.runtime honours it); True: the fast training path and fast inference.
         self.fast = fast
         lstm = config.lstm
         self.token_encoder = TokenEncoder(config.char_cnn, lstm.projection_dim)
@@ -159,7 +159,7 @@ class BiLM(nn.Module):
         when ``keep_boundaries``.
 
         This is the specification and the training path, with or without gradients; fast
-        inference is :class:`elmo.runtime.Runtime`, which computes the same numbers.
+        inference is :class:`elmo.inference.runtime.Runtime`, which computes the same numbers.
         """
         batch = char_ids.shape[0]
         ids, full_mask = add_boundaries(char_ids, mask)

@@ -1,11 +1,11 @@
 """The inference runtime: one object that runs a biLM fast for inference, created once per model.
 
-:class:`~elmo.bilm.BiLM` is the specification (the per-timestep reference) and the training path.
+:class:`~elmo.model.bilm.BiLM` is the specification (the per-timestep reference) and the training path.
 :class:`Runtime` holds everything that only inference needs, so that no caller reaches into the
 model: the device and the precision of the matrix products, both directions' weights stacked for
 batched products, the token memo and the vocabulary cache, and the LSTM state policy. It never
 changes the model it is given: a model on another device is copied, and nothing is set on it.
-:class:`~elmo.embed.Embedder`, :class:`~elmo.elmo.Elmo` and the task layer cache all run through it.
+:class:`~elmo.inference.embed.Embedder`, :class:`~elmo.inference.elmo.Elmo` and the task layer cache all run through it.
 """
 
 from __future__ import annotations
@@ -21,13 +21,25 @@ from pathlib import Path
 
 import torch
 
-from elmo.bilm import BiLM, BiLMOutput, BiLMState, add_boundaries, remove_boundaries, reverse_within_length
-from elmo.chars import BOS_TOKEN, EOS_TOKEN, batch_to_char_ids
-from elmo.encoder import encode_fast, encode_words_fast
-from elmo.config import BiLMConfig
 from elmo.fileio import atomic_path
-from elmo.lstm import LstmLayer, StackedWeights, bilstm_inference, stack_directions
-from elmo.states import DEFAULT_STATE, StateKeeper
+from elmo.inference.states import DEFAULT_STATE, StateKeeper
+from elmo.model.bilm import (
+    BiLM,
+    BiLMOutput,
+    BiLMState,
+    add_boundaries,
+    remove_boundaries,
+    reverse_within_length,
+)
+from elmo.model.chars import BOS_TOKEN, EOS_TOKEN, batch_to_char_ids
+from elmo.model.config import BiLMConfig
+from elmo.model.encoder import encode_fast, encode_words_fast
+from elmo.model.lstm import (
+    LstmLayer,
+    StackedWeights,
+    bilstm_inference,
+    stack_directions,
+)
 
 # Precision of the matrix products on the fast path; states and nonlinearities stay float32.
 PRECISIONS = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -85,7 +97,7 @@ def bfloat16_pays(config: BiLMConfig) -> tuple[bool, str]:
     and remembered in ``$ELMO_CACHE/precision.json``, so that a given machine always makes the
     same choice. Hardware support alone does not settle it: the gain depends on the kernels this
     PyTorch picks for these shapes."""
-    from elmo.download import default_cache_dir
+    from elmo.hub.download import default_cache_dir
 
     dim, proj = config.lstm.dim, config.lstm.projection_dim
     flags = cpu_flags() or set()
@@ -157,7 +169,7 @@ class Runtime:
     """Fast, exact inference over one biLM.
 
     ``precision`` is the dtype of the matrix products (``"float32"``, ``"bfloat16"``,
-    ``"float16"``); ``state`` the LSTM state policy (:mod:`elmo.states`); ``vocab_cache`` a file
+    ``"float16"``); ``state`` the LSTM state policy (:mod:`elmo.inference.states`); ``vocab_cache`` a file
     from ``elmo cache-vocab``; ``token_memo`` how many token vectors to remember between batches.
     A model whose ``fast`` flag is off runs its reference path instead (the specification).
     """
@@ -184,7 +196,7 @@ class Runtime:
         self._memo_key: tuple | None = None
         self.cache: dict[str, torch.Tensor] = {}
         if vocab_cache is not None:
-            from elmo.vocab_cache import load_vocab_cache
+            from elmo.inference.vocab_cache import load_vocab_cache
 
             self.cache = {w: v.to(self.device) for w, v in load_vocab_cache(vocab_cache, self.model).items()}
         self.states = StateKeeper(self, state)

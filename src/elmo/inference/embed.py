@@ -13,11 +13,11 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from elmo.bilm import BiLM
-from elmo.chars import tokenize
 from elmo.fileio import atomic_path, chunks, read_lines
-from elmo.runtime import Runtime
-from elmo.states import DEFAULT_STATE
+from elmo.inference.runtime import Runtime
+from elmo.inference.states import DEFAULT_STATE
+from elmo.model.bilm import BiLM
+from elmo.model.chars import tokenize
 
 Layers = str | Sequence[int]
 
@@ -68,11 +68,11 @@ def select_layers(layers: np.ndarray, which: Layers) -> np.ndarray:
 class Embedder:
     """Turns sentences into ELMo layer activations.
 
-    ``state`` is the LSTM state policy (see :mod:`elmo.states`): ``"warm"`` (default) and
+    ``state`` is the LSTM state policy (see :mod:`elmo.inference.states`): ``"warm"`` (default) and
     ``"reset"`` make every sentence's vectors independent of batching and of earlier calls;
     ``"stateful"`` reproduces the original, carrying state by row across batches *and calls*.
-    Without ``model``, the packaged default model is used (see :mod:`elmo.pretrained`). The model
-    is never changed: it runs through an :class:`~elmo.runtime.Runtime` (copied if it lives on
+    Without ``model``, the packaged default model is used (see :mod:`elmo.hub.pretrained`). The model
+    is never changed: it runs through an :class:`~elmo.inference.runtime.Runtime` (copied if it lives on
     another device than ``device``).
     """
 
@@ -84,7 +84,7 @@ class Embedder:
         if max_tokens < 1:
             raise ValueError(f"max_tokens: must be at least 1, got {max_tokens}")
         if model is None:
-            from elmo.pretrained import load_model
+            from elmo.hub.pretrained import load_model
 
             model = load_model()
         self.runtime = Runtime(model, device=device, precision=precision, state=state, vocab_cache=vocab_cache,
@@ -95,17 +95,17 @@ class Embedder:
     @classmethod
     def from_files(cls, options_file: str | os.PathLike, weights_file: str | os.PathLike, **kwargs) -> "Embedder":
         """Load the original ``options.json`` + ``weights.hdf5``."""
-        from elmo.pretrained import load_model
+        from elmo.hub.pretrained import load_model
 
         return cls(load_model((options_file, weights_file)), **kwargs)
 
     @classmethod
     def from_pretrained(cls, name: str = "default", *, cache_dir: str | os.PathLike | None = None,
                         progress: bool = True, **kwargs) -> "Embedder":
-        """Load a model by name or path (see :func:`elmo.pretrained.load_model`): ``"default"``
+        """Load a model by name or path (see :func:`elmo.hub.pretrained.load_model`): ``"default"``
         (packaged), a published one, downloaded and cached (``"small"``, ``"medium"``,
         ``"original"``, ``"original-5.5b"``), an exported folder or a training run directory."""
-        from elmo.pretrained import load_model
+        from elmo.hub.pretrained import load_model
 
         return cls(load_model(name, cache_dir=cache_dir, progress=progress), **kwargs)
 
