@@ -1,0 +1,168 @@
+"""The training step's fast path as it was before issue 37 (commit 167ab73), kept only so that
+benchmarks and tests can compare the new paths with it (op counts, speed, numbers). Nothing in
+``src/`` uses this module; do not build on it.
+
+What is kept verbatim from 167ab73:
+
+* ``lstm_step`` and ``lstm_fast`` of ``elmo/model/lstm.py`` (here :func:`lstm_step_legacy` and
+  :func:`lstm_fast_legacy`): one direction at a time, ``h @ W.t()``, ``x_gates[:, t]``,
+  ``bool(mask.all())``;
+* ``BiLM.run_stack`` and ``LanguageModel.forward``/``direction_nll`` (each direction on its own,
+  ``top[mask]``), and ``encode_distinct`` (``torch.unique`` on the device).
+
+:func:`use_legacy_training_path` runs a :class:`~elmo.model.bilm.BiLM` or a
+:class:`~elmo.model.lm.LanguageModel` with them for the duration of a ``with`` block::
+
+    with use_legacy_training_path(model):
+        nll_f, nll_b, state = model(forward_batch, backward_batch, state, dropout=0.1, ...)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import types
+from collections.abc import Iterator
+
+import torch
+from torch import nn
+
+from elmo.model.bilm import FORWARD, BiLM
+from elmo.model.lstm import FORGET_BIAS, LstmLayer, State, lstm_plain
+
+# ------------------------------------------------------------------------ lstm.py at 167ab73
+
+
+def lstm_step_legacy(layer: LstmLayer, x_gates: torch.Tensor, state: State) -> State:
+    """One timestep from precomputed input gates ``x_gates`` ``(batch, 4*dim)``; returns ``(c, h)``."""
+    c_prev, h_prev = state
+    gates = x_gates + h_prev @ layer.state_weight.t()
+    i, j, f, o = gates.chunk(4, dim=1)
+    c = torch.sigmoid(f + FORGET_BIAS) * c_prev + torch.sigmoid(i) * torch.tanh(j)
+    if layer.cell_clip is not None:
+        c = c.clamp(-layer.cell_clip, layer.cell_clip)
+    h = (torch.sigmoid(o) * torch.tanh(c)) @ layer.projection.t()
+    if layer.proj_clip is not None:
+        h = h.clamp(-layer.proj_clip, layer.proj_clip)
+    return c, h
+
+
+def lstm_fast_legacy(layer: LstmLayer, inputs: torch.Tensor, mask: torch.Tensor,
+                     state: State | None = None) -> tuple[torch.Tensor, State]:
+    """The pre-#37 training fast path (``lstm_fast`` at 167ab73), kept only for comparisons.
+
+    ``inputs``: ``(batch, time, input_dim)``; ``mask``: ``(batch, time)``; ``state``: ``(c, h)``
+    or None. Returns ``(batch, time, projection_dim)`` outputs and the final ``(c, h)``.
+    """
+    batch, time, _ = inputs.shape
+    c, h = state if state is not None else layer.zero_state(batch, inputs)
+    x_gates = torch.addmm(layer.bias, inputs.reshape(batch * time, -1), layer.input_weight.t())
+    x_gates = x_gates.view(batch, time, -1)  # (batch, time, 4*dim)
+    full = bool(mask.all())
+    outputs = []
+    for t in range(time):
+        c_new, h_new = lstm_step_legacy(layer, x_gates[:, t], (c, h))
+        if full:
+            c, h = c_new, h_new
+            outputs.append(h_new)
+            continue
+        keep = mask[:, t].unsqueeze(1)
+        c = torch.where(keep, c_new, c)
+        h = torch.where(keep, h_new, h)
+        outputs.append(h_new * keep)
+    if not outputs:
+        return inputs.new_zeros(batch, 0, layer.projection_dim), (c, h)
+    return torch.stack(outputs, dim=1), (c, h)
+
+
+# ---------------------------------------------------------------------- encoder.py at 167ab73
+
+
+def encode_distinct_legacy(encoder: nn.Module, char_ids: torch.Tensor) -> torch.Tensor:
+    """``encode_distinct`` at 167ab73: ``(batch, time, 50)`` -> ``(batch, time, output_dim)``."""
+    batch, time, n_chars = char_ids.shape
+    distinct, inverse = torch.unique(char_ids.reshape(-1, n_chars), dim=0, return_inverse=True)
+    vectors = encoder(distinct.unsqueeze(0))[0]  # (n_distinct, output_dim)
+    return vectors[inverse].reshape(batch, time, -1)
+
+
+# --------------------------------------------------------------- bilm.py and lm.py at 167ab73
+
+
+def _layer_forward_legacy(self: LstmLayer, inputs: torch.Tensor, mask: torch.Tensor, state: State | None = None,
+                          fast: bool = True) -> tuple[torch.Tensor, State]:
+    return (lstm_fast_legacy if fast else lstm_plain)(self, inputs, mask, state)
+
+
+def _run_stack_legacy(self: BiLM, direction: int, inputs: torch.Tensor, mask: torch.Tensor,
+                      state, dropout: float = 0.0, **_ignored) -> tuple[list[torch.Tensor], list[State]]:
+    layers = self.forward_layers if direction == FORWARD else self.backward_layers
+    outputs, finals = [], []
+    x = inputs
+    for index, layer in enumerate(layers):
+        x_in = nn.functional.dropout(x, dropout, self.training) if dropout > 0 else x
+        out, final = layer(x_in, mask, state.layer(direction, index), fast=self.fast)
+        if index > 0 and self.config.lstm.use_skip_connections:
+            out = out + x
+        outputs.append(out)
+        finals.append(final)
+        x = out
+    return outputs, finals
+
+
+def _lm_forward_legacy(self, forward_batch: dict, backward_batch: dict, state, dropout: float = 0.0,
+                       n_samples: int = 0, generator: torch.Generator | None = None, **_ignored):
+    from elmo.model.bilm import BACKWARD, BiLMState
+    from elmo.model.lm import stack_states
+
+    nll_f, finals_f = _direction_nll_legacy(self, FORWARD, forward_batch["char_ids"], forward_batch["targets"],
+                                            forward_batch["mask"], state, dropout, n_samples, generator)
+    nll_b, finals_b = _direction_nll_legacy(self, BACKWARD, backward_batch["char_ids"], backward_batch["targets"],
+                                            backward_batch["mask"], state, dropout, n_samples, generator)
+    new_state = stack_states(finals_f, finals_b)
+    return nll_f, nll_b, BiLMState(new_state.c.detach(), new_state.h.detach())
+
+
+def _direction_nll_legacy(self, direction: int, char_ids: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor,
+                          state, dropout: float = 0.0, n_samples: int = 0,
+                          generator: torch.Generator | None = None) -> tuple[torch.Tensor, list]:
+    tokens = encode_distinct_legacy(self.bilm.token_encoder, char_ids)
+    outputs, finals = _run_stack_legacy(self.bilm, direction, tokens, mask, state, dropout)
+    top = outputs[-1]
+    if dropout > 0:
+        top = nn.functional.dropout(top, dropout, self.training)
+    hidden, wanted = top[mask], targets[mask]
+    if n_samples > 0 and self.training:
+        nll = self.softmax.sampled_loss(hidden, wanted, n_samples, generator)
+    else:
+        nll = self.softmax.full_loss(hidden, wanted)
+    return nll, finals
+
+
+@contextlib.contextmanager
+def use_legacy_training_path(model: nn.Module) -> Iterator[nn.Module]:
+    """Within the block, ``model`` (a ``BiLM`` or a ``LanguageModel``) trains as it did before
+    issue 37: its LSTM layers run :func:`lstm_fast_legacy` (or the plain loop where the model is
+    not ``fast``), ``BiLM.run_stack`` and ``LanguageModel.forward`` are 167ab73's. The methods are
+    set on the instances and removed on leaving; the parameters are not touched."""
+    bilm = model.bilm if hasattr(model, "bilm") else model
+    if not isinstance(bilm, BiLM):
+        raise TypeError(f"expected a BiLM or a LanguageModel, got {type(model).__name__}")
+    patched: list[tuple[nn.Module, str]] = []
+
+    def patch(module: nn.Module, name: str, function) -> None:
+        if name in module.__dict__:
+            raise RuntimeError(f"{type(module).__name__}.{name} is already patched (nested use_legacy_training_path?)")
+        setattr(module, name, types.MethodType(function, module))
+        patched.append((module, name))
+
+    try:
+        for layer in [*bilm.forward_layers, *bilm.backward_layers]:
+            patch(layer, "forward", _layer_forward_legacy)
+        patch(bilm, "run_stack", _run_stack_legacy)
+        if bilm is not model:
+            patch(model, "forward", _lm_forward_legacy)
+            patch(model, "direction_nll", _direction_nll_legacy)
+        yield model
+    finally:
+        for module, name in reversed(patched):
+            delattr(module, name)
