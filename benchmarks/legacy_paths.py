@@ -7,8 +7,8 @@ What is kept verbatim from 167ab73:
 * ``lstm_step`` and ``lstm_fast`` of ``elmo/model/lstm.py`` (here :func:`lstm_step_legacy` and
   :func:`lstm_fast_legacy`): one direction at a time, ``h @ W.t()``, ``x_gates[:, t]``,
   ``bool(mask.all())``;
-* ``BiLM.run_stack`` and ``LanguageModel.forward``/``direction_nll`` (each direction on its own,
-  ``top[mask]``), and ``encode_distinct`` (``torch.unique`` on the device).
+* ``BiLM.run_stack``, ``BiLM.forward`` and ``LanguageModel.forward``/``direction_nll`` (each
+  direction on its own, ``top[mask]``), and ``encode_distinct`` (``torch.unique`` on the device).
 
 :func:`use_legacy_training_path` runs a :class:`~elmo.model.bilm.BiLM` or a
 :class:`~elmo.model.lm.LanguageModel` with them for the duration of a ``with`` block::
@@ -26,8 +26,18 @@ from collections.abc import Iterator
 import torch
 from torch import nn
 
-from elmo.model.bilm import FORWARD, BiLM
+from elmo.model.bilm import (
+    BACKWARD,
+    FORWARD,
+    BiLM,
+    BiLMOutput,
+    BiLMState,
+    add_boundaries,
+    remove_boundaries,
+    reverse_within_length,
+)
 from elmo.model.lstm import FORGET_BIAS, LstmLayer, State, lstm_plain
+from elmo.model.softmax import expected_count, log_uniform_sample
 
 # ------------------------------------------------------------------------ lstm.py at 167ab73
 
@@ -85,6 +95,21 @@ def encode_distinct_legacy(encoder: nn.Module, char_ids: torch.Tensor) -> torch.
     return vectors[inverse].reshape(batch, time, -1)
 
 
+# ---------------------------------------------------------------------- softmax.py at 167ab73
+
+
+def _sampled_loss_legacy(self, hidden: torch.Tensor, targets: torch.Tensor, n_samples: int,
+                         generator: torch.Generator | None = None) -> torch.Tensor:
+    sampled, sampled_count, tries = log_uniform_sample(self.vocab_size, n_samples, hidden.device, generator)
+    true_count = expected_count(targets, self.vocab_size, tries)
+    true_logits = (hidden * self.weight[targets]).sum(-1) + self.bias[targets] - torch.log(true_count)
+    sampled_logits = hidden @ self.weight[sampled].t() + self.bias[sampled] - torch.log(sampled_count)
+    hits = targets.unsqueeze(1) == sampled.unsqueeze(0)
+    sampled_logits = sampled_logits.masked_fill(hits, torch.finfo(sampled_logits.dtype).min)
+    logits = torch.cat([true_logits.unsqueeze(1), sampled_logits], dim=1).float()
+    return -torch.log_softmax(logits, dim=1)[:, 0]
+
+
 # --------------------------------------------------------------- bilm.py and lm.py at 167ab73
 
 
@@ -109,9 +134,37 @@ def _run_stack_legacy(self: BiLM, direction: int, inputs: torch.Tensor, mask: to
     return outputs, finals
 
 
+def _bilm_forward_legacy(self, char_ids: torch.Tensor, mask: torch.Tensor, state: BiLMState | None = None,
+                         keep_boundaries: bool = False) -> BiLMOutput:
+    batch = char_ids.shape[0]
+    ids, full_mask = add_boundaries(char_ids, mask)
+    if state is None:
+        state = self.zero_state(batch)
+    tokens = self.token_encoder(ids)  # (batch, time+2, projection_dim)
+    keep = full_mask.unsqueeze(-1).to(tokens.dtype)
+    tokens = tokens * keep
+
+    forward_out, forward_final = self.run_stack(FORWARD, tokens, full_mask, state)
+    backward_in = reverse_within_length(tokens, full_mask)
+    backward_out, backward_final = self.run_stack(BACKWARD, backward_in, full_mask, state)
+    backward_out = [reverse_within_length(out, full_mask) for out in backward_out]
+
+    layers = [torch.cat([tokens, tokens], dim=-1)]
+    layers += [torch.cat([f, b], dim=-1) * keep for f, b in zip(forward_out, backward_out)]
+    stacked = torch.stack(layers, dim=1)  # (batch, L+1, time+2, 2*projection_dim)
+
+    finals = forward_final + backward_final  # forward layers first, then backward
+    c = torch.stack([c for c, _ in finals]).view(2, self.n_layers, batch, -1)
+    h = torch.stack([h for _, h in finals]).view(2, self.n_layers, batch, -1)
+    new_state = BiLMState(c, h)
+    if keep_boundaries:
+        return BiLMOutput(stacked, full_mask, new_state)
+    stacked, out_mask = remove_boundaries(stacked, full_mask)
+    return BiLMOutput(stacked, out_mask, new_state)
+
+
 def _lm_forward_legacy(self, forward_batch: dict, backward_batch: dict, state, dropout: float = 0.0,
                        n_samples: int = 0, generator: torch.Generator | None = None, **_ignored):
-    from elmo.model.bilm import BACKWARD, BiLMState
     from elmo.model.lm import stack_states
 
     nll_f, finals_f = _direction_nll_legacy(self, FORWARD, forward_batch["char_ids"], forward_batch["targets"],
@@ -132,7 +185,7 @@ def _direction_nll_legacy(self, direction: int, char_ids: torch.Tensor, targets:
         top = nn.functional.dropout(top, dropout, self.training)
     hidden, wanted = top[mask], targets[mask]
     if n_samples > 0 and self.training:
-        nll = self.softmax.sampled_loss(hidden, wanted, n_samples, generator)
+        nll = _sampled_loss_legacy(self.softmax, hidden, wanted, n_samples, generator)
     else:
         nll = self.softmax.full_loss(hidden, wanted)
     return nll, finals
@@ -142,8 +195,9 @@ def _direction_nll_legacy(self, direction: int, char_ids: torch.Tensor, targets:
 def use_legacy_training_path(model: nn.Module) -> Iterator[nn.Module]:
     """Within the block, ``model`` (a ``BiLM`` or a ``LanguageModel``) trains as it did before
     issue 37: its LSTM layers run :func:`lstm_fast_legacy` (or the plain loop where the model is
-    not ``fast``), ``BiLM.run_stack`` and ``LanguageModel.forward`` are 167ab73's. The methods are
-    set on the instances and removed on leaving; the parameters are not touched."""
+    not ``fast``), ``BiLM.run_stack``, ``BiLM.forward`` and ``LanguageModel.forward`` are
+    167ab73's. The methods are set on the instances and removed on leaving; the parameters are not
+    touched. (The sampled softmax's sampler is today's, which draws the same negatives.)"""
     bilm = model.bilm if hasattr(model, "bilm") else model
     if not isinstance(bilm, BiLM):
         raise TypeError(f"expected a BiLM or a LanguageModel, got {type(model).__name__}")
@@ -159,6 +213,7 @@ def use_legacy_training_path(model: nn.Module) -> Iterator[nn.Module]:
         for layer in [*bilm.forward_layers, *bilm.backward_layers]:
             patch(layer, "forward", _layer_forward_legacy)
         patch(bilm, "run_stack", _run_stack_legacy)
+        patch(bilm, "forward", _bilm_forward_legacy)
         if bilm is not model:
             patch(model, "forward", _lm_forward_legacy)
             patch(model, "direction_nll", _direction_nll_legacy)

@@ -44,9 +44,17 @@ class CharCNNConfig:
         return sum(n for _, n in self.filters)
 
 
+# Values of ``options["lstm"]["backend"]``, an extension key of ours (bilm-tf and AllenNLP read the
+# lstm section by name and ignore it). Absent (None): bilm-tf's cell, clipping as the options say.
+# "cudnn": a model trained with torch's LSTM kernel (cuDNN on a GPU), which has no clipping: the
+# same cell with cell_clip and proj_clip null, so every reader computes it as it is written.
+LSTM_BACKENDS = ("cudnn",)
+
+
 @dataclass
 class LSTMConfig:
-    """The two LSTM stacks: ``options["lstm"]``. ``cell_clip``/``proj_clip`` of None mean no clipping."""
+    """The two LSTM stacks: ``options["lstm"]``. ``cell_clip``/``proj_clip`` of None mean no clipping.
+    ``backend``: None, or ``"cudnn"`` for a model trained with torch's LSTM kernel (no clipping)."""
 
     dim: int = 1024
     projection_dim: int = 128
@@ -54,6 +62,7 @@ class LSTMConfig:
     cell_clip: float | None = 3.0
     proj_clip: float | None = 3.0
     use_skip_connections: bool = True
+    backend: str | None = None
 
 
 # Top-level training fields of bilm-tf's options.json, plus the few of our own. Every one is
@@ -127,7 +136,7 @@ class BiLMConfig:
     def to_dict(self) -> dict[str, Any]:
         """The ``options.json`` object, in the original's layout."""
         cnn = self.char_cnn
-        lstm = {k: v for k, v in asdict(self.lstm).items() if v is not None}
+        lstm = {k: v for k, v in asdict(self.lstm).items() if v is not None}  # backend only when set
         options: dict[str, Any] = {
             "lstm": lstm,
             "char_cnn": {
@@ -178,6 +187,13 @@ class BiLMConfig:
             value = getattr(lstm, name)
             if value is not None and value <= 0:
                 raise ConfigError(f"lstm.{name}: must be positive, got {value}")
+        if lstm.backend is not None and lstm.backend not in LSTM_BACKENDS:
+            raise ConfigError(f"lstm.backend: expected {' or '.join(LSTM_BACKENDS)} (or no backend key), "
+                              f"got {lstm.backend!r}")
+        if lstm.backend == "cudnn" and (lstm.cell_clip is not None or lstm.proj_clip is not None):
+            raise ConfigError(f"lstm.backend: cudnn (torch's LSTM kernel) has no clipping, but cell_clip is "
+                              f"{lstm.cell_clip} and proj_clip {lstm.proj_clip}; set both to null for a cuDNN "
+                              f"model, or drop the backend key to train with clipping")
         if "dropout" in self.training and not 0 <= self.training["dropout"] < 1:
             raise ConfigError(f"dropout: must be in [0, 1), got {self.training['dropout']}")
         if self.training.get("bidirectional") is False:
@@ -248,11 +264,11 @@ def _char_cnn_from_dict(d: Any) -> CharCNNConfig:
 def _lstm_from_dict(d: Any) -> LSTMConfig:
     number = (int, float)
     d = _take("lstm", d, {"dim": int, "projection_dim": int, "n_layers": int, "cell_clip": number,
-                          "proj_clip": number, "use_skip_connections": bool},
+                          "proj_clip": number, "use_skip_connections": bool, "backend": str},
               {"dim", "projection_dim", "n_layers"})
     return LSTMConfig(dim=d["dim"], projection_dim=d["projection_dim"], n_layers=d["n_layers"],
                       cell_clip=d.get("cell_clip"), proj_clip=d.get("proj_clip"),
-                      use_skip_connections=d.get("use_skip_connections", False))
+                      use_skip_connections=d.get("use_skip_connections", False), backend=d.get("backend"))
 
 
 

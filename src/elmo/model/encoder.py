@@ -6,6 +6,8 @@ This is the readable reference implementation; the fast path (issue 4) is tested
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 from torch import nn
 
@@ -64,25 +66,91 @@ class TokenEncoder(nn.Module):
         chars = chars.transpose(1, 2)  # (B*T, char_dim, 50): Conv1d wants channels first
         # VALID convolution over all 50 slots, max over positions, then the activation.
         pooled = [conv(chars).max(dim=2).values for conv in self.convs]  # each (B*T, n_filters_i)
-        x = self.activation(torch.cat(pooled, dim=1))  # (B*T, n_filters)
+        return self.head(torch.cat(pooled, dim=1)).reshape(batch, time, self.output_dim)
+
+    def head(self, pooled: torch.Tensor) -> torch.Tensor:
+        """What follows the max-pool: ``(n, n_filters)`` pooled features -> the activation, the
+        highway layers and the projection -> ``(n, output_dim)``."""
+        x = self.activation(pooled)
         for highway in self.highways:
             x = highway(x)
         if self.projection is not None:
-            x = self.projection(x)  # (B*T, output_dim)
-        return x.reshape(batch, time, self.output_dim)
+            x = self.projection(x)
+        return x
 
 
-def encode_distinct(encoder: TokenEncoder, char_ids: torch.Tensor) -> torch.Tensor:
-    """Same result as ``encoder(char_ids)``, running the CNN once per distinct token of the batch.
+class Words(NamedTuple):
+    """The distinct tokens of a batch, for :func:`encode_distinct`.
 
-    ``char_ids``: ``(batch, time, 50)`` -> ``(batch, time, output_dim)``. Natural text repeats
-    words a lot (a batch of 64 x 20 tokens has ~600 distinct ones), and the CNN dominates the
-    token encoder's cost. Gradients flow through the gather to the shared computation.
-    """
-    batch, time, n_chars = char_ids.shape
+    ``distinct``: ``(n, 50)`` their ids, ordered by group; ``inverse``: the batch's shape without
+    the last axis, each position's row of ``distinct``; ``groups``: ``(stop, longest)`` per group of
+    consecutive rows of similar length (each group runs from the previous one's ``stop``), with the
+    most real slots (begin-of-word to end-of-word) of any of its tokens, which bounds the slots its
+    convolutions read. Plain Python numbers, known where the ids were made."""
+
+    distinct: torch.Tensor
+    inverse: torch.Tensor
+    groups: tuple[tuple[int, int], ...]
+
+    def to(self, device: torch.device | str, non_blocking: bool = False) -> "Words":
+        return Words(self.distinct.to(device, non_blocking=non_blocking),
+                     self.inverse.to(device, non_blocking=non_blocking), self.groups)
+
+
+def distinct_words(char_ids: torch.Tensor) -> Words:
+    """The distinct tokens of ``char_ids`` ``(..., 50)``, grouped by length (:class:`Words`), with
+    ``distinct[inverse] == char_ids``. Where the ids are made on the host, computing this there
+    spares the device the synchronisations it needs (how many tokens, how long)."""
+    n_chars = char_ids.shape[-1]
     distinct, inverse = torch.unique(char_ids.reshape(-1, n_chars), dim=0, return_inverse=True)
-    vectors = encoder(distinct.unsqueeze(0))[0]  # (n_distinct, output_dim)
-    return vectors[inverse].reshape(batch, time, -1)
+    n_real = (distinct != PAD_ID).sum(dim=1)
+    bucket = torch.bucketize(n_real, torch.tensor(LENGTH_BUCKETS, device=n_real.device))
+    order = torch.argsort(bucket, stable=True)
+    rank = torch.empty_like(order)
+    rank[order] = torch.arange(len(order), device=order.device)
+    counts = torch.bincount(bucket, minlength=len(LENGTH_BUCKETS)).tolist()
+    longest = torch.zeros(len(LENGTH_BUCKETS), dtype=n_real.dtype, device=n_real.device).scatter_reduce(
+        0, bucket, n_real, reduce="amax").tolist()
+    groups, stop = [], 0
+    for count, most in zip(counts, longest):
+        if count:
+            stop += count
+            groups.append((stop, most))
+    return Words(distinct[order], rank[inverse].view(char_ids.shape[:-1]), tuple(groups))
+
+
+def encode_distinct(encoder: TokenEncoder, char_ids: torch.Tensor, words: Words | None = None) -> torch.Tensor:
+    """Same result as ``encoder(char_ids)`` (to float rounding, values and gradients), running the
+    CNN once per distinct token of the batch and only over the character slots a token's real
+    characters reach.
+
+    ``char_ids``: ``(..., time, 50)`` -> ``(..., time, output_dim)``. Natural text repeats
+    words a lot (a batch of 64 x 20 tokens has ~600 distinct ones), and the CNN dominates the
+    token encoder's cost; most words fill a handful of the 50 slots, and the windows of padding
+    alone all give the same value (:func:`padding_window_constants`), which joins the max-pool as
+    one constant. Gradients flow through the gather to the shared computation.
+    ``words``: :func:`distinct_words` of ``char_ids``, when the caller has it (None: computed here,
+    which on a GPU waits for the device).
+    """
+    if words is None:
+        words = distinct_words(char_ids)
+    constants = padding_window_constants(encoder)
+    widths = [conv.kernel_size[0] for conv in encoder.convs]
+    pooled, start = [], 0
+    for stop, longest in words.groups:
+        ids = words.distinct[start:stop]
+        span = min(MAX_CHARS, longest + max(widths) - 1)  # the slots any window touching a real one reaches
+        chars = encoder.char_embedding(ids[:, :span]).transpose(1, 2)  # (k, char_dim, span)
+        n_real = (ids != PAD_ID).sum(dim=1, keepdim=True)
+        features = []
+        for conv, width, constant in zip(encoder.convs, widths, constants):
+            best = conv(chars).max(dim=2).values
+            # Only words with an all-padding window in the full 50 slots take the constant into the max.
+            features.append(torch.where(n_real <= MAX_CHARS - width, torch.maximum(best, constant), best))
+        pooled.append(torch.cat(features, dim=1))
+        start = stop
+    vectors = encoder.head(torch.cat(pooled))  # (n_distinct, output_dim)
+    return vectors[words.inverse]
 
 
 def padding_window_constants(encoder: TokenEncoder, dtype: torch.dtype = torch.float32) -> list[torch.Tensor]:
