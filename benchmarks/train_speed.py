@@ -6,7 +6,7 @@ Tokens are counted per direction, as ``--max-tokens`` counts them. MFU is achiev
 (3x the forward FLOPs, for forward + backward) over this machine's measured float32 matmul peak.
 
     python benchmarks/train_speed.py --train 'DATA/wiki/train/*.txt' --vocab DATA/vocab.txt \
-        --output benchmarks/results/train_speed.json
+        --output results/benchmarks/train_speed.json
 """
 
 from __future__ import annotations
@@ -68,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--device", default="cpu")
-    parser.add_argument("--output", default="benchmarks/results/train_speed.json")
+    parser.add_argument("--output", default="results/benchmarks/train_speed.json")
     parser.add_argument("--one", help=argparse.SUPPRESS)  # internal: measure one preset, print JSON
     args = parser.parse_args(argv)
     if args.one:
