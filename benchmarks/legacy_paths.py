@@ -99,8 +99,11 @@ def encode_distinct_legacy(encoder: nn.Module, char_ids: torch.Tensor) -> torch.
 
 
 def _sampled_loss_legacy(self, hidden: torch.Tensor, targets: torch.Tensor, n_samples: int,
-                         generator: torch.Generator | None = None) -> torch.Tensor:
-    sampled, sampled_count, tries = log_uniform_sample(self.vocab_size, n_samples, hidden.device, generator)
+                         generator: torch.Generator | None = None, sample: tuple | None = None) -> torch.Tensor:
+    # (``sample``: negatives the caller drew, as today's trainer draws them; not in 167ab73.)
+    if sample is None:
+        sample = log_uniform_sample(self.vocab_size, n_samples, hidden.device, generator)
+    sampled, sampled_count, tries = sample
     true_count = expected_count(targets, self.vocab_size, tries)
     true_logits = (hidden * self.weight[targets]).sum(-1) + self.bias[targets] - torch.log(true_count)
     sampled_logits = hidden @ self.weight[sampled].t() + self.bias[sampled] - torch.log(sampled_count)
@@ -164,40 +167,48 @@ def _bilm_forward_legacy(self, char_ids: torch.Tensor, mask: torch.Tensor, state
 
 
 def _lm_forward_legacy(self, forward_batch: dict, backward_batch: dict, state, dropout: float = 0.0,
-                       n_samples: int = 0, generator: torch.Generator | None = None, **_ignored):
+                       n_samples: int = 0, generator: torch.Generator | None = None, samples: list | None = None,
+                       **_ignored):
     from elmo.model.lm import stack_states
 
+    # (``samples``: negatives the caller drew, as today's trainer draws them; not in 167ab73.)
+    samples = samples or [None, None]
     nll_f, finals_f = _direction_nll_legacy(self, FORWARD, forward_batch["char_ids"], forward_batch["targets"],
-                                            forward_batch["mask"], state, dropout, n_samples, generator)
+                                            forward_batch["mask"], state, dropout, n_samples, generator, samples[0])
     nll_b, finals_b = _direction_nll_legacy(self, BACKWARD, backward_batch["char_ids"], backward_batch["targets"],
-                                            backward_batch["mask"], state, dropout, n_samples, generator)
+                                            backward_batch["mask"], state, dropout, n_samples, generator, samples[1])
     new_state = stack_states(finals_f, finals_b)
     return nll_f, nll_b, BiLMState(new_state.c.detach(), new_state.h.detach())
 
 
 def _direction_nll_legacy(self, direction: int, char_ids: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor,
                           state, dropout: float = 0.0, n_samples: int = 0,
-                          generator: torch.Generator | None = None) -> tuple[torch.Tensor, list]:
+                          generator: torch.Generator | None = None, sample: tuple | None = None,
+                          ) -> tuple[torch.Tensor, list]:
     tokens = encode_distinct_legacy(self.bilm.token_encoder, char_ids)
     outputs, finals = _run_stack_legacy(self.bilm, direction, tokens, mask, state, dropout)
     top = outputs[-1]
     if dropout > 0:
         top = nn.functional.dropout(top, dropout, self.training)
     hidden, wanted = top[mask], targets[mask]
-    if n_samples > 0 and self.training:
-        nll = _sampled_loss_legacy(self.softmax, hidden, wanted, n_samples, generator)
+    if (n_samples > 0 or sample is not None) and self.training:
+        nll = _sampled_loss_legacy(self.softmax, hidden, wanted, n_samples, generator, sample)
     else:
         nll = self.softmax.full_loss(hidden, wanted)
     return nll, finals
 
 
 @contextlib.contextmanager
-def use_legacy_training_path(model: nn.Module) -> Iterator[nn.Module]:
-    """Within the block, ``model`` (a ``BiLM`` or a ``LanguageModel``) trains as it did before
-    issue 37: its LSTM layers run :func:`lstm_fast_legacy` (or the plain loop where the model is
-    not ``fast``), ``BiLM.run_stack``, ``BiLM.forward`` and ``LanguageModel.forward`` are
-    167ab73's. The methods are set on the instances and removed on leaving; the parameters are not
-    touched. (The sampled softmax's sampler is today's, which draws the same negatives.)"""
+def use_legacy_training_path(model) -> Iterator:
+    """Within the block, ``model`` (a ``BiLM``, a ``LanguageModel`` or a ``Trainer``) trains as it
+    did before issue 37: its LSTM layers run :func:`lstm_fast_legacy` (or the plain loop where the
+    model is not ``fast``), ``BiLM.run_stack``, ``BiLM.forward`` and ``LanguageModel.forward`` are
+    167ab73's, and a trainer's Adagrad steps the whole softmax weight. The methods are set on the
+    instances and removed on leaving; the parameters are not touched. (The sampled softmax's
+    sampler is today's, which draws the same negatives.)"""
+    trainer = model if hasattr(model, "sparse_softmax") else None
+    if trainer is not None:
+        model = trainer.model
     bilm = model.bilm if hasattr(model, "bilm") else model
     if not isinstance(bilm, BiLM):
         raise TypeError(f"expected a BiLM or a LanguageModel, got {type(model).__name__}")
@@ -217,7 +228,12 @@ def use_legacy_training_path(model: nn.Module) -> Iterator[nn.Module]:
         if bilm is not model:
             patch(model, "forward", _lm_forward_legacy)
             patch(model, "direction_nll", _direction_nll_legacy)
-        yield model
+        sparse = trainer.sparse_softmax if trainer is not None else None
+        if trainer is not None:
+            trainer.sparse_softmax = False
+        yield trainer if trainer is not None else model
     finally:
         for module, name in reversed(patched):
             delattr(module, name)
+        if trainer is not None:
+            trainer.sparse_softmax = sparse

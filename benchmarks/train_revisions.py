@@ -5,10 +5,11 @@ continues ``MODEL`` (default: the packaged model) on ``--train`` for ``--steps``
 ``--batch-size`` x 20 tokens in float32, logging the loss of every step. The wall-clock time of the
 whole process (start-up, data, checkpoint included) gives tokens/s per direction; the medians and
 the spread over the rounds are printed. Both checkouts see the same data, seed and negatives, so
-their per-step losses must agree to float rounding: the table shows the largest difference.
+their per-step losses must agree to float rounding: the table shows the largest difference. ``--variant``
+runs the later checkout a second way in the same rounds (another LSTM path, say).
 
-    mkdir -p /tmp/before && git archive 167ab73 src | tar -x -C /tmp/before
-    OMP_NUM_THREADS=1 python benchmarks/train_revisions.py --before /tmp/before/src --after src \\
+    BEFORE=$(mktemp -d) && git archive 167ab73 src | tar -x -C $BEFORE
+    OMP_NUM_THREADS=1 python benchmarks/train_revisions.py --before $BEFORE/src --after src \\
         --train DATA/wiki/train/shard-00000.txt --output results/benchmarks/train_revisions.json
 """
 
@@ -57,37 +58,47 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--seed", type=int, default=11)
-    parser.add_argument("--after-args", default="", help="extra options for the later checkout, e.g. '--lstm-path fast'")
+    parser.add_argument("--variant", action="append", default=[], metavar="NAME=OPTIONS",
+                        help="also run the later checkout with these extra options, under NAME "
+                             "(e.g. fast='--lstm-path fast'); repeatable")
     parser.add_argument("--output", default="results/benchmarks/train_revisions.json")
     args = parser.parse_args(argv)
     model = args.model or os.path.join(args.after, "elmo", "resources", "model")
-    runs: dict[str, list[dict]] = {"before": [], "after": []}
+    variants = {"before": (args.before, []), "after": (args.after, [])}
+    for spec in args.variant:
+        name, _, options = spec.partition("=")
+        variants[name] = (args.after, options.split())
+    runs: dict[str, list[dict]] = {name: [] for name in variants}
     for round_index in range(args.rounds):
-        for side in ("before", "after"):
-            extra = args.after_args.split() if side == "after" else []
-            result = run_once(getattr(args, side), model, args.train, args.steps, args.batch_size, args.seed, extra)
-            runs[side].append(result)
-            print(f"round {round_index + 1} {side:6} {result['tokens_per_second']:8.1f} tokens/s "
+        for name, (src, extra) in variants.items():
+            result = run_once(src, model, args.train, args.steps, args.batch_size, args.seed, extra)
+            runs[name].append(result)
+            print(f"round {round_index + 1} {name:8} {result['tokens_per_second']:8.1f} tokens/s "
                   f"({result['seconds']:.1f} s)", flush=True)
     summary = {}
-    for side, rows in runs.items():
+    for name, rows in runs.items():
         speeds = [r["tokens_per_second"] for r in rows]
-        summary[side] = {"median_tokens_per_second": statistics.median(speeds), "min": min(speeds), "max": max(speeds)}
-    ratios = [a["tokens_per_second"] / b["tokens_per_second"] for a, b in zip(runs["after"], runs["before"])]
-    loss_difference = max(abs(a - b) for r_a, r_b in zip(runs["after"], runs["before"])
-                          for a, b in zip(r_a["losses"], r_b["losses"]))
-    print(f"{'checkout':8} {'tokens/s median':>16} {'min':>8} {'max':>8}   ({args.rounds} rounds, whole process, "
-          f"batch {args.batch_size} x 20, {args.steps} steps, float32, {os.environ.get('OMP_NUM_THREADS', 'all')} threads)")
-    for side, values in summary.items():
-        print(f"{side:8} {values['median_tokens_per_second']:>16.1f} {values['min']:>8.1f} {values['max']:>8.1f}")
-    ratio = summary["after"]["median_tokens_per_second"] / summary["before"]["median_tokens_per_second"]
-    print(f"after / before: {ratio:.3f} (ratio of medians); per round {', '.join(f'{r:.3f}' for r in ratios)}")
-    print(f"largest per-step loss difference: {loss_difference:.2e} over {len(runs['after'][0]['losses'])} steps")
+        summary[name] = {"median_tokens_per_second": statistics.median(speeds), "min": min(speeds), "max": max(speeds),
+                         "options": " ".join(variants[name][1])}
+        if name != "before":
+            summary[name]["ratio_of_medians"] = summary[name]["median_tokens_per_second"] / \
+                summary["before"]["median_tokens_per_second"]
+            summary[name]["ratios_per_round"] = [a["tokens_per_second"] / b["tokens_per_second"]
+                                                 for a, b in zip(rows, runs["before"])]
+            summary[name]["largest_loss_difference"] = max(
+                abs(a - b) for r_a, r_b in zip(rows, runs["before"]) for a, b in zip(r_a["losses"], r_b["losses"]))
+    print(f"{'checkout':8} {'tokens/s median':>16} {'min':>8} {'max':>8} {'/ before':>9} {'per round':>22} {'max |loss diff|':>16}"
+          f"   ({args.rounds} rounds, whole process, batch {args.batch_size} x 20, {args.steps} steps, float32, "
+          f"{os.environ.get('OMP_NUM_THREADS', 'all')} threads)")
+    for name, values in summary.items():
+        extra = ""
+        if name != "before":
+            extra = (f" {values['ratio_of_medians']:>9.3f} {', '.join(f'{r:.2f}' for r in values['ratios_per_round']):>22}"
+                     f" {values['largest_loss_difference']:>16.2e}")
+        print(f"{name:8} {values['median_tokens_per_second']:>16.1f} {values['min']:>8.1f} {values['max']:>8.1f}{extra}")
     write_results(args.output, {"before": args.before, "after": args.after, "model": model, "train": args.train,
                                 "steps": args.steps, "batch_size": args.batch_size, "seed": args.seed,
-                                "after_args": args.after_args, "threads": os.environ.get("OMP_NUM_THREADS"),
-                                "runs": runs, "summary": summary, "ratio_of_medians": ratio, "ratios_per_round": ratios,
-                                "largest_loss_difference": loss_difference})
+                                "threads": os.environ.get("OMP_NUM_THREADS"), "runs": runs, "summary": summary})
     return 0
 
 

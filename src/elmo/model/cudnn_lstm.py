@@ -89,6 +89,8 @@ def lstm_cudnn(layers: Sequence[LstmLayer], inputs: torch.Tensor, state: tuple[t
         with warnings.catch_warnings():
             # cuDNN copies weights that are not one flat buffer; here they are rebuilt every call.
             warnings.filterwarnings("ignore", message="RNN module weights are not part of single contiguous chunk")
+            # On a CPU, oneDNN has no projection: torch's own loop runs, as it should.
+            warnings.filterwarnings("ignore", message="LSTM with projections is not supported with oneDNN")
             out, h, c = torch._VF.lstm(inputs[direction], (h0[direction].unsqueeze(0).to(inputs.dtype),
                                                            c0[direction].unsqueeze(0).to(inputs.dtype)),
                                        to_torch_lstm(layer), True, 1, 0.0, layer.training, False, False)

@@ -80,7 +80,7 @@ def cell_backward(dm: torch.Tensor, dc_next: torch.Tensor, acts: torch.Tensor, c
     """
     dim = c.shape[-1]
     a = acts.to(c.dtype)
-    i, g, f, o = a[..., :dim], a[..., dim:2 * dim], a[..., 2 * dim:3 * dim], a[..., 3 * dim:]
+    i, g, o = a[..., :dim], a[..., dim:2 * dim], a[..., 3 * dim:]
     dmf = dm.to(c.dtype)
     tc = _cell_tanh(c)  # as the forward computed it
     dc = dmf * o

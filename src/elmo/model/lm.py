@@ -11,10 +11,17 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from elmo.model.bilm import BACKWARD, FORWARD, BiLM, BiLMState, dropout_masks, run_fused_stacks
-from elmo.model.fused_lstm import autocast_dtype
+from elmo.model.bilm import (
+    BACKWARD,
+    FORWARD,
+    BiLM,
+    BiLMState,
+    dropout_masks,
+    run_fused_stacks,
+)
 from elmo.model.config import BiLMConfig
 from elmo.model.encoder import Words, encode_distinct
+from elmo.model.fused_lstm import autocast_dtype
 from elmo.model.softmax import Softmax, log_uniform_sample
 
 
@@ -58,7 +65,8 @@ class LanguageModel(nn.Module):
 
     def forward(self, forward_batch: dict, backward_batch: dict, state: BiLMState, dropout: float = 0.0,
                 n_samples: int = 0, generator: torch.Generator | None = None, full: bool | None = None,
-                words: Words | None = None,
+                words: Words | None = None, samples: list | None = None,
+                softmax_rows: tuple[torch.Tensor, torch.Tensor] | None = None,
                 ) -> tuple[torch.Tensor, torch.Tensor, BiLMState]:
         """One training window of both directions (independent streams, shared encoder and
         softmax). Returns the per-position NLL of each direction (``(n_masked,)``, in the order of
@@ -70,15 +78,21 @@ class LanguageModel(nn.Module):
         stacked, computed where the ids are made (None: computed here).
         The two directions' sampled negatives are drawn from ``generator`` forward first, and the
         dropout masks from the global generator in the per-direction path's order, so every
-        LSTM path trains on the same random numbers."""
+        LSTM path trains on the same random numbers. ``samples``: the two directions' negatives
+        (:func:`elmo.model.softmax.log_uniform_sample`'s results), when the caller drew them
+        (then ``n_samples`` and ``generator`` are not used). ``softmax_rows``: ``(rows, index)``,
+        a leaf tensor of softmax weight rows and, for every target and negative in
+        :meth:`Softmax.sampled_losses`' order, its row there: the weight's gradient then lands,
+        compact, in ``rows.grad`` (the trainer's sparse Adagrad step)."""
         char_ids = torch.stack([forward_batch["char_ids"], backward_batch["char_ids"]])
         targets = torch.stack([forward_batch["targets"], backward_batch["targets"]])
         masks = torch.stack([forward_batch["mask"], backward_batch["mask"]])
         if full is None:
             full = bool(masks.all())
         tokens = encode_distinct(self.bilm.token_encoder, char_ids, words)  # (2, batch, unroll, projection_dim)
-        samples = None
-        if n_samples > 0 and self.training:
+        if not self.training:
+            samples = None
+        elif samples is None and n_samples > 0:
             samples = [log_uniform_sample(self.softmax.vocab_size, n_samples, tokens.device, generator)
                        for _ in (FORWARD, BACKWARD)]
         if self.bilm.lstm_path in ("fused", "cudnn"):
@@ -96,7 +110,7 @@ class LanguageModel(nn.Module):
             top = torch.stack(tops)
             new_state = stack_states(*finals)
             c, h = new_state.c, new_state.h
-        nll_f, nll_b = self._losses(top, targets, masks, full, samples)
+        nll_f, nll_b = self._losses(top, targets, masks, full, samples, softmax_rows)
         return nll_f, nll_b, BiLMState(c.detach(), h.detach())
 
     def _fused_top(self, tokens: torch.Tensor, masks: torch.Tensor, state: BiLMState, dropout: float, full: bool,
@@ -135,16 +149,12 @@ class LanguageModel(nn.Module):
         return graphed
 
     def _losses(self, top: torch.Tensor, targets: torch.Tensor, masks: torch.Tensor, full: bool,
-                samples: list | None) -> list[torch.Tensor]:
+                samples: list | None, softmax_rows: tuple | None = None) -> list[torch.Tensor]:
         """Per-position NLL of each direction from the top layer ``(2, batch, unroll, dim)``."""
-        if full:  # every position predicts: a reshape, not a boolean index (which waits for the device)
-            hidden = [top[d].reshape(-1, top.shape[-1]) for d in (FORWARD, BACKWARD)]
-            wanted = [targets[d].reshape(-1) for d in (FORWARD, BACKWARD)]
-        else:
-            hidden = [top[d][masks[d]] for d in (FORWARD, BACKWARD)]
-            wanted = [targets[d][masks[d]] for d in (FORWARD, BACKWARD)]
+        hidden = predicted(top, masks, full)
+        wanted = predicted(targets, masks, full)
         if samples is not None:
-            return self.softmax.sampled_losses(hidden, wanted, samples)
+            return self.softmax.sampled_losses(hidden, wanted, samples, softmax_rows)
         return [self.softmax.full_loss(x, y) for x, y in zip(hidden, wanted)]
 
     def direction_nll(self, direction: int, char_ids: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor,
@@ -194,6 +204,15 @@ class LstmWindow(nn.Module):
         return top, c.detach(), h.detach()
 
 
+def predicted(values: torch.Tensor, masks: torch.Tensor, full: bool) -> list[torch.Tensor]:
+    """Each direction's ``values`` ``(2, batch, unroll, ...)`` at its predicted positions, in
+    ``masks``' order: ``(n_d, ...)`` per direction. A full window is a reshape, not a boolean index
+    (which waits for the device)."""
+    if full:
+        return [values[d].reshape(-1, *values.shape[3:]) for d in (FORWARD, BACKWARD)]
+    return [values[d][masks[d]] for d in (FORWARD, BACKWARD)]
+
+
 def stack_states(forward_finals: list, backward_finals: list) -> BiLMState:
     """Per-layer ``(c, h)`` lists of both directions -> a :class:`BiLMState`."""
     finals = forward_finals + backward_finals
@@ -203,4 +222,4 @@ def stack_states(forward_finals: list, backward_finals: list) -> BiLMState:
     return BiLMState(c, h)
 
 
-__all__ = ["BACKWARD", "FORWARD", "DirectionLoss", "LanguageModel", "LstmWindow", "stack_states"]
+__all__ = ["BACKWARD", "FORWARD", "DirectionLoss", "LanguageModel", "LstmWindow", "predicted", "stack_states"]

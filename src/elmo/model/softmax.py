@@ -49,14 +49,20 @@ class Softmax(nn.Module):
         return self.sampled_losses([hidden], [targets], [sample])[0]
 
     def sampled_losses(self, hidden: list[torch.Tensor], targets: list[torch.Tensor],
-                       samples: list[tuple[torch.Tensor, torch.Tensor, int]]) -> list[torch.Tensor]:
+                       samples: list[tuple[torch.Tensor, torch.Tensor, int]],
+                       rows: tuple[torch.Tensor, torch.Tensor] | None = None) -> list[torch.Tensor]:
         """:meth:`sampled_loss` for several groups of rows (the two directions), each with its own
         negatives (:func:`log_uniform_sample`'s result): ``hidden[k]`` ``(n_k, dim)``, ``targets[k]``
         ``(n_k,)`` -> NLL ``(n_k,)`` per group. The softmax rows of every group's targets and
         negatives are gathered in one index: its gradient is one scatter into one zero-filled
-        ``(vocab, dim)`` tensor, where a gather per use would make one such tensor each."""
+        ``(vocab, dim)`` tensor, where a gather per use would make one such tensor each.
+
+        ``rows``: ``(weights, index)``: the weight rows to use, a tensor ``(k, dim)`` (a leaf whose
+        gradient the caller wants compact) and, for the ids in order (group 0's targets, its
+        negatives, group 1's targets, ...), their row in it."""
         ids = torch.cat([t for group in zip(targets, (s[0] for s in samples)) for t in group])
-        weights, biases = self.weight[ids], self.bias[ids]
+        weights = self.weight[ids] if rows is None else rows[0][rows[1]]
+        biases = self.bias[ids]
         losses, start = [], 0
         for h, wanted, (sampled, sampled_count, tries) in zip(hidden, targets, samples):
             n, k = len(wanted), len(sampled)

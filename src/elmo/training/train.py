@@ -29,6 +29,7 @@ from importlib import resources
 
 import torch
 import torch.distributed as dist
+from torch.optim.adagrad import adagrad
 from tqdm import tqdm
 
 from elmo.fileio import atomic_path, atomic_write_text
@@ -43,7 +44,8 @@ from elmo.hub.checkpoints import (
 from elmo.model.bilm import DEFAULT_LSTM_PATH, LSTM_PATHS, BiLMState
 from elmo.model.config import BiLMConfig, ConfigError
 from elmo.model.encoder import distinct_words
-from elmo.model.lm import LanguageModel
+from elmo.model.lm import LanguageModel, predicted
+from elmo.model.softmax import log_uniform_sample
 from elmo.model.vocab import Vocabulary
 from elmo.training.data import (
     LMBatcher,
@@ -398,6 +400,13 @@ class Trainer:
         self.ddp = (torch.nn.parallel.DistributedDataParallel(self.model) if self.ctx.world > 1 else self.model)
         self.optimizer = self._optimizer()
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, self._schedule)
+        # Whether the softmax weight's Adagrad step updates only the rows a step used (the targets
+        # and negatives of a sampled softmax): the dense step's numbers, since its update of a row
+        # without gradient is exactly nothing (the sum gains 0, the weight moves by 0), without a
+        # (vocab, dim) gradient, sum and square root per step. One process only (DDP all-reduces
+        # dense gradients), Adagrad only (AdamW moves every row). An attribute, so a benchmark of
+        # the dense step can turn it off.
+        self.sparse_softmax = (t["optimizer"] == "adagrad" and self.ctx.world == 1 and self._n_samples() > 0)
         # Negatives are shared by the whole (global) batch: every rank draws the same ones.
         self.sampler = torch.Generator().manual_seed(self.seed + 7919)
 
@@ -633,30 +642,69 @@ class Trainer:
 
     def _step(self) -> tuple[torch.Tensor, torch.Tensor]:
         """One optimizer step; the forward and backward mean NLL stay on the device (detached), so
-        that nothing in the step waits for the device: whether the window is full and its distinct
-        words come from the batcher's host tensors, and the losses are read only when logged."""
+        that nothing in the step waits for the device: whether the window is full, its distinct
+        words, the negatives and the softmax rows in play come from the host, and the losses are
+        read only when logged."""
         t = self.config.training
         batches = [batcher.next_batch() for batcher in self.batchers]
         full = all(bool(batch["mask"].all()) for batch in batches)  # host tensors: no device sync
         words = distinct_words(torch.stack([batch["char_ids"] for batch in batches]))
+        n_samples = self._n_samples()
+        samples = [log_uniform_sample(len(self.vocab), n_samples, "cpu", self.sampler)
+                   for _ in batches] if n_samples else None
+        rows = None
+        if samples is not None and self.sparse_softmax:
+            wanted = predicted(torch.stack([batch["targets"] for batch in batches]),
+                               torch.stack([batch["mask"] for batch in batches]), full)
+            ids = torch.cat([wanted[0], samples[0][0], wanted[1], samples[1][0]])
+            rows = torch.unique(ids, return_inverse=True)  # the softmax rows in play, and where each id is
         device = self.ctx.device
+        move = (lambda x: x.pin_memory().to(device, non_blocking=True)) if device.type == "cuda" else (lambda x: x)
         batches = [{k: v.to(device, non_blocking=True) for k, v in batch.items()} for batch in batches]
         words = words.to(device, non_blocking=True)
+        if samples is not None:
+            samples = [(move(ids), move(counts), tries) for ids, counts, tries in samples]
+        softmax_rows = None
+        if rows is not None:
+            rows = tuple(move(x) for x in rows)
+            # A leaf of the rows in play: the weight's gradient lands there, (rows, dim) and not
+            # (vocab, dim), and the Adagrad step updates those rows only (see _sparse_softmax_step).
+            softmax_rows = (self.model.softmax.weight.detach()[rows[0]].requires_grad_(), rows[1])
         self.model.train()
         with self._autocast():
             nll_f, nll_b, self.state = self.ddp(batches[0], batches[1], self.state, dropout=t["dropout"],
-                                                n_samples=self._n_samples(), generator=self.sampler,
-                                                full=full, words=words)
+                                                full=full, words=words, samples=samples, softmax_rows=softmax_rows)
         loss = 0.5 * (nll_f.mean() + nll_b.mean())
         scale = self.unroll_steps if t["optimizer"] == "adagrad" else 1.0
         (loss * scale).backward()
-        torch.nn.utils.clip_grad_norm_(self.model.parameters(), t["all_clip_norm_val"])
-        self.optimizer.step()
+        if softmax_rows is None:
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), t["all_clip_norm_val"])
+            self.optimizer.step()
+        else:
+            softmax_weight = self.model.softmax.weight
+            others = [p for p in self.model.parameters() if p is not softmax_weight]
+            torch.nn.utils.clip_grad_norm_([*others, softmax_rows[0]], t["all_clip_norm_val"])
+            self.optimizer.step()  # the softmax weight has no gradient: Adagrad leaves it to us
+            self._sparse_softmax_step(rows[0], softmax_rows[0].grad)
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
         self.step += 1
         self.tokens += self.tokens_per_step
         return nll_f.detach().mean(), nll_b.detach().mean()
+
+    def _sparse_softmax_step(self, rows: torch.Tensor, grad: torch.Tensor) -> None:
+        """Adagrad on the softmax weight's ``rows`` ``(k,)`` with their gradient ``(k, dim)``:
+        torch's own Adagrad arithmetic on those rows, with the optimizer's step count and sums."""
+        weight = self.model.softmax.weight
+        group = self.optimizer.param_groups[0]
+        state = self.optimizer.state[weight]
+        with torch.no_grad():
+            values, sums = weight[rows], state["sum"][rows]
+            adagrad([values], [grad], [sums], [state["step"]], foreach=group["foreach"],
+                    lr=group["lr"], weight_decay=group["weight_decay"], lr_decay=group["lr_decay"],
+                    eps=group["eps"], maximize=group["maximize"])
+            weight.index_copy_(0, rows, values)
+            state["sum"].index_copy_(0, rows, sums)
 
     def _n_samples(self) -> int:
         n = self.config.training["n_negative_samples_batch"]
