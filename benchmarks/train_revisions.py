@@ -4,7 +4,9 @@ Each round runs, for each checkout in turn (A B A B ...), a fresh ``elmo finetun
 continues ``MODEL`` (default: the packaged model) on ``--train`` for ``--steps`` steps of
 ``--batch-size`` x 20 tokens in float32, logging the loss of every step. The wall-clock time of the
 whole process (start-up, data, checkpoint included) gives tokens/s per direction; the medians and
-the spread over the rounds are printed. Both checkouts see the same data, seed and negatives, so
+the spread over the rounds are printed. On a machine shared with other jobs the wall clock also
+counts the time the process waited for a core, so the processes' CPU time (user + system, from
+``getrusage``) is kept beside it: tokens per CPU-second, which such waiting does not inflate. Both checkouts see the same data, seed and negatives, so
 their per-step losses must agree to float rounding: the table shows the largest difference. ``--variant``
 runs the later checkout a second way in the same rounds (another LSTM path, say).
 
@@ -18,6 +20,7 @@ from __future__ import annotations
 import argparse
 import csv
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -36,14 +39,19 @@ def run_once(src: str, model: str, train: str, steps: int, batch_size: int, seed
                    "--batch-size", str(batch_size), "--unroll-steps", "20", "--max-tokens", str(steps * batch_size * 20),
                    "--seed", str(seed), "--log-every", "1", "--checkpoint-every", str(10 * steps), "--no-bf16",
                    "--no-progress", *extra]
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
         start = time.perf_counter()
         done = subprocess.run(command, env=env, capture_output=True, text=True)
         seconds = time.perf_counter() - start
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpu_seconds = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
         if done.returncode != 0:
             raise SystemExit(f"{' '.join(command)} (PYTHONPATH={src}) failed:\n{done.stderr}")
         with open(os.path.join(run_dir, "metrics.csv"), newline="", encoding="utf-8") as f:
             losses = [float(row["loss"]) for row in csv.DictReader(f)]
-    return {"seconds": seconds, "tokens_per_second": steps * batch_size * 20 / seconds, "losses": losses}
+    tokens = steps * batch_size * 20
+    return {"seconds": seconds, "tokens_per_second": tokens / seconds, "cpu_seconds": cpu_seconds,
+            "tokens_per_cpu_second": tokens / cpu_seconds, "losses": losses}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -77,25 +85,32 @@ def main(argv: list[str] | None = None) -> int:
                   f"({result['seconds']:.1f} s)", flush=True)
     summary = {}
     for name, rows in runs.items():
-        speeds = [r["tokens_per_second"] for r in rows]
-        summary[name] = {"median_tokens_per_second": statistics.median(speeds), "min": min(speeds), "max": max(speeds),
-                         "options": " ".join(variants[name][1])}
+        values = {}
+        for key in ("tokens_per_second", "tokens_per_cpu_second"):
+            speeds = [r[key] for r in rows]
+            values[key] = {"median": statistics.median(speeds), "min": min(speeds), "max": max(speeds)}
+            if name != "before":
+                values[key]["ratio_of_medians"] = values[key]["median"] / \
+                    statistics.median(r[key] for r in runs["before"])
+                values[key]["ratios_per_round"] = [a[key] / b[key] for a, b in zip(rows, runs["before"])]
+        values["options"] = " ".join(variants[name][1])
         if name != "before":
-            summary[name]["ratio_of_medians"] = summary[name]["median_tokens_per_second"] / \
-                summary["before"]["median_tokens_per_second"]
-            summary[name]["ratios_per_round"] = [a["tokens_per_second"] / b["tokens_per_second"]
-                                                 for a, b in zip(rows, runs["before"])]
-            summary[name]["largest_loss_difference"] = max(
+            values["largest_loss_difference"] = max(
                 abs(a - b) for r_a, r_b in zip(rows, runs["before"]) for a, b in zip(r_a["losses"], r_b["losses"]))
-    print(f"{'checkout':8} {'tokens/s median':>16} {'min':>8} {'max':>8} {'/ before':>9} {'per round':>22} {'max |loss diff|':>16}"
-          f"   ({args.rounds} rounds, whole process, batch {args.batch_size} x 20, {args.steps} steps, float32, "
+        summary[name] = values
+    print(f"({args.rounds} rounds, whole process, batch {args.batch_size} x 20, {args.steps} steps, float32, "
           f"{os.environ.get('OMP_NUM_THREADS', 'all')} threads)")
+    for key, label in (("tokens_per_second", "tokens/s (wall clock)"), ("tokens_per_cpu_second", "tokens/CPU-second")):
+        print(f"{label:24} {'median':>9} {'min':>8} {'max':>8} {'/ before':>9}   per round")
+        for name, values in summary.items():
+            v = values[key]
+            extra = "" if name == "before" else \
+                f" {v['ratio_of_medians']:>9.3f}   {', '.join(f'{r:.2f}' for r in v['ratios_per_round'])}"
+            print(f"  {name:22} {v['median']:>9.1f} {v['min']:>8.1f} {v['max']:>8.1f}{extra}")
     for name, values in summary.items():
-        extra = ""
         if name != "before":
-            extra = (f" {values['ratio_of_medians']:>9.3f} {', '.join(f'{r:.2f}' for r in values['ratios_per_round']):>22}"
-                     f" {values['largest_loss_difference']:>16.2e}")
-        print(f"{name:8} {values['median_tokens_per_second']:>16.1f} {values['min']:>8.1f} {values['max']:>8.1f}{extra}")
+            print(f"{name}: largest per-step loss difference from before: {values['largest_loss_difference']:.2e} "
+                  f"over {len(runs[name][0]['losses'])} steps")
     write_results(args.output, {"before": args.before, "after": args.after, "model": model, "train": args.train,
                                 "steps": args.steps, "batch_size": args.batch_size, "seed": args.seed,
                                 "threads": os.environ.get("OMP_NUM_THREADS"), "runs": runs, "summary": summary})

@@ -335,16 +335,16 @@ def test_training_window_op_counts_stay_down(bf16):
     """One window (2 layers x 2 directions x 20 steps, forward and backward) of the fused path
     against the pre-#37 one, counted at the dispatcher. With the pointwise functions as the one
     kernel each that torch.compile makes of them on a GPU, at least 10x fewer kernels; as they run
-    eagerly on a CPU, at least 1.8x fewer. Ceilings from the counts measured when this was written
-    (float32: 3766 legacy, 1841 eager, 363 compiled; bf16: 4512, 1953, 395), with a little room."""
+    eagerly on a CPU, at least 2x fewer. Ceilings from the counts measured when this was written
+    (float32: 3766 legacy, 1789 eager, 363 compiled; bf16: 4512, 1863, 395), with a little room."""
     legacy = count_window("legacy", bf16)
     eager = count_window("fused", bf16)
     units = count_window("fused", bf16, units=True)
     assert legacy.kernels >= (4400 if bf16 else 3700)  # the baseline is what it was
     assert units.kernels * 10 <= legacy.kernels, (units.kernels, legacy.kernels, units.by_name)
     assert units.kernels <= (400 if bf16 else 370), units.by_name
-    assert eager.kernels * 1.8 <= legacy.kernels, (eager.kernels, legacy.kernels)
-    assert eager.kernels <= (2000 if bf16 else 1900), eager.by_name
+    assert eager.kernels * 2 <= legacy.kernels, (eager.kernels, legacy.kernels)
+    assert eager.kernels <= (1900 if bf16 else 1830), eager.by_name
     per_step = {"baddbmm", "bmm", "cell_forward", "cell_backward"}
     assert all(units.by_name[name] >= 38 for name in per_step)  # the units really ran as units
 

@@ -13,14 +13,14 @@ per timestep the forward is::
 
 and the backward::
 
-    dh = clip_mask * baddbmm(dout[t], dgates[t+1], W_h)
+    dh = clip_backward(baddbmm(dout[t], dgates[t+1], W_h), h_raw[t])  # one pointwise function
     dm = bmm(dh, W_P)
-    dc, dgates[t] = cell_backward(dm, dc, ...)  # one pointwise function
+    dc, dgates[t] = cell_backward(dm, dc, acts[t], ...)                # one pointwise function
 
 The input half of the gates is one product over all ``time x batch`` rows before the loop, and the
 weight gradients are one product each over all rows after it. The pointwise functions are plain
-PyTorch (several kernels each on the CPU); with ``compiled=True`` they go through
-``torch.compile``, which on a GPU makes each of them one kernel.
+PyTorch (several kernels each: on a CPU a step's slices stay in cache between them); with
+``compiled=True`` they go through ``torch.compile``, which on a GPU makes each of them one kernel.
 
 Buffers are time-major, ``(directions, time, batch, ...)``: a timestep's slice of every direction is
 one strided block, and ``(directions, time * batch, ...)`` is a view for the window-wide products.
@@ -35,18 +35,22 @@ from typing import NamedTuple
 
 import torch
 
-from elmo.model.lstm import FORGET_BIAS, LstmLayer, _tanh
+from elmo.model.lstm import FORGET_BIAS, LstmLayer
 
 
 def _cell_tanh(x: torch.Tensor) -> torch.Tensor:
     """``tanh``: on a CPU in float32 as ``2 sigmoid(2x) - 1`` (3.2x faster than ``torch.tanh`` for a
-    cell's shapes on the development CPU, within 2e-7 of it), elsewhere ``torch.tanh``."""
-    return _tanh(x) if x.device.type == "cpu" and x.dtype == torch.float32 else torch.tanh(x)
+    cell's (2, 32, 512) on the development CPU, within 2e-7 of it), elsewhere ``torch.tanh`` (one
+    kernel on a GPU, and exact in float64)."""
+    if x.device.type == "cpu" and x.dtype == torch.float32:
+        return torch.sigmoid(x * 2.0).mul_(2.0).sub_(1.0)
+    return torch.tanh(x)
 
 # ------------------------------------------------------------------ the pointwise functions
 
 
-def cell_forward(gates: torch.Tensor, c_prev: torch.Tensor, cell_clip: float | None
+def cell_forward(gates: torch.Tensor, c_prev: torch.Tensor, cell_clip: float | None,
+                 out: tuple[torch.Tensor | None, ...] | None = None,
                  ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """The cell's pointwise step.
 
@@ -55,20 +59,28 @@ def cell_forward(gates: torch.Tensor, c_prev: torch.Tensor, cell_clip: float | N
     Returns the activations ``(n, batch, 4*dim)`` ``[sigmoid(i), tanh(j), sigmoid(f), sigmoid(o)]``
     in ``gates``' dtype, the unclipped cell ``c_raw`` and the clipped cell ``c`` (``c_prev``'s
     dtype), and ``m = sigmoid(o) * tanh(c)`` in ``gates``' dtype (the projection's input).
+    ``out``: tensors to write the four results into (``c``'s None without a clip, which leaves
+    ``c`` the same tensor as ``c_raw``), or None for new ones.
     """
+    acts_out, raw_out, c_out, m_out = out if out is not None else (None, None, None, None)
     dim = c_prev.shape[-1]
-    acts = torch.sigmoid(gates)
+    acts = torch.sigmoid(gates, out=acts_out)
     acts[..., dim:2 * dim] = _cell_tanh(gates[..., dim:2 * dim])
     i, g, f, o = acts[..., :dim], acts[..., dim:2 * dim], acts[..., 2 * dim:3 * dim], acts[..., 3 * dim:]
-    c_raw = torch.addcmul(f * c_prev, i.to(c_prev.dtype), g)  # sigmoid(f + 1) * c_prev + sigmoid(i) * tanh(j)
-    c = c_raw.clamp(-cell_clip, cell_clip) if cell_clip is not None else c_raw
-    m = (o * _cell_tanh(c)).to(gates.dtype)
+    # sigmoid(f + 1) * c_prev + sigmoid(i) * tanh(j)
+    c_raw = torch.addcmul(f * c_prev, i.to(c_prev.dtype), g, out=raw_out)
+    c = torch.clamp(c_raw, -cell_clip, cell_clip, out=c_out) if cell_clip is not None else c_raw
+    if m_out is not None:
+        m = torch.mul(o, _cell_tanh(c), out=m_out)
+    else:
+        m = (o * _cell_tanh(c)).to(gates.dtype)
     return acts, c_raw, c, m
 
 
 def cell_backward(dm: torch.Tensor, dc_next: torch.Tensor, acts: torch.Tensor, c_prev: torch.Tensor, c: torch.Tensor,
                   c_raw: torch.Tensor | None, f_next: torch.Tensor | None, cell_clip: float | None,
-                  extra: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                  extra: torch.Tensor | None = None, out: torch.Tensor | None = None,
+                  ) -> tuple[torch.Tensor, torch.Tensor]:
     """One step of the backward recurrence, from :func:`cell_forward`'s saved results of that step.
 
     ``dm``: ``(n, batch, dim)``, the gradient of ``m``; ``dc_next``: the gradient of the next
@@ -76,7 +88,8 @@ def cell_backward(dm: torch.Tensor, dc_next: torch.Tensor, acts: torch.Tensor, c
     (``(n, batch, dim)``, that step's activation; None at the window's last step, where
     ``dc_next`` is the final cell's own gradient, or None when it has none); ``extra``: a gradient that reaches this step's
     cell from outside (a final state taken here). Returns this step's unclipped cell's gradient
-    ``dc`` (``c``'s dtype) and the gates' gradient ``(n, batch, 4*dim)`` in ``dm``'s dtype.
+    ``dc`` (``c``'s dtype) and the gates' gradient ``(n, batch, 4*dim)`` in ``dm``'s dtype (computed
+    in ``c``'s, in ``out`` when given).
     """
     dim = c.shape[-1]
     a = acts.to(c.dtype)
@@ -93,7 +106,7 @@ def cell_backward(dm: torch.Tensor, dc_next: torch.Tensor, acts: torch.Tensor, c
         dc = dc + extra
     if cell_clip is not None:
         dc = torch.where(c_raw.abs() <= cell_clip, dc, 0.0)  # torch.clamp's rule: the bounds pass
-    d_gates = torch.addcmul(a, a, a, value=-1.0)  # s (1 - s): the sigmoid gates' slopes
+    d_gates = torch.addcmul(a, a, a, value=-1.0, out=out)  # s (1 - s): the sigmoid gates' slopes
     d_gates[..., dim:2 * dim] = torch.addcmul(torch.ones_like(g), g, g, value=-1.0)  # 1 - tanh(j)^2
     n, batch = dc.shape[:2]
     by_gate = d_gates.view(n, batch, 4, dim)  # times what each gate's activation multiplies
@@ -105,9 +118,9 @@ def cell_backward(dm: torch.Tensor, dc_next: torch.Tensor, acts: torch.Tensor, c
     return dc, d_gates.to(dm.dtype)
 
 
-def clip_backward(grad: torch.Tensor, raw: torch.Tensor, clip: float) -> torch.Tensor:
+def clip_backward(grad: torch.Tensor, raw: torch.Tensor, clip: float, out: torch.Tensor | None = None) -> torch.Tensor:
     """The gradient through ``raw.clamp(-clip, clip)``: ``grad`` where ``|raw| <= clip``, else 0."""
-    return torch.where(raw.abs() <= clip, grad, 0.0)
+    return torch.mul(grad, raw.abs() <= clip, out=out)
 
 
 class CellFunctions(NamedTuple):
@@ -173,20 +186,43 @@ def _window_forward(ctx, x, c0, h0, plan: _Plan, weights):
     xs = x.to(dtype).reshape(n, time * batch, input_dim)
     x_gates = torch.baddbmm(bias.unsqueeze(1), xs, w_x.transpose(1, 2)).view(n, time, batch, 4 * dim)
     c, h = c0.to(cell_dtype), h0.to(dtype)
-    acts_steps, raw_cells, cells, ms, raw_outputs, outputs = [], [], [c], [], [], [h]
-    for x_gates_t in x_gates.unbind(1):
-        gates = torch.baddbmm(x_gates_t, h, w_h.transpose(1, 2))  # (n, batch, 4*dim)
-        acts, c_raw, c, m = plan.cells.forward(gates, c, plan.cell_clip)
-        h_raw = torch.bmm(m, w_p.transpose(1, 2))  # (n, batch, proj)
-        h = h_raw.clamp(-plan.proj_clip, plan.proj_clip) if plan.proj_clip is not None else h_raw
-        acts_steps.append(acts)
-        raw_cells.append(c_raw)
-        cells.append(c)
-        ms.append(m)
-        raw_outputs.append(h_raw)
-        outputs.append(h)
-    all_h = torch.stack(outputs, dim=1)  # (n, time + 1, batch, proj): the initial h first
-    all_c = torch.stack(cells, dim=1)  # (n, time + 1, batch, dim)
+    cells_fn, cell_clip, proj_clip = plan.cells, plan.cell_clip, plan.proj_clip
+    if cells_fn is EAGER_CELLS:
+        # Every step writes into whole-window buffers: nothing is copied into place afterwards.
+        all_acts = x_gates.new_empty((n, time, batch, 4 * dim))
+        all_c = c.new_empty((n, time + 1, batch, dim))
+        raw_c = c.new_empty((n, time, batch, dim)) if cell_clip is not None else None
+        ms = x_gates.new_empty((n, time, batch, dim))
+        all_h = x_gates.new_empty((n, time + 1, batch, proj))
+        raw_h = x_gates.new_empty((n, time, batch, proj)) if proj_clip is not None else None
+        all_c[:, 0], all_h[:, 0] = c, h
+        acts_t, c_t, m_t, h_t = all_acts.unbind(1), all_c.unbind(1), ms.unbind(1), all_h.unbind(1)
+        raw_c_t = raw_c.unbind(1) if raw_c is not None else None
+        raw_h_t = raw_h.unbind(1) if raw_h is not None else None
+        for t, x_gates_t in enumerate(x_gates.unbind(1)):
+            gates = torch.baddbmm(x_gates_t, h, w_h.transpose(1, 2))  # (n, batch, 4*dim)
+            out = (acts_t[t], raw_c_t[t], c_t[t + 1], m_t[t]) if raw_c_t is not None else (acts_t[t], c_t[t + 1], None, m_t[t])
+            _, _, c, m = cells_fn.forward(gates, c, cell_clip, out)
+            if raw_h_t is not None:
+                h = torch.clamp(torch.bmm(m, w_p.transpose(1, 2), out=raw_h_t[t]), -proj_clip, proj_clip, out=h_t[t + 1])
+            else:
+                h = torch.bmm(m, w_p.transpose(1, 2), out=h_t[t + 1])
+    else:
+        acts_steps, raw_cells, cells, m_steps, raw_outputs, outputs = [], [], [c], [], [], [h]
+        for x_gates_t in x_gates.unbind(1):
+            gates = torch.baddbmm(x_gates_t, h, w_h.transpose(1, 2))  # (n, batch, 4*dim)
+            acts, c_raw, c, m = cells_fn.forward(gates, c, cell_clip)
+            h_raw = torch.bmm(m, w_p.transpose(1, 2))  # (n, batch, proj)
+            h = h_raw.clamp(-proj_clip, proj_clip) if proj_clip is not None else h_raw
+            acts_steps.append(acts)
+            raw_cells.append(c_raw)
+            cells.append(c)
+            m_steps.append(m)
+            raw_outputs.append(h_raw)
+            outputs.append(h)
+        all_h = torch.stack(outputs, dim=1)  # (n, time + 1, batch, proj): the initial h first
+        all_c = torch.stack(cells, dim=1)  # (n, time + 1, batch, dim)
+        all_acts = raw_c = ms = raw_h = None  # stacked below, only if a backward will need them
     out = all_h[:, 1:]
     keep = None
     if plan.lengths is not None:
@@ -201,10 +237,11 @@ def _window_forward(ctx, x, c0, h0, plan: _Plan, weights):
         ctx.plan, ctx.keep, ctx.shape = plan, keep, (n, time, batch, input_dim, dim, proj)
         ctx.device_type = x.device.type
         ctx.weight_dtypes = [w.dtype for w in weights]
-        raw_c = torch.stack(raw_cells, dim=1) if plan.cell_clip is not None else None
-        raw_h = torch.stack(raw_outputs, dim=1) if plan.proj_clip is not None else None
-        ctx.save_for_backward(xs, torch.stack(acts_steps, dim=1), raw_c, all_c, torch.stack(ms, dim=1), raw_h, all_h,
-                              w_x, w_h, w_p)
+        if all_acts is None:
+            all_acts, ms = torch.stack(acts_steps, dim=1), torch.stack(m_steps, dim=1)
+            raw_c = torch.stack(raw_cells, dim=1) if cell_clip is not None else None
+            raw_h = torch.stack(raw_outputs, dim=1) if proj_clip is not None else None
+        ctx.save_for_backward(xs, all_acts, raw_c, all_c, ms, raw_h, all_h, w_x, w_h, w_p)
     return out, c, h.to(cell_dtype)
 
 
@@ -238,22 +275,33 @@ def _window_backward(ctx, d_out, d_c, d_h):
     d_out_steps, acts_steps, cell_steps = d_out.unbind(1), acts.unbind(1), all_c.unbind(1)
     raw_c_steps = raw_c.unbind(1) if raw_c is not None else [None] * time
     raw_h_steps = raw_h.unbind(1) if raw_h is not None else None
+    eager = cells is EAGER_CELLS
+    if eager:  # whole-window buffers, as in the forward (d_gates in the cell's dtype, cast once below)
+        d_gates_buffer = all_c.new_empty((n, time, batch, 4 * dim))
+        dh_buffer = all_h.new_empty((n, time, batch, proj))
+        d_gates_out, dh_out = d_gates_buffer.unbind(1), dh_buffer.unbind(1)
     d_gates, d_hs = [None] * time, [None] * time
     d_gates_next = None
     for t in range(time - 1, -1, -1):
-        if d_gates_next is None:
-            dh = d_out_last
-        else:
-            dh = torch.baddbmm(d_out_steps[t], d_gates_next, w_h)  # (n, batch, 4*dim) @ (n, 4*dim, proj)
         if raw_h_steps is not None:
-            dh = cells.clip_backward(dh, raw_h_steps[t], plan.proj_clip)
+            dh = d_out_last if d_gates_next is None else torch.baddbmm(d_out_steps[t], d_gates_next, w_h)
+            dh = cells.clip_backward(dh, raw_h_steps[t], plan.proj_clip, out=dh_out[t] if eager else None)
+        elif d_gates_next is None:
+            dh = dh_out[t].copy_(d_out_last) if eager else d_out_last
+        else:  # (n, batch, 4*dim) @ (n, 4*dim, proj)
+            dh = torch.baddbmm(d_out_steps[t], d_gates_next, w_h, out=dh_out[t] if eager else None)
         dm = torch.bmm(dh, w_p)  # (n, batch, proj) @ (n, proj, dim)
         f_next = acts_steps[t + 1][..., 2 * dim:3 * dim] if t + 1 < time else None
         dc, d_gates_next = cells.backward(dm, dc, acts_steps[t], cell_steps[t], cell_steps[t + 1], raw_c_steps[t],
-                                          f_next, plan.cell_clip, extra[t] if extra is not None else None)
+                                          f_next, plan.cell_clip, extra[t] if extra is not None else None,
+                                          out=d_gates_out[t] if eager else None)
         d_gates[t], d_hs[t] = d_gates_next, dh
-    all_d_gates = torch.stack(d_gates, dim=1).view(n, time * batch, 4 * dim)
-    all_dh = torch.stack(d_hs, dim=1).view(n, time * batch, proj)
+    if eager:
+        all_d_gates = d_gates_buffer.to(dtype).view(n, time * batch, 4 * dim)
+        all_dh = dh_buffer.view(n, time * batch, proj)
+    else:
+        all_d_gates = torch.stack(d_gates, dim=1).view(n, time * batch, 4 * dim)
+        all_dh = torch.stack(d_hs, dim=1).view(n, time * batch, proj)
     needs = ctx.needs_input_grad
     dx = dc0 = dh0 = None
     if needs[0]:

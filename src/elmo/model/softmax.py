@@ -71,11 +71,17 @@ class Softmax(nn.Module):
             start += n + k
             true_count = expected_count(wanted, self.vocab_size, tries)
             true_logits = (h * true_w).sum(-1) + true_b - torch.log(true_count)
-            sampled_logits = h @ sampled_w.t() + sampled_b - torch.log(sampled_count)
+            correction = sampled_b - torch.log(sampled_count)
+            if torch.is_autocast_enabled(h.device.type):
+                # The product comes out in the autocast dtype; the float32 bias keeps the sum float32.
+                sampled_logits = h @ sampled_w.t() + correction
+            else:  # the bias joins the product's kernel: no (n, k) pass for it
+                sampled_logits = torch.addmm(correction, h, sampled_w.t())
             hits = wanted.unsqueeze(1) == sampled.unsqueeze(0)
             sampled_logits = sampled_logits.masked_fill(hits, torch.finfo(sampled_logits.dtype).min)
-            logits = torch.cat([true_logits.unsqueeze(1), sampled_logits], dim=1).float()
-            losses.append(-torch.log_softmax(logits, dim=1)[:, 0])
+            # -log_softmax([true, sampled])[0], without copying the logits into one (n, k + 1) tensor.
+            true_logits = true_logits.float()
+            losses.append(torch.logaddexp(true_logits, torch.logsumexp(sampled_logits.float(), dim=1)) - true_logits)
         return losses
 
 
