@@ -4,7 +4,8 @@ Training draws one batch per direction per step from :class:`elmo.training.data.
 (sentences to windows, character ids, target ids). This measures the batcher by itself, on one
 thread, for each batch size, the old per-token code (``benchmarks/legacy_batcher.py``, as before
 issue 37) against the current one in the same process, in interleaved rounds, and checks on the
-way that both build the same batches. Training cannot beat half of a batcher's rate (two
+way that both build the same batches. Each measurement is a fresh batcher making one pass over
+the text (``--passes``), reading its shards included. Training cannot beat half of a batcher's rate (two
 directions), so "per direction" below is half the batcher's tokens/s.
 
     python benchmarks/lm_batcher.py --train 'DATA/wiki/train/*.txt' \\
@@ -48,14 +49,14 @@ def generate_corpus(path: str, words: list[str], n_tokens: int, seed: int = 0) -
         f.write("\n".join(lines) + "\n")
 
 
-def measure(make, batch_size: int, unroll_steps: int, seconds: float) -> dict:
-    """Batches per second of a fresh batcher ``make(batch_size, unroll_steps)`` over ``seconds``."""
+def measure(make, batch_size: int, unroll_steps: int, tokens: int) -> dict:
+    """Tokens per second of a fresh batcher ``make(batch_size, unroll_steps)`` building batches
+    of at least ``tokens`` tokens in all, from its start: reading and encoding the shards is
+    part of a batcher's work, so every measurement covers whole passes over the text."""
     batcher = make(batch_size, unroll_steps)
-    batcher.next_batch()  # the first batch opens the shard
     batches, start = 0, time.perf_counter()
-    while time.perf_counter() - start < seconds:
-        if batcher.next_batch() is None:
-            raise SystemExit(f"the training text ran out after {batches} batches: give more text or fewer --seconds")
+    while batches * batch_size * unroll_steps < tokens:
+        batcher.next_batch()
         batches += 1
     elapsed = time.perf_counter() - start
     return {"batches": batches, "seconds": elapsed, "tokens_per_second": batches * batch_size * unroll_steps / elapsed}
@@ -74,7 +75,7 @@ def check_same_batches(make_old, make_new, batch_size: int, unroll_steps: int, n
         raise SystemExit("the new batcher's resume state differs from the old one's")
 
 
-def run(paths: list[str], vocab, batch_sizes: list[int], unroll_steps: int, seconds: float, rounds: int) -> list[dict]:
+def run(paths: list[str], vocab, batch_sizes: list[int], unroll_steps: int, tokens: int, rounds: int) -> list[dict]:
     from legacy_batcher import LegacyLMBatcher, LegacySentenceStream
 
     from elmo.training.data import LMBatcher, SentenceStream
@@ -90,9 +91,9 @@ def run(paths: list[str], vocab, batch_sizes: list[int], unroll_steps: int, seco
         check_same_batches(make_old, make_new, size, unroll_steps)
         old, new = [], []
         for _ in range(rounds):  # interleaved: the machine's drift hits both alike
-            old.append(measure(make_old, size, unroll_steps, seconds)["tokens_per_second"])
-            new.append(measure(make_new, size, unroll_steps, seconds)["tokens_per_second"])
-        rows.append({"batch_size": size, "unroll_steps": unroll_steps, "rounds": rounds, "seconds_each": seconds,
+            old.append(measure(make_old, size, unroll_steps, tokens)["tokens_per_second"])
+            new.append(measure(make_new, size, unroll_steps, tokens)["tokens_per_second"])
+        rows.append({"batch_size": size, "unroll_steps": unroll_steps, "rounds": rounds, "tokens_each": tokens,
                      "old_tokens_per_second": old, "new_tokens_per_second": new,
                      "old_median": statistics.median(old), "new_median": statistics.median(new),
                      "speedup": statistics.median(new) / statistics.median(old)})
@@ -114,16 +115,17 @@ def main(argv: list[str] | None = None) -> int:
 
     from elmo.hub.pretrained import packaged_model_dir
     from elmo.model.vocab import Vocabulary
-    from elmo.training.data import expand_paths
+    from elmo.training.data import count_tokens, expand_paths
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--train", default=None, help="prepared training shards: paths or a quoted glob "
                                                       "(default: a generated text)")
-    parser.add_argument("--generate-tokens", type=int, default=2_000_000, help="size of the generated text")
+    parser.add_argument("--generate-tokens", type=int, default=400_000, help="size of the generated text")
     parser.add_argument("--vocab", default=None, help="vocabulary file (default: the packaged model's)")
     parser.add_argument("--batch-sizes", type=int, nargs="+", default=[32, 256, 1024, 2048])
     parser.add_argument("--unroll-steps", type=int, default=20)
-    parser.add_argument("--seconds", type=float, default=4.0, help="time per batch size, per round and batcher")
+    parser.add_argument("--passes", type=float, default=1.0,
+                        help="passes over the text per measurement (each covers its shard reads; default 1)")
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds of old and new")
     parser.add_argument("--output", default="benchmarks/results/lm_batcher.json")
     args = parser.parse_args(argv)
@@ -135,7 +137,8 @@ def main(argv: list[str] | None = None) -> int:
         else:
             paths = [os.path.join(tmp, "generated.txt")]
             generate_corpus(paths[0], vocab.words[3:], args.generate_tokens)
-        rows = run(paths, vocab, args.batch_sizes, args.unroll_steps, args.seconds, args.rounds)
+        _, targets = count_tokens(paths)
+        rows = run(paths, vocab, args.batch_sizes, args.unroll_steps, int(args.passes * targets), args.rounds)
     print(table(rows))
     write_results(args.output, {"train": args.train or f"generated ({args.generate_tokens:,} tokens)",
                                 "results": rows})
