@@ -73,6 +73,10 @@ def run_suite(args: argparse.Namespace) -> dict:
                         "started": time.strftime("%Y-%m-%d %H:%M:%S %z")},
               "sections": {}}
     wanted = args.sections or list(SECTIONS)
+    # Each section's own record lives beside the output, so that it survives even a kill of this
+    # process in the middle of the section; generated text and HDF5 files go to a temporary folder.
+    parts = out.with_name(out.stem + "-parts")
+    parts.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="gpu-suite-") as work:
         for name in wanted:
             left = args.budget_s - (time.monotonic() - started)
@@ -82,7 +86,7 @@ def run_suite(args: argparse.Namespace) -> dict:
                 report["sections"][name] = {"status": "skipped", "why": f"{left:.0f} s of the budget left"}
             else:
                 print(f"[{time.monotonic() - started:6.1f} s] {name} (limit {limit:.0f} s)", flush=True)
-                report["sections"][name] = run_section(name, args, work, limit)
+                report["sections"][name] = run_section(name, args, work, limit, parts)
                 print(f"[{time.monotonic() - started:6.1f} s] {name}: {report['sections'][name]['status']}", flush=True)
             report["suite"]["elapsed_s"] = round(time.monotonic() - started, 1)
             write_json(out, report)
@@ -92,12 +96,14 @@ def run_suite(args: argparse.Namespace) -> dict:
     return report
 
 
-def run_section(name: str, args: argparse.Namespace, work: str, limit: float) -> dict:
+def run_section(name: str, args: argparse.Namespace, work: str, limit: float, parts: Path | None = None) -> dict:
     """Run one section in a child process (its own session, killed whole at the limit); what the
-    child recorded survives any end."""
-    part = Path(work) / f"{name}.json"
+    child recorded (in ``parts``, default ``work``) survives any end."""
+    part = Path(parts or work) / f"{name}.json"
+    with contextlib.suppress(FileNotFoundError):
+        part.unlink()  # a record of an earlier run must not pass for this one's
     command = [sys.executable, str(Path(__file__)), "--section", name, "--part", str(part), "--device", args.device,
-               "--work", work] + (["--quick"] if args.quick else [])
+               "--work", work, "--limit", str(limit)] + (["--quick"] if args.quick else [])
     start = time.monotonic()
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                start_new_session=True, cwd=ROOT)
@@ -518,27 +524,42 @@ def inference_exactness(fixture: str, device: str, quick: bool) -> list[dict]:
 
 # ============================================================================== CUDA tests
 def section_cuda_tests(rec: Recorder, args) -> None:
+    """``pytest tests/test_cuda.py`` in a subprocess, stopped short of the section's limit so that
+    the results of the tests that finished are kept."""
     import importlib.util
 
     if importlib.util.find_spec("pytest") is None:
         rec.set("_error", "pytest is not installed in this Python: the CUDA tests did not run "
                           "(the exactness section checks the same paths against the specification)")
         return
-    command = [sys.executable, "-m", "pytest", "tests/test_cuda.py", "-q", "-rfE", "--tb=short", "-p", "no:cacheprovider"]
-    start = time.monotonic()
-    done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT)
-    output = done.stdout + done.stderr
-    counts = {k: int(v) for v, k in re.findall(r"(\d+) (passed|failed|skipped|errors?|xfailed|xpassed|deselected)",
-                                                output.splitlines()[-1] if output.strip() else "")}
+    command = [sys.executable, "-m", "pytest", "tests/test_cuda.py", "-v", "-rfE", "--tb=short", "-p", "no:cacheprovider"]
     rec.set("command", " ".join(command[1:]))
+    start = time.monotonic()
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT,
+                               start_new_session=True)
+    try:
+        output, _ = process.communicate(timeout=max(10.0, args.limit - 15))
+        stopped = False
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        output, _ = process.communicate()
+        stopped = True
+    outcomes = re.findall(r"^(tests/test_cuda\.py::\S+) (PASSED|FAILED|SKIPPED|ERROR|XFAIL|XPASS)", output, re.M)
+    counts: dict[str, int] = {}
+    for _, outcome in outcomes:
+        counts[outcome.lower()] = counts.get(outcome.lower(), 0) + 1
     rec.set("seconds", round(time.monotonic() - start, 1))
     rec.set("counts", counts)
-    rec.set("exit_code", done.returncode)
+    rec.set("exit_code", None if stopped else process.returncode)
+    rec.set("summary", [f"{name} {outcome}" for name, outcome in outcomes if outcome in ("FAILED", "ERROR")])
     failures = re.split(r"\n(?=_{3,} .* _{3,}\n)", output)
-    rec.set("failures", [f[:4000] for f in failures[1:]][:12] if done.returncode not in (0, 5) else [])
-    rec.set("summary", [line for line in output.splitlines() if line.startswith(("FAILED", "ERROR"))][:40])
-    if done.returncode not in (0, 5):  # 5: nothing collected/all deselected
-        rec.set("_error", f"pytest exit code {done.returncode}: {counts}")
+    rec.set("failures", [f[:4000] for f in failures[1:]][:12])
+    if stopped:
+        rec.set("_error", f"pytest stopped at the section's limit after {len(outcomes)} tests: {counts}\n"
+                          f"{output[-1500:]}")
+    elif process.returncode not in (0, 5):  # 5: nothing collected
+        rec.set("_error", f"pytest exit code {process.returncode}: {counts}\n{output[-1500:]}")
 
 
 # ================================================================================ training
@@ -1110,6 +1131,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--section", help=argparse.SUPPRESS)  # internal: run one section
     parser.add_argument("--part", help=argparse.SUPPRESS)
     parser.add_argument("--work", help=argparse.SUPPRESS)
+    parser.add_argument("--limit", type=float, default=3600.0, help=argparse.SUPPRESS)
     parser.add_argument("--embed-breakdown", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.render:

@@ -115,3 +115,38 @@ def test_char_id_table_starts_again_when_full_and_stays_exact():
         expected = np.stack([word_to_char_ids(w) for w in words])
         np.testing.assert_array_equal(table.lookup(words), expected)
         assert len(table) == size, words
+
+
+AWKWARD = [
+    "plain words here\r\nwindows line end\r\n",
+    "\n\n  \t \nafter blank lines\n   leading and trailing   \n",
+    "no final newline",
+    "ideographic\u3000space and\xa0no-break\u2028line separator \x1cfile separator\x0bvt\x0cff\n",
+    "\ufeffbom at the start\n<S> literal </S> markers\n",
+    "a nul\x00inside keeps the line path\nsecond line\n",
+    "",
+]
+
+
+@pytest.mark.parametrize("text", AWKWARD)
+@pytest.mark.parametrize("reverse", [False, True])
+def test_awkward_shards_read_exactly_as_before(tmp_path, text, reverse):
+    from legacy_batcher import LegacySentenceStream
+
+    shard = tmp_path / "s.txt"
+    shard.write_bytes(text.encode("utf-8"))
+    new = SentenceStream([str(shard)], shuffle=False, reverse=reverse)
+    old = LegacySentenceStream([str(shard)], shuffle=False, reverse=reverse)
+    while True:
+        a, b = new.next(), old.next()
+        assert a == b
+        if b is None:
+            break
+        assert new.state_dict() == old.state_dict()
+
+
+def test_a_shard_that_is_not_utf8_names_its_line(tmp_path):
+    shard = tmp_path / "s.txt"
+    shard.write_bytes(b"fine\nalso fine\nbad \xff byte\n")
+    with pytest.raises(ValueError, match=r"s\.txt:3: not valid UTF-8"):
+        SentenceStream([str(shard)], shuffle=False).next()

@@ -23,7 +23,7 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 import torch
 
-from elmo.fileio import read_lines
+from elmo.fileio import open_text, read_lines
 from elmo.model.chars import BOS_TOKEN, EOS_TOKEN, MAX_CHARS, words_to_char_ids
 from elmo.model.vocab import Vocabulary
 
@@ -70,7 +70,14 @@ class EncodedText:
     computed once, for all words at once, when first asked for.
     """
 
-    def __init__(self, sentences: Iterable[Sequence[str]], boundaries: bool = False, reverse: bool = False):
+    def __init__(self, words: list[str], tokens: np.ndarray, starts: list[int]):
+        self.words, self.tokens, self.starts = words, tokens, starts
+        self._chars: np.ndarray | None = None
+        self._vocab_ids: tuple[Vocabulary, np.ndarray] | None = None
+
+    @classmethod
+    def from_sentences(cls, sentences: Iterable[Sequence[str]], boundaries: bool = False,
+                       reverse: bool = False) -> EncodedText:
         """``sentences`` as token lists; ``boundaries`` wraps each in ``<S>`` ... ``</S>``, and
         ``reverse`` reverses each (after wrapping)."""
         flat: list[str] = []
@@ -82,18 +89,8 @@ class EncodedText:
             if boundaries:
                 flat.append(BOS_TOKEN if reverse else EOS_TOKEN)
             lengths.append(len(sentence) + 2 * boundaries)
-        # A word's id is its rank of first appearance: a missing key takes the counter's next
-        # value, so one pass in C (no Python per token) numbers them all.
-        index: defaultdict[str, int] = defaultdict(itertools.count().__next__)
-        self.tokens = np.fromiter(map(index.__getitem__, flat), dtype=np.int32, count=len(flat))
-        self.words = list(index)  # insertion order: by id
-        self.starts = [0] * (len(lengths) + 1)  # a list: read one at a time, in Python
-        total = 0
-        for k, n in enumerate(lengths):
-            total += n
-            self.starts[k + 1] = total
-        self._chars: np.ndarray | None = None
-        self._vocab_ids: tuple[Vocabulary, np.ndarray] | None = None
+        words, tokens = _number_words(flat)
+        return cls(words, tokens, [0, *itertools.accumulate(lengths)])
 
     def __len__(self) -> int:
         return len(self.starts) - 1
@@ -116,11 +113,60 @@ class EncodedText:
         return self._vocab_ids[1]
 
 
+def _number_words(tokens: list[str], first: Sequence[str] = ()) -> tuple[list[str], np.ndarray]:
+    """Distinct words of ``tokens`` (``first`` taking the first ids) and each token's id
+    ``(len(tokens),)`` int32. A word's id is its rank of first appearance: a missing key takes
+    the counter's next value, so one pass in C (no Python per token) numbers them all."""
+    index: defaultdict[str, int] = defaultdict(itertools.count().__next__)
+    for word in first:
+        index[word]  # noqa: B018 (reserves the id)
+    ids = np.fromiter(map(index.__getitem__, tokens), dtype=np.int32, count=len(tokens))
+    return list(index), ids  # insertion order: by id
+
+
+# Marks line ends in read_encoded; a shard holding this character takes the line-by-line path.
+_LINE_END = "\x00"
+
+
 def read_encoded(path: str, reverse: bool = False) -> EncodedText:
-    """The sentences of one shard (empty lines skipped), each wrapped in ``<S>`` ... ``</S>``
-    (and reversed when ``reverse``), encoded."""
-    return EncodedText((words for line in read_lines(path) if (words := line.split())),
-                       boundaries=True, reverse=reverse)
+    """The sentences of one shard (lines with at least one token, split as ``str.split()``
+    does), each wrapped in ``<S>`` ... ``</S>`` (and reversed when ``reverse``), encoded.
+
+    The whole shard is decoded at once and split by one ``str.split()`` with a marker token at
+    each line end, so no Python runs per line or per token; the sentences are then laid out by
+    numpy. A line that is not UTF-8 raises ValueError with its line number."""
+    with open_text(path) as f:
+        data = f.read()
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        for _ in read_lines(path):  # raises the error naming the line
+            pass
+        raise
+    del data
+    if _LINE_END in text:
+        return EncodedText.from_sentences((words for line in text.split("\n") if (words := line.split())),
+                                          boundaries=True, reverse=reverse)
+    words, ids = _number_words(text.replace("\n", f" {_LINE_END} ").split(), first=(_LINE_END, BOS_TOKEN, EOS_TOKEN))
+    del text
+    line_end, bos, eos = 0, 1, 2
+    # Lines lie between the markers (and the text's end); those with tokens are the sentences.
+    ends = np.append(np.flatnonzero(ids == line_end), len(ids))
+    begins = np.concatenate([[0], ends[:-1] + 1])
+    lengths = ends - begins
+    begins, lengths = begins[lengths > 0], lengths[lengths > 0]
+    offsets = np.concatenate([[0], np.cumsum(lengths + 2)])  # each sentence with its two boundaries
+    tokens = np.empty(int(offsets[-1]), dtype=np.int32)
+    sentence = np.repeat(np.arange(len(lengths)), lengths)
+    position = np.arange(int(lengths.sum())) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+    source = begins[sentence] + position
+    if reverse:
+        tokens[offsets[sentence] + lengths[sentence] - position] = ids[source]
+    else:
+        tokens[offsets[sentence] + 1 + position] = ids[source]
+    tokens[offsets[:-1]] = eos if reverse else bos
+    tokens[offsets[1:] - 1] = bos if reverse else eos
+    return EncodedText(words, tokens, offsets.tolist())
 
 
 class SentenceStream:
@@ -209,7 +255,7 @@ class LMBatcher:
         self.batch_size, self.unroll_steps = batch_size, unroll_steps
         self.rows = rows or slice(0, batch_size)
         # Row r reads text[r].tokens[position[r]:end[r]]: what is left of its sentence.
-        empty = EncodedText([])
+        empty = EncodedText.from_sentences([])
         self._texts: list[EncodedText] = [empty] * batch_size
         self._positions = [0] * batch_size
         self._ends = [0] * batch_size
@@ -265,18 +311,20 @@ class LMBatcher:
         piece_of_pair = np.repeat(np.arange(len(takes)), take_counts)
         first_pair = np.cumsum(take_counts) - take_counts
         inputs = np.array(starts, dtype=np.int64)[piece_of_pair] + np.arange(n_pairs) - first_pair[piece_of_pair]
-        char_ids = np.empty((n_pairs, MAX_CHARS), dtype=np.int64)
-        target_ids = np.empty(n_pairs, dtype=np.int64)
-        # Usually one text; two or more only where rows straddle a shard boundary.
-        for text in dict.fromkeys(piece_texts):
-            if len(piece_texts) and piece_texts.count(text) == len(piece_texts):
-                pairs = slice(None)
-                positions_here = inputs
-            else:
-                pairs = np.array([t is text for t in piece_texts])[piece_of_pair]
-                positions_here = inputs[pairs]
-            char_ids[pairs] = text.char_ids()[text.tokens[positions_here]]
-            target_ids[pairs] = text.vocab_ids(self.vocab)[text.tokens[positions_here + 1]]
+        texts = list(dict.fromkeys(piece_texts))
+        if len(texts) == 1:  # all from one text: the usual case
+            text = texts[0]
+            # np.take along rows is several times faster than fancy indexing here.
+            char_ids = np.take(text.char_ids(), text.tokens[inputs], axis=0).astype(np.int64)
+            target_ids = text.vocab_ids(self.vocab)[text.tokens[inputs + 1]]
+        else:  # rows straddle a shard boundary (or the rows of a resumed state)
+            char_ids = np.zeros((n_pairs, MAX_CHARS), dtype=np.int64)
+            target_ids = np.zeros(n_pairs, dtype=np.int64)
+            for text in texts:
+                pairs = np.array([t is text for t in piece_texts], dtype=bool)[piece_of_pair]
+                here = inputs[pairs]
+                char_ids[pairs] = np.take(text.char_ids(), text.tokens[here], axis=0)
+                target_ids[pairs] = text.vocab_ids(self.vocab)[text.tokens[here + 1]]
         sentences = np.repeat(np.array(piece_sentences, dtype=np.int64), take_counts)
         n_rows = len(mine)
         row_counts = np.array([counts[r] for r in mine], dtype=np.int64)
@@ -301,7 +349,7 @@ class LMBatcher:
 
     def load_state_dict(self, state: dict) -> None:
         self.stream.load_state_dict(state["stream"])
-        leftovers = EncodedText(state["current"])
+        leftovers = EncodedText.from_sentences(state["current"])
         self._texts = [leftovers] * self.batch_size
         self._positions = leftovers.starts[:-1]
         self._ends = leftovers.starts[1:]
