@@ -22,6 +22,8 @@ measured so far, and the suite goes on; the JSON is rewritten after every sectio
 * ``embed_process``: whole-process ``elmo embed`` of 20,000 generated sentences, with and without
   CUDA graphs, and an in-process breakdown (imports, loading, embedding without and with HDF5).
 * ``train_process``: whole-process ``elmo train`` on a generated corpus with the real batcher.
+* ``batcher``: the host's batch building alone, the pre-#37 code against the current one, one
+  thread (``benchmarks/lm_batcher.py``), on this host.
 
 FLOPs per token are derived from the config the way the issue counts them: per token of one
 direction, the encoder and the LSTM stack of both directions' inputs and both softmaxes, times
@@ -54,10 +56,10 @@ os.environ["PYTHONPATH"] = os.pathsep.join([str(ROOT / "src"), *filter(None, [os
 
 # In order of what the issue's targets need most: a budget that runs out cuts the last ones.
 SECTIONS = ("environment", "exactness", "train_original", "embed", "cuda_tests", "train_packaged", "embed_process",
-            "train_process")
+            "train_process", "batcher")
 # Seconds each section may take (full run; --quick gives each QUICK_TIMEOUT).
 TIMEOUTS = {"environment": 45, "exactness": 90, "train_original": 120, "embed": 90, "cuda_tests": 150,
-            "train_packaged": 90, "embed_process": 100, "train_process": 60}
+            "train_packaged": 90, "embed_process": 100, "train_process": 60, "batcher": 45}
 QUICK_TIMEOUT = 100  # per section on a CPU with --quick
 DEFAULT_BUDGET_S = 420  # the whole suite: 7 minutes
 MIN_SECTION_S = 20  # a section is skipped when less than this is left of the budget
@@ -366,28 +368,47 @@ def fixture_sentences(name: str) -> list[list[str]]:
 
 
 def training_paths(device: str) -> list[str]:
-    """The LSTM paths of training in this checkout: "plain" (the specification), "legacy" (the
-    fast path before issue 37, benchmarks/legacy_paths.py), and the model's own fast paths
-    (``elmo.model.bilm.LSTM_PATHS``; "+compile" where its cells can go through torch.compile)."""
+    """The LSTM paths of training in this checkout, slowest first: "plain" (the specification),
+    "legacy" (the fast path before issue 37, benchmarks/legacy_paths.py), the model's own fast
+    paths (``elmo.model.bilm.LSTM_PATHS``), and on a GPU "fused+compile" (its cells through
+    torch.compile) and "fused+graphs" (the training window as CUDA graphs) where the model has
+    them. The cuDNN backend is another model (no clipping): see :func:`cudnn_config`."""
     import inspect
 
-    from elmo.model import bilm
+    from elmo.model import bilm, lm
 
     paths = ["plain"]
     if (HERE / "legacy_paths.py").exists():
         paths.append("legacy")
-    model_paths = [p for p in getattr(bilm, "LSTM_PATHS", ("plain", "fast")) if p != "plain"]
+    model_paths = [p for p in getattr(bilm, "LSTM_PATHS", ("plain", "fast")) if p not in ("plain", "cudnn")]
     paths += model_paths
-    if "compile_cells" in inspect.signature(bilm.BiLM).parameters and "fused" in model_paths and device != "cpu":
-        paths.append("fused+compile")
+    if device != "cpu" and "fused" in model_paths:
+        if "compile_cells" in inspect.signature(bilm.BiLM).parameters:
+            paths.append("fused+compile")
+        if hasattr(lm.LanguageModel, "use_cuda_graphs"):
+            paths.append("fused+graphs")
     return paths
 
 
+def cudnn_config(config):
+    """``config`` as a cuDNN-backend model (no clipping), where this checkout has that backend."""
+    import dataclasses
+
+    from elmo.model import bilm
+
+    if "cudnn" not in getattr(bilm, "LSTM_PATHS", ()) or not hasattr(config.lstm, "backend"):
+        return None
+    lstm = dataclasses.replace(config.lstm, cell_clip=None, proj_clip=None, backend="cudnn")
+    return dataclasses.replace(config, lstm=lstm)
+
+
 @contextlib.contextmanager
-def training_path(model, name: str):
-    """``model`` (a LanguageModel or a BiLM) trains on LSTM path ``name`` within the block."""
+def training_path(model, name: str, trainer=None):
+    """``model`` (a LanguageModel or a BiLM; ``trainer``'s, when given) trains on LSTM path
+    ``name`` within the block; everything is restored after."""
     bilm = getattr(model, "bilm", model)
     saved = {k: getattr(bilm, k) for k in ("lstm_path", "compile_cells", "fast") if hasattr(bilm, k)}
+    graphs = False
     try:
         if name == "legacy":
             from legacy_paths import use_legacy_training_path
@@ -399,15 +420,24 @@ def training_path(model, name: str):
             with use_legacy_training_path(model):
                 yield model
             return
-        base, _, extra = name.partition("+")
+        base, *extras = name.split("+")
         if hasattr(bilm, "lstm_path"):
             bilm.lstm_path = base
             if hasattr(bilm, "compile_cells"):
-                bilm.compile_cells = extra == "compile"
+                bilm.compile_cells = "compile" in extras
         else:  # before the LSTM paths: fast or plain only
             bilm.fast = base != "plain"
+        if "graphs" in extras:
+            model.use_cuda_graphs(True)
+            graphs = True
+            if trainer is not None:  # the trainer's autocast must not cache weight casts under graphs
+                trainer.settings.cuda_graphs = True
         yield model
     finally:
+        if graphs:
+            model.use_cuda_graphs(False)
+            if trainer is not None:
+                trainer.settings.cuda_graphs = False
         for key, value in saved.items():
             if key != "fast":
                 setattr(bilm, key, value)
@@ -622,20 +652,24 @@ def section_train(rec: Recorder, args, name: str) -> None:
     BiLMConfig(char_cnn=config.char_cnn, lstm=config.lstm, training=training).to_json(options)
     paths = training_paths(device)
     rec.set("paths", paths)
-    steps = size["steps"]
-    for batch in size["batches"]:
+    cudnn = cudnn_config(config) if device != "cpu" else None
+    if cudnn is not None:
+        cudnn_options = folder / f"{name}-cudnn-options.json"
+        BiLMConfig(char_cnn=cudnn.char_cnn, lstm=cudnn.lstm, training=training).to_json(cudnn_options)
+
+    def measure(options_file: Path, batch: int, plan: list[tuple[str, bool]]) -> None:
         with tempfile.TemporaryDirectory(dir=work) as output:
-            trainer = Trainer(TrainSettings(train=[str(corpus)], vocab=str(vocab), output=output, config=str(options),
-                                            batch_size=batch, max_tokens=10 ** 12, progress=False, device=device,
-                                            checkpoint_every=10 ** 9, log_every=10 ** 9))
+            trainer = Trainer(TrainSettings(train=[str(corpus)], vocab=str(vocab), output=output,
+                                            config=str(options_file), batch_size=batch, max_tokens=10 ** 12,
+                                            progress=False, device=device, checkpoint_every=10 ** 9,
+                                            log_every=10 ** 9))
             try:
-                for path, bf16 in training_plan(paths, batch, size["batches"], args.quick):
+                for path, bf16 in plan:
                     row = {"batch": batch, "path": path, "precision": "bfloat16" if bf16 else "float32"}
                     try:
-                        row.update(time_training(trainer, path, bf16, *steps, device))
+                        row.update(time_training(trainer, path, bf16, *size["steps"], device))
                         tokens = row["tokens_per_s_per_direction"]
-                        peak = peaks["bfloat16" if bf16 else "float32"]
-                        row["mfu"] = round(flops * tokens / peak, 4)
+                        row["mfu"] = round(flops * tokens / peaks["bfloat16" if bf16 else "float32"], 4)
                         row["achieved_tflops"] = round(flops * tokens / 1e12, 2)
                     except Exception as error:
                         row["error"] = f"{type(error).__name__}: {error}"
@@ -650,15 +684,24 @@ def section_train(rec: Recorder, args, name: str) -> None:
                 if device != "cpu":
                     torch.cuda.empty_cache()
 
+    # The largest batch first: the throughput targets are about it (a limit cuts the rest).
+    for batch in sorted(size["batches"], reverse=True):
+        measure(options, batch, training_plan(paths, batch, size["batches"], args.quick))
+        if cudnn is not None:  # another model: torch's LSTM kernel, no clipping
+            measure(cudnn_options, batch, [("cudnn", True), ("cudnn", False)])
+
 
 def training_plan(paths: list[str], batch: int, batches: list[int], quick: bool) -> list[tuple[str, bool]]:
-    """(path, bf16) pairs to time at ``batch``, most telling first (a timeout cuts the rest):
-    every fast path in bf16 and fp32; the plain path only at the smallest batch (it is slow).
-    ``quick``: each path once (the newest in both precisions), the code paths without the grid."""
-    fast = [p for p in paths if p != "plain"]
+    """(path, bf16) pairs to time at ``batch``, most telling first (a limit cuts the rest): in
+    bf16 then fp32, the newest path, the pre-#37 one ("legacy", the issue's comparison), the
+    others; the plain path only at the smallest batch (it is slow). ``quick``: each path once
+    (the newest in both precisions), the code paths without the grid."""
+    fast = [p for p in paths if p != "plain"]  # slowest first
     if quick:
         return [(fast[-1], True)] + [(p, False) for p in reversed(fast)] + [("plain", False)]
-    plan = [(p, True) for p in reversed(fast)] + [(p, False) for p in reversed(fast)]
+    order = [fast[-1]] + (["legacy"] if "legacy" in fast[:-1] else [])
+    order += [p for p in reversed(fast) if p not in order]
+    plan = [(p, True) for p in order] + [(p, False) for p in order]
     if batch == min(batches):
         plan += [("plain", True), ("plain", False)]
     return plan
@@ -671,21 +714,23 @@ def time_training(trainer, path: str, bf16: bool, warmup: int, min_steps: int, m
     trainer.settings.bf16 = bf16
     # The carried LSTM state takes the precision of the last step: start each setting from zeros.
     trainer.state = trainer.model.bilm.zero_state(trainer.state.batch_size)
-    with training_path(trainer.model, path):
+    # A step that leaves the losses on the device where the trainer has one (no host sync per step).
+    step = getattr(trainer, "_step", trainer.train_step)
+    with training_path(trainer.model, path, trainer):
         start = time.perf_counter()
         for _ in range(warmup):
-            trainer.train_step()
+            step()
         device_sync(device)
         warmup_seconds = time.perf_counter() - start
         reset_peak_memory(device)
         steps, start = 0, time.perf_counter()
         while steps < max_steps and (steps < min_steps or time.perf_counter() - start < min_seconds):
-            trainer.train_step()
+            step()
             steps += 1
         device_sync(device)
         seconds = time.perf_counter() - start
         memory = peak_memory_bytes(device)
-        kernels = count_kernels(device, trainer.train_step)
+        kernels = count_kernels(device, step)
     tokens = trainer.tokens_per_step
     return {"steps": steps, "seconds": round(seconds, 3), "s_per_step": round(seconds / steps, 4),
             "tokens_per_s_per_direction": round(steps * tokens / seconds, 1),
@@ -962,6 +1007,27 @@ def embed_breakdown(text: str, device: str, work: str, quick: bool) -> dict:
     return {k: round(v, 3) for k, v in times.items()}
 
 
+def section_batcher(rec: Recorder, args) -> None:
+    """benchmarks/lm_batcher.py's measurement on this host: one thread, the old batcher against the
+    new, each a whole pass over a generated text (reading it included), interleaved rounds."""
+    import torch
+    from lm_batcher import generate_corpus, run
+
+    from elmo.hub.pretrained import packaged_model_dir
+    from elmo.model.vocab import Vocabulary
+    from elmo.training.data import count_tokens
+
+    torch.set_num_threads(1)
+    vocab = Vocabulary.from_file(packaged_model_dir() / "vocab.txt")
+    text = Path(args.work) / "batcher.txt"
+    generate_corpus(str(text), vocab.words[3:], 20_000 if args.quick else 1_000_000)
+    _, targets = count_tokens([str(text)])
+    sizes = [32] if args.quick else [256, 2048]
+    rec.set("text", {"tokens": targets, "generated": True})
+    for row in run([str(text)], vocab, sizes, 20, targets, 1 if args.quick else 2):
+        rec.add("rows", row)
+
+
 def section_sleep(rec: Recorder, args) -> None:
     """Not a measurement: records one value and hangs, so that the tests can check that a section
     past its limit is killed and what it recorded survives."""
@@ -1055,6 +1121,12 @@ def tables(report: dict) -> list[tuple[str, list[str], list[list[str]]]]:
         if proc.get("breakdown_s"):
             out.append(("Where the time of elmo embed goes (seconds, in-process)", ["part", "seconds"],
                         [[k, _fmt(v, 2)] for k, v in proc["breakdown_s"].items()]))
+    batcher = sections.get("batcher", {}).get("result", {})
+    if batcher.get("rows"):
+        rows = [[_fmt(r["batch_size"]), " / ".join(_fmt(v) for v in r["old_tokens_per_second"]),
+                 " / ".join(_fmt(v) for v in r["new_tokens_per_second"]), f"{r['speedup']:.1f}x"] for r in batcher["rows"]]
+        out.append(("Host batch building, one thread (LMBatcher; whole passes over a generated text, reading included)",
+                    ["batch", "old tokens/s (rounds)", "new tokens/s (rounds)", "new / old"], rows))
     tp = sections.get("train_process", {}).get("result", {}).get("result")
     if tp:
         out.append(("Whole-process elmo train (packaged size, generated text, real batcher)",

@@ -27,7 +27,7 @@ def test_every_section_ran_ok(report):
     data, done = report
     statuses = {name: section["status"] for name, section in data["sections"].items()}
     assert statuses == dict.fromkeys(["environment", "exactness", "cuda_tests", "train_original", "train_packaged",
-                                      "embed", "embed_process", "train_process"], "ok"), (
+                                      "embed", "embed_process", "train_process", "batcher"], "ok"), (
         statuses, {n: s.get("error") for n, s in data["sections"].items()}, done.stdout[-2000:])
     assert done.returncode == 0
     assert "Sections" in done.stdout and "Exactness" in done.stdout  # the plain-text tables at the end
@@ -64,6 +64,7 @@ def test_numbers_are_sane(report):
     assert process["breakdown_s"]["embed_without_output"] > 0 and process["breakdown_s"]["imports"] > 0
     trained = sections["train_process"]["result"]
     assert trained["whole_process_s"] > 0 and trained["tokens_per_s_per_direction_logged"]
+    assert all(r["old_median"] > 0 and r["new_median"] > 0 for r in sections["batcher"]["rows"])
 
 
 def test_json_renders_as_markdown_tables(report, tmp_path):
@@ -72,7 +73,7 @@ def test_json_renders_as_markdown_tables(report, tmp_path):
     done = subprocess.run([sys.executable, str(SUITE), "--render", str(path)], capture_output=True, text=True, cwd=ROOT)
     assert done.returncode == 0, done.stderr
     for title in ("Environment", "Exactness of training paths", "Training, packaged size", "Embedding",
-                  "Whole-process elmo embed", "Whole-process elmo train"):
+                  "Whole-process elmo embed", "Whole-process elmo train", "Host batch building"):
         assert f"**{title}" in done.stdout
     assert "| section | status |" in done.stdout
 
