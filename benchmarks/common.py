@@ -14,8 +14,8 @@ from collections import Counter
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from elmo.model.config import BiLMConfig
 from elmo.fileio import atomic_write_text
+from elmo.model.config import BiLMConfig
 
 
 def machine() -> dict:

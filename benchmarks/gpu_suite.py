@@ -2,7 +2,7 @@
 printed at the end, every section in its own process under its own time limit.
 
     PYTHONPATH=src python benchmarks/gpu_suite.py --out "$OUT/gpu_suite.json"     # on the GPU (~6 min)
-    PYTHONPATH=src python benchmarks/gpu_suite.py --device cpu --quick --out /tmp/suite.json   # anywhere
+    PYTHONPATH=src python benchmarks/gpu_suite.py --device cpu --quick --out suite.json   # anywhere
     python benchmarks/gpu_suite.py --render "$OUT/gpu_suite.json"   # the Markdown tables, printed
     python benchmarks/gpu_suite.py --render gpu_suite.json --into docs/speed.md   # ... put into the docs
 

@@ -2,7 +2,7 @@
 (ATen operators that launch one, counted by a dispatch mode) and seconds per layer, interleaved
 rounds, on whatever device is given.
 
-    python benchmarks/inference_kernel.py --output benchmarks/results/inference_kernel.json
+    python benchmarks/inference_kernel.py --output results/benchmarks/inference_kernel.json
     python benchmarks/inference_kernel.py --device cuda --output inference_kernel-gpu.json
 
 Both kernels run one layer of both directions over ``--rows`` sentences of ``--steps`` tokens
@@ -47,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rows", type=int, default=64)
     parser.add_argument("--steps", type=int, default=27, help="tokens per sentence, boundaries included")
     parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--output", default="benchmarks/results/inference_kernel.json")
+    parser.add_argument("--output", default="results/benchmarks/inference_kernel.json")
     args = parser.parse_args(argv)
     device = torch.device(args.device)
 

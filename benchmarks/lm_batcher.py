@@ -9,7 +9,7 @@ the text (``--passes``), reading its shards included. Training cannot beat half 
 directions), so "per direction" below is half the batcher's tokens/s.
 
     python benchmarks/lm_batcher.py --train 'DATA/wiki/train/*.txt' \\
-        --output benchmarks/results/lm_batcher.json
+        --output results/benchmarks/lm_batcher.json
 
 Without ``--train`` it generates text (Zipf-distributed words of the packaged vocabulary).
 """
@@ -127,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--passes", type=float, default=1.0,
                         help="passes over the text per measurement (each covers its shard reads; default 1)")
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds of old and new")
-    parser.add_argument("--output", default="benchmarks/results/lm_batcher.json")
+    parser.add_argument("--output", default="results/benchmarks/lm_batcher.json")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     vocab = Vocabulary.from_file(args.vocab or os.path.join(packaged_model_dir(), "vocab.txt"))
