@@ -5,7 +5,8 @@ Training draws one batch per direction per step from :class:`elmo.training.data.
 thread, for each batch size, the old per-token code (``benchmarks/legacy_batcher.py``, as before
 issue 37) against the current one in the same process, in interleaved rounds, and checks on the
 way that both build the same batches. Each measurement is a fresh batcher making one pass over
-the text (``--passes``), reading its shards included. Training cannot beat half of a batcher's rate (two
+the text (``--passes``), reading its shards included (and stopping just before the pass would
+read them again). Training cannot beat half of a batcher's rate (two
 directions), so "per direction" below is half the batcher's tokens/s.
 
     python benchmarks/lm_batcher.py --train 'DATA/wiki/train/*.txt' \\
@@ -75,7 +76,15 @@ def check_same_batches(make_old, make_new, batch_size: int, unroll_steps: int, n
         raise SystemExit("the new batcher's resume state differs from the old one's")
 
 
-def run(paths: list[str], vocab, batch_sizes: list[int], unroll_steps: int, tokens: int, rounds: int) -> list[dict]:
+def pass_tokens(targets: int, batch_size: int, unroll_steps: int, passes: float = 1.0) -> int:
+    """Tokens a measurement takes for ``passes`` passes over a text of ``targets`` (input, target)
+    pairs: two batches short of the end, where the rows' unread remainders would make the stream
+    read the text again (a measurement of one pass then pays for one reading, as a pass does)."""
+    return max(batch_size * unroll_steps, int(passes * targets) - 2 * batch_size * unroll_steps)
+
+
+def run(paths: list[str], vocab, batch_sizes: list[int], unroll_steps: int, targets: int, rounds: int,
+        passes: float = 1.0) -> list[dict]:
     from legacy_batcher import LegacyLMBatcher, LegacySentenceStream
 
     from elmo.training.data import LMBatcher, SentenceStream
@@ -88,6 +97,7 @@ def run(paths: list[str], vocab, batch_sizes: list[int], unroll_steps: int, toke
 
     rows = []
     for size in batch_sizes:
+        tokens = pass_tokens(targets, size, unroll_steps, passes)
         check_same_batches(make_old, make_new, size, unroll_steps)
         old, new = [], []
         for _ in range(rounds):  # interleaved: the machine's drift hits both alike
@@ -138,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
             paths = [os.path.join(tmp, "generated.txt")]
             generate_corpus(paths[0], vocab.words[3:], args.generate_tokens)
         _, targets = count_tokens(paths)
-        rows = run(paths, vocab, args.batch_sizes, args.unroll_steps, int(args.passes * targets), args.rounds)
+        rows = run(paths, vocab, args.batch_sizes, args.unroll_steps, targets, args.rounds, args.passes)
     print(table(rows))
     write_results(args.output, {"train": args.train or f"generated ({args.generate_tokens:,} tokens)",
                                 "results": rows})
