@@ -856,10 +856,12 @@ def time_embedding(model, path: str, precision: str, sentences, warm, device: st
         seconds = time.perf_counter() - start
         memory = peak_memory_bytes(device)
         stages = embedding_stages(embedder, sentences, device)
+        batch = sorted(sentences, key=len)[len(sentences) // 2:][:64]  # 64 sentences of about the median length
+        kernels = count_kernels(device, lambda: embedder.embed_batch(batch))
     tokens = sum(map(len, sentences))
     result = {"ran_in": embedder.runtime.precision, "seconds": round(seconds, 3), "tokens_per_s": round(tokens / seconds, 1),
               "sentences_per_s": round(len(sentences) / seconds, 1), "peak_memory_gib": round(memory / 2 ** 30, 3),
-              "stages_s": stages}
+              "stages_s": stages, "kernels_per_batch_of_64": kernels}
     if embedder.runtime.graphs is not None:
         graphs = embedder.runtime.graphs
         result.update(graph_captures=graphs.captures, graph_replays=graphs.replays, graphs_disabled=graphs.disabled)
@@ -1117,12 +1119,13 @@ def tables(report: dict) -> list[tuple[str, list[str], list[list[str]]]]:
         rows = []
         for r in emb["rows"]:
             st = r.get("stages_s", {})
+            kernels = r.get("kernels_per_batch_of_64") or {}
             rows.append([r["size"], r["path"], _precision(r), _fmt(r.get("tokens_per_s")), _fmt(r.get("sentences")),
                          *(_fmt(st.get(k), 2) for k in ("host", "encoder", "lstm", "forward_rest", "to_host", "hdf5")),
-                         r.get("error", "")[:60]])
+                         _fmt(kernels.get("cuda_kernels", kernels.get("aten_kernel_ops"))), r.get("error", "")[:60]])
         out.append(("Embedding (batch 64, generated sentences); stage seconds from a second, synchronised pass",
                     ["size", "path", "precision", "tokens/s", "sentences", "host s", "encoder s", "LSTM s",
-                     "rest of forward s", "to host s", "HDF5 s", "error"], rows))
+                     "rest of forward s", "to host s", "HDF5 s", "kernels per batch of 64", "error"], rows))
     proc = sections.get("embed_process", {}).get("result", {})
     if proc.get("whole_process"):
         rows = [[r["run"], _fmt(r["seconds"], 1), _fmt(r["tokens_per_s"]), _fmt(r.get("output_gib"), 2),
