@@ -14,7 +14,11 @@ from elmo.model.vocab import Vocabulary
 from elmo.training.data import LMBatcher, SentenceStream
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-from legacy_batcher import LegacyLMBatcher, legacy_batch_to_char_ids  # noqa: E402
+from legacy_batcher import (  # noqa: E402
+    LegacyLMBatcher,
+    LegacySentenceStream,
+    legacy_batch_to_char_ids,
+)
 
 WORDS = ["the", "a", "cat", "Zürich", "東京", "naïve", "😀", "x" * 60, "é" * 30, "<S>", "</S>", "<s>", "z", "<UNK>"]
 
@@ -150,3 +154,21 @@ def test_a_shard_that_is_not_utf8_names_its_line(tmp_path):
     shard.write_bytes(b"fine\nalso fine\nbad \xff byte\n")
     with pytest.raises(ValueError, match=r"s\.txt:3: not valid UTF-8"):
         SentenceStream([str(shard)], shuffle=False).next()
+
+
+@pytest.mark.parametrize("kept", ["none", "some", "all"])
+def test_shards_kept_between_passes_or_not_give_the_same_batches(tmp_path, monkeypatch, kept):
+    """None, some or all shards kept encoded for the next passes: the old code's batches."""
+    from elmo.training.data import read_encoded
+
+    paths = _corpus(tmp_path, n_shards=4, seed=7)
+    sizes = sorted(len(read_encoded(p).tokens) for p in paths)
+    bound = {"none": 0, "some": sizes[0] + sizes[1], "all": sum(sizes)}[kept]
+    monkeypatch.setattr(SentenceStream, "CACHED_TOKENS", bound)
+    new = LMBatcher(SentenceStream(paths, seed=2), VOCAB, 4, 6)
+    old = LegacyLMBatcher(LegacySentenceStream(paths, seed=2), VOCAB, 4, 6)
+    for step in range(80):  # several passes
+        _assert_same(new.next_batch(), old.next_batch(), step)
+    assert new.stream.pass_index >= 2
+    cached = [len(t.tokens) for t in new.stream._cache.values()]
+    assert sum(cached) <= bound and len(cached) in {"none": [0], "some": [1, 2, 3], "all": [4]}[kept]

@@ -175,7 +175,13 @@ class SentenceStream:
     With ``shuffle``, pass ``p`` visits the shards in an order drawn from ``(seed, p)`` and each
     shard's sentences in an order drawn from ``(seed, p, shard)``, so no RNG state needs saving.
     Without ``shuffle`` (evaluation), one pass in file order, then :meth:`next` returns None.
+
+    Shards read (encoded) are kept for later passes while they hold at most
+    :attr:`CACHED_TOKENS` tokens in all (4 bytes each): a corpus of that size is read once per
+    run, a larger one shard by shard each pass. Shards must not change during a run.
     """
+
+    CACHED_TOKENS = 64_000_000
 
     def __init__(self, paths: Sequence[str], seed: int = 0, shuffle: bool = True, reverse: bool = False):
         if not paths:
@@ -186,6 +192,8 @@ class SentenceStream:
         self._loaded: tuple[int, int] | None = None
         self._text: EncodedText | None = None
         self._order: list[int] = []  # the loaded shard's sentences in reading order
+        self._cache: dict[int, EncodedText] = {}  # shard index -> its text, see CACHED_TOKENS
+        self._cached_tokens = 0
 
     def _shard_order(self) -> list[int]:
         order = list(range(len(self.paths)))
@@ -198,7 +206,12 @@ class SentenceStream:
         if self._loaded == key:
             return
         shard = self._shard_order()[self.shard_position]
-        text = read_encoded(self.paths[shard], self.reverse)
+        text = self._cache.get(shard)
+        if text is None:
+            text = read_encoded(self.paths[shard], self.reverse)
+            if self._cached_tokens + len(text.tokens) <= self.CACHED_TOKENS:
+                self._cache[shard] = text
+                self._cached_tokens += len(text.tokens)
         # Shuffling positions permutes exactly as shuffling the sentences themselves would.
         order = list(range(len(text)))
         if self.shuffle:
