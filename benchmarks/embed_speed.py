@@ -45,8 +45,14 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from common import (lstm_flops, matmul_peak_flops, peak_rss_bytes, time_process, token_encoder_flops,  # noqa: E402
-                    write_results)
+from common import (  # noqa: E402
+    lstm_flops,
+    matmul_peak_flops,
+    peak_rss_bytes,
+    time_process,
+    token_encoder_flops,
+    write_results,
+)
 
 
 def load_sentences(path: str, n: int) -> list[list[str]]:
@@ -146,12 +152,12 @@ import json, time
 t0 = time.perf_counter()
 import elmo.cli.main, elmo.cli.embed
 from elmo.inference.embed import Embedder
-from elmo.hub.pretrained import load_model
+from elmo.hub import load_model
 t1 = time.perf_counter()
 model = load_model(({options!r}, {weights!r}))
 t2 = time.perf_counter()
 embedder = Embedder(model, batch_size={batch_size}, **{embedder_options!r})
-embedder.runtime.states.initial(1)
+embedder.runtime.initial_state(1)
 t3 = time.perf_counter()
 embedder.embed_file({text!r}, {output!r}, overwrite=True)
 t4 = time.perf_counter()

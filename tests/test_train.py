@@ -16,7 +16,8 @@ import torch
 from conftest import FIXTURES
 
 from elmo import load_bilm_tf
-from elmo.hub.checkpoints import load_language_model, load_train_checkpoint
+from elmo.hub import load_language_model
+from elmo.hub.checkpoints import load_train_checkpoint
 from elmo.model.bilm import FORWARD
 from elmo.model.chars import batch_to_char_ids
 from elmo.model.softmax import Softmax, expected_count, log_uniform_sample
