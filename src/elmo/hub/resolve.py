@@ -111,7 +111,7 @@ def locate(source: ModelSource = None) -> Location:
     if _is_url(text):
         name = published_name_of_url(text)
         if name is None:
-            raise ValueError(f"model: {text}: not the URL of a published model ({', '.join(PUBLISHED)}); download "
+            raise ValueError(f"{text}: not the URL of a published model ({', '.join(PUBLISHED)}); download "
                              f"its options.json and weights.hdf5 and pass the local folder")
         return Location("published", text, name=name)
     path = Path(text)

@@ -215,7 +215,8 @@ def check_task_paths(config: TaskConfig, where: str = "config") -> None:
         try:
             locate(config.bilm.model)  # what the name or path names, without reading or downloading it
         except (ValueError, OSError) as e:
-            raise TaskConfigError(f"{where}: bilm.model: {e}{_where_relative(config.bilm.model)}") from None
+            where_relative = "" if "://" in config.bilm.model else _where_relative(config.bilm.model)
+            raise TaskConfigError(f"{where}: bilm.model: {e}{where_relative}") from None
 
 
 def load_task_config(path: str | os.PathLike, overrides: dict | None = None) -> TaskConfig:

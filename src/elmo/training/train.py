@@ -99,13 +99,16 @@ def finetune_batch_size(run_tokens: int, unroll_steps: int, pretraining_batch: i
     if torch.device(device).type == "cpu" and CPU_MAX_BATCH < cap:
         cap, capped_by = CPU_MAX_BATCH, "the most for a CPU"
     wanted = run_tokens / (unroll_steps * FINETUNE_UPDATES)
-    batch = 1 << max(0, math.floor(math.log2(wanted))) if wanted >= 1 else 1
-    if batch > cap:
+    power = 1 << math.floor(math.log2(wanted)) if wanted >= 1 else 0
+    batch = max(FINETUNE_MIN_BATCH, power)
+    if batch >= cap:
         return cap, f"{cap} rows, {capped_by}"
-    if batch < FINETUNE_MIN_BATCH:
-        batch = min(FINETUNE_MIN_BATCH, cap)
-        return batch, f"{batch} rows, the rule's smallest batch"
+    if power < FINETUNE_MIN_BATCH:
+        return batch, (f"{batch} rows, the rule's smallest batch: {run_tokens:,} tokens are too few for "
+                       f"{FINETUNE_UPDATES} updates")
     return batch, f"the largest power of two that makes at least {FINETUNE_UPDATES} updates of {run_tokens:,} tokens"
+
+
 SETTINGS_FILE = "train_settings.json"
 METRIC_FIELDS = ["step", "tokens", "loss", "forward_perplexity", "backward_perplexity", "learning_rate",
                  "tokens_per_second", "elapsed_seconds", "heldout_forward_perplexity",
