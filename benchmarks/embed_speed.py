@@ -45,14 +45,8 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from common import (  # noqa: E402
-    lstm_flops,
-    matmul_peak_flops,
-    peak_rss_bytes,
-    time_process,
-    token_encoder_flops,
-    write_results,
-)
+from common import (lstm_flops, matmul_peak_flops, peak_rss_bytes, time_process, token_encoder_flops,  # noqa: E402
+                    write_results)
 
 
 def load_sentences(path: str, n: int) -> list[list[str]]:

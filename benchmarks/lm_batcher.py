@@ -42,8 +42,8 @@ def main() -> None:
     import torch
 
     from elmo.hub.pretrained import packaged_model_dir
-    from elmo.model.vocab import Vocabulary
     from elmo.training.data import expand_paths
+    from elmo.model.vocab import Vocabulary
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--train", required=True, help="prepared training shards: paths or a quoted glob")

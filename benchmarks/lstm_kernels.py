@@ -24,8 +24,8 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import torch  # noqa: E402
-from common import matmul_peak_flops, write_results  # noqa: E402
 
+from common import matmul_peak_flops, write_results  # noqa: E402
 from elmo.model.config import published_config  # noqa: E402
 from elmo.model.lstm import onednn_linear  # noqa: E402
 

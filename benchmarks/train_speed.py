@@ -21,13 +21,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from common import (  # noqa: E402
-    lstm_flops,
-    matmul_peak_flops,
-    peak_rss_bytes,
-    token_encoder_flops,
-    write_results,
-)
+from common import lstm_flops, matmul_peak_flops, peak_rss_bytes, token_encoder_flops, write_results  # noqa: E402
 
 
 def measure(preset: str, train: str, vocab: str, steps: int, warmup: int, device: str) -> dict:

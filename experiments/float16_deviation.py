@@ -15,9 +15,9 @@ import tempfile
 
 import numpy as np
 
+from elmo.inference.embed import Embedder
 from elmo.fileio import read_lines
 from elmo.hub import load_language_model
-from elmo.inference.embed import Embedder
 from elmo.model.weights import load_bilm_tf, save_bilm_tf
 
 

@@ -30,8 +30,8 @@ import random
 import sys
 import time
 
-from elmo.fileio import atomic_write_text
 from elmo.training.data import read_sentences
+from elmo.fileio import atomic_write_text
 
 CONFIG = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs",
                       "pretrain-wiki-512x128.json")
@@ -78,8 +78,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     evals = dict(item.split("=", 1) for item in args.eval)
 
-    from elmo.hub import load_language_model
     from elmo.training.evaluate import evaluate
+    from elmo.hub import load_language_model
     from elmo.training.train import Trainer, TrainSettings
 
     wiki, novels = sorted(glob.glob(args.wiki)), sorted(glob.glob(args.novels))
