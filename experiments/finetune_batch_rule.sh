@@ -1,15 +1,18 @@
 #!/usr/bin/env bash
 # The fine-tuning batch rule (issue 36), measured as a new user meets it: the packaged model
 # fine-tuned on 90% of one domain text (a hash of each document, i.e. chapter, decides) and
-# evaluated on the other 10%, before fine-tuning, with the model's pretraining batch (2,048 x 20,
-# the default before the rule) and with the rule's default (no --batch-size). One epoch each.
-# Low priority, one thread, one job at a time; resumable (finished steps are skipped).
+# evaluated on the other 10%: before fine-tuning, with the model's pretraining batch (2,048 x 20,
+# the default before the rule) and with the rule's default (no --batch-size). Each run reads the
+# same MAX_TOKENS tokens per direction (default 409,600: ten updates of the pretraining batch, as
+# in the issue; MAX_TOKENS= for one epoch). Low priority, one thread, one job at a time;
+# resumable (finished steps are skipped).
 #   DATA=../shared/data/lm/gutenberg/novels-00002-of-00010.txt.gz OUT=runs/batch-rule \
 #       bash experiments/finetune_batch_rule.sh
 set -euo pipefail
 DATA=${DATA:?one raw domain text, plain or .gz (Project Gutenberg layout: hard-wrapped)}
 OUT=${OUT:?where the prepared text, the runs and the log go}
-MODEL=${MODEL:-src/elmo/resources/model}  # the packaged model (a run directory or an exported folder works)
+MODEL=${MODEL:-default}  # the packaged model (a run directory or an exported folder works)
+MAX_TOKENS=${MAX_TOKENS-409600}
 export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
 mkdir -p "$OUT"
 exec > >(tee -a "$OUT/finetune_batch_rule.log") 2>&1
@@ -17,15 +20,16 @@ step() { echo "\$ $*"; local start=$SECONDS; nice -n 19 "$@"; echo "[$((SECONDS 
 
 [ -f "$OUT/text/prepare.json" ] || step elmo prepare "$DATA" --output "$OUT/text" --heldout-fraction 0.1 --wrapped
 HELDOUT="$OUT/text/heldout/*.txt"
-[ -f "$OUT/before.json" ] || step elmo evaluate "$MODEL" --data "$HELDOUT" --json "$OUT/before.json"
+[ -f "$OUT/before.json" ] || step elmo evaluate "$MODEL" --data "$HELDOUT" --json "$OUT/before.json" --no-progress
 for name in ${RUNS:-pretraining-batch rule}; do
   run="$OUT/$name"
   batch=(); [ "$name" = pretraining-batch ] && batch=(--batch-size 2048)
   if [ ! -f "$run/done" ]; then
     resume=(); [ -d "$run/checkpoints" ] && resume=(--resume)
+    length=(); [ -n "$MAX_TOKENS" ] && length=(--max-tokens "$MAX_TOKENS")
     step elmo finetune "$MODEL" --train "$OUT/text/train/*.txt" --output "$run" "${batch[@]}" "${resume[@]}" \
-      --log-every 10 --no-progress
+      "${length[@]}" --log-every 10 --no-progress
     touch "$run/done"
   fi
-  [ -f "$OUT/$name.json" ] || step elmo evaluate "$run" --data "$HELDOUT" --json "$OUT/$name.json"
+  [ -f "$OUT/$name.json" ] || step elmo evaluate "$run" --data "$HELDOUT" --json "$OUT/$name.json" --no-progress
 done

@@ -40,6 +40,9 @@ DEFAULT_OPTIONS_FILE = ("https://allennlp.s3.amazonaws.com/models/elmo/2x4096_51
                         "elmo_2x4096_512_2048cnn_2xhighway_options.json")
 DEFAULT_WEIGHT_FILE = ("https://allennlp.s3.amazonaws.com/models/elmo/2x4096_512_2048cnn_2xhighway/"
                        "elmo_2x4096_512_2048cnn_2xhighway_weights.hdf5")
+# AllenNLP's own defaults (allennlp.commands.elmo.DEFAULT_BATCH_SIZE, and its stateful _ElmoBiLm),
+# part of the API this module reproduces: they stay AllenNLP's whatever this library's own
+# defaults (elmo.inference.embed.DEFAULT_BATCH_SIZE, elmo.inference.states.DEFAULT_STATE) become.
 DEFAULT_BATCH_SIZE = 64
 ALLENNLP_STATE = "stateful"
 

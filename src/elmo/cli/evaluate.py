@@ -26,13 +26,15 @@ def add_parser(parser: argparse.ArgumentParser) -> None:
                         help="write per-sentence log-probabilities (TSV) here (default: not written)")
     parser.add_argument("--json", help="also write the results as JSON here (default: printed only)")
     parser.add_argument("--device", default=DEFAULT_DEVICE, help=f"{DEVICES} (default %(default)s)")
+    parser.add_argument("--no-progress", dest="progress", action="store_false",
+                        help="no progress bar (default: one on standard error)")
 
 
 def run(args: argparse.Namespace) -> int:
     model, vocab = load_language_model(args.model)
     result = evaluate(model, vocab, expand_paths(args.data), batch_size=args.batch_size,
                       unroll_steps=args.unroll_steps, max_targets=args.max_targets,
-                      per_sentence=bool(args.per_sentence), device=args.device, progress=True)
+                      per_sentence=bool(args.per_sentence), device=args.device, progress=args.progress)
     sentences = result.pop("sentences", None)
     print(f"forward perplexity   {result['forward_perplexity']:.2f}")
     print(f"backward perplexity  {result['backward_perplexity']:.2f}")
