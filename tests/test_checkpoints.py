@@ -213,6 +213,12 @@ def _bad_files(tmp_path, allennlp_model):
     payload = torch.load(good, weights_only=True)
     torch.save({**payload, "version": 9}, newer)
     cases.append((newer, "newer.pt: elmo-bilm version 9 was written by a newer elmo; this one reads up to version 1"))
+    incomplete = tmp_path / "incomplete.pt"
+    torch.save({key: value for key, value in payload.items() if key != "state_dict"}, incomplete)
+    cases.append((incomplete, "incomplete.pt: an incomplete checkpoint (no state_dict)"))
+    misshaped = tmp_path / "misshaped.pt"
+    torch.save({**payload, "state_dict": {**payload["state_dict"], "forward_layers.0.bias": torch.zeros(3)}}, misshaped)
+    cases.append((misshaped, "misshaped.pt: state dict does not match its config"))
     return cases
 
 

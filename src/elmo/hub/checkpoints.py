@@ -113,7 +113,10 @@ def bilm_from_state(path: str | os.PathLike, config: dict, state_dict: dict) -> 
         if torch.is_tensor(tensor) and tensor.is_floating_point():
             check_finite(tensor.detach().cpu().float(), f"{path}: parameter '{name}'")
     model = BiLM(config)
-    missing, unexpected = model.load_state_dict(state_dict, strict=False)
+    try:
+        missing, unexpected = model.load_state_dict(state_dict, strict=False)
+    except RuntimeError as e:  # a tensor of the wrong shape
+        raise WeightsError(f"{path}: state dict does not match its config ({_first_line(e)})") from None
     if missing or unexpected:
         raise WeightsError(f"{path}: state dict does not match its config "
                            f"(missing {missing[:3]}, unexpected {unexpected[:3]})")
@@ -122,6 +125,10 @@ def bilm_from_state(path: str | os.PathLike, config: dict, state_dict: dict) -> 
 
 def bilm_of_payload(path: str | os.PathLike, payload: dict) -> BiLM:
     """The biLM of a read ``elmo-bilm`` or ``elmo-train`` payload."""
+    needed = ("config", "model") if payload["format"] == TRAIN_FORMAT else ("config", "state_dict")
+    missing = [key for key in needed if not isinstance(payload.get(key), dict)]
+    if missing:
+        raise WeightsError(f"{path}: an incomplete checkpoint (no {', '.join(missing)})")
     if payload["format"] == TRAIN_FORMAT:
         state = {key[len("bilm."):]: value for key, value in payload["model"].items() if key.startswith("bilm.")}
         return bilm_from_state(path, payload["config"], state)
