@@ -1,17 +1,22 @@
 #!/usr/bin/env bash
-# The fine-tuning batch rule (issue 36), measured as a new user meets it: the packaged model
-# fine-tuned on 90% of one domain text (a hash of each document, i.e. chapter, decides) and
-# evaluated on the other 10%: before fine-tuning, with the model's pretraining batch (2,048 x 20,
-# the default before the rule) and with the rule's default (no --batch-size). Each run reads the
-# same MAX_TOKENS tokens per direction (default 409,600: ten updates of the pretraining batch, as
-# in the issue; MAX_TOKENS= for one epoch). Low priority, one thread, one job at a time;
-# resumable (finished steps are skipped).
-#   DATA=../shared/data/lm/gutenberg/novels-00002-of-00010.txt.gz OUT=runs/batch-rule \
-#       bash experiments/finetune_batch_rule.sh
+# The fine-tuning batch rule (issue 36; docs/training.md, section 6), measured as a new user meets
+# it: the packaged model fine-tuned on 90% of one domain text (a hash of each document, here a
+# chapter, decides) and evaluated on the other 10%: before fine-tuning, with the model's
+# pretraining batch (2,048 x 20, the default before the rule) and with the rule's default (no
+# --batch-size). Each run reads the same MAX_TOKENS tokens per direction (default 409,600: ten
+# updates of the pretraining batch, as in the issue; MAX_TOKENS= for one epoch). Writes
+# OUT/text/ (the prepared text), OUT/{pretraining-batch,rule}/ (the runs), OUT/*.json (held-out
+# perplexities) and OUT/finetune_batch_rule.log (every command with its wall time). Low priority,
+# one thread; resumable (finished steps are skipped).
+#   bash experiments/finetune_batch_rule.sh DATA OUT
+# DATA is one raw domain text, plain or .gz, hard-wrapped as Project Gutenberg's (the docs used
+# ../shared/data/lm/gutenberg/novels-00002-of-00010.txt.gz); OUT is where everything goes.
+# MODEL= picks another model to fine-tune (default: the packaged one), RUNS= a subset of the runs.
 set -euo pipefail
-DATA=${DATA:?one raw domain text, plain or .gz (Project Gutenberg layout: hard-wrapped)}
-OUT=${OUT:?where the prepared text, the runs and the log go}
-MODEL=${MODEL:-default}  # the packaged model (a run directory or an exported folder works)
+[ $# -eq 2 ] || { echo "usage: bash experiments/finetune_batch_rule.sh DATA OUT" >&2; exit 2; }
+DATA=$1
+OUT=$2
+MODEL=${MODEL:-default}
 MAX_TOKENS=${MAX_TOKENS-409600}
 export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
 mkdir -p "$OUT"
