@@ -381,7 +381,11 @@ CHUNK_SECTION = "data"
 
 @pytest.fixture(scope="module")
 def data(tmp_path_factory):
+    """The tiny data sets, and a cache of warm biLM states of this module's own: a warm state that
+    another test computed with more threads can differ in its last bits."""
     d = tmp_path_factory.mktemp("task-numbers")
+    cache = os.environ.get("ELMO_CACHE")
+    os.environ["ELMO_CACHE"] = str(d / "elmo-cache")
     write_ner(d / "ner-train.txt", 40, 1)
     write_ner(d / "ner-dev.txt", 10, 2)
     write_conllu(d / "pos-train.conllu", 40, 3)
@@ -400,7 +404,11 @@ def data(tmp_path_factory):
     write_squad(d / "squad-train.json.gz", CITIES[:8] * 4, "train")
     write_squad(d / "squad-dev.json.gz", CITIES[8:], "dev")
     write_vectors(d / "vectors.txt")
-    return d
+    yield d
+    if cache is None:
+        del os.environ["ELMO_CACHE"]
+    else:
+        os.environ["ELMO_CACHE"] = cache
 
 
 def run_config(data, bilm_dir, name: str, elmo: bool):
