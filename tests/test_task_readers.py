@@ -11,21 +11,16 @@ from pathlib import Path
 
 import pytest
 
-from elmo.tasks.readers import (
-    DATASET_KINDS,
-    DatasetError,
-    LabeledSentence,
-    SentencePair,
+from elmo.tasks.catalog import DATASET_KINDS, read_dataset
+from elmo.tasks.classification import LabeledSentence, parse_sst_tree, read_sst
+from elmo.tasks.entailment import SentencePair, read_sick, read_snli_devtest
+from elmo.tasks.readers import DatasetError
+from elmo.tasks.tagging import (
     TaggedSentence,
     iob1_to_iob2,
-    parse_sst_tree,
     read_conll2000_chunks,
     read_conll_ner,
     read_conllu_upos,
-    read_dataset,
-    read_sick,
-    read_snli_devtest,
-    read_sst,
 )
 
 FIXTURES = Path(__file__).parent / "fixtures" / "tasks"

@@ -12,17 +12,15 @@ import torch
 from elmo.cli.main import main
 from elmo.inference.embed import Embedder
 from elmo.inference.layer_cache import load_or_compute
+from elmo.tasks.base import class_scores
+from elmo.tasks.catalog import read_dataset, task_for
+from elmo.tasks.classification import Classification, LabeledSentence
 from elmo.tasks.config import TaskConfigError, load_task_config
-from elmo.tasks.readers import read_dataset
+from elmo.tasks.tagging import TaggedSentence, Tagging
 from elmo.tasks.training import (
-    LoadedSplit,
-    class_scores,
     evaluate_task,
     load_bilm_source,
     load_task_model,
-    predict,
-    score,
-    sentences_of,
     train_task,
 )
 
@@ -83,11 +81,12 @@ def write_config(path, body):
 def best_model_predictions(run, examples):
     """What a run's best model predicts for ``examples``, through the biLM when it uses ELMo."""
     model, config, vocab, labels = load_task_model(run)
+    task = task_for(config)
+    split = task.split(examples)
     embedder = load_bilm_source(config)
-    layers = None
     if embedder is not None:
-        layers = load_or_compute(embedder, sentences_of(examples), config.cache_dir, "check", progress=False)
-    return predict(model, LoadedSplit(examples, layers), vocab, labels, batch_size=4)
+        split.layers = load_or_compute(embedder, split.sentences, config.cache_dir, "check", progress=False)
+    return task.predict(model, split, vocab, labels, batch_size=4)
 
 
 def accuracy(predicted, examples):
@@ -277,7 +276,7 @@ dev = "{tmp_path / 'sst.txt'}"
 vectors = "{tmp_path / 'vectors.txt'}"
 """ + common)
     sick = write_config(tmp_path / "sick.toml", f"""
-task = "pair"
+task = "entailment"
 metric = "accuracy"
 output = "{tmp_path / 'sick-run'}"
 cache_dir = "{tmp_path / 'cache'}"
@@ -366,15 +365,15 @@ def test_class_scores_count_by_hand():
 
 
 def test_scores():
-    class Config:
-        metric, task = "span_f1", "tagging"
     gold = [["B-PER", "I-PER", "O", "B-LOC"]]
-    assert score(Config, gold, gold) == 1.0
-    assert score(Config, gold, [["B-PER", "O", "O", "B-LOC"]]) == pytest.approx(0.5)
-    Config.metric = "accuracy"
-    assert score(Config, gold, [["B-PER", "O", "O", "B-LOC"]]) == 0.75
-    Config.task = "classification"
-    assert score(Config, ["1", "2", "3", "4"], ["1", "2", "0", "0"]) == 0.5
+    examples = [TaggedSentence(tokens=["a", "b", "c", "d"], tags=gold[0])]
+    spans = Tagging(metric="span_f1")
+    assert spans.evaluate(examples, gold).score == 1.0
+    assert spans.evaluate(examples, [["B-PER", "O", "O", "B-LOC"]]).score == pytest.approx(0.5)
+    tokens = Tagging(metric="accuracy")
+    assert tokens.evaluate(examples, [["B-PER", "O", "O", "B-LOC"]]).score == 0.75
+    sentences = [LabeledSentence(tokens=["x"], label=label) for label in ["1", "2", "3", "4"]]
+    assert Classification().evaluate(sentences, ["1", "2", "0", "0"]).score == 0.5
 
 
 ROOT = Path(__file__).parent.parent
