@@ -14,6 +14,7 @@ from elmo.tasks.coref import Coreference
 from elmo.tasks.entailment import Entailment
 from elmo.tasks.qa import ReadingComprehension
 from elmo.tasks.readers import PathLike
+from elmo.tasks.relatedness import Relatedness
 from elmo.tasks.srl import SemanticRoles
 from elmo.tasks.tagging import Tagging
 
@@ -21,6 +22,7 @@ TASKS: dict[str, type[Task]] = {
     "tagging": Tagging,
     "classification": Classification,
     "entailment": Entailment,
+    "relatedness": Relatedness,
     "srl": SemanticRoles,
     "coref": Coreference,
     "qa": ReadingComprehension,
@@ -49,7 +51,8 @@ def read_dataset(kind: str, path: PathLike, split: str | None = None) -> list:
 
     Most kinds read one file per split: ``path`` is the split's file and ``split`` must be None.
     Kinds whose file or folder holds several splits (``conll2000``: ``conll2000.zip`` with
-    train/test; ``ptb-sample``: ``treebank.zip`` with train/dev/test; ``sick``: ``SICK.txt`` with train/trial/test; ``snli``: the folder with dev/test;
+    train/test; ``ptb-sample``: ``treebank.zip`` with train/dev/test; ``sick`` and
+    ``sick-relatedness``: ``SICK.txt`` with train/trial/test; ``snli``: the folder with dev/test;
     ``litbank``: the folder with train/dev/test) require ``split``.
     """
     if kind not in KIND_TASKS:
