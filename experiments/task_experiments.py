@@ -35,8 +35,8 @@ from elmo.tasks.training import train_task
 
 ALL_CONFIGS = ["configs/tasks/ner-conll2003.toml", "configs/tasks/ner-wnut17.toml", "configs/tasks/pos-ewt.toml",
                "configs/tasks/chunk-conll2000.toml", "configs/tasks/sst5.toml", "configs/tasks/sick.toml",
-               "configs/tasks/snli-mini.toml", "configs/tasks/srl-propbank-ewt.toml", "configs/tasks/coref-litbank.toml",
-               "configs/tasks/squad.toml"]
+               "configs/tasks/snli-mini.toml", "configs/tasks/sick-relatedness.toml",
+               "configs/tasks/srl-propbank-ewt.toml", "configs/tasks/coref-litbank.toml", "configs/tasks/squad.toml"]
 
 # The configs of the experiments that do not default to ALL_CONFIGS; the transfer tables (snli, gap)
 # read their default task's main runs, which keep those evaluations as soon as they train.

@@ -366,7 +366,7 @@ def test_srl_predictions_do_not_depend_on_padding(placement):
                         predicate=torch.tensor([[0, 1, 0, 0, 0, 0, 0], [0, 0, 1, 0, 0, 0, 0]]),
                         elmo=torch.randn(2, 3, 7, 8) if placement else None)
     alone = SrlBatch(**{key: (value[:1, :, :3] if key == "elmo" else value[:1, :3]) if value is not None else None
-                        for key, value in {**together.tokens, "predicate": together.predicate}.items()})
+                        for key, value in {**together.tensors, "predicate": together.predicate}.items()})
     predictions = model.predict(together)
     assert model.predict(alone) == predictions[:1]
     torch.testing.assert_close(model.scores(alone), model.scores(together)[:1, :3])

@@ -344,7 +344,7 @@ def test_predictions_do_not_depend_on_padding(crf, placement):
         model.projection.weight.normal_()  # make the untrained predictions varied
     together = make_batch([short, long], vocab, with_elmo=placement is not None, junk_padding=True)
     alone = TaggingBatch(**{key: (value[:1, :, :len(short)] if key == "elmo" else value[:1, :len(short)])
-                            if value is not None else None for key, value in together.tokens.items()})
+                            if value is not None else None for key, value in together.tensors.items()})
     predictions = model.predict(together)
     assert model.predict(alone) == predictions[:1]
     torch.testing.assert_close(model.scores(alone), model.scores(together)[:1, :len(short)])

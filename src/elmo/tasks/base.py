@@ -60,8 +60,8 @@ class TokenBatch:
     elmo: torch.Tensor | None = None
 
     @property
-    def tokens(self) -> dict[str, torch.Tensor | None]:
-        """The four tensors by name, to build a subclass from (``TaggingBatch(**b.tokens, tags=...)``)."""
+    def tensors(self) -> dict[str, torch.Tensor | None]:
+        """The four tensors by name, to build a subclass from (``TaggingBatch(**b.tensors, tags=...)``)."""
         return {"words": self.words, "chars": self.chars, "mask": self.mask, "elmo": self.elmo}
 
 

@@ -300,7 +300,7 @@ class Classification(Task):
               labels: dict[str, int]) -> ClassificationBatch:
         examples = [split.examples[i] for i in indices]
         tokens = token_batch([e.tokens for e in examples], vocab, split.layers, list(indices))
-        return ClassificationBatch(**tokens.tokens,
+        return ClassificationBatch(**tokens.tensors,
                                    label=torch.tensor([labels.get(e.label, 0) for e in examples], dtype=torch.long))
 
     def build_model(self, features: TokenFeatures, elmo: TaskElmo, labels: Sequence[str]) -> SentenceClassifier:

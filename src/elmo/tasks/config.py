@@ -190,7 +190,8 @@ def upgrade_config_dict(values: dict) -> dict:
     dropped. A dict in today's shape comes back equal."""
     values = copy.deepcopy(values)
     task = values.get("task")
-    task = values["task"] = RENAMED_TASKS.get(task, task)
+    if isinstance(task, str) and task in RENAMED_TASKS:
+        task = values["task"] = RENAMED_TASKS[task]
     data = values.get("data")
     chunk = data.pop("chunk_sentences", None) if isinstance(data, dict) else None
     model = values.get("model")

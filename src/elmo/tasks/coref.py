@@ -618,7 +618,7 @@ class Coreference(Task):
             e, first = split.examples[i], split.rows[i]
             tokens = token_batch([list(s) for s in e.sentences], vocab, split.layers,
                                  list(range(first, first + len(e.sentences))))
-            documents.append(CorefDocumentBatch(**tokens.tokens, clusters=e.clusters))
+            documents.append(CorefDocumentBatch(**tokens.tensors, clusters=e.clusters))
         return CorefBatch(documents)
 
     def build_model(self, features: TokenFeatures, elmo: TaskElmo, labels: Sequence[str]) -> CorefModel:

@@ -387,7 +387,7 @@ class SemanticRoles(Task):
         tags = torch.zeros(tokens.mask.shape, dtype=torch.long)
         for row, e in enumerate(examples):
             tags[row, :len(e.tags)] = torch.tensor([labels.get(t, 0) for t in e.tags], dtype=torch.long)
-        return SrlBatch(**tokens.tokens, tags=tags, predicate=predicate)
+        return SrlBatch(**tokens.tensors, tags=tags, predicate=predicate)
 
     def build_model(self, features: TokenFeatures, elmo: TaskElmo, labels: Sequence[str]) -> SrlTagger:
         s = self.settings

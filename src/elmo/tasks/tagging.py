@@ -464,7 +464,7 @@ class Tagging(Task):
         tags = torch.zeros(tokens.mask.shape, dtype=torch.long)
         for row, e in enumerate(examples):
             tags[row, :len(e.tags)] = torch.tensor([labels.get(t, 0) for t in e.tags], dtype=torch.long)
-        return TaggingBatch(**tokens.tokens, tags=tags)
+        return TaggingBatch(**tokens.tensors, tags=tags)
 
     def build_model(self, features: TokenFeatures, elmo: TaskElmo, labels: Sequence[str]) -> Tagger:
         s = self.settings
