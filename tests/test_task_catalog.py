@@ -100,9 +100,9 @@ def test_old_shaped_config_dicts_upgrade_to_the_shipped_configs(path):
 
 
 def test_kept_results_configs_read_in_todays_shape():
-    """The config.json of every kept run (experiments/results) upgrades to a valid config: the
+    """The config.json of every kept run (results/tasks) upgrades to a valid config: the
     experiments compare a finished run's settings with the ones they ask for in today's shape."""
-    kept = sorted((ROOT / "experiments" / "results").rglob("config.json"))
+    kept = sorted((ROOT / "results" / "tasks").rglob("config.json"))
     if not kept:
         pytest.skip("no kept results")
     for path in kept:
