@@ -63,6 +63,7 @@ from elmo.tasks.masked import encode, masked_softmax
 from elmo.tasks.readers import (
     DatasetError,
     PathLike,
+    conll2012_blocks,
     numbered_lines,
     tokenize_with_offsets,
 )
@@ -99,31 +100,23 @@ def read_conll2012_coref(path: PathLike) -> list[CorefDocument]:
     closing (the innermost open mention of that cluster), so nested and multi-token mentions
     of one cluster both work. Anything malformed (a part that is not one of those, a mention
     closed that was never opened or left open at the end of the document, a token outside a
-    document, a line with fewer than 4 columns) raises :class:`DatasetError` with the line."""
+    document, a line with fewer than 4 columns) raises :class:`DatasetError` with the line. The
+    file's lines are grouped by :func:`~elmo.tasks.readers.conll2012_blocks`, as SRL's are."""
     documents: list[CorefDocument] = []
     current: CorefDocument | None = None
-    sentence: list[str] = []
     open_mentions: dict[int, list[tuple[int, int]]] = {}  # cluster -> [(start, line)] stack
     mentions: dict[int, list[tuple[int, int]]] = {}
     position = 0
-
-    def end_sentence() -> None:
-        if current is not None and sentence:
-            current.sentences.append(list(sentence))
-            sentence.clear()
-
-    for number, line in numbered_lines(path):
-        if line.startswith("#begin document"):
+    for kind, number, block in conll2012_blocks(path):
+        if kind == "begin":
             if current is not None:
                 raise DatasetError(path, number, f"a document begins inside {current.name}, which has no #end document")
-            match = re.match(r"#begin document \(?([^)]*)\)?;?\s*(?:part\s+(\d+))?", line)
+            match = re.match(r"#begin document \(?([^)]*)\)?;?\s*(?:part\s+(\d+))?", block)
             name = match.group(1) + (f"/part-{int(match.group(2))}" if match.group(2) else "")
             current, position, open_mentions, mentions = CorefDocument(name, [], []), 0, {}, {}
-            continue
-        if line.startswith("#end document"):
+        elif kind == "end":
             if current is None:
                 raise DatasetError(path, number, "#end document without #begin document")
-            end_sentence()
             for cluster, stack in open_mentions.items():
                 if stack:
                     raise DatasetError(path, stack[-1][1], f"a mention of cluster {cluster} opens here and is never "
@@ -131,41 +124,46 @@ def read_conll2012_coref(path: PathLike) -> list[CorefDocument]:
             current.clusters = [sorted(spans) for _, spans in sorted(mentions.items())]
             documents.append(current)
             current = None
-            continue
-        if not line.strip():
-            end_sentence()
-            continue
-        if current is None:
-            raise DatasetError(path, number, "a token line outside any #begin document ... #end document")
-        columns = line.split()
-        if len(columns) < 4:
-            raise DatasetError(path, number, f"{len(columns)} columns, expected at least 4 (document, part, token "
-                                             f"number, word, ..., coreference)")
-        cell = columns[-1]
-        if cell not in ("_", "-"):
-            for part in cell.split("|"):
-                match = _COREF_PART.fullmatch(part)
-                if match is None:
-                    raise DatasetError(path, number, f"coreference column: {part!r} is not (N), (N or N)")
-                single, opening, closing = match.groups()
-                if single is not None:
-                    mentions.setdefault(int(single), []).append((position, position))
-                elif opening is not None:
-                    open_mentions.setdefault(int(opening), []).append((position, number))
-                else:
-                    stack = open_mentions.get(int(closing))
-                    if not stack:
-                        raise DatasetError(path, number, f"coreference column: cluster {closing} closes a mention "
-                                                         f"that was never opened")
-                    start, _ = stack.pop()
-                    mentions.setdefault(int(closing), []).append((start, position))
-        sentence.append(columns[3])
-        position += 1
-    if current is not None:
-        raise DatasetError(path, number, f"{current.name} has no #end document")
+        elif kind == "sentence":
+            if current is None:
+                raise DatasetError(path, number, "a token line outside any #begin document ... #end document")
+            sentence = []
+            for number, columns in block:
+                if len(columns) < 4:
+                    raise DatasetError(path, number, f"{len(columns)} columns, expected at least 4 (document, part, "
+                                                     f"token number, word, ..., coreference)")
+                _read_mentions(path, number, columns[-1], position, open_mentions, mentions)
+                sentence.append(columns[3])
+                position += 1
+            current.sentences.append(sentence)
+        elif current is not None:  # the end of the file inside a document
+            raise DatasetError(path, number, f"{current.name} has no #end document")
     if not documents:
         raise DatasetError(path, 1, "no documents")
     return documents
+
+
+def _read_mentions(path: PathLike, number: int, cell: str, position: int, open_mentions: dict, mentions: dict) -> None:
+    """Read one token's coreference cell (``_``, ``-``, or ``|``-joined ``(N)``, ``(N``, ``N)``)
+    into the document's open mentions and finished mentions; ``position`` is the token's."""
+    if cell in ("_", "-"):
+        return
+    for part in cell.split("|"):
+        match = _COREF_PART.fullmatch(part)
+        if match is None:
+            raise DatasetError(path, number, f"coreference column: {part!r} is not (N), (N or N)")
+        single, opening, closing = match.groups()
+        if single is not None:
+            mentions.setdefault(int(single), []).append((position, position))
+        elif opening is not None:
+            open_mentions.setdefault(int(opening), []).append((position, number))
+        else:
+            stack = open_mentions.get(int(closing))
+            if not stack:
+                raise DatasetError(path, number, f"coreference column: cluster {closing} closes a mention "
+                                                 f"that was never opened")
+            start, _ = stack.pop()
+            mentions.setdefault(int(closing), []).append((start, position))
 
 
 def litbank_split(names: Sequence[str]) -> dict[str, list[str]]:

@@ -7,6 +7,8 @@ here:
 
 * :class:`DatasetError`, :func:`numbered_lines`, :func:`zip_member_lines`: reading lines of plain,
   ``.gz`` and zipped files with errors that name ``{path}:{line}``;
+* :func:`conll2012_blocks`: files in CoNLL-2012 columns as documents and sentences of token lines
+  (PropBank for SRL, OntoNotes and LitBank for coreference);
 * :func:`tokenize_text` (the Moses tokenizer: SICK for entailment and for relatedness) and
   :func:`tokenize_with_offsets` (NLTK's Punkt and Treebank tokenizers, keeping character
   offsets: GAP for coreference and SQuAD for reading comprehension);
@@ -90,6 +92,39 @@ def zip_member_lines(zip_path: PathLike, member: str) -> Iterator[tuple[int, str
                 except UnicodeDecodeError as e:
                     raise DatasetError(where, number, f"not valid UTF-8 ({e.reason} at byte {e.start})") from None
                 yield number, line.rstrip("\r\n").replace("\ufeff", "")
+
+
+# ---------------------------------------------------------------------------------------------
+# CoNLL-2012 columns: read by semantic roles (PropBank) and coreference (OntoNotes, LitBank)
+
+def conll2012_blocks(path: PathLike) -> Iterator[tuple[str, int, list[tuple[int, list[str]]] | str | None]]:
+    """A file in CoNLL-2012 columns (one token per line, columns split on whitespace, blank lines
+    between sentences, ``#begin document (NAME); part N`` and ``#end document`` around documents)
+    as it is read, in order:
+
+    * ``("begin", line number, the line)`` and ``("end", line number, the line)`` for the
+      document marks;
+    * ``("sentence", first line number, [(line number, columns), ...])`` for the token lines
+      between two blank lines or marks;
+    * last, ``("eof", the last line's number, None)``.
+
+    What the columns mean, and which of them must be there, is the caller's: SRL reads argument
+    brackets, coreference the last column's mentions."""
+    rows: list[tuple[int, list[str]]] = []
+    number = 0
+    for number, line in numbered_lines(path):
+        mark = "begin" if line.startswith("#begin document") else "end" if line.startswith("#end document") else None
+        if mark is not None or not line.strip():
+            if rows:
+                yield "sentence", rows[0][0], rows
+                rows = []
+            if mark is not None:
+                yield mark, number, line
+            continue
+        rows.append((number, line.split()))
+    if rows:
+        yield "sentence", rows[0][0], rows
+    yield "eof", number, None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -183,5 +218,5 @@ def sick_rows(path: PathLike, split: str, columns: Sequence[str]) -> Iterator[tu
         yield number, values, values["SemEval_set"] == wanted
 
 
-__all__ = ["DatasetError", "PathLike", "SICK_SPLITS", "numbered_lines", "sick_rows", "tokenize_text",
+__all__ = ["DatasetError", "PathLike", "SICK_SPLITS", "conll2012_blocks", "numbered_lines", "sick_rows", "tokenize_text",
            "tokenize_with_offsets", "zip_member_lines"]

@@ -47,7 +47,7 @@ from elmo.tasks.base import (
 from elmo.tasks.features import TokenFeatures, WordVocab
 from elmo.tasks.integration import TaskElmo, concat
 from elmo.tasks.masked import encode
-from elmo.tasks.readers import DatasetError, PathLike, numbered_lines
+from elmo.tasks.readers import DatasetError, PathLike, conll2012_blocks
 from elmo.tasks.tagging import CRF, TaggedSentence, TaggingBatch
 
 
@@ -105,7 +105,8 @@ def srl_brackets_to_bio(cells: Sequence[str], lines: Sequence[int], where: PathL
 def read_conll2012_srl(path: PathLike) -> list[SrlInstance]:
     """PropBank semantic roles in CoNLL-2012 columns: one :class:`SrlInstance` per predicate.
 
-    Blank lines end sentences and ``#begin document`` / ``#end document`` lines are skipped.
+    Blank lines end sentences and ``#begin document`` / ``#end document`` lines are skipped
+    (:func:`~elmo.tasks.readers.conll2012_blocks`).
     Every line of a sentence has the same number of columns: the eight fixed ones and one per
     predicate, whose rows are those with a roleset (column 8) other than ``-``. Each predicate's
     column has exactly one ``(V*)`` span; its first token is the instance's ``predicate``.
@@ -113,14 +114,20 @@ def read_conll2012_srl(path: PathLike) -> list[SrlInstance]:
     sentence without predicates gives no instance but still takes a ``sentence`` number.
     """
     instances: list[SrlInstance] = []
-    rows: list[list[str]] = []
-    numbers: list[int] = []
     n_sentences = 0
-
-    def finish() -> None:
-        nonlocal n_sentences
-        if not rows:
-            return
+    for kind, _, block in conll2012_blocks(path):
+        if kind != "sentence":
+            continue
+        numbers = [number for number, _ in block]
+        rows = []
+        for number, columns in block:
+            if len(columns) < SRL_FIXED_COLUMNS:
+                raise DatasetError(path, number, f"{len(columns)} columns, expected at least {SRL_FIXED_COLUMNS} "
+                                                 f"(document, sentence, token, word, POS, parse, lemma, roleset)")
+            if rows and len(columns) != len(rows[0]):
+                raise DatasetError(path, number, f"{len(columns)} columns, but line {numbers[0]} of the same "
+                                                 f"sentence has {len(rows[0])}")
+            rows.append(columns)
         n_arguments = len(rows[0]) - SRL_FIXED_COLUMNS
         predicates = [i for i, row in enumerate(rows) if row[7] != "-"]
         if len(predicates) != n_arguments:
@@ -136,26 +143,6 @@ def read_conll2012_srl(path: PathLike) -> list[SrlInstance]:
                                                      f"{len(verbs)} (V*) spans, expected 1")
             instances.append(SrlInstance(tokens=list(tokens), tags=tags, predicate=verbs[0], sentence=n_sentences))
         n_sentences += 1
-        rows.clear()
-        numbers.clear()
-
-    for number, line in numbered_lines(path):
-        if line.startswith("#begin document") or line.startswith("#end document"):
-            finish()
-            continue
-        if not line.strip():
-            finish()
-            continue
-        columns = line.split()
-        if len(columns) < SRL_FIXED_COLUMNS:
-            raise DatasetError(path, number, f"{len(columns)} columns, expected at least {SRL_FIXED_COLUMNS} "
-                                             f"(document, sentence, token, word, POS, parse, lemma, roleset)")
-        if rows and len(columns) != len(rows[0]):
-            raise DatasetError(path, number, f"{len(columns)} columns, but line {numbers[0]} of the same sentence "
-                                             f"has {len(rows[0])}")
-        rows.append(columns)
-        numbers.append(number)
-    finish()
     if not instances:
         raise DatasetError(path, 1, "no predicates")
     return instances
