@@ -13,7 +13,7 @@ import torch
 from conftest import FIXTURES
 
 from elmo import Embedder, batch_to_char_ids, load_bilm_tf
-from elmo.hub.checkpoints import load_language_model
+from elmo.hub import load_language_model
 from elmo.model.config import BiLMConfig, ConfigError
 from elmo.model.cudnn_lstm import (
     from_torch_lstm,
@@ -116,21 +116,37 @@ def test_bilm_tf_and_allennlp_readers_ignore_the_backend_key():
     (dim, projection_dim, n_layers, cell_clip, proj_clip, use_skip_connections): neither looks at
     others. This is those readers' access pattern on an exported cuDNN model's options."""
     lstm = BiLMConfig.from_dict(cudnn_options()).to_dict()["lstm"]
-    read_by_allennlp = [lstm[k] for k in ("projection_dim", "dim", "n_layers")] + [lstm.get("use_skip_connections")]
+    read_by_allennlp = [lstm[k] for k in ("projection_dim", "dim", "n_layers", "cell_clip", "proj_clip")] + [
+        lstm.get("use_skip_connections")]
     read_by_bilm_tf = [lstm.get(k) for k in ("dim", "projection_dim", "n_layers", "cell_clip", "proj_clip",
                                              "use_skip_connections")]
-    assert read_by_allennlp == [12, 24, 2, True]
+    assert read_by_allennlp == [12, 24, 2, None, None, True]
     assert read_by_bilm_tf == [24, 12, 2, None, None, True]
 
 
-@pytest.mark.xfail(strict=False, reason="explicit null clips in options.json come with the formats engineer's "
-                                        "BiLMConfig.to_dict change (issue 37 item 4 / the formats issue)")
 def test_cudnn_options_write_explicit_null_clips():
     """AllenNLP indexes options['lstm']['cell_clip'] and ['proj_clip']: a model without clipping
-    must write them as null, not leave them out."""
+    writes them as null, not leaves them out; the backend key is written only when set, and a
+    clipped model's options are as bilm-tf wrote them."""
     lstm = BiLMConfig.from_dict(cudnn_options()).to_dict()["lstm"]
     assert "cell_clip" in lstm and lstm["cell_clip"] is None
     assert "proj_clip" in lstm and lstm["proj_clip"] is None
+    assert lstm["backend"] == "cudnn"
+    clipped = cudnn_options(cell_clip=3, proj_clip=3)
+    del clipped["lstm"]["backend"]
+    assert BiLMConfig.from_dict(clipped).to_dict()["lstm"] == clipped["lstm"]  # no backend key, clips as given
+
+
+def read_like_allennlp(options_file):
+    """What AllenNLP's _ElmoBiLm and _ElmoCharacterEncoder take from an options file, read the
+    way they read it: by indexing (a missing key is a KeyError there)."""
+    options = json.loads(open(options_file, encoding="utf-8").read())
+    lstm, cnn = options["lstm"], options["char_cnn"]
+    return {"input_size": lstm["projection_dim"], "hidden_size": lstm["projection_dim"], "cell_size": lstm["dim"],
+            "num_layers": lstm["n_layers"], "memory_cell_clip_value": lstm["cell_clip"],
+            "state_projection_clip_value": lstm["proj_clip"], "filters": cnn["filters"],
+            "n_highway": cnn["n_highway"], "char_embed_dim": cnn["embedding"]["dim"],
+            "n_characters": cnn["n_characters"], "activation": cnn["activation"]}
 
 
 def test_cudnn_model_trains_through_torchs_kernel_and_the_language_model_matches_the_fused_path():
@@ -176,7 +192,12 @@ def test_a_trained_cudnn_model_exported_to_bilm_tf_files_embeds_the_same_through
                     "--no-progress"], check=True, capture_output=True)
     subprocess.run([*CLI, "export", str(run), "--output", str(out)], check=True, capture_output=True)
     exported = json.loads((out / "options.json").read_text())
-    assert exported["lstm"]["backend"] == "cudnn" and exported["lstm"].get("cell_clip") is None
+    assert exported["lstm"]["backend"] == "cudnn"
+    text = (out / "options.json").read_text()
+    assert '"cell_clip": null' in text and '"proj_clip": null' in text  # explicit, for AllenNLP's indexing
+    read = read_like_allennlp(out / "options.json")
+    assert read["memory_cell_clip_value"] is None and read["state_projection_clip_value"] is None
+    assert (read["cell_size"], read["hidden_size"]) == (32, 16)
     trained, _ = load_language_model(run)
     trained_bilm = trained.bilm.eval()
     assert trained_bilm.lstm_path == "cudnn"
@@ -192,4 +213,11 @@ def test_a_trained_cudnn_model_exported_to_bilm_tf_files_embeds_the_same_through
     vectors = Embedder(load_bilm_tf(out / "options.json", out / "weights.hdf5")).embed_sentences(sentences)
     plain = Embedder(spec).embed_sentences(sentences)
     for a, b in zip(vectors, plain):
+        np.testing.assert_allclose(a, b, rtol=0, atol=1e-5)
+    # AllenNLP's own API (our drop-in) on the exported pair: the same layers as the trained model.
+    from elmo.allennlp import ElmoEmbedder
+
+    allennlp = ElmoEmbedder(str(out / "options.json"), str(out / "weights.hdf5"), state="warm")  # as Embedder
+    allennlp_vectors = allennlp.embed_batch(sentences[:2])
+    for a, b in zip(allennlp_vectors, vectors[:2]):
         np.testing.assert_allclose(a, b, rtol=0, atol=1e-5)
