@@ -4,7 +4,8 @@ Each round runs, for each checkout in turn (A B A B ...), a fresh ``elmo finetun
 continues ``MODEL`` (default: the packaged model) on ``--train`` for ``--steps`` steps of
 ``--batch-size`` x 20 tokens in float32, logging the loss of every step. The wall-clock time of the
 whole process (start-up, data, checkpoint included) gives tokens/s per direction; the medians and
-the spread over the rounds are printed. On a machine shared with other jobs the wall clock also
+the spread over the rounds are printed, and beside them the training loop's own speed (from
+the per-step rows of ``metrics.csv``: no start-up, logging or checkpoint). On a machine shared with other jobs the wall clock also
 counts the time the process waited for a core, so the processes' CPU time (user + system, from
 ``getrusage``) is kept beside it: tokens per CPU-second, which such waiting does not inflate. Both checkouts see the same data, seed and negatives, so
 their per-step losses must agree to float rounding: the table shows the largest difference. ``--variant``
@@ -48,10 +49,15 @@ def run_once(src: str, model: str, train: str, steps: int, batch_size: int, seed
         if done.returncode != 0:
             raise SystemExit(f"{' '.join(command)} (PYTHONPATH={src}) failed:\n{done.stderr}")
         with open(os.path.join(run_dir, "metrics.csv"), newline="", encoding="utf-8") as f:
-            losses = [float(row["loss"]) for row in csv.DictReader(f)]
+            rows = list(csv.DictReader(f))
+        losses = [float(row["loss"]) for row in rows]
+        # One row per step (--log-every 1), each with its step's wall-clock speed: the training
+        # loop's own seconds, without start-up, logging and the checkpoint.
+        loop_seconds = sum(batch_size * 20 / float(row["tokens_per_second"]) for row in rows)
     tokens = steps * batch_size * 20
     return {"seconds": seconds, "tokens_per_second": tokens / seconds, "cpu_seconds": cpu_seconds,
-            "tokens_per_cpu_second": tokens / cpu_seconds, "losses": losses}
+            "tokens_per_cpu_second": tokens / cpu_seconds, "loop_seconds": loop_seconds,
+            "loop_tokens_per_second": tokens / loop_seconds, "losses": losses}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -86,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     summary = {}
     for name, rows in runs.items():
         values = {}
-        for key in ("tokens_per_second", "tokens_per_cpu_second"):
+        for key in ("tokens_per_second", "tokens_per_cpu_second", "loop_tokens_per_second"):
             speeds = [r[key] for r in rows]
             values[key] = {"median": statistics.median(speeds), "min": min(speeds), "max": max(speeds)}
             if name != "before":
@@ -100,7 +106,8 @@ def main(argv: list[str] | None = None) -> int:
         summary[name] = values
     print(f"({args.rounds} rounds, whole process, batch {args.batch_size} x 20, {args.steps} steps, float32, "
           f"{os.environ.get('OMP_NUM_THREADS', 'all')} threads)")
-    for key, label in (("tokens_per_second", "tokens/s (wall clock)"), ("tokens_per_cpu_second", "tokens/CPU-second")):
+    for key, label in (("tokens_per_second", "tokens/s (wall clock)"), ("tokens_per_cpu_second", "tokens/CPU-second"),
+                       ("loop_tokens_per_second", "tokens/s (training loop)")):
         print(f"{label:24} {'median':>9} {'min':>8} {'max':>8} {'/ before':>9}   per round")
         for name, values in summary.items():
             v = values[key]
