@@ -111,9 +111,10 @@ class ElmoEmbedder:
 
     def _write_hdf5(self, sentences: list[str], source: str, output_file_path: str | os.PathLike,
                     output_format: str, batch_size: int, forget_sentences: bool, use_sentence_keys: bool,
-                    progress: dict | None = None) -> None:
+                    progress: dict | None = None, checked: bool = False) -> None:
         """:meth:`embed_file` on stripped lines read from ``source`` (named in errors).
-        ``progress``: tqdm's arguments for a progress bar (None: no bar)."""
+        ``progress``: tqdm's arguments for a progress bar (None: no bar); ``checked``: the
+        lines already passed :func:`check_lines`."""
         import h5py
         from tqdm import tqdm
 
@@ -123,7 +124,8 @@ class ElmoEmbedder:
             raise ValueError(f"output_format: expected 'all', 'top' or 'average', got {output_format!r}")
         if batch_size < 1:
             raise ValueError(f"batch_size: must be at least 1, got {batch_size}")
-        check_lines(sentences, source, use_sentence_keys)
+        if not checked:
+            check_lines(sentences, source, use_sentence_keys)
         keys = sentences if use_sentence_keys else [str(i) for i in range(len(sentences))]
         vectors = self.embed_sentences((s.split() for s in sentences), batch_size)
         with atomic_path(output_file_path) as tmp, h5py.File(tmp, "w") as fout, \

@@ -76,7 +76,10 @@ def check_output(input_file: str, output_file: str) -> None:
 
 def run(args: argparse.Namespace) -> int:
     for package in args.include_package:
-        importlib.import_module(package)
+        try:
+            importlib.import_module(package)
+        except ImportError as e:
+            raise ValueError(f"--include-package: cannot import {package!r}: {e}") from None
     if args.vocab_path is not None:
         warnings.warn("--vocab-path is ignored (AllenNLP 0.9's elmo command ignored it too)", stacklevel=2)
     if args.batch_size < 1:
@@ -90,7 +93,7 @@ def run(args: argparse.Namespace) -> int:
     embedder = ElmoEmbedder(args.options_file, args.weight_file, args.cuda_device)
     progress = FILE_FRIENDLY_PROGRESS if args.file_friendly_logging else {"disable": None}
     embedder._write_hdf5(sentences, source, args.output_file, output_format, args.batch_size,
-                         args.forget_sentences, args.use_sentence_keys, progress=progress)
+                         args.forget_sentences, args.use_sentence_keys, progress=progress, checked=True)
     print(f"wrote {len(sentences)} sentences to {args.output_file}", file=sys.stderr)
     return 0
 
@@ -102,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     def show_warning(message, category, filename, lineno, file=None, line=None):
         print(f"{COMMAND}: warning: {message}", file=sys.stderr)
 
-    warnings.showwarning = show_warning
+    shown, warnings.showwarning = warnings.showwarning, show_warning
     try:
         return run(args)
     except (ValueError, OSError, DownloadError) as e:
@@ -112,3 +115,5 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"\n{COMMAND}: interrupted", file=sys.stderr)
         return 130
+    finally:
+        warnings.showwarning = shown
