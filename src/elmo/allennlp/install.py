@@ -31,7 +31,9 @@ class _RestOfAllenNLP(importlib.abc.MetaPathFinder):
 
     def find_spec(self, fullname: str, path=None, target=None):
         if fullname.startswith("allennlp.") and fullname not in PROVIDED and fullname not in PACKAGES:
-            raise ModuleNotFoundError(f"No module named {fullname!r}: {WHAT_IS_PROVIDED}", name=fullname)
+            # No ``name=``: Python drops an error that names the module it tried for
+            # ``from allennlp.modules import X`` and says only "cannot import name", losing this message.
+            raise ModuleNotFoundError(f"No module named {fullname!r}: {WHAT_IS_PROVIDED}")
         return None
 
 
