@@ -11,7 +11,13 @@ import pytest
 import torch
 from conftest import ALLENNLP, fixture_batches
 
-from elmo.allennlp import Elmo, ElmoEmbedder, _ElmoBiLm, _ElmoCharacterEncoder, batch_to_ids
+from elmo.allennlp import (
+    Elmo,
+    ElmoEmbedder,
+    _ElmoBiLm,
+    _ElmoCharacterEncoder,
+    batch_to_ids,
+)
 from elmo.model.bilm import remove_boundaries
 
 OPTIONS, WEIGHTS = str(ALLENNLP / "options.json"), str(ALLENNLP / "lm_weights.hdf5")

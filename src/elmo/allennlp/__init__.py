@@ -21,9 +21,20 @@ The published models' URLs (AllenNLP's defaults) resolve through this library's 
 (:mod:`elmo.hub.pretrained`); local paths load directly.
 """
 
-from elmo.allennlp.commands import DEFAULT_BATCH_SIZE, DEFAULT_OPTIONS_FILE, DEFAULT_WEIGHT_FILE, ElmoEmbedder
+from elmo.allennlp.commands import (
+    DEFAULT_BATCH_SIZE,
+    DEFAULT_OPTIONS_FILE,
+    DEFAULT_WEIGHT_FILE,
+    ElmoEmbedder,
+)
 from elmo.allennlp.install import install_as_allennlp
-from elmo.allennlp.modules import Elmo, _ElmoBiLm, _ElmoCharacterEncoder, batch_to_ids, load_bilm
+from elmo.allennlp.modules import (
+    Elmo,
+    _ElmoBiLm,
+    _ElmoCharacterEncoder,
+    batch_to_ids,
+    load_bilm,
+)
 
 __all__ = ["DEFAULT_BATCH_SIZE", "DEFAULT_OPTIONS_FILE", "DEFAULT_WEIGHT_FILE", "Elmo", "ElmoEmbedder",
            "_ElmoBiLm", "_ElmoCharacterEncoder", "batch_to_ids", "install_as_allennlp", "load_bilm"]

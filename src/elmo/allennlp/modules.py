@@ -20,7 +20,13 @@ from torch import nn
 
 from elmo.hub.pretrained import PUBLISHED, load_model
 from elmo.inference.runtime import Runtime
-from elmo.model.bilm import BiLM, BiLMOutput, BiLMState, add_boundaries, remove_boundaries
+from elmo.model.bilm import (
+    BiLM,
+    BiLMOutput,
+    BiLMState,
+    add_boundaries,
+    remove_boundaries,
+)
 from elmo.model.chars import MAX_CHARS, batch_to_char_ids
 from elmo.model.dropout import Dropout
 from elmo.model.scalar_mix import ScalarMix
