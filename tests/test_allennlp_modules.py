@@ -293,10 +293,10 @@ def test_embedder_runs_on_its_bilm_and_pickles_with_its_state():
     embedder.embed_sentence(sentence)
     copy = pickle.loads(pickle.dumps(embedder))  # what a library saving its model does
     assert isinstance(copy.elmo_bilm._elmo_lstm._states, tuple)
-    np.testing.assert_array_equal(copy.embed_sentence(sentence), embedder.embed_sentence(sentence))
+    np.testing.assert_allclose(copy.embed_sentence(sentence), embedder.embed_sentence(sentence), atol=1e-6, rtol=0)
     embedder.elmo_bilm._elmo_lstm.reset_states()
     fresh = ElmoEmbedder(OPTIONS, WEIGHTS)
-    np.testing.assert_array_equal(embedder.embed_sentence(sentence), fresh.embed_sentence(sentence))
+    np.testing.assert_allclose(embedder.embed_sentence(sentence), fresh.embed_sentence(sentence), atol=1e-6, rtol=0)
     # A batch with an empty sentence runs it (its row's state moves on, as AllenNLP's did).
     arrays = fresh.embed_batch([["This", "is", "a", "test"], []])
     assert [a.shape for a in arrays] == [(3, 4, 32), (3, 0, 32)]
