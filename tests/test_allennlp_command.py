@@ -173,3 +173,21 @@ def test_embed_file_with_sentence_keys_writes_no_index(tmp_path):
     with open(text) as f, pytest.raises(ValueError, match=f"{text}: line 2 is empty"):
         embedder.embed_file(f, str(tmp_path / "other.hdf5"))
     assert not (tmp_path / "other.hdf5").exists()
+
+
+def test_the_migration_pages_command_example_runs(tmp_path):
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    page = (root / "docs" / "from-allennlp.md").read_text(encoding="utf-8")
+    blocks = re.findall(r"^```(\w*)\n(.*?)^```$", page, re.S | re.M)
+    [command] = [body for language, body in blocks if not language and "examples/sentences.txt" in body]
+    out = tmp_path / "vectors.hdf5"
+    command = command.replace(" vectors.hdf5 ", f" {out} ").replace("python -m", f"{sys.executable} -m")
+    result = subprocess.run(["bash", "-c", command], capture_output=True, text=True, cwd=root)
+    assert result.returncode == 0, result.stderr
+    lines = (root / "examples" / "sentences.txt").read_text().splitlines()
+    with h5py.File(out, "r") as f:
+        assert set(f.keys()) == {*map(str, range(len(lines))), "sentence_to_index"}
+        assert f["0"].shape == (len(lines[0].split()), 32)
