@@ -36,6 +36,9 @@ def add_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--precision", default="float32", choices=["float32", "bfloat16", "float16"],
                         help="matrix products in this precision (bfloat16: fast on CPUs with AVX-512 BF16 or AMX; "
                              "float16: GPUs); states stay float32")
+    parser.add_argument("--cuda-graphs", action="store_true",
+                        help="on a GPU, replay the LSTM's steps from CUDA graphs for batch shapes that repeat "
+                             "(fewer kernel launches; the same vectors to float rounding)")
     parser.add_argument("--vocab-cache", help="token vectors from elmo cache-vocab (other words use the CNN)")
     parser.add_argument("--max-tokens", type=int, default=4096,
                         help="padded tokens per batch (not in stateful mode, where batches are --batch-size lines)")
@@ -46,13 +49,16 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"--batch-size: must be at least 1, got {args.batch_size}")
     if args.max_tokens < 1:
         raise ValueError(f"--max-tokens: must be at least 1, got {args.max_tokens}")
+    if args.cuda_graphs and not args.device.startswith("cuda"):
+        raise ValueError(f"--cuda-graphs: CUDA graphs need a GPU; pass --device cuda (got --device {args.device})")
     to_stdout = args.output is None or args.output == STDIN
     if not to_stdout:
         check_output(args.input, args.output, args.force)  # before the model loads: fail fast
     elif args.force:
         raise ValueError("--force: there is no output file to replace when printing to standard output")
     embedder = Embedder(model_from_args(args), state=args.state, device=args.device, precision=args.precision,
-                        vocab_cache=args.vocab_cache, max_tokens=args.max_tokens, batch_size=args.batch_size)
+                        vocab_cache=args.vocab_cache, max_tokens=args.max_tokens, batch_size=args.batch_size,
+                        cuda_graphs=args.cuda_graphs)
     if to_stdout:
         print_vectors(embedder, args.input, args.layers)
         return 0

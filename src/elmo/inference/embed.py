@@ -73,12 +73,13 @@ class Embedder:
     ``"stateful"`` reproduces the original, carrying state by row across batches *and calls*.
     Without ``model``, the packaged default model is used (see :mod:`elmo.hub.pretrained`). The model
     is never changed: it runs through an :class:`~elmo.inference.runtime.Runtime` (copied if it lives on
-    another device than ``device``).
+    another device than ``device``). ``cuda_graphs`` (CUDA only) replays the LSTM's steps from CUDA
+    graphs for batch shapes that repeat (see :mod:`elmo.inference.graphs`).
     """
 
     def __init__(self, model: BiLM | None = None, *, state: str = DEFAULT_STATE, device: str | torch.device | None = None,
                  batch_size: int = 64, max_tokens: int = 4096, precision: str = "float32",
-                 vocab_cache: str | os.PathLike | None = None, token_memo: int = 100_000):
+                 vocab_cache: str | os.PathLike | None = None, token_memo: int = 100_000, cuda_graphs: bool = False):
         if batch_size < 1:
             raise ValueError(f"batch_size: must be at least 1, got {batch_size}")
         if max_tokens < 1:
@@ -88,7 +89,7 @@ class Embedder:
 
             model = load_model()
         self.runtime = Runtime(model, device=device, precision=precision, state=state, vocab_cache=vocab_cache,
-                               token_memo=token_memo)
+                               token_memo=token_memo, cuda_graphs=cuda_graphs)
         self.batch_size = batch_size
         self.max_tokens = max_tokens
 

@@ -22,6 +22,7 @@ from pathlib import Path
 import torch
 
 from elmo.fileio import atomic_path
+from elmo.inference.graphs import LstmGraphs
 from elmo.inference.states import DEFAULT_STATE, StateKeeper
 from elmo.model.bilm import (
     BiLM,
@@ -172,17 +173,21 @@ class Runtime:
     ``"float16"``); ``state`` the LSTM state policy (:mod:`elmo.inference.states`); ``vocab_cache`` a file
     from ``elmo cache-vocab``; ``token_memo`` how many token vectors to remember between batches.
     A model whose ``fast`` flag is off runs its reference path instead (the specification).
+    ``cuda_graphs`` (CUDA only) replays the LSTM's steps from CUDA graphs for batch shapes that
+    repeat (:mod:`elmo.inference.graphs`); the same numbers to the rounding of the products.
     """
 
     def __init__(self, model: BiLM, *, device: str | torch.device | None = None, precision: str = "float32",
                  state: str = DEFAULT_STATE, vocab_cache: str | os.PathLike | None = None,
-                 token_memo: int = 100_000):
+                 token_memo: int = 100_000, cuda_graphs: bool = False):
         if precision not in PRECISIONS:
             raise ValueError(f"precision: expected one of {sorted(PRECISIONS)}, got {precision!r}")
         if token_memo < 0:
             raise ValueError(f"token_memo: must not be negative, got {token_memo}")
         current = next(model.parameters()).device
         self.device = resolve_device(device, current)
+        if cuda_graphs and self.device.type != "cuda":
+            raise ValueError(f"cuda_graphs: CUDA graphs need a CUDA device; this runtime runs on {self.device}")
         # The caller's model stays where it is: a model on another device is copied, not moved.
         self.model = model if self.device == current else copy.deepcopy(model).to(self.device)
         precision = effective_precision(precision, self.device, self.model.config)
@@ -199,6 +204,11 @@ class Runtime:
             from elmo.inference.vocab_cache import load_vocab_cache
 
             self.cache = {w: v.to(self.device) for w, v in load_vocab_cache(vocab_cache, self.model).items()}
+        self.graphs: LstmGraphs | None = None
+        if cuda_graphs:
+            model = self.model
+            self.graphs = LstmGraphs(list(zip(model.forward_layers, model.backward_layers)), self.dtype,
+                                     model.config.lstm.use_skip_connections)
         self.states = StateKeeper(self, state)
 
     @property
@@ -317,23 +327,38 @@ class Runtime:
         c, h = state.c[:, :, order], state.h[:, :, order]
 
         x = torch.stack([tokens, reverse_within_length(tokens, sorted_mask)])  # (2, batch, time+2, proj)
+        weights = [self._stacked_weights(index) for index in range(model.n_layers)]
+        graphed = self.graphs.run(x, lengths, c, h, weights) if self.graphs is not None else None
+        if graphed is not None:
+            outputs, final_c, final_h = graphed
+        else:
+            outputs, final_c, final_h = self._lstm_eager(x, lengths, c, h, weights)
         layers = [torch.cat([tokens, tokens], dim=-1)]
-        final_c, final_h = [], []
-        for index, (forward_layer, backward_layer) in enumerate(zip(model.forward_layers, model.backward_layers)):
-            out, c_l, h_l = bilstm_inference(forward_layer, backward_layer, x, lengths, c[:, index], h[:, index],
-                                             self.dtype, self._stacked_weights(index))
-            if index > 0 and model.config.lstm.use_skip_connections:
-                out = out + x
-            layers.append(torch.cat([out[0], reverse_within_length(out[1], sorted_mask)], dim=-1))
-            final_c.append(c_l)
-            final_h.append(h_l)
-            x = out
+        layers += [torch.cat([out[0], reverse_within_length(out[1], sorted_mask)], dim=-1) for out in outputs]
         stacked = torch.stack(layers, dim=1)[restore]  # (batch, L+1, time+2, 2*proj)
-        new_state = BiLMState(torch.stack(final_c, dim=1)[:, :, restore], torch.stack(final_h, dim=1)[:, :, restore])
+        new_state = BiLMState(final_c[:, :, restore], final_h[:, :, restore])
         if keep_boundaries:
             return BiLMOutput(stacked, full_mask, new_state)
         stacked, out_mask = remove_boundaries(stacked, full_mask)
         return BiLMOutput(stacked, out_mask, new_state)
+
+    def _lstm_eager(self, x: torch.Tensor, lengths: torch.Tensor, c: torch.Tensor, h: torch.Tensor,
+                    weights: list[StackedWeights]) -> tuple[list[torch.Tensor], torch.Tensor, torch.Tensor]:
+        """Every layer over ``x`` ``(2, batch, time, proj)`` (rows sorted longest first) from
+        ``c`` ``(2, L, batch, dim)`` and ``h``: each layer's outputs ``(2, batch, time, proj)``
+        (residual included) and the final ``(c, h)`` ``(2, L, batch, ...)``."""
+        model = self.model
+        outputs, final_c, final_h = [], [], []
+        for index, (forward_layer, backward_layer) in enumerate(zip(model.forward_layers, model.backward_layers)):
+            out, c_l, h_l = bilstm_inference(forward_layer, backward_layer, x, lengths, c[:, index], h[:, index],
+                                             self.dtype, weights[index])
+            if index > 0 and model.config.lstm.use_skip_connections:
+                out = out + x
+            outputs.append(out)
+            final_c.append(c_l)
+            final_h.append(h_l)
+            x = out
+        return outputs, torch.stack(final_c, dim=1), torch.stack(final_h, dim=1)
 
 
 __all__ = ["PRECISIONS", "Runtime", "resolve_device"]
