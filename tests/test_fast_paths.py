@@ -425,7 +425,7 @@ def test_task_models_use_the_fast_dropout():
     elmo.dropout's (torch's own on the CPU was a tenth of a task's training step)."""
     import inspect
 
-    from elmo import allennlp
+    from elmo.allennlp import modules as allennlp
     from elmo.model import scalar_mix
     from elmo.model.dropout import Dropout
     from elmo.tasks import classification, coref, entailment, qa, srl, tagging
