@@ -10,7 +10,7 @@ makes of it on a GPU (``--compile-cells``).
 
     python benchmarks/op_counts.py --output results/benchmarks/op_counts.json
 
-``tests/test_training_paths.py`` holds the counts to their ceilings.
+``tests/test_fused_lstm.py`` holds the counts to their ceilings.
 """
 
 from __future__ import annotations
