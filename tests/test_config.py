@@ -32,7 +32,9 @@ def test_missing_clip_means_no_clipping():
     del options["lstm"]["cell_clip"]
     config = BiLMConfig.from_dict(options)
     assert config.lstm.cell_clip is None
-    assert "cell_clip" not in config.to_dict()["lstm"]
+    # Written as null, not left out: AllenNLP indexes options["lstm"]["cell_clip"] (issue 39).
+    assert config.to_dict()["lstm"]["cell_clip"] is None
+    assert BiLMConfig.from_dict(config.to_dict()) == config
 
 
 @pytest.mark.parametrize("edit, field", [

@@ -16,7 +16,6 @@ from torch import nn
 from elmo.inference.runtime import Runtime
 from elmo.inference.states import DEFAULT_STATE
 from elmo.model.bilm import BiLM
-from elmo.model.chars import batch_to_char_ids
 from elmo.model.scalar_mix import ScalarMix
 
 
@@ -70,7 +69,8 @@ class Elmo(nn.Module):
                         progress: bool = True, **kwargs) -> "Elmo":
         """Build on a model named as :func:`elmo.hub.pretrained.load_model` takes it: ``"default"``
         (packaged), a published one, downloaded and cached (``"small"``, ``"medium"``,
-        ``"original"``, ``"original-5.5b"``), an exported folder or a training run directory."""
+        ``"original"``, ``"original-5.5b"``), an exported folder, a training run directory, an NLPL
+        archive (``.zip``) or folder, or an ELMoForManyLangs model (see ``docs/other-models.md``)."""
         from elmo.hub.pretrained import load_model
 
         return cls(load_model(name, cache_dir=cache_dir, progress=progress), **kwargs)
@@ -136,13 +136,14 @@ class Elmo(nn.Module):
         return ElmoOutput([m(layers, mask) for m in self.mixes], mask)
 
     def forward(self, char_ids: torch.Tensor, mask: torch.Tensor | None = None) -> ElmoOutput:
-        """``char_ids``: ``(batch, time, 50)`` from :func:`~elmo.model.chars.batch_to_char_ids`."""
+        """``char_ids``: ``(batch, time, width)`` from ``bilm.characters.batch(sentences)``
+        (:func:`~elmo.model.chars.batch_to_char_ids` for every bilm-tf model)."""
         return self.mix(*self.layers(char_ids, mask))
 
     def embed(self, sentences: Sequence[Sequence[str]]) -> ElmoOutput:
         """Convenience: tokenized sentences in, mixed vectors out."""
         device = next(self.bilm.parameters()).device
-        ids, mask = batch_to_char_ids(sentences)
+        ids, mask = self.bilm.characters.batch(sentences)
         return self(ids.to(device), mask.to(device))
 
     def l2_penalty(self) -> torch.Tensor:

@@ -19,7 +19,7 @@ from elmo.inference.states import DEFAULT_STATE
 from elmo.model.bilm import BiLM
 from elmo.model.chars import tokenize
 
-Layers = str | Sequence[int]
+Layers = str | int | Sequence[int]
 
 
 def as_tokens(sentence: str | Sequence[str], where: str = "sentence") -> list[str]:
@@ -48,7 +48,8 @@ def select_layers(layers: np.ndarray, which: Layers) -> np.ndarray:
     """Pick from one sentence's ``(L+1, n_tokens, dim)`` activations.
 
     ``"all"`` -> ``(L+1, n, dim)``; ``"top"`` -> ``(n, dim)``; ``"average"`` -> ``(n, dim)``;
-    a list of indices -> ``(len(list), n, dim)``.
+    one index -> ``(n, dim)`` (0: the token layer); a list of indices -> ``(len(list), n, dim)``.
+    ELMoForManyLangs' ``output_layer`` 0, 1, 2 are the indices; its -1 is ``"average"``.
     """
     if isinstance(which, str):
         if which == "all":
@@ -58,6 +59,8 @@ def select_layers(layers: np.ndarray, which: Layers) -> np.ndarray:
         if which == "average":
             return layers.mean(axis=0)
         raise ValueError(f"layers: expected 'all', 'top', 'average' or a list of indices, got {which!r}")
+    if isinstance(which, int) and not isinstance(which, bool):
+        return select_layers(layers, [which])[0]
     indices = list(which)
     for i in indices:
         if not -layers.shape[0] <= i < layers.shape[0]:
@@ -104,7 +107,8 @@ class Embedder:
                         progress: bool = True, **kwargs) -> "Embedder":
         """Load a model by name or path (see :func:`elmo.hub.pretrained.load_model`): ``"default"``
         (packaged), a published one, downloaded and cached (``"small"``, ``"medium"``,
-        ``"original"``, ``"original-5.5b"``), an exported folder or a training run directory."""
+        ``"original"``, ``"original-5.5b"``), an exported folder, a training run directory, an NLPL
+        archive (``.zip``) or folder, or an ELMoForManyLangs model (see ``docs/other-models.md``)."""
         from elmo.hub.pretrained import load_model
 
         return cls(load_model(name, cache_dir=cache_dir, progress=progress), **kwargs)

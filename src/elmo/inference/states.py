@@ -27,7 +27,7 @@ import torch
 
 from elmo.fileio import atomic_path
 from elmo.model.bilm import BiLM, BiLMState
-from elmo.model.chars import batch_to_char_ids, tokenize
+from elmo.model.chars import tokenize
 
 if TYPE_CHECKING:  # the runtime builds on this module
     from elmo.inference.runtime import Runtime
@@ -56,7 +56,7 @@ def compute_warm_state(model: "BiLM | Runtime", sentences: list[list[str]] | Non
     state = model.zero_state(1)
     total_c, total_h = torch.zeros_like(state.c), torch.zeros_like(state.h)
     for sentence in sentences:
-        ids, mask = batch_to_char_ids([sentence])
+        ids, mask = model.model.characters.batch([sentence])
         state = model(ids, mask, state).state
         total_c += state.c
         total_h += state.h
@@ -76,6 +76,8 @@ def warm_state_key(runtime: "Runtime") -> str:
     text = resources.files("elmo").joinpath("resources/warmup.txt").read_bytes()
     parts = [weights_fingerprint(runtime.model), hashlib.sha256(text).hexdigest(), runtime.precision,
              runtime.device.type, str(WARM_STATE_VERSION)]
+    if runtime.model.characters.fingerprint():  # a dictionary model: its dictionaries decide its tokens too
+        parts.append(runtime.model.characters.fingerprint())
     return hashlib.sha256(":".join(parts).encode()).hexdigest()
 
 
