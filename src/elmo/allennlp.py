@@ -64,10 +64,21 @@ def _published_name(location: str) -> str | None:
     return None
 
 
-def load_bilm(options_file: str | os.PathLike, weight_file: str | os.PathLike) -> BiLM:
+def load_bilm(options_file: str | os.PathLike, weight_file: str | os.PathLike | None = None) -> BiLM:
     """The biLM of an ``options_file`` + ``weight_file`` pair as AllenNLP took them: local paths,
-    or the URLs of the published models (fetched once into the download cache)."""
-    options, weights = os.fspath(options_file), os.fspath(weight_file)
+    or the URLs of the published models (fetched once into the download cache). A model archive
+    or folder (an NLPL ``.zip``, an ELMoForManyLangs model) may stand alone as ``options_file``,
+    with ``weight_file`` left out (or the same path)."""
+    from elmo.hub.archives import looks_like_model
+
+    options = os.fspath(options_file)
+    if not options.startswith(("http://", "https://", "s3://")) and looks_like_model(options):
+        if weight_file not in (None, DEFAULT_WEIGHT_FILE) and os.fspath(weight_file) != options:
+            raise ValueError(f"weight_file: {options} is a whole model (archive or folder); leave weight_file out")
+        return load_model(options)
+    if weight_file is None:
+        raise ValueError(f"weight_file: needed with {options} (or pass a model archive or folder alone)")
+    weights = os.fspath(weight_file)
     remote = [p for p in (options, weights) if p.startswith(("http://", "https://", "s3://"))]
     if not remote:
         return load_model((options, weights))
@@ -106,6 +117,9 @@ class Elmo(nn.Module):
         if num_output_representations < 1:
             raise ValueError(f"num_output_representations: must be at least 1, got {num_output_representations}")
         self._elmo_lstm = load_bilm(options_file, weight_file)
+        if self._elmo_lstm.config.char_cnn.characters != "bytes":
+            raise ValueError(f"{options_file}: this model reads its own character dictionary (ELMoForManyLangs), not "
+                             f"the byte ids of batch_to_ids that this Elmo takes; use ElmoEmbedder or elmo.Embedder")
         self.requires_grad = requires_grad
         for p in self._elmo_lstm.parameters():
             p.requires_grad_(requires_grad)
@@ -200,11 +214,13 @@ class ElmoEmbedder:
     per sentence, stateful by default as AllenNLP's was.
 
     ``cuda_device``: -1 for the CPU, else the GPU's index. ``state`` switches to this library's
-    deterministic ``"warm"`` (or ``"reset"``) policy.
+    deterministic ``"warm"`` (or ``"reset"``) policy. ``options_file`` may also be a whole model
+    (an NLPL ``.zip``, an ELMoForManyLangs folder) with ``weight_file`` left out; a protein ELMo
+    such as SeqVec embeds ``embed_sentence(list(sequence))``, one token per residue.
     """
 
     def __init__(self, options_file: str | os.PathLike = DEFAULT_OPTIONS_FILE,
-                 weight_file: str | os.PathLike = DEFAULT_WEIGHT_FILE, cuda_device: int = -1, *,
+                 weight_file: str | os.PathLike | None = DEFAULT_WEIGHT_FILE, cuda_device: int = -1, *,
                  state: str = ALLENNLP_STATE):
         if not isinstance(cuda_device, int):
             raise ValueError(f"cuda_device: expected -1 (CPU) or a GPU index, got {cuda_device!r}")

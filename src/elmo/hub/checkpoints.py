@@ -130,6 +130,10 @@ def load_language_model_with_origin(path: str | os.PathLike) -> tuple[LanguageMo
     exported folder, and for a checkpoint its ``step``, ``tokens`` and ``elapsed_seconds``, so that
     a run started from it can say at which point of the earlier run it branched off."""
     path = os.fspath(path)
+    from elmo.hub.archives import looks_like_model
+
+    if looks_like_model(path) and not os.path.isfile(os.path.join(path, SOFTMAX_FILE)):
+        return _language_model_from_archive(path)  # an NLPL archive or folder, without a softmax
     if os.path.isfile(path):
         found: tuple[str, dict] | None = (path, load_train_checkpoint(path))
     else:
@@ -153,6 +157,30 @@ def load_language_model_with_origin(path: str | os.PathLike) -> tuple[LanguageMo
     model = LanguageModel(bilm.config, len(vocab))
     model.bilm = bilm
     model.softmax = load_softmax(os.path.join(path, SOFTMAX_FILE), len(vocab), bilm.config.lstm.projection_dim)
+    return model, vocab, {"path": os.path.abspath(path)}
+
+
+def _language_model_from_archive(path: str) -> tuple[LanguageModel, Vocabulary, dict]:
+    """A language model from a model archive or folder holding a vocabulary but no softmax (the
+    NLPL repository's ELMo archives, AllenNLP's models with a vocabulary beside them): the biLM
+    from its weights and a softmax over its vocabulary that starts from random weights, with a
+    warning. Fine-tuning then learns the softmax along with the biLM."""
+    from elmo.hub.archives import ModelFolder, is_manylangs, load_model_folder, vocab_member
+
+    with ModelFolder(path) as folder:
+        if is_manylangs(folder):
+            raise ValueError(f"{path}: an ELMoForManyLangs model cannot be fine-tuned here: its releases hold no "
+                             f"softmax and no bilm-tf vocabulary, and training reads bytes (bilm-tf's scheme)")
+        name = vocab_member(folder)
+        if name is None:
+            raise FileNotFoundError(f"{path}: fine-tuning needs the model's vocabulary (vocab.txt or vocab.txt.gz), "
+                                    f"which it does not hold")
+        vocab = Vocabulary.from_lines(folder.read_lines(name), folder.label(name))
+    bilm = load_model_folder(path)
+    model = LanguageModel(bilm.config, len(vocab))
+    model.bilm = bilm.train()
+    warnings.warn(f"{path}: no {SOFTMAX_FILE} (NLPL archives ship none): the softmax over the {len(vocab):,} words of "
+                  f"its vocabulary starts from random weights and is learned while fine-tuning", stacklevel=3)
     return model, vocab, {"path": os.path.abspath(path)}
 
 

@@ -131,8 +131,10 @@ def load_model(source: ModelSource = None, *, cache_dir: str | os.PathLike | Non
 
     ``source`` is ``None`` or ``"default"`` (the packaged model), a published name
     (:func:`model_names`), an ``(options.json, weights.hdf5)`` pair, a folder holding
-    ``options.json`` + ``weights.hdf5`` (``elmo export`` writes one), or a training run directory
-    or checkpoint file (``elmo train`` writes those). Returns the biLM in eval mode, float32.
+    ``options.json`` + ``weights.hdf5`` (``elmo export`` writes one), a training run directory
+    or checkpoint file (``elmo train`` writes those), an NLPL archive (``.zip``) or folder
+    (``model.hdf5``, ``options.json``), or an ELMoForManyLangs model, folder or zip
+    (:mod:`elmo.hub.archives`, :mod:`elmo.hub.manylangs`). Returns the biLM in eval mode, float32.
     """
     from elmo.model.weights import load_bilm_tf
 
@@ -146,13 +148,23 @@ def load_model(source: ModelSource = None, *, cache_dir: str | os.PathLike | Non
     path = Path(name)
     if path.is_dir() and (path / "options.json").is_file() and (path / "weights.hdf5").is_file():
         return load_bilm_tf(path / "options.json", path / "weights.hdf5").eval()
+    if path.is_file() and path.suffix == ".pt":
+        from elmo.model.weights import is_native_checkpoint, load_checkpoint
+
+        if is_native_checkpoint(path):  # save_checkpoint's (and elmo convert --to elmo's) file
+            return load_checkpoint(path)[0].eval()
     if (path.is_dir() and (path / "checkpoints").is_dir()) or (path.is_file() and path.suffix == ".pt"):
         from elmo.hub.checkpoints import load_language_model
 
         return load_language_model(path)[0].bilm.eval()
+    from elmo.hub.archives import load_model_folder, looks_like_model
+
+    if looks_like_model(path):  # NLPL zip archives and folders, ELMoForManyLangs models
+        return load_model_folder(path)
     if path.exists():
-        raise ValueError(f"{name}: not a model: expected a folder with options.json and weights.hdf5, a training "
-                         f"run directory (with checkpoints/) or a checkpoint .pt file")
+        raise ValueError(f"{name}: not a model: expected a folder with options.json and weights.hdf5 (or a zip "
+                         f"archive of one, as the NLPL repository's), an ELMoForManyLangs model, a training run "
+                         f"directory (with checkpoints/) or a checkpoint .pt file")
     raise ValueError(f"model: {name!r} is neither a model name ({', '.join(model_names())}) nor an existing path")
 
 

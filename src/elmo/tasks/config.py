@@ -88,7 +88,8 @@ class ModelConfig:
 @dataclass
 class BiLMSource:
     """Which biLM gives the ELMo layers: anything :func:`elmo.hub.pretrained.load_model` takes (a
-    model name, a folder with ``options.json`` + ``weights.hdf5``, or a training run directory)."""
+    model name, a folder with ``options.json`` + ``weights.hdf5``, a training run directory, an NLPL
+    ``.zip`` or an ELMoForManyLangs model)."""
 
     model: str = "default"
     state: str = "warm"
@@ -212,7 +213,10 @@ def check_task_paths(config: TaskConfig, where: str = "config") -> None:
         if source not in model_names():
             missing = [f for f in ("options.json", "weights.hdf5") if not os.path.isfile(os.path.join(source, f))]
             run = os.path.isdir(os.path.join(source, "checkpoints")) or (os.path.isfile(source) and source.endswith(".pt"))
-            if missing and not run:  # load_model also takes a training run directory or checkpoint
+            from elmo.hub.archives import looks_like_model
+
+            # load_model also takes a training run directory or checkpoint, NLPL archives and ELMoForManyLangs models
+            if missing and not run and not looks_like_model(source):
                 raise TaskConfigError(
                     f"{where}: bilm.model: {source}: not a model name ({', '.join(model_names())}), and no folder "
                     f"with options.json and weights.hdf5 (missing {' and '.join(missing)}){_where_relative(source)}")
