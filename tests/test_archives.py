@@ -15,7 +15,12 @@ from conftest import ALLENNLP, FIXTURES
 
 from elmo import ConfigError, Elmo, Embedder, WeightsError, load_bilm_tf
 from elmo.cli.main import main
-from elmo.hub.archives import ArchiveError, ModelFolder, load_model_folder, read_model_vocabulary
+from elmo.hub.archives import (
+    ArchiveError,
+    ModelFolder,
+    load_model_folder,
+    read_model_vocabulary,
+)
 from elmo.hub.pretrained import load_model
 
 SENTENCES = [["The", "cat", "sat", "on", "the", "mat", "."], ["Über", "naïve", "résumés"], ["x"]]
@@ -210,8 +215,8 @@ def test_a_damaged_member_fails_its_crc(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("case,expected", [
-    ("no weights", r"no\.zip: not a model: no a weights file"),
-    ("no options", r"no\.zip: not a model: no an options file"),
+    ("no weights", r"no\.zip: not a model: no weights file"),
+    ("no options", r"no\.zip: not a model: no options file"),
     ("binary options", r"no\.zip:options\.json: not an options\.json: this is an HDF5 file"),
     ("bad options", r"no\.zip:options\.json: lstm\.dim: must be a positive integer"),
     ("wrong shape", r"no\.zip:model\.hdf5: dataset 'CNN/W_cnn_0' has shape \(1, 1, 4, 5\), but .*no\.zip:options\.json needs"),
@@ -257,3 +262,19 @@ def test_cli_reports_a_bad_archive_in_one_line(tmp_path, capsys):
     assert main(["embed", str(text), "--model", str(archive)]) == 2
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "evil.zip" in err and "'../x'" in err
+
+
+def test_finetune_runs_from_an_archive(tmp_path):
+    """elmo finetune on an NLPL archive: its vocabulary, its biLM, a softmax learned from scratch."""
+    from elmo.hub.checkpoints import load_language_model
+    from elmo.training.train import TrainSettings, train
+
+    archive = nlpl_zip(tmp_path / "model.zip")
+    corpus = FIXTURES / "bilm-tf" / "train" / "data.txt"
+    settings = TrainSettings(train=[str(corpus)], output=str(tmp_path / "ft"), init_from=str(archive), batch_size=2,
+                             unroll_steps=5, max_tokens=60, checkpoint_every=100, log_every=100, progress=False)
+    with pytest.warns(UserWarning, match="softmax"):
+        train(settings)
+    tuned, vocab = load_language_model(tmp_path / "ft")
+    assert vocab.words == [w for w in VOCAB.read_text().split("\n") if w]
+    assert tuned.config.lstm == load_bilm_tf(ALLENNLP / "options.json", ALLENNLP / "lm_weights.hdf5").config.lstm

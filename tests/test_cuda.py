@@ -133,3 +133,15 @@ def test_cli_train_with_gpus_zero(tmp_path):
     assert result.returncode == 0, result.stderr
     payload = load_train_checkpoint(sorted((out / "checkpoints").glob("step-*.pt"))[-1])
     assert payload["tokens"] >= 4000
+
+
+@pytest.mark.parametrize("precision,atol", [("float32", 2e-5), ("float16", 5e-2)])
+def test_elmoformanylangs_model_on_cuda_matches_their_numbers(precision, atol):
+    """The dictionary scheme's fast path (word embedding, its own padding id) on the GPU."""
+    from test_manylangs import MODEL, SENTENCES, expected
+
+    from elmo.hub.manylangs import load_manylangs
+
+    got = Embedder(load_manylangs(MODEL), device="cuda", state="reset", precision=precision).embed_sentences(SENTENCES)
+    for a, b in zip(got, expected()):
+        np.testing.assert_allclose(a, b, rtol=0, atol=atol)

@@ -10,7 +10,6 @@ import json
 
 import h5py
 import numpy as np
-import pytest
 import torch
 from conftest import ALLENNLP
 

@@ -14,14 +14,27 @@ import pytest
 import torch
 from conftest import FIXTURES
 
-from elmo import BiLM, BiLMConfig, CharCNNConfig, Embedder, LSTMConfig, load_checkpoint, save_checkpoint
+from elmo import (
+    BiLM,
+    BiLMConfig,
+    CharCNNConfig,
+    Embedder,
+    LSTMConfig,
+    load_checkpoint,
+    save_checkpoint,
+)
 from elmo.cli.main import main
 from elmo.hub.archives import ArchiveError
 from elmo.hub.convert import ConversionError, convert_model, to_byte_scheme
 from elmo.hub.manylangs import ManyLangsError, load_manylangs, save_manylangs
 from elmo.hub.pretrained import load_model
 from elmo.inference.vocab_cache import load_vocab_cache, save_vocab_cache
-from elmo.model.dictionary import STRIPPED_TOKEN, CharacterDictionary, DictionaryError, parse_dictionary
+from elmo.model.dictionary import (
+    STRIPPED_TOKEN,
+    CharacterDictionary,
+    DictionaryError,
+    parse_dictionary,
+)
 
 MANYLANGS = FIXTURES / "manylangs"
 MODEL = MANYLANGS / "model"

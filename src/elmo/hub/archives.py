@@ -240,11 +240,12 @@ def is_manylangs(folder: ModelFolder) -> bool:
 
 def looks_like_model(path: str | os.PathLike) -> bool:
     """Whether ``path`` is for :func:`load_model_folder`: a ``.zip`` file, or a folder holding an
-    options file or an ELMoForManyLangs model. Cheap: nothing is read."""
+    options file or an ELMoForManyLangs model (not a training run directory, which holds an
+    options file too). Cheap: nothing is read."""
     path = Path(path)
     if path.is_file():
         return path.suffix.lower() == ".zip"
-    if not path.is_dir():
+    if not path.is_dir() or (path / "checkpoints").is_dir():  # a training run directory is not one
         return False
     names = {p.name for p in path.iterdir()}
     return bool(names & {*OPTIONS_NAMES, *MANYLANGS_NAMES}) or any(n.endswith("_options.json") for n in names)
@@ -263,8 +264,8 @@ def load_model_folder(path: str | os.PathLike):
             return load_manylangs(folder).eval()
         options, weights = options_member(folder), weights_member(folder)
         if options is None or weights is None:
-            missing = "an options file (options.json)" if options is None else \
-                "a weights file (model.hdf5, weights.hdf5 or *_weights.hdf5)"
+            missing = "options file (options.json)" if options is None else \
+                "weights file (model.hdf5, weights.hdf5 or *_weights.hdf5)"
             raise ArchiveError(f"{path}: not a model: no {missing} among {', '.join(folder.names()) or 'no files'} "
                                f"(expected the bilm-tf layout of NLPL archives, or an ELMoForManyLangs model: "
                                f"{', '.join(MANYLANGS_NAMES)}, char.dic, word.dic)")

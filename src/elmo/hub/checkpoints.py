@@ -165,7 +165,12 @@ def _language_model_from_archive(path: str) -> tuple[LanguageModel, Vocabulary, 
     NLPL repository's ELMo archives, AllenNLP's models with a vocabulary beside them): the biLM
     from its weights and a softmax over its vocabulary that starts from random weights, with a
     warning. Fine-tuning then learns the softmax along with the biLM."""
-    from elmo.hub.archives import ModelFolder, is_manylangs, load_model_folder, vocab_member
+    from elmo.hub.archives import (
+        ModelFolder,
+        is_manylangs,
+        load_model_folder,
+        vocab_member,
+    )
 
     with ModelFolder(path) as folder:
         if is_manylangs(folder):

@@ -45,7 +45,11 @@ from elmo.fileio import atomic_path, atomic_write_text
 from elmo.hub.archives import ArchiveError, ModelFolder
 from elmo.model.bilm import BiLM
 from elmo.model.config import BiLMConfig, CharCNNConfig, ConfigError, LSTMConfig
-from elmo.model.dictionary import CharacterDictionary, format_dictionary, parse_dictionary
+from elmo.model.dictionary import (
+    CharacterDictionary,
+    format_dictionary,
+    parse_dictionary,
+)
 from elmo.model.weights import check_finite
 
 # Their published architecture file (elmoformanylangs/configs/cnn_50_100_512_4096_sample.json),
