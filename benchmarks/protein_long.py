@@ -5,9 +5,10 @@ SeqVec's published options.json (tests/fixtures/seqvec/options.json: 2x4096_512,
 (options.json + weights.hdf5). Each length then runs in a fresh process, as SeqVec's users call it:
 ``elmo.allennlp.ElmoEmbedder(options, weights).embed_sentence(list(sequence))``. The process
 reports its resident memory after loading the model and its peak, so the peak's growth over the
-loaded model is what the sequence costs.
+loaded model is what the sequence costs, and the CPU seconds of the call besides its wall time (on
+a machine shared with other jobs, the wall time is only an upper bound).
 
-    python benchmarks/protein_long.py --lengths 1000 5000 --output benchmarks/results/protein_long.json
+    python benchmarks/protein_long.py --lengths 1000 5000 --output results/benchmarks/protein_long.json
 """
 
 from __future__ import annotations
@@ -37,11 +38,14 @@ embedder = ElmoEmbedder({options!r}, {weights!r})
 loaded = rss()
 rng = np.random.default_rng(0)
 sequence = "".join(rng.choice(list("ACDEFGHIKLMNPQRSTVWYX"), size={length}))
-start = time.perf_counter()
+usage = resource.getrusage(resource.RUSAGE_SELF)
+start, cpu = time.perf_counter(), usage.ru_utime + usage.ru_stime
 vectors = embedder.embed_sentence(list(sequence))
 seconds = time.perf_counter() - start
+usage = resource.getrusage(resource.RUSAGE_SELF)
+cpu_seconds = usage.ru_utime + usage.ru_stime - cpu
 peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-print(json.dumps({{"length": {length}, "seconds": seconds, "rss_after_load": loaded, "peak_rss": peak,
+print(json.dumps({{"length": {length}, "seconds": seconds, "cpu_seconds": cpu_seconds, "rss_after_load": loaded, "peak_rss": peak,
                   "output_bytes": vectors.nbytes, "shape": list(vectors.shape), "finite": bool(np.isfinite(vectors).all())}}))
 """
 
@@ -67,9 +71,11 @@ def main() -> None:
                 raise SystemExit(f"length {length} failed:\n{done.stderr}")
             rows.append(json.loads(done.stdout.strip().splitlines()[-1]))
     mb = 2**20
-    print(f"{'residues':>8} {'seconds':>8} {'RSS loaded MB':>14} {'peak RSS MB':>12} {'growth MB':>10} {'output MB':>10}")
+    print(f"{'residues':>8} {'CPU s':>7} {'wall s':>7} {'RSS loaded MB':>14} {'peak RSS MB':>12} {'growth MB':>10} "
+          f"{'output MB':>10}")
     for r in rows:
-        print(f"{r['length']:>8} {r['seconds']:>8.1f} {r['rss_after_load'] / mb:>14.0f} {r['peak_rss'] / mb:>12.0f} "
+        print(f"{r['length']:>8} {r['cpu_seconds']:>7.1f} {r['seconds']:>7.1f} {r['rss_after_load'] / mb:>14.0f} "
+              f"{r['peak_rss'] / mb:>12.0f} "
               f"{(r['peak_rss'] - r['rss_after_load']) / mb:>10.0f} {r['output_bytes'] / mb:>10.1f}")
     if args.output:
         write_results(args.output, {"options": "tests/fixtures/seqvec/options.json (random weights)",

@@ -65,6 +65,24 @@ def test_zip_gives_exactly_the_unpacked_files_numbers(tmp_path, reference, layou
     assert_same(Embedder.from_pretrained(archive, state="reset").embed_sentences(SENTENCES), reference)
 
 
+def test_random_weight_model_zipped_the_nlpl_way(tmp_path):
+    """The issue's case: random weights, written as bilm-tf does, zipped as NLPL does."""
+    import torch
+
+    from elmo import BiLM, BiLMConfig, save_bilm_tf
+
+    torch.manual_seed(5)
+    options, weights = save_bilm_tf(BiLM(BiLMConfig()), tmp_path / "unpacked", weights_name="model.hdf5")
+    archive = tmp_path / "209.zip"
+    with zipfile.ZipFile(archive, "w", zipfile.ZIP_DEFLATED) as z:
+        z.write(options, "options.json")
+        z.write(weights, "model.hdf5")
+        z.writestr("vocab.txt.gz", gzip.compress(VOCAB.read_bytes()))
+        z.writestr("meta.json", "{}")
+    want = Embedder(load_bilm_tf(options, weights)).embed_sentences(SENTENCES)
+    assert_same(Embedder.from_pretrained(str(archive)).embed_sentences(SENTENCES), want)
+
+
 def test_folder_of_the_same_files(tmp_path, reference):
     folder = tmp_path / "nlpl"
     with zipfile.ZipFile(nlpl_zip(tmp_path / "model.zip")) as z:

@@ -248,7 +248,9 @@ def looks_like_model(path: str | os.PathLike) -> bool:
     if not path.is_dir() or (path / "checkpoints").is_dir():  # a training run directory is not one
         return False
     names = {p.name for p in path.iterdir()}
-    return bool(names & {*OPTIONS_NAMES, *MANYLANGS_NAMES}) or any(n.endswith("_options.json") for n in names)
+    # config.json alone is not enough: task runs write one too.
+    return bool(names & {*OPTIONS_NAMES, "encoder.pkl", "token_embedder.pkl"}) or \
+        any(n.endswith("_options.json") for n in names)
 
 
 def load_model_folder(path: str | os.PathLike):

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import torch
 
-from elmo.fileio import atomic_write_text
+from elmo.fileio import atomic_folder, atomic_write_text
 from elmo.model.bilm import BiLM
 from elmo.model.chars import BOS_CHAR, BOW_CHAR, EOS_CHAR, EOW_CHAR, MAX_CHARS, PAD_CHAR
 from elmo.model.config import BiLMConfig, CharCNNConfig
@@ -108,7 +108,6 @@ def convert_model(source, output: str | os.PathLike, *, to: str = "bilm-tf", ove
         ManyLangsError,
         manylangs_problems,
         save_manylangs,
-        write_folder,
     )
     from elmo.hub.pretrained import load_model
     from elmo.model.weights import bilm_tf_reader_notes, save_bilm_tf, save_checkpoint
@@ -128,7 +127,7 @@ def convert_model(source, output: str | os.PathLike, *, to: str = "bilm-tf", ove
         if problems:
             raise ConversionError("this model has no place in the ELMoForManyLangs format: " + "; ".join(problems))
         try:
-            write_folder(output, lambda folder: save_manylangs(model, folder), overwrite)
+            atomic_folder(output, lambda folder: save_manylangs(model, folder), overwrite)
         except ManyLangsError as e:
             raise ConversionError(str(e)) from None
         return Conversion(sorted(str(p) for p in output.iterdir()), notes)
@@ -144,7 +143,7 @@ def convert_model(source, output: str | os.PathLike, *, to: str = "bilm-tf", ove
         if vocab is not None:
             atomic_write_text(folder / "vocab.txt", "".join(w + "\n" for w in vocab))
 
-    write_folder(output, write, overwrite)
+    atomic_folder(output, write, overwrite)
     notes.extend(bilm_tf_reader_notes(model.config))
     return Conversion(sorted(str(p) for p in output.iterdir()), notes)
 

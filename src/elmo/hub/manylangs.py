@@ -33,8 +33,6 @@ import json
 import os
 import pickle
 import re
-import shutil
-import tempfile
 import warnings
 from collections import OrderedDict
 from pathlib import Path
@@ -401,29 +399,5 @@ def save_manylangs(model: BiLM, output_dir: str | os.PathLike) -> None:
     atomic_write_text(out / "config.json", json.dumps({"config_path": ARCHITECTURE_FILE}) + "\n")
 
 
-def write_folder(output: str | os.PathLike, write, overwrite: bool = False) -> None:
-    """Run ``write(folder)`` into a fresh temporary folder beside ``output`` and rename it into
-    place, so ``output`` is either complete or untouched. An existing ``output`` is replaced only
-    with ``overwrite``."""
-    output = Path(output)
-    if output.exists() and not overwrite:
-        raise FileExistsError(f"{output}: already exists; pass --force (overwrite=True) to replace it")
-    if not output.parent.is_dir():
-        raise FileNotFoundError(f"{output}: the folder {output.parent} does not exist")
-    tmp = Path(tempfile.mkdtemp(prefix=f".{output.name}.", dir=output.parent))
-    try:
-        write(tmp)
-        if output.exists():
-            old = Path(tempfile.mkdtemp(prefix=f".{output.name}.old.", dir=output.parent))
-            os.replace(output, old / output.name)
-            os.replace(tmp, output)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(tmp, output)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-
-
 __all__ = ["ManyLangsError", "PUBLISHED_ARCHITECTURE", "architecture_of", "build_config", "load_manylangs",
-           "load_tensors", "manylangs_problems", "read_architecture", "save_manylangs", "write_folder"]
+           "load_tensors", "manylangs_problems", "read_architecture", "save_manylangs"]
