@@ -296,3 +296,141 @@ def test_finetune_runs_from_an_archive(tmp_path):
     tuned, vocab = load_language_model(tmp_path / "ft")
     assert vocab.words == [w for w in VOCAB.read_text().split("\n") if w]
     assert tuned.config.lstm == load_bilm_tf(ALLENNLP / "options.json", ALLENNLP / "lm_weights.hdf5").config.lstm
+
+
+# ------------------------------------------------------------------------ extraction into the cache
+def fingerprint_folder_files(cache):
+    root = cache / "archives"
+    return sorted(p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file()) if root.exists() else []
+
+
+def test_reopening_reuses_the_extraction(tmp_path, monkeypatch, reference):
+    """A second load of the archive (a fresh reader, as in a new process) reads the extracted
+    weights without unpacking them again."""
+    import elmo.hub.archives as archives
+
+    monkeypatch.setenv("ELMO_CACHE", str(tmp_path / "cache"))
+    archive = nlpl_zip(tmp_path / "model.zip")
+    copies = []
+    real_copy = archives.shutil.copyfileobj
+    monkeypatch.setattr(archives.shutil, "copyfileobj", lambda *a: (copies.append(1), real_copy(*a)))
+    first = Embedder.from_pretrained(str(archive), state="reset").embed_sentences(SENTENCES)
+    second = Embedder.from_pretrained(str(archive), state="reset").embed_sentences(SENTENCES)
+    assert len(copies) == 1
+    assert_same(first, reference)
+    assert_same(second, reference)
+    assert [name.split("/")[1] for name in fingerprint_folder_files(tmp_path / "cache")] == ["model.hdf5"]
+
+
+def test_a_truncated_cached_copy_is_extracted_again(tmp_path, monkeypatch, reference):
+    monkeypatch.setenv("ELMO_CACHE", str(tmp_path / "cache"))
+    archive = nlpl_zip(tmp_path / "model.zip")
+    with ModelFolder(archive) as folder:
+        extracted = folder.local_file("model.hdf5")
+    extracted.write_bytes(extracted.read_bytes()[:1000])  # a disk filled up, a copy cut short by hand
+    assert_same(Embedder.from_pretrained(str(archive), state="reset").embed_sentences(SENTENCES), reference)
+    assert extracted.read_bytes() == (ALLENNLP / "lm_weights.hdf5").read_bytes()
+
+
+def test_an_interrupted_extraction_leaves_no_half_file(tmp_path, monkeypatch, reference):
+    import elmo.hub.archives as archives
+
+    monkeypatch.setenv("ELMO_CACHE", str(tmp_path / "cache"))
+    archive = nlpl_zip(tmp_path / "model.zip")
+
+    def interrupted(src, dst, length):
+        dst.write(src.read(4096))  # part of the file is on disk when the user presses Ctrl-C
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(archives.shutil, "copyfileobj", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        load_model(str(archive))
+    assert fingerprint_folder_files(tmp_path / "cache") == []  # neither the target nor a temporary
+    monkeypatch.undo()
+    monkeypatch.setenv("ELMO_CACHE", str(tmp_path / "cache"))
+    assert_same(Embedder.from_pretrained(str(archive), state="reset").embed_sentences(SENTENCES), reference)
+
+
+KILLED_MID_EXTRACTION = """
+import os, signal, sys
+import elmo.hub.archives as archives
+from elmo.hub.pretrained import load_model
+
+def killed(src, dst, length):
+    dst.write(src.read(4096))
+    dst.flush()
+    os.kill(os.getpid(), signal.SIGKILL)
+
+archives.shutil.copyfileobj = killed
+load_model(sys.argv[1])
+"""
+
+
+def test_a_killed_extraction_is_cleaned_up_by_the_next_load(tmp_path, reference):
+    """SIGKILL mid-extraction: the weights file never appears half-written under its name, and the
+    next load removes the dead process's temporary and extracts the whole member."""
+    import subprocess
+    import sys
+
+    cache = tmp_path / "cache"
+    archive = nlpl_zip(tmp_path / "model.zip")
+    env = {**os.environ, "ELMO_CACHE": str(cache)}
+    done = subprocess.run([sys.executable, "-c", KILLED_MID_EXTRACTION, str(archive)], env=env, capture_output=True)
+    assert done.returncode == -9, done.stderr.decode()
+    left = fingerprint_folder_files(cache)
+    assert len(left) == 1 and left[0].endswith(".tmp") and "/model.hdf5." in left[0]
+    os.environ["ELMO_CACHE"], old = str(cache), os.environ["ELMO_CACHE"]
+    try:
+        vectors = Embedder.from_pretrained(str(archive), state="reset").embed_sentences(SENTENCES)
+    finally:
+        os.environ["ELMO_CACHE"] = old
+    assert_same(vectors, reference)
+    assert [name.split("/")[1] for name in fingerprint_folder_files(cache)] == ["model.hdf5"]
+
+
+def test_a_member_that_lies_about_its_size_is_refused(tmp_path, monkeypatch):
+    """A member whose directory entry declares a few bytes but whose data expands to more (the
+    size check alone would pass it): reading stops at the declared size and the CRC fails."""
+    monkeypatch.setenv("ELMO_CACHE", str(tmp_path / "cache"))
+    archive = zip_with(tmp_path / "liar.zip", {"options.json": good_members()["options.json"],
+                                               "model.hdf5": bytes(2**20)})
+    data = bytearray(archive.read_bytes())
+    first = data.index(b"PK\x01\x02")  # the central directory's entries: options.json, then model.hdf5
+    entry = data.index(b"PK\x01\x02", first + 1)
+    assert data[entry + 46:entry + 46 + 10] == b"model.hdf5"
+    data[entry + 24:entry + 28] = (100).to_bytes(4, "little")  # declared uncompressed size: 100 bytes
+    archive.write_bytes(bytes(data))
+    with pytest.raises(ArchiveError, match=r"liar\.zip:model\.hdf5: cannot be read from the archive \(Bad CRC"):
+        load_model(str(archive))
+    assert fingerprint_folder_files(tmp_path / "cache") == []
+
+
+def test_a_bad_archive_bound_names_the_variable(tmp_path, monkeypatch):
+    monkeypatch.setenv("ELMO_MAX_ARCHIVE_BYTES", "16G")
+    with pytest.raises(ArchiveError, match=r"\$ELMO_MAX_ARCHIVE_BYTES: expected a number of bytes, got '16G'"):
+        load_model(str(nlpl_zip(tmp_path / "model.zip")))
+
+
+@pytest.mark.parametrize("members,expected", [
+    ({}, r"empty\.zip: not a model: no options file .* among no files"),
+    ({"a/options.json": b"{}", "b/model.hdf5": b""}, r"empty\.zip: not a model: no options file"),
+    ({"options.json": b"{}", "__MACOSX/._model.hdf5": b"junk"}, r"empty\.zip: not a model: no weights file"),
+])
+def test_archives_without_a_model_at_their_root(tmp_path, members, expected):
+    archive = zip_with(tmp_path / "empty.zip", members)
+    with pytest.raises(ArchiveError, match=expected):
+        load_model(str(archive))
+
+
+def test_cache_vocab_of_an_archive_without_a_vocabulary(tmp_path, capsys):
+    archive = nlpl_zip(tmp_path / "novocab.zip", vocab=None)
+    assert main(["cache-vocab", str(archive), str(tmp_path / "c.hdf5"), "--model", str(archive)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "novocab.zip" in err and "vocab.txt" in err
+    assert not (tmp_path / "c.hdf5").exists()
+
+
+def test_a_damaged_gzip_vocabulary_is_named(tmp_path):
+    archive = zip_with(tmp_path / "v.zip", {**good_members(), "vocab.txt.gz": b"\x1f\x8b\x08 not gzip"})
+    with pytest.raises(ArchiveError, match=r"v\.zip:vocab\.txt\.gz: not a readable gzip file"):
+        read_model_vocabulary(archive)
