@@ -434,3 +434,15 @@ def test_a_damaged_gzip_vocabulary_is_named(tmp_path):
     archive = zip_with(tmp_path / "v.zip", {**good_members(), "vocab.txt.gz": b"\x1f\x8b\x08 not gzip"})
     with pytest.raises(ArchiveError, match=r"v\.zip:vocab\.txt\.gz: not a readable gzip file"):
         read_model_vocabulary(archive)
+
+
+def test_convert_never_replaces_its_source(tmp_path, capsys):
+    models = tmp_path / "models"
+    models.mkdir()
+    archive = nlpl_zip(models / "model.zip")
+    before = archive.read_bytes()
+    for output in (archive, models, tmp_path):
+        assert main(["convert", str(archive), str(output), "--force", "--to", "elmo"]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.count("\n") == 0 and "holds) the model being converted" in err and str(output) in err
+    assert archive.read_bytes() == before

@@ -115,6 +115,7 @@ def convert_model(source, output: str | os.PathLike, *, to: str = "bilm-tf", ove
     if to not in FORMATS:
         raise ValueError(f"to: expected one of {', '.join(FORMATS)}, got {to!r}")
     output = Path(output)
+    _refuse_replacing_the_source(source, output)
     model = load_model(source)
     notes: list[str] = []
     if to == "elmo":
@@ -146,6 +147,16 @@ def convert_model(source, output: str | os.PathLike, *, to: str = "bilm-tf", ove
     atomic_folder(output, write, overwrite)
     notes.extend(bilm_tf_reader_notes(model.config))
     return Conversion(sorted(str(p) for p in output.iterdir()), notes)
+
+
+def _refuse_replacing_the_source(source, output: Path) -> None:
+    """An output that is the source, or a folder holding it, would be replaced (with ``overwrite``)
+    by what was read from it: never overwrite an input."""
+    if not isinstance(source, (str, os.PathLike)) or not os.path.exists(source):
+        return
+    source_path, target = Path(source).resolve(), output.resolve()
+    if source_path == target or target in source_path.parents:
+        raise ValueError(f"{output}: this is (or holds) the model being converted, {source}; write elsewhere")
 
 
 def _source_vocabulary(source) -> list[str] | None:
