@@ -162,7 +162,8 @@ class BiLMConfig:
         """The ``options.json`` object, in the original's layout."""
         cnn = self.char_cnn
         # No clipping is written as null: AllenNLP indexes both keys (bilm-tf reads them with .get).
-        lstm = asdict(self.lstm)
+        # Other unset fields (extension keys) are left out.
+        lstm = {k: v for k, v in asdict(self.lstm).items() if v is not None or k in ("cell_clip", "proj_clip")}
         options: dict[str, Any] = {
             "lstm": lstm,
             "char_cnn": {
