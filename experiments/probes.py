@@ -50,11 +50,19 @@ def shown_command(script: str, arguments: list[str]) -> str:
 
 
 def wsd(args) -> None:
-    from elmo.inference.embed import Embedder
     from elmo.fileio import atomic_write_text
-    from elmo.hub.pretrained import load_model
-    from elmo.tasks.wsd import (WordNetSenses, annotated_token_vectors, disambiguate, first_sense_predictions,
-                                read_raganato, read_semcor, sense_centroids, wsd_scores)
+    from elmo.hub import load_model
+    from elmo.inference.embed import Embedder
+    from elmo.tasks.wsd import (
+        WordNetSenses,
+        annotated_token_vectors,
+        disambiguate,
+        first_sense_predictions,
+        read_raganato,
+        read_semcor,
+        sense_centroids,
+        wsd_scores,
+    )
 
     started = time.time()
     senses = WordNetSenses(args.wordnet)
@@ -111,12 +119,18 @@ def wsd(args) -> None:
 
 
 def pos(args) -> None:
-    from elmo.inference.embed import Embedder
     from elmo.fileio import atomic_write_text
-    from elmo.hub.pretrained import load_model
-    from elmo.tasks.features import load_vectors
+    from elmo.hub import load_model
+    from elmo.inference.embed import Embedder
     from elmo.inference.layer_cache import load_or_compute
-    from elmo.tasks.probes import accuracy, label_ids, layer_token_features, train_linear_probe, word_vector_features
+    from elmo.tasks.features import load_vectors
+    from elmo.tasks.probes import (
+        accuracy,
+        label_ids,
+        layer_token_features,
+        train_linear_probe,
+        word_vector_features,
+    )
     from elmo.tasks.readers import read_dataset
 
     started = time.time()
@@ -179,10 +193,10 @@ NEIGHBOUR_QUERIES = ["Chico Ruiz made a spectacular play on Alusik 's grounder i
 
 
 def neighbours(args) -> None:
-    from elmo.inference.embed import Embedder
     from elmo.fileio import atomic_write_text
+    from elmo.hub import load_model
+    from elmo.inference.embed import Embedder
     from elmo.inference.neighbours import contextual_neighbours
-    from elmo.hub.pretrained import load_model
     from elmo.tasks.features import load_vectors
     from elmo.tasks.wsd import read_semcor
 

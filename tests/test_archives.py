@@ -15,13 +15,9 @@ from conftest import ALLENNLP, FIXTURES
 
 from elmo import ConfigError, Elmo, Embedder, WeightsError, load_bilm_tf
 from elmo.cli.main import main
-from elmo.hub.archives import (
-    ArchiveError,
-    ModelFolder,
-    load_model_folder,
-    read_model_vocabulary,
-)
-from elmo.hub.pretrained import load_model
+from elmo.hub import load_model
+from elmo.hub.archives import ArchiveError, ModelFolder, read_model_vocabulary
+from elmo.hub.resolve import load_model_folder
 
 SENTENCES = [["The", "cat", "sat", "on", "the", "mat", "."], ["Über", "naïve", "résumés"], ["x"]]
 VOCAB = FIXTURES / "bilm-tf" / "train" / "vocab.txt"  # holds <S>, </S>, <UNK>, as bilm-tf vocabularies do
@@ -112,7 +108,10 @@ def test_every_entry_point_takes_an_archive(tmp_path, reference):
     from elmo.allennlp import ElmoEmbedder
     from elmo.tasks.config import BiLMSource, check_task_paths, task_config_from_dict
 
+    from elmo.hub import locate
+
     archive = nlpl_zip(tmp_path / "model.zip")
+    assert locate(str(archive)).kind == "archive"  # the one resolver names it, reading nothing
     elmo = Elmo.from_pretrained(str(archive), state="reset", dropout=0.0)
     assert elmo.bilm.config.lstm.dim == 64
     # AllenNLP's ElmoEmbedder with the archive alone: its first batch starts from zero state.
@@ -151,7 +150,7 @@ def test_cli_embed_vocab_cache_and_convert(tmp_path, reference):
 
 
 def test_fine_tuning_starts_from_an_archive_with_a_fresh_softmax(tmp_path):
-    from elmo.hub.checkpoints import load_language_model
+    from elmo.hub import load_language_model
 
     archive = nlpl_zip(tmp_path / "model.zip")
     with pytest.warns(UserWarning, match="softmax.*random"):
@@ -284,7 +283,7 @@ def test_cli_reports_a_bad_archive_in_one_line(tmp_path, capsys):
 
 def test_finetune_runs_from_an_archive(tmp_path):
     """elmo finetune on an NLPL archive: its vocabulary, its biLM, a softmax learned from scratch."""
-    from elmo.hub.checkpoints import load_language_model
+    from elmo.hub import load_language_model
     from elmo.training.train import TrainSettings, train
 
     archive = nlpl_zip(tmp_path / "model.zip")
@@ -354,7 +353,7 @@ def test_an_interrupted_extraction_leaves_no_half_file(tmp_path, monkeypatch, re
 KILLED_MID_EXTRACTION = """
 import os, signal, sys
 import elmo.hub.archives as archives
-from elmo.hub.pretrained import load_model
+from elmo.hub import load_model
 
 def killed(src, dst, length):
     dst.write(src.read(4096))

@@ -14,10 +14,11 @@ import torch
 from conftest import ALLENNLP
 
 from elmo import BiLM, BiLMConfig, CharCNNConfig, Embedder, LSTMConfig, save_bilm_tf
+from elmo.hub import load_model
 from elmo.hub.checkpoints import export_language_model
 from elmo.hub.convert import convert_model
 from elmo.hub.manylangs import save_manylangs
-from elmo.hub.pretrained import load_model, packaged_model_dir
+from elmo.hub.pretrained import packaged_model_dir
 from elmo.model.lm import LanguageModel
 from elmo.model.vocab import Vocabulary
 from elmo.model.weights import bilm_tf_reader_notes

@@ -24,10 +24,10 @@ from elmo import (
     save_checkpoint,
 )
 from elmo.cli.main import main
+from elmo.hub import load_model
 from elmo.hub.archives import ArchiveError
 from elmo.hub.convert import ConversionError, convert_model, to_byte_scheme
 from elmo.hub.manylangs import ManyLangsError, load_manylangs, save_manylangs
-from elmo.hub.pretrained import load_model
 from elmo.inference.vocab_cache import load_vocab_cache, save_vocab_cache
 from elmo.model.dictionary import (
     STRIPPED_TOKEN,
@@ -346,3 +346,14 @@ def test_code_in_a_zipped_pickle_is_refused_too(tmp_path):
         z.writestr("encoder.pkl", buffer.getvalue())
     with pytest.raises(ManyLangsError, match=r"m\.zip:encoder\.pkl: holds something other than tensors"):
         load_model(str(archive))
+
+
+def test_a_native_checkpoint_without_its_dictionary_is_named(tmp_path, model):
+    from elmo import WeightsError, save_checkpoint
+
+    save_checkpoint(model, tmp_path / "m.pt")
+    payload = torch.load(tmp_path / "m.pt", weights_only=True)
+    del payload["characters"]
+    torch.save(payload, tmp_path / "m.pt")
+    with pytest.raises(WeightsError, match=r"m\.pt: the character dictionary is missing or malformed"):
+        load_model(str(tmp_path / "m.pt"))

@@ -10,7 +10,7 @@ from conftest import FIXTURES
 
 from elmo import BiLM, BiLMConfig, Embedder, save_bilm_tf
 from elmo.allennlp import ElmoEmbedder
-from elmo.hub.pretrained import load_model
+from elmo.hub import load_model
 
 SEQVEC_OPTIONS = FIXTURES / "seqvec" / "options.json"
 AMINO_ACIDS = "ACDEFGHIKLMNPQRSTVWYXUBZO"  # the 20, the unknown X and the rare or ambiguous ones

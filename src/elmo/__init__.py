@@ -2,9 +2,11 @@
 
 Public API::
 
-    from elmo import Embedder, Elmo, BiLM, BiLMConfig, ScalarMix, batch_to_char_ids
+    from elmo import Embedder, Elmo, BiLM, BiLMConfig, ScalarMix, batch_to_char_ids, load_model
 """
 
+from elmo.hub.checkpoints import load_checkpoint, save_checkpoint
+from elmo.hub.resolve import load_model
 from elmo.inference.elmo import Elmo, ElmoOutput
 from elmo.inference.embed import Embedder
 from elmo.inference.states import DEFAULT_STATE, STATE_MODES
@@ -13,13 +15,7 @@ from elmo.model.chars import batch_to_char_ids, tokenize
 from elmo.model.config import BiLMConfig, CharCNNConfig, ConfigError, LSTMConfig
 from elmo.model.dictionary import CharacterDictionary
 from elmo.model.scalar_mix import ScalarMix
-from elmo.model.weights import (
-    WeightsError,
-    load_bilm_tf,
-    load_checkpoint,
-    save_bilm_tf,
-    save_checkpoint,
-)
+from elmo.model.weights import WeightsError, load_bilm_tf, save_bilm_tf
 
 __version__ = "0.1.0"
 
@@ -27,6 +23,6 @@ __all__ = [
     "BiLM", "BiLMConfig", "BiLMOutput", "BiLMState", "CharCNNConfig", "CharacterDictionary", "ConfigError",
     "DEFAULT_STATE",
     "Elmo", "ElmoOutput", "Embedder", "LSTMConfig", "STATE_MODES", "ScalarMix", "WeightsError",
-    "batch_to_char_ids", "load_bilm_tf", "load_checkpoint", "save_bilm_tf", "save_checkpoint",
+    "batch_to_char_ids", "load_bilm_tf", "load_checkpoint", "load_model", "save_bilm_tf", "save_checkpoint",
     "tokenize",
 ]

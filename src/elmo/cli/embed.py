@@ -8,8 +8,15 @@ import sys
 import numpy as np
 
 from elmo.cli.common import add_model_arguments, model_from_args
+from elmo.devices import DEFAULT_DEVICE, DEVICES
 from elmo.fileio import STDIN, chunks, read_lines
-from elmo.inference.embed import Embedder, check_output
+from elmo.inference.embed import (
+    DEFAULT_BATCH_SIZE,
+    DEFAULT_MAX_TOKENS,
+    Embedder,
+    check_output,
+)
+from elmo.inference.runtime import DEFAULT_PRECISION, PRECISIONS
 from elmo.inference.states import DEFAULT_STATE, STATE_MODES
 
 HELP = ("Embed a file of sentences (one per line, tokens split on whitespace) into HDF5, "
@@ -30,15 +37,18 @@ def add_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--layers", default="all", type=parse_layers, metavar="all|top|average|N",
                         help="all: (layers, tokens, dim) per sentence; top, average or one layer index N (0: the "
                              "token layer; ELMoForManyLangs' output_layer -1 is average): (tokens, dim)")
-    parser.add_argument("--batch-size", type=int, default=64, help="sentences per batch")
+    parser.add_argument("--batch-size", type=int, default=DEFAULT_BATCH_SIZE, help="sentences per batch")
     parser.add_argument("--state", default=DEFAULT_STATE, choices=STATE_MODES,
                         help="LSTM state policy; 'stateful' reproduces allennlp elmo exactly")
-    parser.add_argument("--device", default="cpu", help="torch device: cpu, cuda or cuda:N")
-    parser.add_argument("--precision", default="float32", choices=["float32", "bfloat16", "float16"],
+    parser.add_argument("--device", default=DEFAULT_DEVICE, help=f"torch device: {DEVICES}")
+    parser.add_argument("--precision", default=DEFAULT_PRECISION, choices=list(PRECISIONS),
                         help="matrix products in this precision (bfloat16: fast on CPUs with AVX-512 BF16 or AMX; "
                              "float16: GPUs); states stay float32")
+    parser.add_argument("--cuda-graphs", action="store_true",
+                        help="on a GPU, replay the LSTM's steps from CUDA graphs for batch shapes that repeat "
+                             "(fewer kernel launches; the same vectors to float rounding)")
     parser.add_argument("--vocab-cache", help="token vectors from elmo cache-vocab (other words use the CNN)")
-    parser.add_argument("--max-tokens", type=int, default=4096,
+    parser.add_argument("--max-tokens", type=int, default=DEFAULT_MAX_TOKENS,
                         help="padded tokens per batch (not in stateful mode, where batches are --batch-size lines)")
 
 
@@ -61,13 +71,16 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"--batch-size: must be at least 1, got {args.batch_size}")
     if args.max_tokens < 1:
         raise ValueError(f"--max-tokens: must be at least 1, got {args.max_tokens}")
+    if args.cuda_graphs and not args.device.startswith("cuda"):
+        raise ValueError(f"--cuda-graphs: CUDA graphs need a GPU; pass --device cuda (got --device {args.device})")
     to_stdout = args.output is None or args.output == STDIN
     if not to_stdout:
         check_output(args.input, args.output, args.force)  # before the model loads: fail fast
     elif args.force:
         raise ValueError("--force: there is no output file to replace when printing to standard output")
     embedder = Embedder(model_from_args(args), state=args.state, device=args.device, precision=args.precision,
-                        vocab_cache=args.vocab_cache, max_tokens=args.max_tokens, batch_size=args.batch_size)
+                        vocab_cache=args.vocab_cache, max_tokens=args.max_tokens, batch_size=args.batch_size,
+                        cuda_graphs=args.cuda_graphs)
     if to_stdout:
         print_vectors(embedder, args.input, args.layers)
         return 0

@@ -21,6 +21,7 @@ import os
 import re
 import shutil
 import stat
+import warnings
 import zipfile
 import zlib
 from pathlib import Path
@@ -239,7 +240,7 @@ def is_manylangs(folder: ModelFolder) -> bool:
 
 
 def looks_like_model(path: str | os.PathLike) -> bool:
-    """Whether ``path`` is for :func:`load_model_folder`: a ``.zip`` file, or a folder holding an
+    """Whether ``path`` is a model archive or folder (:func:`elmo.hub.load_model`'s ``"archive"``): a ``.zip`` file, or a folder holding an
     options file or an ELMoForManyLangs model (not a training run directory, which holds an
     options file too). Cheap: nothing is read."""
     path = Path(path)
@@ -253,27 +254,49 @@ def looks_like_model(path: str | os.PathLike) -> bool:
         any(n.endswith("_options.json") for n in names)
 
 
-def load_model_folder(path: str | os.PathLike):
-    """The biLM of an NLPL archive or folder (bilm-tf layout) or an ELMoForManyLangs model, in
-    eval mode. Errors name the archive or folder and the member at fault."""
+def load_bilm_tf_folder(folder: ModelFolder):
+    """The biLM of an NLPL archive or folder (bilm-tf layout), in eval mode. Errors name the
+    archive or folder and the member at fault. (:func:`elmo.hub.load_model` also takes
+    ELMoForManyLangs models, which :mod:`elmo.hub.manylangs` reads.)"""
     from elmo.model.config import BiLMConfig
     from elmo.model.weights import bilm_from_hdf5
 
+    options, weights = options_member(folder), weights_member(folder)
+    if options is None or weights is None:
+        missing = "options file (options.json)" if options is None else \
+            "weights file (model.hdf5, weights.hdf5 or *_weights.hdf5)"
+        raise ArchiveError(f"{folder.path}: not a model: no {missing} among {', '.join(folder.names()) or 'no files'} "
+                           f"(expected the bilm-tf layout of NLPL archives, or an ELMoForManyLangs model: "
+                           f"{', '.join(MANYLANGS_NAMES)}, char.dic, word.dic)")
+    config = BiLMConfig.from_bytes(folder.read_bytes(options), folder.label(options))
+    return bilm_from_hdf5(config, folder.local_file(weights), options_label=folder.label(options),
+                          weights_label=folder.label(weights)).eval()
+
+
+def language_model_of_folder(path: str | os.PathLike):
+    """The language model, vocabulary and origin (``{"path": ...}``) of a model archive or folder
+    holding a vocabulary but no softmax (the NLPL repository's ELMo archives): the biLM from its
+    weights and a softmax over its vocabulary that starts from random weights, with a warning.
+    Fine-tuning then learns the softmax along with the biLM."""
+    from elmo.hub.checkpoints import SOFTMAX_FILE
+    from elmo.model.lm import LanguageModel
+    from elmo.model.vocab import Vocabulary
+
     with ModelFolder(path) as folder:
         if is_manylangs(folder):
-            from elmo.hub.manylangs import load_manylangs
-
-            return load_manylangs(folder).eval()
-        options, weights = options_member(folder), weights_member(folder)
-        if options is None or weights is None:
-            missing = "options file (options.json)" if options is None else \
-                "weights file (model.hdf5, weights.hdf5 or *_weights.hdf5)"
-            raise ArchiveError(f"{path}: not a model: no {missing} among {', '.join(folder.names()) or 'no files'} "
-                               f"(expected the bilm-tf layout of NLPL archives, or an ELMoForManyLangs model: "
-                               f"{', '.join(MANYLANGS_NAMES)}, char.dic, word.dic)")
-        config = BiLMConfig.from_bytes(folder.read_bytes(options), folder.label(options))
-        return bilm_from_hdf5(config, folder.local_file(weights), options_label=folder.label(options),
-                              weights_label=folder.label(weights)).eval()
+            raise ValueError(f"{path}: an ELMoForManyLangs model cannot be fine-tuned here: its releases hold no "
+                             f"softmax and no bilm-tf vocabulary, and training reads bytes (bilm-tf's scheme)")
+        name = vocab_member(folder)
+        if name is None:
+            raise FileNotFoundError(f"{path}: fine-tuning needs the model's vocabulary (vocab.txt or vocab.txt.gz), "
+                                    f"which it does not hold")
+        vocab = Vocabulary.from_lines(folder.read_lines(name), folder.label(name))
+        bilm = load_bilm_tf_folder(folder)
+    model = LanguageModel(bilm.config, len(vocab))
+    model.bilm = bilm.train()
+    warnings.warn(f"{path}: no {SOFTMAX_FILE} (NLPL archives ship none): the softmax over the {len(vocab):,} words of "
+                  f"its vocabulary starts from random weights and is learned while fine-tuning", stacklevel=3)
+    return model, vocab, {"path": os.path.abspath(path)}
 
 
 def read_model_vocabulary(path: str | os.PathLike) -> tuple[list[str], str] | None:
@@ -288,6 +311,7 @@ def read_model_vocabulary(path: str | os.PathLike) -> tuple[list[str], str] | No
         return [w for w in words if w], folder.label(name)
 
 
-__all__ = ["ArchiveError", "MAX_ARCHIVE_BYTES", "ModelFolder", "is_manylangs", "load_model_folder",
+__all__ = ["ArchiveError", "MAX_ARCHIVE_BYTES", "ModelFolder", "is_manylangs", "language_model_of_folder",
+           "load_bilm_tf_folder",
            "looks_like_model", "max_archive_bytes", "options_member", "read_model_vocabulary", "vocab_member",
            "weights_member"]

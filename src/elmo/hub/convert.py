@@ -104,13 +104,14 @@ def convert_model(source, output: str | os.PathLike, *, to: str = "bilm-tf", ove
     ``manylangs``, a ``.pt`` file for ``elmo``. The output appears complete or not at all, and an
     existing one is replaced only with ``overwrite``. ``dtype`` (``float16`` halves the file)
     applies to ``bilm-tf``. Raises :class:`ConversionError` listing why the model does not fit."""
+    from elmo.hub.checkpoints import save_checkpoint
     from elmo.hub.manylangs import (
         ManyLangsError,
         manylangs_problems,
         save_manylangs,
     )
-    from elmo.hub.pretrained import load_model
-    from elmo.model.weights import bilm_tf_reader_notes, save_bilm_tf, save_checkpoint
+    from elmo.hub.resolve import load_model
+    from elmo.model.weights import bilm_tf_reader_notes, save_bilm_tf
 
     if to not in FORMATS:
         raise ValueError(f"to: expected one of {', '.join(FORMATS)}, got {to!r}")

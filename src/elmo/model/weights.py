@@ -1,11 +1,7 @@
-"""Reading and writing biLM weights.
-
-Two formats:
-
-* the original bilm-tf layout, ``options.json`` + ``weights.hdf5``, as published by AllenNLP and
-  read by every ELMo tool; every TensorFlow convention is undone here and nowhere else;
-* a native checkpoint (``.pt``): our state dict plus the config, read with ``weights_only=True``
-  so a file handed to us can never run code.
+"""Reading and writing biLM weights in the original bilm-tf layout, ``options.json`` +
+``weights.hdf5``, as published by AllenNLP and read by every ELMo tool; every TensorFlow
+convention is undone here and nowhere else. (This library's own ``.pt`` checkpoints are
+:mod:`elmo.hub.checkpoints`.)
 """
 
 from __future__ import annotations
@@ -22,11 +18,10 @@ from torch import nn
 
 from elmo.fileio import atomic_path
 from elmo.model.bilm import BiLM
-from elmo.model.config import BiLMConfig, ConfigError
-from elmo.model.dictionary import CharacterDictionary
+from elmo.model.config import BiLMConfig
 
-NATIVE_FORMAT = "elmo-bilm"
-NATIVE_VERSION = 1
+# Storage precisions of a weights file; loading always gives float32.
+STORAGE_DTYPES = ("float32", "float16")
 
 
 class WeightsError(ValueError):
@@ -186,7 +181,7 @@ def bilm_tf_reader_notes(config: BiLMConfig) -> list[str]:
 
 
 def save_bilm_tf(model: BiLM, output_dir: str | os.PathLike, *, weights_name: str = "weights.hdf5",
-                 options_name: str = "options.json", dtype: str = "float32") -> tuple[str, str]:
+                 options_name: str = "options.json", dtype: str = STORAGE_DTYPES[0]) -> tuple[str, str]:
     """Write ``options.json`` and ``weights.hdf5`` in the original layout (atomically).
 
     ``dtype`` may be ``"float16"`` to halve the file; :func:`load_bilm_tf` restores float32.
@@ -242,52 +237,3 @@ def weights_fingerprint(module: nn.Module) -> str:
         digest.update(name.encode())
         digest.update(tensor.detach().float().cpu().numpy().tobytes())
     return digest.hexdigest()
-
-
-def save_checkpoint(model: BiLM, path: str | os.PathLike, **extra) -> None:
-    """Save the model's state dict and config (plus any plain-data ``extra``) atomically."""
-    payload = {"format": NATIVE_FORMAT, "version": NATIVE_VERSION, "config": model.config.to_dict(),
-               "state_dict": model.state_dict(), **extra}
-    if isinstance(model.characters, CharacterDictionary):  # plain strings and ints: weights_only reads them
-        payload["characters"] = model.characters.to_payload()
-    with atomic_path(path) as tmp:
-        torch.save(payload, tmp)
-
-
-def is_native_checkpoint(path: str | os.PathLike) -> bool:
-    """Whether ``path`` is a :func:`save_checkpoint` file. Cheap: the tensors are memory-mapped,
-    not read; False for anything unreadable (the caller's own loader then says what is wrong)."""
-    try:
-        payload = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
-    except Exception:
-        return False
-    return isinstance(payload, dict) and payload.get("format") == NATIVE_FORMAT
-
-
-def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = "cpu") -> tuple[BiLM, dict]:
-    """Load a native checkpoint with ``weights_only=True``. Returns the model and the whole payload."""
-    try:
-        payload = torch.load(path, map_location=map_location, weights_only=True)
-    except Exception as e:  # torch raises several types for foreign or corrupt files
-        raise WeightsError(f"{path}: not a readable elmo checkpoint ({type(e).__name__}: {e})") from e
-    if not isinstance(payload, dict) or payload.get("format") != NATIVE_FORMAT:
-        raise WeightsError(f"{path}: not an elmo checkpoint (no '{NATIVE_FORMAT}' format marker)")
-    if payload.get("version") != NATIVE_VERSION:
-        raise WeightsError(f"{path}: checkpoint version {payload.get('version')} is not supported "
-                           f"(this elmo reads version {NATIVE_VERSION})")
-    try:
-        config = BiLMConfig.from_dict(payload["config"])
-    except ConfigError as e:
-        raise WeightsError(f"{path}: {e}") from e
-    for name, tensor in payload["state_dict"].items():
-        if torch.is_tensor(tensor) and tensor.is_floating_point():
-            check_finite(tensor.detach().cpu().float(), f"{path}: parameter '{name}'")
-    characters = None
-    if config.char_cnn.characters == "dictionary":
-        characters = CharacterDictionary.from_payload(payload.get("characters"), os.fspath(path))
-    model = BiLM(config, characters=characters)
-    missing, unexpected = model.load_state_dict(payload["state_dict"], strict=False)
-    if missing or unexpected:
-        raise WeightsError(f"{path}: state dict does not match its config "
-                           f"(missing {missing[:3]}, unexpected {unexpected[:3]})")
-    return model, payload

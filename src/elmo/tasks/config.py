@@ -33,6 +33,9 @@ import tomllib
 from dataclasses import dataclass, field
 from typing import Any
 
+from elmo.hub.pretrained import DEFAULT_MODEL
+from elmo.inference.embed import DEFAULT_BATCH_SIZE
+from elmo.inference.states import DEFAULT_STATE
 from elmo.tasks.integration import ElmoOptions
 
 TASKS = ("tagging", "classification", "pair", "srl", "coref", "qa")
@@ -87,13 +90,14 @@ class ModelConfig:
 
 @dataclass
 class BiLMSource:
-    """Which biLM gives the ELMo layers: anything :func:`elmo.hub.pretrained.load_model` takes (a
-    model name, a folder with ``options.json`` + ``weights.hdf5``, a training run directory, an NLPL
-    ``.zip`` or an ELMoForManyLangs model)."""
+    """Which biLM gives the ELMo layers: any model source :func:`elmo.hub.load_model` takes (a
+    model name, a folder with ``options.json`` + ``weights.hdf5``, a training run directory, a
+    checkpoint file, an NLPL ``.zip`` or an ELMoForManyLangs model), and how it embeds (the
+    :class:`~elmo.inference.embed.Embedder`'s defaults)."""
 
-    model: str = "default"
-    state: str = "warm"
-    batch_size: int = 64
+    model: str = DEFAULT_MODEL
+    state: str = DEFAULT_STATE
+    batch_size: int = DEFAULT_BATCH_SIZE
 
 
 @dataclass
@@ -207,19 +211,13 @@ def check_task_paths(config: TaskConfig, where: str = "config") -> None:
     if vectors is not None and not os.path.isfile(vectors):
         raise TaskConfigError(f"{where}: data.vectors: {vectors}: no such file{_where_relative(vectors)}")
     if config.elmo.enabled:
-        from elmo.hub.pretrained import model_names
+        from elmo.hub.resolve import locate
 
-        source = config.bilm.model
-        if source not in model_names():
-            missing = [f for f in ("options.json", "weights.hdf5") if not os.path.isfile(os.path.join(source, f))]
-            run = os.path.isdir(os.path.join(source, "checkpoints")) or (os.path.isfile(source) and source.endswith(".pt"))
-            from elmo.hub.archives import looks_like_model
-
-            # load_model also takes a training run directory or checkpoint, NLPL archives and ELMoForManyLangs models
-            if missing and not run and not looks_like_model(source):
-                raise TaskConfigError(
-                    f"{where}: bilm.model: {source}: not a model name ({', '.join(model_names())}), and no folder "
-                    f"with options.json and weights.hdf5 (missing {' and '.join(missing)}){_where_relative(source)}")
+        try:
+            locate(config.bilm.model)  # what the name or path names, without reading or downloading it
+        except (ValueError, OSError) as e:
+            where_relative = "" if "://" in config.bilm.model else _where_relative(config.bilm.model)
+            raise TaskConfigError(f"{where}: bilm.model: {e}{where_relative}") from None
 
 
 def load_task_config(path: str | os.PathLike, overrides: dict | None = None) -> TaskConfig:

@@ -252,7 +252,7 @@ def load_bilm_source(config: TaskConfig):
     """The Embedder that computes ELMo layers for this config (None for a baseline)."""
     if not config.elmo.enabled:
         return None
-    from elmo.hub.pretrained import load_model
+    from elmo.hub import load_model
     from elmo.inference.embed import Embedder
 
     return Embedder(load_model(config.bilm.model), state=config.bilm.state, batch_size=config.bilm.batch_size)
