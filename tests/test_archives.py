@@ -238,6 +238,9 @@ def test_a_damaged_member_fails_its_crc(tmp_path, monkeypatch):
     ("bad options", r"no\.zip:options\.json: lstm\.dim: must be a positive integer"),
     ("wrong shape", r"no\.zip:model\.hdf5: dataset 'CNN/W_cnn_0' has shape \(1, 1, 4, 5\), but .*no\.zip:options\.json needs"),
     ("two weights", r"no\.zip: 2 candidate weights files"),
+    ("weights not hdf5", r"no\.zip:model\.hdf5: cannot open as HDF5"),
+    ("options not json", r"no\.zip:options\.json: not valid JSON \(line 1, column 21\)"),
+    ("nan weights", r"no\.zip:model\.hdf5: dataset 'CNN/W_cnn_0' .*NaN"),
     ("not a zip", r"no\.zip: not a readable zip archive"),
 ])
 def test_malformed_archives_name_archive_and_member(tmp_path, case, expected):
@@ -258,6 +261,16 @@ def test_malformed_archives_name_archive_and_member(tmp_path, case, expected):
         with h5py.File(broken, "r+") as f:
             del f["CNN/W_cnn_0"]
             f["CNN/W_cnn_0"] = np.zeros((1, 1, 4, 5), np.float32)
+        members["model.hdf5"] = broken.read_bytes()
+    elif case == "weights not hdf5":
+        members["model.hdf5"] = b"\x80\x02 a pickle, say"
+    elif case == "options not json":
+        members["options.json"] = b'{"lstm": {"dim": 64,'
+    elif case == "nan weights":
+        broken = tmp_path / "w.hdf5"
+        shutil.copy(ALLENNLP / "lm_weights.hdf5", broken)
+        with h5py.File(broken, "r+") as f:
+            f["CNN/W_cnn_0"][0, 0, 0, 0] = np.nan
         members["model.hdf5"] = broken.read_bytes()
     elif case == "two weights":
         members = {"options.json": members["options.json"], "a_weights.hdf5": b"x", "b_weights.hdf5": b"y"}

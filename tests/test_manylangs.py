@@ -257,6 +257,10 @@ class Boom:
     ("code", r"token_embedder\.pkl: holds something other than tensors .*exec"),
     ("not a dict", r"token_embedder\.pkl: expected a state dict .*got list"),
     ("not torch", r"encoder\.pkl: not a PyTorch file \(it starts with b'\\x89HDF"),
+    ("truncated", r"encoder\.pkl: not a readable PyTorch file: damaged or truncated \(EOFError"),
+    ("truncated new format", r"encoder\.pkl: not a readable PyTorch file: damaged or truncated"),
+    ("binary config", r"config\.json: not UTF-8 text"),
+    ("no word.dic", r"word\.dic: missing; the model has a word embedding"),
     ("missing tensor", r"encoder\.pkl: tensor 'backward_layer_1\.state_projection\.weight' is missing"),
     ("wrong shape", r"token_embedder\.pkl: tensor 'projection\.weight' has shape \(8, 23\), expected \(8, 24\)"),
     ("extra tensor", r"token_embedder\.pkl: unexpected tensor 'char_lstm\.weight_ih_l0'"),
@@ -292,6 +296,16 @@ def test_malformed_models_name_file_and_entry(tmp_path, monkeypatch, case, expec
         save("token_embedder.pkl", list(tensors("token_embedder.pkl").values()))
     elif case == "not torch":
         (folder / "encoder.pkl").write_bytes(b"\x89HDF\r\n\x1a\nnot a pickle")
+    elif case == "truncated":
+        (folder / "encoder.pkl").write_bytes((MODEL / "encoder.pkl").read_bytes()[:3000])
+    elif case == "truncated new format":
+        buffer = io.BytesIO()
+        torch.save(tensors("encoder.pkl"), buffer)  # PyTorch's zip serialisation, cut short
+        (folder / "encoder.pkl").write_bytes(buffer.getvalue()[:3000])
+    elif case == "binary config":
+        (folder / "config.json").write_bytes(b"\x89HDF\r\n\x1a\n\xff\xfe")
+    elif case == "no word.dic":
+        (folder / "word.dic").unlink()
     elif case == "missing tensor":
         t = tensors("encoder.pkl")
         del t["backward_layer_1.state_projection.weight"]

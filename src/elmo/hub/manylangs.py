@@ -70,6 +70,12 @@ class ManyLangsError(ValueError):
 
 
 # ----------------------------------------------------------------------------------- reading
+def _first_line(error: BaseException) -> str:
+    """An exception as one short line (torch's messages run over many lines, or are empty)."""
+    lines = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {lines[0][:200]}" if lines else type(error).__name__
+
+
 def load_tensors(folder: ModelFolder, name: str) -> dict[str, torch.Tensor]:
     """A state dict from a ``.pkl`` member, read with ``weights_only=True``: tensors and plain
     containers only. Anything else is refused with an error naming the file, never unpickled."""
@@ -83,12 +89,12 @@ def load_tensors(folder: ModelFolder, name: str) -> dict[str, torch.Tensor]:
             payload = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as e:
         found = re.search(r"(Unsupported (global|operand)[^\n]*|GLOBAL [^\s]+)", str(e))
-        why = f" ({found.group(0).strip()})" if found else ""
-        raise ManyLangsError(f"{label}: holds something other than tensors{why}; it was not unpickled (a file "
-                             f"that can run code is never loaded)") from None
+        if found:
+            raise ManyLangsError(f"{label}: holds something other than tensors ({found.group(0).strip()}); it was not "
+                                 f"unpickled (a file that can run code is never loaded)") from None
+        raise ManyLangsError(f"{label}: not a readable PyTorch file: damaged or truncated ({_first_line(e)})") from None
     except Exception as e:  # torch raises several types for files that are not its own
-        raise ManyLangsError(f"{label}: not a readable PyTorch file ({type(e).__name__}: {str(e).splitlines()[0]})"
-                             ) from None
+        raise ManyLangsError(f"{label}: not a readable PyTorch file: damaged or truncated ({_first_line(e)})") from None
     if not isinstance(payload, dict) or not all(isinstance(k, str) and torch.is_tensor(v) for k, v in payload.items()):
         raise ManyLangsError(f"{label}: expected a state dict (parameter names -> tensors), got "
                              f"{type(payload).__name__}")
