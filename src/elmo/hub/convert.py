@@ -99,7 +99,7 @@ def to_byte_scheme(model: BiLM) -> BiLM:
 
 def convert_model(source, output: str | os.PathLike, *, to: str = "bilm-tf", overwrite: bool = False,
                   dtype: str = "float32") -> Conversion:
-    """Write the model ``source`` names (anything :func:`elmo.hub.pretrained.load_model` takes)
+    """Write the model ``source`` names (anything :func:`elmo.hub.load_model` takes)
     in format ``to`` (see :data:`FORMATS`) at ``output``: a folder for ``bilm-tf`` and
     ``manylangs``, a ``.pt`` file for ``elmo``. The output appears complete or not at all, and an
     existing one is replaced only with ``overwrite``. ``dtype`` (``float16`` halves the file)
