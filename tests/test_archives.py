@@ -458,3 +458,23 @@ def test_convert_never_replaces_its_source(tmp_path, capsys):
         err = capsys.readouterr().err.strip()
         assert err.count("\n") == 0 and "holds) the model being converted" in err and str(output) in err
     assert archive.read_bytes() == before
+
+
+def test_allennlp_elmo_module_takes_an_archive_as_both_files(tmp_path):
+    """AllenNLP's Elmo(options_file, weight_file, ...) with the archive in both places (its two
+    arguments are required there); a dictionary model is refused, naming it."""
+    import torch
+
+    from elmo.allennlp import Elmo as AllenElmo
+    from elmo.allennlp import batch_to_ids
+
+    archive = str(nlpl_zip(tmp_path / "model.zip"))
+    unpacked = AllenElmo(str(ALLENNLP / "options.json"), str(ALLENNLP / "lm_weights.hdf5"), 1, dropout=0.0)
+    packed = AllenElmo(archive, archive, 1, dropout=0.0)
+    ids = batch_to_ids(SENTENCES)
+    with torch.no_grad():
+        want, got = unpacked(ids)["elmo_representations"][0], packed(ids)["elmo_representations"][0]
+    assert got.shape == (3, 7, 32) and torch.equal(got, want)
+    manylangs = str(FIXTURES / "manylangs" / "model")
+    with pytest.raises(ValueError, match=r"manylangs/model: this model reads its own character dictionary"):
+        AllenElmo(manylangs, manylangs, 1)
