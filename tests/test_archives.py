@@ -159,6 +159,13 @@ def test_fine_tuning_starts_from_an_archive_with_a_fresh_softmax(tmp_path):
     unpacked = load_bilm_tf(ALLENNLP / "options.json", ALLENNLP / "lm_weights.hdf5")
     for (name, a), b in zip(model.bilm.state_dict().items(), unpacked.state_dict().values()):
         assert np.array_equal(a.numpy(), b.numpy()), name
+    # The same files unpacked, weights named weights.hdf5 (a plain bilm-tf folder plus a vocabulary).
+    folder = tmp_path / "unpacked"
+    with zipfile.ZipFile(nlpl_zip(tmp_path / "w.zip", weights_name="weights.hdf5")) as z:
+        z.extractall(folder)
+    with pytest.warns(UserWarning, match="softmax.*random"):
+        model, vocab = load_language_model(str(folder))
+    assert len(vocab) == 32 and model.softmax.weight.shape == (32, 16)
     no_vocab = nlpl_zip(tmp_path / "novocab.zip", vocab=None)
     with pytest.raises(FileNotFoundError, match="vocab.txt"):
         load_language_model(str(no_vocab))

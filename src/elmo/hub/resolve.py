@@ -213,6 +213,10 @@ def load_language_model_with_origin(source: ModelSource | Location = None, *,
         raise ValueError(f"{location.source}: a biLM without its softmax and vocabulary; a language model is a "
                          f"training run or checkpoint, or an exported folder (elmo export)")
     missing = [name for name in (SOFTMAX_FILE, VOCAB_FILE) if not (folder / name).is_file()]
+    if missing == [SOFTMAX_FILE] or (SOFTMAX_FILE in missing and (folder / "vocab.txt.gz").is_file()):
+        # A vocabulary without a softmax: an NLPL model unpacked (or AllenNLP's files beside their
+        # vocabulary); the softmax starts from random weights, as for the archive itself.
+        return language_model_of_folder(folder)
     if missing:
         raise FileNotFoundError(f"{folder}: neither a run directory with checkpoints nor an exported model "
                                 f"(missing {', '.join(missing)})")
