@@ -106,9 +106,8 @@ def test_weights_extracted_once_under_a_content_fingerprint(tmp_path):
 
 def test_every_entry_point_takes_an_archive(tmp_path, reference):
     from elmo.allennlp import ElmoEmbedder
-    from elmo.tasks.config import BiLMSource, check_task_paths, task_config_from_dict
-
     from elmo.hub import locate
+    from elmo.tasks.config import BiLMSource, check_task_paths, task_config_from_dict
 
     archive = nlpl_zip(tmp_path / "model.zip")
     assert locate(str(archive)).kind == "archive"  # the one resolver names it, reading nothing

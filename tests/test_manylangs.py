@@ -371,3 +371,18 @@ def test_a_native_checkpoint_without_its_dictionary_is_named(tmp_path, model):
     torch.save(payload, tmp_path / "m.pt")
     with pytest.raises(WeightsError, match=r"m\.pt: the character dictionary is missing or malformed"):
         load_model(str(tmp_path / "m.pt"))
+
+
+def test_allennlp_embedder_runs_their_model(tmp_path):
+    """AllenNLP's ElmoEmbedder with their folder alone (or zipped) computes with their character
+    dictionary; its first call starts from zero state, as their Embedder's batch does."""
+    from elmo.allennlp import ElmoEmbedder
+
+    want = expected()
+    assert_close([ElmoEmbedder(str(MODEL)).embed_sentence(SENTENCES[0])], want[:1])
+    archive = tmp_path / "m.zip"
+    with zipfile.ZipFile(archive, "w") as z:
+        for path in MODEL.iterdir():
+            z.write(path, path.name)
+    embedder = ElmoEmbedder(str(archive), state="reset")
+    assert_close(list(embedder.embed_sentences(SENTENCES)), want)

@@ -52,7 +52,8 @@ TRAIN_VERSION = 2
 # What each format marker is, for messages.
 FORMAT_NAMES = {NATIVE_FORMAT: "a biLM checkpoint (elmo.save_checkpoint)",
                 TRAIN_FORMAT: "a training checkpoint (elmo train)",
-                "elmo-task-1": "a task model checkpoint (elmo task train)"}
+                "elmo-task-1": "a task model checkpoint (elmo task train)",
+                "elmo-task-2": "a task model checkpoint (elmo task train)"}
 
 
 def _first_line(error: BaseException) -> str:
