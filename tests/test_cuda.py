@@ -474,3 +474,15 @@ def test_cli_embed_with_cuda_graphs(tmp_path):
     with h5py.File(tmp_path / "eager.hdf5", "r") as a, h5py.File(tmp_path / "graphs.hdf5", "r") as b:
         for i in range(len(MANY)):
             np.testing.assert_allclose(a[str(i)][...], b[str(i)][...], rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("precision,atol", [("float32", 2e-5), ("float16", 5e-2)])
+def test_elmoformanylangs_model_on_cuda_matches_their_numbers(precision, atol):
+    """The dictionary scheme's fast path (word embedding, its own padding id) on the GPU."""
+    from test_manylangs import MODEL, SENTENCES, expected
+
+    from elmo.hub.manylangs import load_manylangs
+
+    got = Embedder(load_manylangs(MODEL), device="cuda", state="reset", precision=precision).embed_sentences(SENTENCES)
+    for a, b in zip(got, expected()):
+        np.testing.assert_allclose(a, b, rtol=0, atol=atol)

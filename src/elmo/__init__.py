@@ -13,13 +13,15 @@ from elmo.inference.states import DEFAULT_STATE, STATE_MODES
 from elmo.model.bilm import BiLM, BiLMOutput, BiLMState
 from elmo.model.chars import batch_to_char_ids, tokenize
 from elmo.model.config import BiLMConfig, CharCNNConfig, ConfigError, LSTMConfig
+from elmo.model.dictionary import CharacterDictionary
 from elmo.model.scalar_mix import ScalarMix
 from elmo.model.weights import WeightsError, load_bilm_tf, save_bilm_tf
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "BiLM", "BiLMConfig", "BiLMOutput", "BiLMState", "CharCNNConfig", "ConfigError", "DEFAULT_STATE",
+    "BiLM", "BiLMConfig", "BiLMOutput", "BiLMState", "CharCNNConfig", "CharacterDictionary", "ConfigError",
+    "DEFAULT_STATE",
     "Elmo", "ElmoOutput", "Embedder", "LSTMConfig", "STATE_MODES", "ScalarMix", "WeightsError",
     "batch_to_char_ids", "load_bilm_tf", "load_checkpoint", "load_model", "save_bilm_tf", "save_checkpoint",
     "tokenize",

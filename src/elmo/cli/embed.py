@@ -34,8 +34,9 @@ def add_parser(parser: argparse.ArgumentParser) -> None:
                              "(first values and norm) to standard output")
     parser.add_argument("--force", action="store_true", help="replace an existing output file")
     add_model_arguments(parser)
-    parser.add_argument("--layers", default="all", choices=["all", "top", "average"],
-                        help="all: (layers, tokens, dim) per sentence; top or average: (tokens, dim)")
+    parser.add_argument("--layers", default="all", type=parse_layers, metavar="all|top|average|N",
+                        help="all: (layers, tokens, dim) per sentence; top, average or one layer index N (0: the "
+                             "token layer; ELMoForManyLangs' output_layer -1 is average): (tokens, dim)")
     parser.add_argument("--batch-size", type=int, default=DEFAULT_BATCH_SIZE, help="sentences per batch")
     parser.add_argument("--state", default=DEFAULT_STATE, choices=STATE_MODES,
                         help="LSTM state policy; 'stateful' reproduces allennlp elmo exactly")
@@ -49,6 +50,20 @@ def add_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--vocab-cache", help="token vectors from elmo cache-vocab (other words use the CNN)")
     parser.add_argument("--max-tokens", type=int, default=DEFAULT_MAX_TOKENS,
                         help="padded tokens per batch (not in stateful mode, where batches are --batch-size lines)")
+
+
+def parse_layers(value: str) -> str | int:
+    """``--layers``: a named selection, or a layer index (0 the token layer, 1.. the LSTM layers)."""
+    if value in ("all", "top", "average"):
+        return value
+    try:
+        index = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected all, top, average or a layer index, got {value!r}") from None
+    if index < 0:
+        raise argparse.ArgumentTypeError(f"a layer index counts from 0 (the token layer), got {index}; "
+                                         f"ELMoForManyLangs' -1 is 'average' here")
+    return index
 
 
 def run(args: argparse.Namespace) -> int:

@@ -20,7 +20,7 @@ from elmo.inference.states import DEFAULT_STATE
 from elmo.model.bilm import BiLM
 from elmo.model.chars import tokenize
 
-Layers = str | Sequence[int]
+Layers = str | int | Sequence[int]
 # Sentences per batch, and padded tokens per batch (outside stateful mode): the defaults of the
 # Embedder, of elmo embed and of a task config's [bilm] section.
 DEFAULT_BATCH_SIZE = 64
@@ -53,7 +53,8 @@ def select_layers(layers: np.ndarray, which: Layers) -> np.ndarray:
     """Pick from one sentence's ``(L+1, n_tokens, dim)`` activations.
 
     ``"all"`` -> ``(L+1, n, dim)``; ``"top"`` -> ``(n, dim)``; ``"average"`` -> ``(n, dim)``;
-    a list of indices -> ``(len(list), n, dim)``.
+    one index -> ``(n, dim)`` (0: the token layer); a list of indices -> ``(len(list), n, dim)``.
+    ELMoForManyLangs' ``output_layer`` 0, 1, 2 are the indices; its -1 is ``"average"``.
     """
     if isinstance(which, str):
         if which == "all":
@@ -63,6 +64,8 @@ def select_layers(layers: np.ndarray, which: Layers) -> np.ndarray:
         if which == "average":
             return layers.mean(axis=0)
         raise ValueError(f"layers: expected 'all', 'top', 'average' or a list of indices, got {which!r}")
+    if isinstance(which, int) and not isinstance(which, bool):
+        return select_layers(layers, [which])[0]
     indices = list(which)
     for i in indices:
         if not -layers.shape[0] <= i < layers.shape[0]:
@@ -108,7 +111,8 @@ class Embedder:
         """Load any model source :func:`elmo.hub.load_model` takes: ``"default"`` (packaged), a
         published name or URL, downloaded and cached (``"small"``, ``"medium"``, ``"original"``,
         ``"original-5.5b"``), an ``(options, weights)`` pair, an exported folder, a training run
-        directory or a checkpoint file."""
+        directory, a checkpoint file, an NLPL archive (``.zip``) or folder, or an ELMoForManyLangs
+        model (see ``docs/other-models.md``)."""
         return cls(load_model(name, cache_dir=cache_dir, progress=progress), **kwargs)
 
     @property

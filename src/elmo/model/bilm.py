@@ -12,9 +12,10 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from elmo.model.chars import BOS_IDS, EOS_IDS
-from elmo.model.config import BiLMConfig
+from elmo.model.chars import BOS_IDS, BYTES, EOS_IDS, ByteCharacters
+from elmo.model.config import BiLMConfig, ConfigError
 from elmo.model.cudnn_lstm import lstm_cudnn
+from elmo.model.dictionary import CharacterDictionary
 from elmo.model.encoder import TokenEncoder
 from elmo.model.fused_lstm import lstm_fused
 from elmo.model.lstm import LstmLayer, State
@@ -84,18 +85,20 @@ class BiLMOutput:
     state: BiLMState
 
 
-def add_boundaries(char_ids: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Wrap each sentence in ``<S>`` ... ``</S>``: ``(batch, time, 50)`` -> ``(batch, time+2, 50)``.
+def add_boundaries(char_ids: torch.Tensor, mask: torch.Tensor, bos_ids=BOS_IDS, eos_ids=EOS_IDS
+                   ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Wrap each sentence in ``<S>`` ... ``</S>``: ``(batch, time, width)`` -> ``(batch, time+2, width)``.
 
     The end marker goes right after each row's last real token, so rows of different lengths
-    (including empty ones) all get both markers.
+    (including empty ones) all get both markers. ``bos_ids``/``eos_ids`` ``(width,)``: the
+    markers' ids in the model's scheme (the byte scheme's by default).
     """
     batch, time, n_chars = char_ids.shape
     lengths = mask.sum(dim=1)
     out = char_ids.new_zeros(batch, time + 2, n_chars)
     out[:, 1:-1] = char_ids
-    out[:, 0] = torch.as_tensor(BOS_IDS, device=char_ids.device)
-    out[torch.arange(batch, device=char_ids.device), lengths + 1] = torch.as_tensor(EOS_IDS, device=char_ids.device)
+    out[:, 0] = torch.as_tensor(bos_ids, device=char_ids.device)
+    out[torch.arange(batch, device=char_ids.device), lengths + 1] = torch.as_tensor(eos_ids, device=char_ids.device)
     new_mask = torch.arange(time + 2, device=mask.device).unsqueeze(0) < (lengths + 2).unsqueeze(1)
     return out, new_mask
 
@@ -145,18 +148,25 @@ def run_fused_stacks(stacks: list, inputs: torch.Tensor, c0: torch.Tensor, h0: t
     return [out.transpose(1, 2) for out in outputs], torch.stack(finals_c, dim=1), torch.stack(finals_h, dim=1)
 
 
+Characters = ByteCharacters | CharacterDictionary
+
+
 class BiLM(nn.Module):
     """Token encoder + forward and backward LSTM stacks.
 
     ``forward`` takes character ids *without* sentence boundaries; it adds them, runs both
-    directions and by default removes them again.
+    directions and by default removes them again. ``characters`` turns tokens into those ids
+    (``model.characters.batch(sentences)``): the bilm-tf byte scheme, or for a model whose
+    ``char_cnn.characters`` is ``"dictionary"`` (ELMoForManyLangs') its
+    :class:`~elmo.model.dictionary.CharacterDictionary`, which must then be given.
     """
 
     def __init__(self, config: BiLMConfig, fast: bool = True, lstm_path: str | None = None,
-                 compile_cells: bool = False):
+                 compile_cells: bool = False, characters: Characters | None = None):
         super().__init__()
         config.validate()
         self.config = config
+        self.characters = _check_characters(config, characters)
         # lstm_path: one of LSTM_PATHS; None: DEFAULT_LSTM_PATH ("cudnn" for a cuDNN model), or
         # "plain" when not fast. fast=False (or "plain") also makes inference run the specification
         # (elmo.inference.runtime honours it).
@@ -168,7 +178,7 @@ class BiLM(nn.Module):
         # The fused path's pointwise functions through torch.compile (one kernel each on a GPU).
         self.compile_cells = compile_cells
         lstm = config.lstm
-        self.token_encoder = TokenEncoder(config.char_cnn, lstm.projection_dim)
+        self.token_encoder = TokenEncoder(config.char_cnn, lstm.projection_dim, pad_id=self.characters.pad_id)
 
         def stack() -> nn.ModuleList:
             return nn.ModuleList(
@@ -280,7 +290,7 @@ class BiLM(nn.Module):
         inference is :class:`elmo.inference.runtime.Runtime`, which computes the same numbers.
         """
         batch = char_ids.shape[0]
-        ids, full_mask = add_boundaries(char_ids, mask)
+        ids, full_mask = add_boundaries(char_ids, mask, self.characters.bos_ids, self.characters.eos_ids)
         if state is None:
             state = self.zero_state(batch)
         tokens = self.token_encoder(ids)  # (batch, time+2, projection_dim)
@@ -310,3 +320,27 @@ class BiLM(nn.Module):
             return BiLMOutput(stacked, full_mask, new_state)
         stacked, out_mask = remove_boundaries(stacked, full_mask)
         return BiLMOutput(stacked, out_mask, new_state)
+
+
+def _check_characters(config: BiLMConfig, characters: Characters | None) -> Characters:
+    """The model's character scheme, checked against its config."""
+    cnn = config.char_cnn
+    if cnn.characters == "bytes":
+        if characters is not None and not isinstance(characters, ByteCharacters):
+            raise ConfigError("char_cnn.characters: this is a byte-scheme model; a character dictionary has no use here")
+        return BYTES
+    if not isinstance(characters, CharacterDictionary):
+        raise ConfigError("char_cnn.characters: a 'dictionary' model needs its character dictionary "
+                          "(BiLM(config, characters=CharacterDictionary(...)))")
+    if characters.max_chars != cnn.max_characters_per_token:
+        raise ConfigError(f"char_cnn.max_characters_per_token: {cnn.max_characters_per_token}, but the character "
+                          f"dictionary is for {characters.max_chars}")
+    if characters.n_char_ids > cnn.n_characters:
+        raise ConfigError(f"char_cnn.n_characters: {cnn.n_characters}, but {characters.where_chars} uses ids up "
+                          f"to {characters.n_char_ids - 1}")
+    if (characters.words is not None) != bool(cnn.word_dim):
+        raise ConfigError("char_cnn.word_embedding: a word dictionary goes with a word embedding, and only with one")
+    if characters.n_word_ids > cnn.n_words:
+        raise ConfigError(f"char_cnn.word_embedding.n_words: {cnn.n_words}, but {characters.where_words} uses ids "
+                          f"up to {characters.n_word_ids - 1}")
+    return characters

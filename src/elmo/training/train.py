@@ -697,7 +697,9 @@ class Trainer:
         t = self.config.training
         batches = [batcher.next_batch() for batcher in self.batchers]
         full = all(bool(batch["mask"].all()) for batch in batches)  # host tensors: no device sync
-        words = distinct_words(torch.stack([batch["char_ids"] for batch in batches]))
+        encoder = self.model.bilm.token_encoder
+        words = distinct_words(torch.stack([batch["char_ids"] for batch in batches]), encoder.pad_id,
+                               encoder.word_embedding is not None)
         n_samples = self._n_samples()
         samples = [log_uniform_sample(len(self.vocab), n_samples, "cpu", self.sampler)
                    for _ in batches] if n_samples else None
