@@ -74,9 +74,10 @@ def words_to_char_ids(words: Sequence[str]) -> np.ndarray:
         columns = 1 + np.arange(int(lengths.sum())) - np.repeat(starts, lengths)
         ids[rows, columns] = np.frombuffer(b"".join(encoded), dtype=np.uint8).astype(np.int64) + 1
         ids[np.arange(n), lengths + 1] = EOW_CHAR + 1
-    for i, word in enumerate(words):
-        if word == BOS_TOKEN or word == EOS_TOKEN:
-            ids[i] = BOS_IDS if word == BOS_TOKEN else EOS_IDS
+    # Only words of 3 or 4 bytes can be <S> or </S>: look at those alone.
+    for i in np.flatnonzero((lengths == len(BOS_TOKEN)) | (lengths == len(EOS_TOKEN))).tolist():
+        if words[i] == BOS_TOKEN or words[i] == EOS_TOKEN:
+            ids[i] = BOS_IDS if words[i] == BOS_TOKEN else EOS_IDS
     return ids
 
 
