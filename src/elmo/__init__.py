@@ -3,10 +3,12 @@
 Public API::
 
     from elmo import Embedder, Elmo, BiLM, BiLMConfig, ScalarMix, batch_to_char_ids
+    from elmo import open_embeddings  # read what elmo embed / Embedder.embed_file wrote
 """
 
 from elmo.inference.elmo import Elmo, ElmoOutput
-from elmo.inference.embed import Embedder
+from elmo.inference.embed import Embedder, EmbedReport
+from elmo.inference.outputs import Embeddings, open_embeddings
 from elmo.inference.states import DEFAULT_STATE, STATE_MODES
 from elmo.model.bilm import BiLM, BiLMOutput, BiLMState
 from elmo.model.chars import batch_to_char_ids, tokenize
@@ -24,7 +26,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "BiLM", "BiLMConfig", "BiLMOutput", "BiLMState", "CharCNNConfig", "ConfigError", "DEFAULT_STATE",
-    "Elmo", "ElmoOutput", "Embedder", "LSTMConfig", "STATE_MODES", "ScalarMix", "WeightsError",
+    "Elmo", "ElmoOutput", "EmbedReport", "Embedder", "Embeddings", "LSTMConfig", "STATE_MODES", "ScalarMix", "WeightsError",
     "batch_to_char_ids", "load_bilm_tf", "load_checkpoint", "save_bilm_tf", "save_checkpoint",
-    "tokenize",
+    "open_embeddings", "tokenize",
 ]

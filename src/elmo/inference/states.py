@@ -170,6 +170,16 @@ class StateKeeper:
         self._carried.c[:, :, :final.batch_size] = final.c
         self._carried.h[:, :, :final.batch_size] = final.h
 
+    @property
+    def carried(self) -> BiLMState | None:
+        """The state carried into the next batch in stateful mode (None before the first batch)."""
+        return self._carried
+
+    def restore(self, carried: BiLMState | None) -> None:
+        """Carry ``carried`` into the next batch (stateful mode): how a resumed run continues
+        where the interrupted one stopped."""
+        self._carried = carried
+
     def reset(self) -> None:
         """Forget carried state (stateful mode) and the cached warm state (after weights change)."""
         self._carried = None
