@@ -42,11 +42,15 @@ def main(argv: list[str] | None = None) -> None:
     ray.data.DataContext.get_current().execution_options.preserve_order = True
     lines = ray.data.read_text(args.input, drop_empty_lines=False)
     n = lines.count()
-    numbered = lines.zip(ray.data.range(n).rename_columns({"id": "line"}))
+    # Numbered and materialized (the text only, spilled to disk when large) before the actors
+    # start: actors that hold every CPU would otherwise leave none for the reading tasks, and Ray
+    # Data would wait for ever.
+    numbered = lines.zip(ray.data.range(n).rename_columns({"id": "line"})).materialize()
     vectors = numbered.map_batches(
         RayEmbedder, fn_constructor_kwargs={"model": args.model, "layers": args.layers, "dtype": args.dtype},
         concurrency=args.concurrency, num_gpus=args.num_gpus, num_cpus=args.num_cpus, batch_size=args.batch_size)
-    vectors.write_parquet(args.output)
+    # Writing is I/O: it takes no CPU from the actors (and needs none to start).
+    vectors.write_parquet(args.output, ray_remote_args={"num_cpus": 0})
     print(f"wrote the vectors of {n} lines to {args.output}")
 
 

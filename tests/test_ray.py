@@ -60,8 +60,9 @@ def test_example_writes_parquet(cluster, tmp_path, bilm_dir):
     spec = importlib.util.spec_from_file_location("ray_embed", Path(__file__).parent.parent / "examples" / "ray_embed.py")
     example = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(example)
+    # Two actors of one CPU on a cluster of two CPUs: no CPU left for reading or writing tasks.
     example.main([str(tmp_path / "in.txt"), str(tmp_path / "parquet"), "--model", str(bilm_dir),
-                  "--concurrency", "1", "--batch-size", "8", "--dtype", "float16"])
+                  "--concurrency", "2", "--num-cpus", "1", "--batch-size", "8", "--dtype", "float16"])
     assert any(p.suffix == ".parquet" for p in (tmp_path / "parquet").iterdir())
     rows = sorted(ray.data.read_parquet(str(tmp_path / "parquet")).take_all(), key=lambda row: row["line"])
     assert [row["line"] for row in rows] == list(range(20))  # empty lines kept: row n is line n

@@ -331,12 +331,14 @@ class Embedder:
                 self._embed_into_journal(input_path, work, frames, options, token_shape, batch_size, chunk, rank,
                                          world, max_line_tokens, progress, progress_position)
                 frames = work.scan()
+                writing = time.perf_counter()
                 with atomic_path(target) as tmp, h5py.File(tmp, "w") as fout:
                     writer = create_writer(fout, options, token_shape)
                     write_from_journal(work, frames, writer, token_shape, np.dtype(DTYPES[options.dtype]),
                                        window_for(self.max_tokens))
                     writer.finish({"fingerprint": fingerprint, "input": os.fspath(input_path),
                                    "shard": [rank, world], "state": self.state})
+                writing = time.perf_counter() - writing
                 if world > 1:
                     write_manifest(output_path, world, fingerprint)
                 work.remove()
@@ -347,7 +349,7 @@ class Embedder:
         finally:
             work.release()
         return EmbedReport(target, writer.sentences, writer.tokens, os.path.getsize(target), resumed,
-                           time.perf_counter() - started)
+                           time.perf_counter() - started, write_seconds=writing)
 
     def _embed_into_journal(self, input_path, work: WorkFolder, frames: list[Frame], options: OutputOptions,
                             token_shape: tuple[int, ...], batch_size: int, chunk: int, rank: int, world: int,
@@ -444,7 +446,8 @@ class Embedder:
 @dataclass
 class EmbedReport:
     """What :meth:`Embedder.embed_file` wrote: ``sentences``, ``tokens`` and ``bytes`` (the file's
-    size) at ``path``; ``resumed``: sentences taken over from an interrupted run;
+    size) at ``path``; ``resumed``: sentences taken over from an interrupted run; ``seconds``: the
+    whole call, of which ``write_seconds`` writing the output from the work file;
     ``already_complete``: the output was already there, complete, from the same settings."""
 
     path: str
@@ -454,6 +457,7 @@ class EmbedReport:
     resumed: int = 0
     seconds: float = 0.0
     already_complete: bool = False
+    write_seconds: float = 0.0
 
     def __str__(self) -> str:
         done = "already complete: " if self.already_complete else "wrote "
