@@ -299,26 +299,27 @@ def test_packed_float16_is_a_quarter_of_allennlp_float32_or_less(tmp_path, model
 
 
 # ----------------------------------------------------------------------------------- shards
-def test_shards_read_back_as_the_one_process_output(tmp_path, model):
+@pytest.mark.parametrize("layout", ["allennlp", "packed"])
+def test_shards_read_back_as_the_one_process_output(tmp_path, model, layout):
     lines = corpus(45, seed=5)
     src = write_lines(tmp_path / "in.txt", lines)
     embedder = Embedder(model, batch_size=4)
-    embedder.embed_file(src, tmp_path / "one.hdf5", layout="packed")
+    embedder.embed_file(src, tmp_path / "one.hdf5", layout=layout)
     out = tmp_path / "sharded"
-    reports = [embedder.embed_file(src, out, layout="packed", shard=(rank, 3)) for rank in (2, 0)]
+    reports = [embedder.embed_file(src, out, layout=layout, shard=(rank, 3)) for rank in (2, 0)]
     assert [r.sentences for r in reports] == [15, 15]
     with pytest.raises(FileNotFoundError, match=r"shard-00001-of-00003.hdf5 missing.*--resume"):
         open_embeddings(out)
-    embedder.embed_file(src, out, layout="packed", shard=(1, 3))
+    embedder.embed_file(src, out, layout=layout, shard=(1, 3))
     assert sorted(os.listdir(out)) == ["manifest.json"] + [f"shard-0000{r}-of-00003.hdf5" for r in range(3)]
     with open_embeddings(tmp_path / "one.hdf5") as one, open_embeddings(out) as sharded:
         assert_same(one, sharded, exact=False)  # other batches: the token memo's last bits
         assert list(iter(sharded))[44].shape == one[44].shape
-        assert [sharded.text(i) for i in range(45)] == lines
+        if layout == "packed":
+            assert [sharded.text(i) for i in range(45)] == lines
 
 
-@pytest.mark.parametrize("layout", ["allennlp", "packed"])
-def test_torchrun_two_processes_equal_one(tmp_path, model, layout):
+def test_torchrun_two_processes_equal_one(tmp_path, model, layout="packed"):
     lines = corpus(40, seed=6)
     src = write_lines(tmp_path / "in.txt", lines)
     Embedder(model).embed_file(src, tmp_path / "one.hdf5", layout=layout)

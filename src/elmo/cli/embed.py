@@ -55,8 +55,8 @@ def add_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--state", default=DEFAULT_STATE, choices=STATE_MODES,
                         help="LSTM state policy; 'stateful' reproduces allennlp elmo exactly")
     parser.add_argument("--device", default=None,
-                        help="torch device: cpu, cuda or cuda:N (default: cpu; under torchrun, cuda:LOCAL_RANK "
-                             "when CUDA is available)")
+                        help="torch device: cpu, cuda or cuda:N; under torchrun, the default and 'cuda' mean "
+                             "cuda:LOCAL_RANK where CUDA is available (default: cpu)")
     parser.add_argument("--precision", default="float32", choices=["float32", "bfloat16", "float16"],
                         help="matrix products in this precision (bfloat16: fast on CPUs with AVX-512 BF16 or AMX; "
                              "float16: GPUs); states stay float32")

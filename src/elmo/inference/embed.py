@@ -279,6 +279,8 @@ class Embedder:
         lines. Not for standard input (it cannot be read by several processes), nor for stateful
         mode. A line of more than ``max_line_tokens`` tokens is refused with its line number;
         longer than ``max_tokens``, it runs in windows (see :mod:`elmo.inference.long_lines`).
+        In stateful mode a file starts from zero state, as a new ``allennlp elmo`` run does (and a
+        resumed one from the state the journal carries).
 
         Returns what was written (sentences, tokens, bytes).
         """
@@ -547,5 +549,8 @@ def check_output(input_path: str | os.PathLike, output_path: str | os.PathLike, 
         same = os.path.samefile(source, output)
     if same:
         raise ValueError(f"{output}: the output file is the input file; choose another output")
+    folder = os.path.dirname(os.path.abspath(output))
+    if not os.path.isdir(folder):  # a typo in a path should not create folders
+        raise FileNotFoundError(f"{output}: the folder {folder} does not exist")
     if os.path.exists(output) and not overwrite:
         raise FileExistsError(f"{output}: already exists; pass --force (overwrite=True) to replace it")
