@@ -12,8 +12,8 @@ import time
 
 import torch
 
-from elmo.model.config import BiLMConfig
 from elmo.fileio import atomic_write_text
+from elmo.model.config import BiLMConfig
 
 
 def machine() -> dict:

@@ -5,9 +5,9 @@ Each round runs, for each checkout, a fresh process that embeds ``--sentences`` 
 ``Embedder`` defaults at batch 64 (random weights of the published ``--size``) and then 30
 20-token sentences one at a time. Prints a table and writes JSON.
 
-    git worktree add /tmp/before <commit>
-    python benchmarks/compare_revisions.py --before /tmp/before/src --after src \
-        --text DATA/wiki-heldout/train/shard-00000.txt --output benchmarks/results/compare_revisions.json
+    git worktree add ../elmo-before <commit>       # any folder outside this checkout
+    python benchmarks/compare_revisions.py --before ../elmo-before/src --after src \
+        --text DATA/wiki-heldout/train/shard-00000.txt --output results/benchmarks/compare_revisions.json
 """
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sentences", type=int, default=1000)
     parser.add_argument("--size", default="small")
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--output", default="benchmarks/results/compare_revisions.json")
+    parser.add_argument("--output", default="results/benchmarks/compare_revisions.json")
     args = parser.parse_args(argv)
     runs: dict[str, list[dict]] = {"before": [], "after": []}
     for _ in range(args.rounds):

@@ -17,7 +17,7 @@ token and the fraction of this machine's measured float32 matmul peak reached; f
 largest and mean deviation from float32. Batch 1 also reports the latency of 20-token sentences.
 
     python benchmarks/embed_speed.py --text DATA/wiki-heldout/train/shard-00000.txt \
-        --cache-words DATA/vocab-50k.txt --output benchmarks/results/embed_speed.json
+        --cache-words DATA/vocab-50k.txt --output results/benchmarks/embed_speed.json
 
 ``--whole-process`` times instead what a user times: the whole ``elmo embed TEXT OUT.hdf5``
 command (start-up included) for each size and option, ``--repeats`` times, the runs of all
@@ -29,7 +29,7 @@ embedding with writing.
 
     python benchmarks/embed_speed.py --whole-process --text DATA/wiki-heldout/train/shard-00000.txt \
         --cache-words DATA/vocab-50k.txt --allennlp-runner /path/to/run_allennlp_embed.py \
-        --output benchmarks/results/embed_whole_process.json
+        --output results/benchmarks/embed_whole_process.json
 """
 
 from __future__ import annotations
@@ -45,8 +45,14 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from common import (lstm_flops, matmul_peak_flops, peak_rss_bytes, time_process, token_encoder_flops,  # noqa: E402
-                    write_results)
+from common import (  # noqa: E402
+    lstm_flops,
+    matmul_peak_flops,
+    peak_rss_bytes,
+    time_process,
+    token_encoder_flops,
+    write_results,
+)
 
 
 def load_sentences(path: str, n: int) -> list[list[str]]:
@@ -231,7 +237,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="sentences for the slow plain path of the original size (and its ratio)")
     parser.add_argument("--sizes", nargs="+", default=["small", "original"])
     parser.add_argument("--batch-sizes", nargs="+", type=int, default=[64, 1])
-    parser.add_argument("--output", default="benchmarks/results/embed_speed.json")
+    parser.add_argument("--output", default="results/benchmarks/embed_speed.json")
     parser.add_argument("--whole-process", action="store_true", help="time whole elmo embed commands")
     parser.add_argument("--repeats", type=int, default=3, help="runs of each whole-process configuration")
     parser.add_argument("--allennlp-runner", help="script OPTIONS WEIGHTS TEXT OUT running AllenNLP's ElmoEmbedder")

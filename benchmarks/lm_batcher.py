@@ -8,7 +8,7 @@ thread, for each batch size: training cannot beat half of its rate (two directio
 comes near, the batches should be built ahead of time.
 
     python benchmarks/lm_batcher.py --train 'DATA/wiki/train/*.txt' \\
-        --output benchmarks/results/lm_batcher.json
+        --output results/benchmarks/lm_batcher.json
 """
 
 from __future__ import annotations
@@ -42,8 +42,8 @@ def main() -> None:
     import torch
 
     from elmo.hub.pretrained import packaged_model_dir
-    from elmo.training.data import expand_paths
     from elmo.model.vocab import Vocabulary
+    from elmo.training.data import expand_paths
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--train", required=True, help="prepared training shards: paths or a quoted glob")
@@ -51,7 +51,7 @@ def main() -> None:
     parser.add_argument("--batch-sizes", type=int, nargs="+", default=[32, 256, 1024, 2048])
     parser.add_argument("--unroll-steps", type=int, default=20)
     parser.add_argument("--seconds", type=float, default=10.0, help="time per batch size (default 10)")
-    parser.add_argument("--output", default="benchmarks/results/lm_batcher.json")
+    parser.add_argument("--output", default="results/benchmarks/lm_batcher.json")
     args = parser.parse_args()
     torch.set_num_threads(1)
     vocab = Vocabulary.from_file(args.vocab or os.path.join(packaged_model_dir(), "vocab.txt"))

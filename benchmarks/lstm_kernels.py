@@ -11,7 +11,7 @@ directions at once, best of ``--repeats``:
 
 Printed as GFLOP/s beside this machine's float32 and bfloat16 square-matmul peaks, and saved:
 
-    python benchmarks/lstm_kernels.py --output benchmarks/results/lstm_kernels.json
+    python benchmarks/lstm_kernels.py --output results/benchmarks/lstm_kernels.json
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import torch  # noqa: E402
-
 from common import matmul_peak_flops, write_results  # noqa: E402
+
 from elmo.model.config import published_config  # noqa: E402
 from elmo.model.lstm import onednn_linear  # noqa: E402
 
@@ -73,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rows", type=int, default=64)
     parser.add_argument("--steps", type=int, default=25)
     parser.add_argument("--repeats", type=int, default=20)
-    parser.add_argument("--output", default="benchmarks/results/lstm_kernels.json")
+    parser.add_argument("--output", default="results/benchmarks/lstm_kernels.json")
     args = parser.parse_args(argv)
     peaks = {"float32": matmul_peak_flops() / 1e9, "bfloat16": matmul_peak_flops(torch.bfloat16) / 1e9}
     rows = [r for size in args.sizes for r in measure(size, args.rows, args.steps, args.repeats)]

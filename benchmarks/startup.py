@@ -6,7 +6,7 @@ Random weights of a published size are written to a temporary folder (or ``--opt
 starts empty, so the first run computes the warm state and the later ones read it. ``import
 torch`` alone is measured too: it bounds what any PyTorch ELMo can reach.
 
-    python benchmarks/startup.py --size small --runs 5 --output benchmarks/results/startup.json
+    python benchmarks/startup.py --size small --runs 5 --output results/benchmarks/startup.json
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--options", help="a real options.json (with --weights) instead of random weights")
     parser.add_argument("--weights")
     parser.add_argument("--runs", type=int, default=5)
-    parser.add_argument("--output", default="benchmarks/results/startup.json")
+    parser.add_argument("--output", default="results/benchmarks/startup.json")
     args = parser.parse_args(argv)
     work = tempfile.mkdtemp(prefix="elmo-startup-")
     label = args.size if args.options is None else args.options

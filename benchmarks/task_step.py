@@ -14,9 +14,9 @@ Each round runs, for each path, a fresh process that trains ``--steps`` batches 
 thread. ELMo is off, so no biLM is read, unless ``--elmo-cache DIR`` names a layer cache (the
 packaged biLM's layers for the config's data are computed there first if they are missing).
 
-    python benchmarks/task_step.py configs/tasks/ner-conll2003.toml --output benchmarks/results/task_step.json
-    python benchmarks/task_step.py configs/tasks/ner-conll2003.toml --compare dropout --elmo-cache /work/runs/cache \
-        --output benchmarks/results/task_step_dropout_conll2003.json
+    python benchmarks/task_step.py configs/tasks/ner-conll2003.toml --output results/benchmarks/task_step.json
+    python benchmarks/task_step.py configs/tasks/ner-conll2003.toml --compare dropout --elmo-cache RUNS/cache \
+        --output results/benchmarks/task_step_dropout_conll2003.json
 """
 
 from __future__ import annotations
@@ -95,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--compare", choices=sorted(PATHS), default="char_cnn")
     parser.add_argument("--elmo-cache", help="ELMo on, its layers from (or computed into) this layer cache folder")
-    parser.add_argument("--output", default="benchmarks/results/task_step.json")
+    parser.add_argument("--output", default="results/benchmarks/task_step.json")
     parser.add_argument("--one", help=argparse.SUPPRESS)  # a child process's single measurement
     args = parser.parse_args(argv)
     paths = PATHS[args.compare]

@@ -7,7 +7,7 @@ held-out perplexity after the last step is computed in float32 for both, so a pr
 trains faster but learns worse shows it.
 
     python benchmarks/train_bf16.py src/elmo/resources/model --train 'DATA/wiki/train/*.txt' \
-        --heldout 'DATA/wiki-heldout/train/*.txt' --output benchmarks/results/train_bf16.json
+        --heldout 'DATA/wiki-heldout/train/*.txt' --output results/benchmarks/train_bf16.json
 """
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--eval-targets", type=int, default=20_000)
     parser.add_argument("--seed", type=int, default=11)
-    parser.add_argument("--output", default="benchmarks/results/train_bf16.json")
+    parser.add_argument("--output", default="results/benchmarks/train_bf16.json")
     parser.add_argument("--one", help=argparse.SUPPRESS)  # internal: measure one precision, print JSON
     args = parser.parse_args(argv)
     if args.one:

@@ -8,7 +8,7 @@ device computes). The batches are the same, so the losses must be equal: the tab
 largest difference (0 unless the device's arithmetic is not deterministic).
 
     python benchmarks/train_prefetch.py src/elmo/resources/model --train 'DATA/wiki/train/*.txt' \
-        --device cuda --batch-size 2048 --output benchmarks/results/train_prefetch-h100.json
+        --device cuda --batch-size 2048 --output results/benchmarks/train_prefetch-h100.json
 """
 
 from __future__ import annotations
@@ -63,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--seed", type=int, default=11)
-    parser.add_argument("--output", default="benchmarks/results/train_prefetch.json")
+    parser.add_argument("--output", default="results/benchmarks/train_prefetch.json")
     parser.add_argument("--one", type=int, help=argparse.SUPPRESS)  # internal: one setting, JSON out
     args = parser.parse_args(argv)
     if args.one is not None:

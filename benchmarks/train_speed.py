@@ -6,7 +6,7 @@ Tokens are counted per direction, as ``--max-tokens`` counts them. MFU is achiev
 (3x the forward FLOPs, for forward + backward) over this machine's measured float32 matmul peak.
 
     python benchmarks/train_speed.py --train 'DATA/wiki/train/*.txt' --vocab DATA/vocab.txt \
-        --output benchmarks/results/train_speed.json
+        --output results/benchmarks/train_speed.json
 """
 
 from __future__ import annotations
@@ -21,7 +21,13 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from common import lstm_flops, matmul_peak_flops, peak_rss_bytes, token_encoder_flops, write_results  # noqa: E402
+from common import (  # noqa: E402
+    lstm_flops,
+    matmul_peak_flops,
+    peak_rss_bytes,
+    token_encoder_flops,
+    write_results,
+)
 
 
 def measure(preset: str, train: str, vocab: str, steps: int, warmup: int, device: str) -> dict:
@@ -68,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--device", default="cpu")
-    parser.add_argument("--output", default="benchmarks/results/train_speed.json")
+    parser.add_argument("--output", default="results/benchmarks/train_speed.json")
     parser.add_argument("--one", help=argparse.SUPPRESS)  # internal: measure one preset, print JSON
     args = parser.parse_args(argv)
     if args.one:

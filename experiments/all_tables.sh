@@ -1,32 +1,38 @@
 #!/usr/bin/env bash
-# Issue 17: every table in docs/tasks/ and docs/probes/ regenerated with the packaged model, at each
-# config's own epoch budget with early stopping (no --epochs cap), 3 seeds everywhere. Two lanes
-# side by side, one thread each at low priority; each lane's steps run in order. Resumable:
-# re-running skips every finished run and evaluation, so it can be stopped at any time.
-#   bash experiments/all_tables.sh /work/runs/tables-v2 /work/logs/tables-v2
-#   bash experiments/all_tables.sh /work/runs/tables-v2 /work/logs/tables-v2 status   # where it stands
-#   bash experiments/all_tables.sh /work/runs/tables-v2 /work/logs/tables-v2 save     # keep results in the repo
-#   bash experiments/all_tables.sh /work/runs/tables-v2 /work/logs/tables-v2 lane-a   # one lane only
-# The full budget takes far longer than one machine lasts (nothing outside the repository survives
-# from one session to the next), so the small JSON files of every finished run (config, metrics,
-# evaluations; no models) are kept under experiments/results/tables-v2 with the hash of the
-# packaged model they were made with: 'save' copies them there (each step does too; commit them),
-# and every start copies them back into RUNS, so finished runs are not trained again. A changed
-# packaged model drops the kept +ELMo runs (the baselines do not depend on it).
+# Every table and plot of docs/tasks/ and docs/probes/, with the packaged model, at each config's
+# own epoch budget with early stopping (no --epochs cap), 3 seeds everywhere; the small JSON files
+# of every run (config, metrics, evaluations; no models) are kept in results/tasks/.
+#   bash experiments/all_tables.sh RUNS [LOGS]          # everything: two lanes, then the tables
+#   bash experiments/all_tables.sh RUNS [LOGS] status   # where every planned run stands; trains nothing
+#   bash experiments/all_tables.sh RUNS [LOGS] save     # copy the finished runs' results into results/tasks now
+#   bash experiments/all_tables.sh RUNS [LOGS] lane-a   # one lane only (lane-b: the other)
+# RUNS is a folder for the runs, the biLM layer cache and the fine-tuned biLMs (tens of GB); LOGS
+# (default RUNS/logs) gets a log per lane and steps.log. Two lanes run side by side, one thread
+# each at low priority; each lane's steps run in order. Resumable: re-running skips every finished
+# run and evaluation, so it can be stopped at any time.
+# Results are saved into the repository once, at the end of the run (and of a lane run alone):
+# commit them then, in one commit (results/README.md). A machine that will not last the whole run
+# can 'save' before it ends; every start copies the saved runs back into RUNS, so finished runs
+# are not trained again. Saved runs carry the hash of the packaged model they were made with
+# (results/tasks/model.sha256): a changed packaged model drops the saved +ELMo runs (the baselines
+# do not depend on it).
 # RUNS must be a folder no other model's runs went to: a finished run is recognised by its
 # settings, and the model is named there only as "default". The WSD probe needs WordNet 3.0
-# (apt-get install wordnet-base).
+# (apt-get install wordnet-base). The data are read from ../shared/data, as the configs name them.
 set -euo pipefail
-RUNS=${1:?give a fresh runs folder}
+usage() { echo "usage: bash experiments/all_tables.sh RUNS [LOGS] [status|save|lane-a|lane-b]" >&2; exit 2; }
+[ $# -ge 1 ] || usage
+case "${2:-}" in status|save|lane-a|lane-b) set -- "$1" "$1/logs" "$2" ;; esac
+# Exported: the pages' "Produced by" lines show this folder as $RUNS, not this machine's path.
+export RUNS=$1
 LOGS=${2:-$RUNS/logs}
 mkdir -p "$RUNS" "$LOGS"
 export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
 E() { nice -n 19 python experiments/task_experiments.py "$@" --runs "$RUNS/experiments" --cache "$RUNS/cache" --quiet; }
 FIVE=(configs/tasks/ner-conll2003.toml configs/tasks/ner-wnut17.toml configs/tasks/pos-ewt.toml
       configs/tasks/chunk-conll2000.toml configs/tasks/sst5.toml)
-RESULTS=experiments/results/tables-v2
-# A failed save (it is only a copy for the repository) must not stop a lane: say so and go on.
-step() { echo "$(date -u +%FT%TZ) $*" >> "$LOGS/steps.log"; save || echo "$(date -u +%FT%TZ) save failed (step: $*)" >&2; }
+RESULTS=results/tasks
+step() { echo "$(date -u +%FT%TZ) $*" >> "$LOGS/steps.log"; }
 model_hash() { sha256sum src/elmo/resources/model/weights.hdf5 | cut -d' ' -f1; }
 drop_elmo_runs() {  # $1/experiments, made with the model whose hash is in $1/model.sha256
   [ -f "$1/model.sha256" ] && [ "$(cat "$1/model.sha256")" != "$(model_hash)" ] || return 0
@@ -65,17 +71,17 @@ save() {  # every finished run's small JSON files into the repository
     [ -f "$run/test-eval.json" ] || grep -q '"test": null' "$run/config.json" || continue
     mkdir -p "$target"
     # Settings, metrics and the evaluations that the tables read (test, SNLI, GAP); no predictions.
-    # Both lanes save, so a file is copied under this process's own name and renamed into place: two
-    # plain copies to one new file can collide ("cp: cannot create regular file: File exists").
+    # Two lanes run apart (lane-a, lane-b) may save at once, so a file is copied under this process's
+    # own name and renamed into place: two plain copies to one new file can collide ("cp: cannot
+    # create regular file: File exists").
     for kept in "$run"/{config,metrics,first-training-metrics}.json "$run"/{*-eval,snli-*,gap-*}.json; do
       [ -f "$kept" ] || continue
       name=$(basename "$kept")
       cp "$kept" "$target/.$name.$BASHPID" && mv -f "$target/.$name.$BASHPID" "$target/$name"
     done
   done
-  # Where every planned run stands, for a reader of the repository (both lanes save: each writes
-  # its own temporary file, named by its own process ($$ is the script's in both lanes), and renames
-  # it into place). A failure here must not stop a lane.
+  # Where every planned run stands, for a reader of the repository (each save writes its own
+  # temporary file, named by its own process, and renames it into place).
   { echo "# Full-budget tables: where every planned run stands"; echo
     echo "Written by \`bash experiments/all_tables.sh RUNS LOGS save\` at $(date -u +%FT%TZ)."; echo
     status; } > "$RESULTS/STATUS.md.$BASHPID" 2>/dev/null && mv "$RESULTS/STATUS.md.$BASHPID" "$RESULTS/STATUS.md" \
@@ -98,9 +104,9 @@ lane_a() {  # the baselines and SQuAD +ELMo, then sample efficiency, then the la
 }
 lane_b() {  # the other +ELMo runs, then the probes, the domain experiment and placement
   step "B: main +ELMo"; E main --variants elmo --configs "${ELMO_B[@]}" --output "$RUNS/main-elmo.md"
-  # The probes and the domain step write docs only (and the domain runs, which are kept): once done
-  # with this packaged model, marked in the repository, a new machine does not redo them (about 30
-  # minutes of this lane). Delete the mark to redo them, as after changing their recipe.
+  # The probes and the domain step write docs and small results only (and the domain runs, which are
+  # kept): once done with this packaged model, marked in the repository, a new machine does not redo
+  # them (about 30 minutes of this lane). Delete the mark to redo them, as after changing their recipe.
   if [ "$(cat "$RESULTS/probes-domain.sha256" 2>/dev/null)" != "$(model_hash)" ]; then probes_and_domain; fi
   step "B: placement"; E placement --configs "${FIVE[@]}" --variants output both --output "$RUNS/placement-b.md"
   step "B: done"
@@ -125,9 +131,9 @@ probes_and_domain() {
   # text the biLM was fine-tuned on, dev and test are not.
   for split in train dev test; do
     nice -n 19 elmo evaluate src/elmo/resources/model --data "$RUNS/wnut/$split.txt" \
-      --json docs/tasks/wnut17-$split-perplexity-unadapted.json
+      --json "$RESULTS/wnut17-$split-perplexity-unadapted.json"
     nice -n 19 elmo evaluate "$RUNS/wnut-ft-b32/model" --data "$RUNS/wnut/$split.txt" \
-      --json docs/tasks/wnut17-$split-perplexity-finetuned.json
+      --json "$RESULTS/wnut17-$split-perplexity-finetuned.json"
   done
   E domain --finetuned "$RUNS/wnut-ft-b32/model" --output docs/tasks/domain.md
   mkdir -p "$RESULTS" && model_hash > "$RESULTS/probes-domain.sha256"
@@ -152,9 +158,21 @@ everything() {
   E gap --output docs/tasks/coref-gap.md
   # The two pair tasks: their kept test evaluations hold the confusion that the diagnosis reads.
   for task in snli-mini sick; do E diagnose --configs configs/tasks/$task.toml; done
+  # Each task's own page, with its details (SRL's roles, SQuAD's EM, coreference's metrics).
+  E main --configs configs/tasks/srl-propbank-ewt.toml --output docs/tasks/srl.md
+  E main --configs configs/tasks/coref-litbank.toml --output docs/tasks/coref.md
+  E main --configs configs/tasks/squad.toml --output docs/tasks/squad.md
+  E main --configs configs/tasks/snli-mini.toml --output docs/tasks/snli-mini.md
+  E main --configs configs/tasks/sick.toml --output docs/tasks/sick.md
   step "all done"
+  finish
 }
-one_lane() { restore; "$1" >> "$LOGS/$2.log" 2>&1; }
+finish() {  # the run's results into the repository, once
+  save
+  echo "Saved the runs' results in $RESULTS/; the tables are in docs/tasks/ and docs/probes/." \
+    "Commit them now, in one commit: git add $RESULTS docs/tasks docs/probes && git commit" >&2
+}
+one_lane() { restore; "$1" >> "$LOGS/$2.log" 2>&1; finish; }
 status() {  # every planned training run: done, reused, partly trained or not started (trains nothing)
   E main --status
   E main --configs experiments/configs/sick-patience-20.toml --status

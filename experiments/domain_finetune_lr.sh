@@ -1,13 +1,17 @@
 #!/usr/bin/env bash
-# Issue 17, domain fine-tuning: which learning rate to fine-tune the packaged biLM with on WNUT-17's
-# training sentences, chosen by perplexity on WNUT-17 dev text (no task labels are read). Batch 32
+# Domain fine-tuning (docs/tasks.md): which learning rate to fine-tune the packaged biLM with on WNUT-17's
+# training sentences, chosen by perplexity on WNUT-17 dev text (no task labels are read). Writes
+# OUT/ft-b32-lr{0.02,0.2}/ (the fine-tuned biLM, model/, and dev-perplexity.json). Batch 32
 # x 20 tokens, 3 epochs (the recipe of the first packaged model, whose options.json had batch 32):
 # the packaged model's own options.json keeps the GPU batch of 2048 x 20, which makes these
 # 62,730 tokens 5 optimizer steps. Resumable; one thread, low priority.
-#   bash experiments/domain_finetune_lr.sh /work/runs/tables-v2 /work/runs/domain-lr
+#   bash experiments/domain_finetune_lr.sh TABLES OUT
+# TABLES is the runs folder of experiments/all_tables.sh, whose domain step wrote wnut/train.txt and
+# wnut/dev.txt there; OUT is where the fine-tuned models go.
 set -euo pipefail
-TABLES=${1:?the all_tables.sh runs folder, which holds wnut/train.txt and wnut/dev.txt}
-OUT=${2:?where the fine-tuned models go}
+[ $# -eq 2 ] || { echo "usage: bash experiments/domain_finetune_lr.sh TABLES OUT" >&2; exit 2; }
+TABLES=$1
+OUT=$2
 export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
 for lr in 0.02 0.2; do  # 0.02: the rate the packaged model was last trained at; 0.2: its first
   run="$OUT/ft-b32-lr$lr"

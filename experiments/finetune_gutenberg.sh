@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
-# Domain fine-tuning: a Wikipedia-trained biLM, then fine-tuned on Gutenberg novels, both
-# evaluated on novels it never saw (novels-00009). Run after train_walkthrough.sh.
-#   bash experiments/finetune_gutenberg.sh ../shared/data/lm WORKDIR
+# Domain fine-tuning, as docs/training.md shows it: the walkthrough's Wikipedia-trained tiny biLM,
+# fine-tuned on Gutenberg novels, both evaluated on novels it never saw (novels-00009). Run after
+# experiments/train_walkthrough.sh with the same WORKDIR; every step's output, with its wall time,
+# goes to WORKDIR/finetune.log.
+#   bash experiments/finetune_gutenberg.sh LM WORKDIR
+# LM is the language-model data folder (with gutenberg/novels-0000N-of-00010.txt.gz).
 set -euo pipefail
-LM=${1:-../shared/data/lm}
-WORK=${2:-work}
+[ $# -eq 2 ] || { echo "usage: bash experiments/finetune_gutenberg.sh LM WORKDIR" >&2; exit 2; }
+LM=$1
+WORK=$2
 exec > >(tee "$WORK/finetune.log") 2>&1
 step() { echo "\$ $*"; local start=$SECONDS; "$@"; echo "[$((SECONDS - start)) s]"; echo; }
 

@@ -1,6 +1,8 @@
 """How far float16 storage moves a model's ELMo vectors from the float32 originals.
 
-    python experiments/float16_deviation.py /work/data/pretrain/B --text FILE [--sentences 500]
+    python experiments/float16_deviation.py RUN --text FILE [--sentences 500]
+
+(RUN: a training run directory, checkpoint or exported folder; FILE: tokenized sentences, one a line.)
 
 Exports the run's biLM twice (float32 and float16 storage, both loaded back as float32), embeds
 the same sentences with both, and prints the largest and mean absolute deviation per layer, the
@@ -15,9 +17,9 @@ import tempfile
 
 import numpy as np
 
-from elmo.inference.embed import Embedder
 from elmo.fileio import read_lines
 from elmo.hub.checkpoints import load_language_model
+from elmo.inference.embed import Embedder
 from elmo.model.weights import load_bilm_tf, save_bilm_tf
 
 

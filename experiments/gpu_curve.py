@@ -1,6 +1,6 @@
 """The packaged model's held-out curve through its GPU training, on one measure, as CSV + PNG.
 
-The CPU curve (``docs/pretraining/curve.png``) scores the first 50,000 held-out predictions; the
+The CPU curve (``docs/pretraining/curve.png``, from ``results/pretraining/curve.csv``) scores the first 50,000 held-out predictions; the
 GPU runs were scored on the first 200,960 (``--eval-targets 200000``). This draws the GPU part on
 its own measure: the 34.12M-token CPU model and the first lease's 66.07M-token result
 (``elmo evaluate MODEL --data ... --max-targets 200000``), then every held-out evaluation of the
@@ -8,7 +8,10 @@ second lease's phases, each phase's tokens counted on from the checkpoint the ne
 from (the newest multiple of ``--checkpoint-every`` steps at or before its last logged step),
 and the packaged result (``heldout-200k-packaged.json``: the same ``elmo evaluate`` on it).
 
-    python experiments/gpu_curve.py --output docs/pretraining/gpu2
+    python experiments/gpu_curve.py
+
+reads ``results/pretraining/gpu`` and ``results/pretraining/gpu2`` and writes
+``results/pretraining/gpu2/curve.csv`` and the figure ``docs/pretraining/gpu-curve.png``.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ import sys
 
 from elmo.fileio import atomic_path
 
-CPU_TOKENS = 34_120_320  # the CPU chain (docs/pretraining/curve.csv)
+CPU_TOKENS = 34_120_320  # the CPU chain (results/pretraining/curve.csv)
 START_TOKENS = CPU_TOKENS + 780 * 2048 * 20  # the first lease: 780 steps of 2,048 x 20 (docs/pretraining.md)
 
 
@@ -53,10 +56,11 @@ def points(folder: str, first_lease: str, checkpoint_every: int) -> list[dict]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--folder", default="docs/pretraining/gpu2", help="the second lease's metrics")
-    parser.add_argument("--first-lease", default="docs/pretraining/gpu", help="the first lease's evaluations")
+    parser.add_argument("--folder", default="results/pretraining/gpu2", help="the second lease's metrics")
+    parser.add_argument("--first-lease", default="results/pretraining/gpu", help="the first lease's evaluations")
     parser.add_argument("--checkpoint-every", type=int, default=20)
-    parser.add_argument("--output", default="docs/pretraining/gpu2")
+    parser.add_argument("--output", default="results/pretraining/gpu2", help="folder for curve.csv")
+    parser.add_argument("--figure", default="docs/pretraining/gpu-curve.png")
     args = parser.parse_args(argv)
     rows = points(args.folder, args.first_lease, args.checkpoint_every)
     with atomic_path(os.path.join(args.output, "curve.csv")) as tmp, open(tmp, "w", newline="") as f:
@@ -79,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     ax.grid(alpha=0.3)
     ax.legend()
     fig.tight_layout()
-    with atomic_path(os.path.join(args.output, "curve.png")) as tmp:
+    with atomic_path(args.figure) as tmp:
         fig.savefig(tmp, format="png", dpi=110)
     for r in rows:
         print(f"{r['phase']:>18} {r['tokens'] / 1e6:8.2f}M {r['heldout_average']:7.2f}")

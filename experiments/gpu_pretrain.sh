@@ -1,22 +1,25 @@
 #!/usr/bin/env bash
-# Continue the default model's pretraining on one GPU (issue 17), as phases of `elmo finetune`, each
-# from the one before (the first from the packaged model), each with fresh Adagrad at its own
-# learning rate for its own number of seconds (a SIGTERM ends it; it checkpoints every 20 steps,
-# so little is lost). Then the last phase's export (float16) is evaluated on the GPU on held-out
-# Wikipedia, WikiText-2 test and PTB test, and the packaged model on WikiText-2 test as a check
-# that the GPU's evaluation gives the CPU's numbers.
-#   bash experiments/gpu_pretrain.sh DATA RESULT "0.2:880 0.05:150 0.02:180"
+# Continue the default model's pretraining on one GPU (docs/pretraining.md), as phases of
+# `elmo finetune`, each from the one before (the first from the packaged model), each with fresh
+# Adagrad at its own learning rate for its own number of seconds (a SIGTERM ends it; it checkpoints
+# every 20 steps, so little is lost). Then the last phase's export (float16) is evaluated on the GPU
+# on held-out Wikipedia, WikiText-2 test and PTB test, and the packaged model on WikiText-2 test as
+# a check that the GPU's evaluation gives the CPU's numbers.
+#   bash experiments/gpu_pretrain.sh DATA RESULT [PHASES]
 # DATA holds the prepared shards: wiki/train, wiki-heldout/train, wikitext2-test/train and
-# ptb-test/train (experiments/gpu_session.sh unpacks them from the archive it is given). Writes
-# RESULT/model, RESULT/phase-N-metrics.csv, RESULT/evaluations.txt and RESULT/train.log; a file
-# RESULT/done marks the end. PREFETCH (default 2) is --prefetch;
-# DEVICE and BATCH (cuda, 2048) are for trying the script out on the CPU. Batch 2048 x 20: throughput on an H100 grows with the batch (64: 7.9k,
-# 256: 21.8k, 1024: 61k tokens/s per direction; docs/speed.md), so the GPU wants wide batches.
+# ptb-test/train (experiments/pretrain_default.sh and `elmo prepare`). PHASES is "RATE:SECONDS ..."
+# (default "0.2:880 0.05:150 0.02:180"). Writes RESULT/model, RESULT/phase-N-metrics.csv,
+# RESULT/new-*.json, RESULT/evaluations.txt and RESULT/train.log; a file RESULT/done marks the end.
+# The phases' run directories go to RESULT/runs (RUNS=... puts them elsewhere). PREFETCH (default 2)
+# is --prefetch; DEVICE and BATCH (cuda, 2048) are for trying the script out on the CPU. Batch
+# 2048 x 20: throughput on an H100 grows with the batch (64: 7.9k, 256: 21.8k, 1024: 61k tokens/s
+# per direction; docs/speed.md), so the GPU wants wide batches.
 set -uo pipefail
+[ $# -ge 2 ] && [ $# -le 3 ] || { echo "usage: bash experiments/gpu_pretrain.sh DATA RESULT [PHASES]" >&2; exit 2; }
 DATA=$1
 RESULT=$2
 PHASES=${3:-"0.2:880 0.05:150 0.02:180"}
-RUNS=${RUNS:-/tmp/gpu-pretrain-runs}
+RUNS=${RUNS:-$RESULT/runs}
 mkdir -p "$RESULT" "$RUNS"
 export PYTHONUNBUFFERED=1
 HELDOUT="$DATA/wiki-heldout/train/*.txt"

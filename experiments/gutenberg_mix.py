@@ -13,11 +13,13 @@ Wikipedia held-out, novels it never saw, WikiText-2 test and PTB test: what the 
 default model's own yardstick and what it buys on other text. One thread, low priority;
 resumable (a finished run or evaluation is read back, an interrupted run continues).
 
-    python experiments/gutenberg_mix.py --wiki '/work/data/wiki/train/*.txt' \\
-        --novels '/work/data/novels/train/*.txt' --init-from src/elmo/resources/model \\
-        --eval wikipedia='/work/data/wiki-heldout/train/*.txt' novels='/work/data/novels-heldout/train/*.txt' \\
-               wikitext-2='/work/data/wikitext2-test/train/*.txt' ptb='/work/data/ptb-test/train/*.txt' \\
-        --work /work/data/gutenberg-mix --output docs/pretraining/gutenberg-mix.md
+    python experiments/gutenberg_mix.py --wiki 'DATA/wiki/train/*.txt' \\
+        --novels 'DATA/novels/train/*.txt' --init-from src/elmo/resources/model \\
+        --eval wikipedia='DATA/wiki-heldout/train/*.txt' novels='DATA/novels-heldout/train/*.txt' \\
+               wikitext-2='DATA/wikitext2-test/train/*.txt' ptb='DATA/ptb-test/train/*.txt' \\
+        --work DATA/gutenberg-mix --output docs/pretraining/gutenberg-mix.md
+
+(``experiments/gutenberg_mix.sh LM DATA`` prepares the texts and runs this.)
 """
 
 from __future__ import annotations
@@ -30,8 +32,8 @@ import random
 import sys
 import time
 
-from elmo.training.data import read_sentences
 from elmo.fileio import atomic_write_text
+from elmo.training.data import read_sentences
 
 CONFIG = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs",
                       "pretrain-wiki-512x128.json")
@@ -78,8 +80,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     evals = dict(item.split("=", 1) for item in args.eval)
 
-    from elmo.training.evaluate import evaluate
     from elmo.hub.checkpoints import load_language_model
+    from elmo.training.evaluate import evaluate
     from elmo.training.train import Trainer, TrainSettings
 
     wiki, novels = sorted(glob.glob(args.wiki)), sorted(glob.glob(args.novels))

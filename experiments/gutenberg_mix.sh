@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
-# The Gutenberg decision of issue 17 (see experiments/gutenberg_mix.py): prepares the novels
-# (hard-wrapped, so --wrapped; novels-00000 to train, novels-00009 held out), WikiText-2 test and
-# PTB test, then continues the packaged model on each text and scores the two. One thread, low priority, resumable.
-#   bash experiments/gutenberg_mix.sh ../shared/data/lm /work/data
+# Should the default model's training text mix in Gutenberg novels? (experiments/gutenberg_mix.py;
+# docs/pretraining.md). Prepares the novels (hard-wrapped, so --wrapped; novels-00000 to train,
+# novels-00009 held out), WikiText-2 test and PTB test into DATA, then continues the packaged model
+# on each text and scores the two: docs/pretraining/gutenberg-mix.md. One thread, low priority, resumable.
+#   bash experiments/gutenberg_mix.sh LM DATA
+# LM is the language-model data folder; DATA holds the prepared Wikipedia shards of
+# experiments/pretrain_default.sh (wiki/, wiki-heldout/) and gets the rest.
 set -euo pipefail
-LM=${1:-../shared/data/lm}
-DATA=${2:-/work/data}
+[ $# -eq 2 ] || { echo "usage: bash experiments/gutenberg_mix.sh LM DATA" >&2; exit 2; }
+LM=$1
+DATA=$2
 export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
 prep() { [ -f "$2/prepare.json" ] || nice -n 19 elmo prepare "$1" --output "$2" --min-tokens 3 --wrapped; }
 prep "$LM/gutenberg/novels-00000-of-00010.txt.gz" "$DATA/novels"

@@ -1,9 +1,10 @@
 """Held-out perplexity versus training tokens of a run, as CSV + PNG, with a power-law forecast.
 
-    python experiments/pretrain_curve.py /work/data/pretrain/B --output docs/pretraining
+    python experiments/pretrain_curve.py RUN --output results/pretraining/first-run
 
 Reads ``RUN/metrics.csv`` (written by ``elmo train``), keeps the rows with a held-out evaluation,
-and writes ``curve.csv`` and ``curve.png`` into ``--output``. Training time is summed over the
+and writes ``curve.csv``, ``forecast.json`` and ``curve.png`` into ``--output`` (the figure to
+``--figure`` instead, where a page shows it). Training time is summed over the
 run's sessions (``elapsed_seconds`` restarts from zero at every ``--resume``). A power law
 ``ppl = a * tokens^b`` fitted to the last ``--fit-points`` evaluations forecasts the number of
 tokens at which held-out perplexity would reach ``--target``.
@@ -13,8 +14,8 @@ tokens count from zero again) is drawn after it with ``--continues EARLIER/curve
 tokens and hours are offset by the earlier curve's last row, and the ``run`` column says which
 run each evaluation belongs to.
 
-    python experiments/pretrain_curve.py /work/data/pretrain/C --continues docs/pretraining/curve.csv \
-        --output docs/pretraining
+    python experiments/pretrain_curve.py RUN --continues results/pretraining/first-run/curve.csv \
+        --output results/pretraining/continued
 
 A run that branched off an earlier run before that run's last evaluation (``elmo finetune`` of
 its run directory, which reads the newest checkpoint then: ``init_checkpoint`` in the new run's
@@ -98,7 +99,8 @@ def fit_power_law(tokens: list[int], perplexities: list[float]) -> tuple[float, 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("run", help="training run directory (with metrics.csv)")
-    parser.add_argument("--output", required=True, help="folder for curve.csv, curve.png and forecast.json")
+    parser.add_argument("--output", required=True, help="folder for curve.csv, forecast.json and curve.png")
+    parser.add_argument("--figure", help="where the PNG goes (default: curve.png in --output)")
     parser.add_argument("--fit-points", type=int, default=4, help="evaluations the forecast is fitted to")
     parser.add_argument("--target", type=float, default=100.0, help="perplexity the forecast aims at")
     parser.add_argument("--continues", help="curve.csv of the run this one continues from")
@@ -193,7 +195,7 @@ def main(argv: list[str] | None = None) -> int:
     ax.grid(True, which="both", linewidth=0.3)
     ax.legend(loc="upper right", fontsize=8)
     fig.tight_layout()
-    with atomic_path(os.path.join(args.output, "curve.png")) as tmp:
+    with atomic_path(args.figure or os.path.join(args.output, "curve.png")) as tmp:
         fig.savefig(tmp, format="png", dpi=110)
     for r in curve:
         print(f"{r['step']:>7} {r['tokens']:>11,} {r['busy_hours']:>6.2f} h  ppl {r['heldout_average']:.1f}")

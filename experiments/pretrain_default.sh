@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
-# Pretraining of the default model (issue 5): prepare the Wikipedia shards, build the vocabulary,
-# then train (or continue training) the 2x512_128 biLM chosen in docs/pretraining.md.
-#   bash experiments/pretrain_default.sh ../shared/data/lm /work/data
-# Safe to re-run: finished steps are skipped and training resumes from its newest checkpoint.
+# The first run of the default model (docs/pretraining.md): prepare the Wikipedia shards
+# (DATA/wiki, DATA/wiki-heldout), build the vocabulary (DATA/vocab-50k.txt), then train (or
+# continue training) the 2x512_128 biLM chosen there into DATA/pretrain/B.
+#   bash experiments/pretrain_default.sh LM DATA
+# LM is the language-model data folder (with wikipedia/train and wikipedia/heldout); DATA gets the
+# prepared text and the run. Safe to re-run: finished steps are skipped and training resumes from
+# its newest checkpoint.
 set -euo pipefail
-LM=${1:-../shared/data/lm}
-DATA=${2:-/work/data}
+[ $# -eq 2 ] || { echo "usage: bash experiments/pretrain_default.sh LM DATA" >&2; exit 2; }
+LM=$1
+DATA=$2
 mkdir -p "$DATA"
 [ -f "$DATA/wiki/prepare.json" ] || elmo prepare "$LM"/wikipedia/train/*.txt.gz --output "$DATA/wiki" --min-tokens 3
 [ -f "$DATA/wiki-heldout/prepare.json" ] || elmo prepare "$LM"/wikipedia/heldout/*.txt.gz --output "$DATA/wiki-heldout" --min-tokens 3

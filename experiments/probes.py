@@ -41,6 +41,14 @@ PAPER_POS = {"layer 1": 97.3, "layer 2": 96.8}  # PTB WSJ, Table 6
 SETS = ["senseval2", "senseval3", "semeval2007", "semeval2013", "semeval2015", "ALL"]
 
 
+def shown_command(script: str, arguments: list[str]) -> str:
+    """The command line as a page shows it: a path under the folder in $RUNS (experiments/all_tables.sh
+    exports it) starts with ``$RUNS``, so that no committed page names one machine's folders."""
+    runs = os.environ.get("RUNS", "").rstrip("/")
+    shown = [("$RUNS" + a[len(runs):]) if runs and (a == runs or a.startswith(runs + "/")) else a for a in arguments]
+    return " ".join([f"python {script}", *shown])
+
+
 def wsd(args) -> None:
     from elmo.inference.embed import Embedder
     from elmo.fileio import atomic_write_text
@@ -74,7 +82,7 @@ def wsd(args) -> None:
         rows[f"layer {layer}"] = by_set(predicted)
     seconds = time.time() - started
 
-    command = "python experiments/probes.py " + " ".join(sys.argv[1:])
+    command = shown_command("experiments/probes.py", sys.argv[1:])
     lines = ["# Word sense disambiguation by nearest sense centroid (the paper's Table 5)", "",
              f"Produced by `{command}`", f"with the biLM `{args.bilm}` ({n_layers} layers: 0 is the token encoder, "
              f"1.. the LSTM layers).", "",
@@ -141,7 +149,7 @@ def pos(args) -> None:
             print(f"{name} {method}: test {100 * rows[method][name]['f1']:.2f}", file=sys.stderr)
     seconds = time.time() - started
     names = list(datasets)
-    command = "python experiments/probes.py " + " ".join(sys.argv[1:])
+    command = shown_command("experiments/probes.py", sys.argv[1:])
     lines = ["# Part of speech from one layer: linear probes (the paper's Table 6)", "",
              f"Produced by `{command}`", f"with the biLM `{args.bilm}`; {seconds / 60:.1f} min on this machine (2-core CPU, "
              "biLM layers computed once and cached).", "",
@@ -182,7 +190,7 @@ def neighbours(args) -> None:
     embedder = Embedder(load_model(args.bilm), batch_size=64)
     corpus = [s.words_and_spans()[0] for s in read_semcor(args.semcor)]
     n_layers = embedder.model.config.n_output_layers
-    command = "python experiments/probes.py " + " ".join(sys.argv[1:])
+    command = shown_command("experiments/probes.py", sys.argv[1:])
     lines = ["# Contextual nearest neighbours of \"play\" (the paper's Table 4)", "",
              f"Produced by `{command}` with the biLM `{args.bilm}`.", "",
              f"The corpus is SemCor 3.0 ({len(corpus):,} sentences); each query's \"{args.word}\" is compared by cosine "

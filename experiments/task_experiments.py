@@ -38,6 +38,14 @@ ALL_CONFIGS = ["configs/tasks/ner-conll2003.toml", "configs/tasks/ner-wnut17.tom
                "configs/tasks/snli-mini.toml", "configs/tasks/srl-propbank-ewt.toml", "configs/tasks/coref-litbank.toml",
                "configs/tasks/squad.toml"]
 
+
+def shown_command(script: str, arguments: list[str]) -> str:
+    """The command line as a page shows it: a path under the folder in $RUNS (experiments/all_tables.sh
+    exports it) starts with ``$RUNS``, so that no committed page names one machine's folders."""
+    runs = os.environ.get("RUNS", "").rstrip("/")
+    shown = [("$RUNS" + a[len(runs):]) if runs and (a == runs or a.startswith(runs + "/")) else a for a in arguments]
+    return " ".join([f"python {script}", *shown])
+
 # The configs of the experiments that do not default to ALL_CONFIGS; the transfer tables (snli, gap)
 # read their default task's main runs, which keep those evaluations as soon as they train.
 DEFAULT_CONFIGS = {"samples": ["configs/tasks/ner-conll2003.toml", "configs/tasks/sst5.toml"],
@@ -720,7 +728,7 @@ def main(argv: list[str] | None = None) -> int:
     args.status_rows = []
     # Seconds of this experiment's own runs and of its test evaluations; runs taken from earlier ones.
     args.trained, args.evaluated, args.reused, args.untimed = [], [], 0, 0
-    command = "python experiments/task_experiments.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    command = shown_command("experiments/task_experiments.py", argv if argv is not None else sys.argv[1:])
     args.configs = args.configs or DEFAULT_CONFIGS.get(args.experiment, ALL_CONFIGS)
     titles = {"main": "Baseline vs +ELMo (the paper's Table 1)", "layers": "Layer weighting (the paper's Table 2)",
               "placement": "Where to include ELMo (the paper's Table 3)",

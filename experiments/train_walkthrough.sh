@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
-# From raw Wikipedia text to a trained, evaluated, exported tiny biLM, as docs/training.md shows.
-#   bash experiments/train_walkthrough.sh ../shared/data/lm WORKDIR
-# Every step's output goes to WORKDIR/walkthrough.log, with its wall time.
+# From raw Wikipedia text to a trained, evaluated, exported tiny biLM, as docs/training.md shows:
+# WORKDIR gets the prepared data, the run (runs/tiny), its export (models/tiny) and the vectors of
+# examples/sentences.txt. Every step's output goes to WORKDIR/walkthrough.log, with its wall time.
+#   bash experiments/train_walkthrough.sh LM WORKDIR
+# LM is the language-model data folder (with wikipedia/train/wiki.train-000NN-of-00024.txt.gz).
 set -euo pipefail
-LM=${1:-../shared/data/lm}
-WORK=${2:-work}
+[ $# -eq 2 ] || { echo "usage: bash experiments/train_walkthrough.sh LM WORKDIR" >&2; exit 2; }
+LM=$1
+WORK=$2
 mkdir -p "$WORK"
 exec > >(tee "$WORK/walkthrough.log") 2>&1
 step() { echo "\$ $*"; local start=$SECONDS; "$@"; echo "[$((SECONDS - start)) s]"; echo; }

@@ -12,7 +12,12 @@ import sys
 
 from elmo.hub.pretrained import load_model
 from elmo.inference.runtime import Runtime
-from elmo.inference.states import WARM_STATE_FILE, compute_warm_state, save_warm_state, warm_state_key
+from elmo.inference.states import (
+    WARM_STATE_FILE,
+    compute_warm_state,
+    save_warm_state,
+    warm_state_key,
+)
 
 
 def main(argv: list[str] | None = None) -> int:

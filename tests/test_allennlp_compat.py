@@ -223,7 +223,7 @@ def test_the_migration_page_snippets_run(tmp_path):
     blocks = re.findall(r"```python\n(.*?)```", page, re.S)
     assert len(blocks) >= 3
     for block in blocks:
-        script = block.replace("/tmp/vectors.hdf5", str(tmp_path / "vectors.hdf5"))
+        script = block.replace('"vectors.hdf5"', repr(str(tmp_path / "vectors.hdf5")))
         result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=root)
         assert result.returncode == 0, (block, result.stderr)
     assert (tmp_path / "vectors.hdf5").exists()

@@ -84,3 +84,12 @@ def test_a_curve_that_stopped_falling_forecasts_nothing(tmp_path, capsys):
     falling = write_run(tmp_path / "falling", [(1000, 150.0), (2000, 130.0), (3000, 120.0), (4000, 112.0)])
     curve_script.main([str(falling), "--output", str(tmp_path / "out2")])
     assert json.loads((tmp_path / "out2" / "forecast.json").read_text())["tokens_at_target"] > 4000 * 640
+
+
+def test_the_figure_goes_where_a_page_shows_it_and_the_numbers_stay_in_the_output(tmp_path):
+    run = write_run(tmp_path / "B", [(1000, 150.0), (2000, 140.0)])
+    figure = tmp_path / "docs" / "curve.png"
+    figure.parent.mkdir()
+    assert curve_script.main([str(run), "--output", str(tmp_path / "results"), "--figure", str(figure)]) == 0
+    assert figure.stat().st_size > 0
+    assert sorted(p.name for p in (tmp_path / "results").iterdir()) == ["curve.csv", "forecast.json"]
