@@ -16,15 +16,15 @@ shared machine falls on all alike; the tables give medians and the range of the 
   windowed (default --max-tokens) and whole (--max-tokens above the line's length).
 
     python benchmarks/large_corpora.py layouts --text SENTENCES.txt --sentences 100000 \
-        --output benchmarks/results/large_corpora_layouts.json
+        --output results/benchmarks/large_corpora_layouts.json
     python benchmarks/large_corpora.py processes --text SENTENCES.txt --sentences 20000 \
-        --output benchmarks/results/large_corpora_processes.json
+        --output results/benchmarks/large_corpora_processes.json
     python benchmarks/large_corpora.py ray --text SENTENCES.txt --sentences 20000 \
-        --output benchmarks/results/large_corpora_ray.json
+        --output results/benchmarks/large_corpora_ray.json
     python benchmarks/large_corpora.py resume --text SENTENCES.txt --sentences 10000 \
-        --output benchmarks/results/large_corpora_resume.json
+        --output results/benchmarks/large_corpora_resume.json
     python benchmarks/large_corpora.py long-line --text SENTENCES.txt --tokens 100000 \
-        --output benchmarks/results/large_corpora_long_line.json
+        --output results/benchmarks/large_corpora_long_line.json
 
 ``SENTENCES.txt`` is one tokenized sentence per line, e.g. from ``elmo prepare`` over Wikipedia
 articles. The model is ``--model`` (default: the packaged one).
