@@ -4,9 +4,11 @@ Every part prints a table and writes JSON (``--output``). Timed runs of the comp
 configurations are interleaved (``--repeats`` rounds of all of them), so that the drift of a
 shared machine falls on all alike; the tables give medians and the range of the rounds.
 
-* ``layouts``: embeds ``--sentences`` lines once (packed, float32, all layers), then writes those
-  vectors again in every layout x dtype x compression and reads them back: bytes per token,
-  write and read throughput.
+* ``layouts``: embeds ``--embed-sentences`` lines once (packed, float32, all layers: the
+  end-to-end speed of ``embed_file``), then writes ``--sentences`` lines in every layout x dtype x
+  compression (the embedded ones over and over when fewer, as embedding them all would take hours
+  on a shared 2-core machine; sizes and write speeds do not depend on which vectors they are) and
+  reads them back: bytes per token, write and read throughput.
 * ``processes``: one ``elmo embed`` process (all cores) against ``torchrun --nproc-per-node 2``
   (one core each), sentences/s of the whole command.
 * ``ray``: ``elmo embed --layers top`` against ``examples/ray_embed.py`` on a local Ray cluster
@@ -15,7 +17,7 @@ shared machine falls on all alike; the tables give medians and the range of the 
 * ``long-line``: peak resident memory of ``elmo embed`` on one line of ``--tokens`` tokens,
   windowed (default --max-tokens) and whole (--max-tokens above the line's length).
 
-    python benchmarks/large_corpora.py layouts --text SENTENCES.txt --sentences 100000 \
+    python benchmarks/large_corpora.py layouts --text SENTENCES.txt --sentences 100000 --embed-sentences 10000 \
         --output results/benchmarks/large_corpora_layouts.json
     python benchmarks/large_corpora.py processes --text SENTENCES.txt --sentences 20000 \
         --output results/benchmarks/large_corpora_processes.json
@@ -106,7 +108,8 @@ def bench_layouts(args, work: str) -> dict:
     from elmo.inference.outputs import OutputOptions, create_writer
 
     text = os.path.join(work, "sentences.txt")
-    tokens = take_lines(args.text, args.sentences, text)
+    embedded = min(args.embed_sentences or args.sentences, args.sentences)
+    take_lines(args.text, embedded, text)
     source = os.path.join(work, "source.hdf5")
     embedder = Embedder(load_model(args.model))
     report = embedder.embed_file(text, source, layout="packed", progress=False)
@@ -121,6 +124,15 @@ def bench_layouts(args, work: str) -> dict:
     results = {c: {"write": [], "read": []} for c in combos}
     with open_embeddings(source) as vectors:
         texts = [vectors.text(i) for i in range(len(vectors))]
+        lengths = [vectors.n_tokens(i) for i in range(len(vectors))]
+    order = [i % embedded for i in range(args.sentences)]  # the lines written, by embedded line
+    tokens = sum(lengths[i] for i in order)
+
+    def source_sentences(vectors):
+        """The embedded sentences, over and over, read in order (the packed reader's blocks)."""
+        while True:
+            yield from zip(texts, vectors)
+
     for _ in range(args.repeats):
         for combo in combos:
             layout, dtype, compression, layers = combo
@@ -130,7 +142,7 @@ def bench_layouts(args, work: str) -> dict:
                 start = time.perf_counter()
                 with h5py.File(path, "w") as f:
                     writer = create_writer(f, options, options.token_shape(*vectors.token_shape))
-                    for text_, array in zip(texts, vectors):
+                    for _, (text_, array) in zip(order, source_sentences(vectors)):
                         rows = np.ascontiguousarray(array.transpose(1, 0, 2))  # (tokens, layers, dim)
                         writer.add(text_, len(rows), [options.select(rows)])
                     writer.finish({})
@@ -158,7 +170,8 @@ def bench_layouts(args, work: str) -> dict:
     print_table(["layout", "dtype", "compression", "layers", "bytes/token", "GiB", "write tok/s", "write s (range)",
                  "read tok/s"], table)
     remove(source)
-    return {"sentences": args.sentences, "tokens": tokens, "embedding": embedding, "layouts": rows}
+    return {"sentences": args.sentences, "embedded_sentences": embedded, "tokens": tokens, "embedding": embedding,
+            "layouts": rows}
 
 
 # -------------------------------------------------------------------------------- processes
@@ -167,7 +180,8 @@ def bench_processes(args, work: str) -> dict:
     tokens = take_lines(args.text, args.sentences, text)
     common = [text, "--layout", "packed", "--dtype", "float16", *model_args(args)]
     configs = {
-        "1 process, 2 threads": lambda out: [*ELMO, "embed", *common[:1], out, *common[1:]],
+        # --threads: the caller's OMP_NUM_THREADS (1 on a shared machine) must not decide the baseline.
+        "1 process, 2 threads": lambda out: [*ELMO, "embed", *common[:1], out, *common[1:], "--threads", "2"],
         "torchrun, 2 processes x 1 thread": lambda out: [
             sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
             "-m", "elmo.cli.main", "embed", *common[:1], out, *common[1:]],
@@ -202,13 +216,15 @@ def bench_ray(args, work: str) -> dict:
     model = args.model or "default"
     configs = {
         "elmo embed --layers top (2 threads)": lambda out: [*ELMO, "embed", text, out, "--layers", "top",
-                                                            "--layout", "packed", *model_args(args)],
+                                                            "--layout", "packed", "--threads", "2",
+                                                            *model_args(args)],
         "Ray, 2 actors x 1 CPU": lambda out: [sys.executable, example, text, out, "--model", model, "--layers", "top",
                                               "--concurrency", "2", "--num-cpus", "1", "--batch-size", "256"],
         "Ray, 1 actor x 2 CPUs": lambda out: [sys.executable, example, text, out, "--model", model, "--layers", "top",
                                               "--concurrency", "1", "--num-cpus", "2", "--batch-size", "256"],
     }
-    env = {**os.environ, "RAY_DATA_DISABLE_PROGRESS_BARS": "1"}
+    # Without OMP_NUM_THREADS, Ray gives each actor's torch as many threads as its num_cpus.
+    env = {**{k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}, "RAY_DATA_DISABLE_PROGRESS_BARS": "1"}
     times = {name: [] for name in configs}
     for _ in range(args.repeats):
         for name, command in configs.items():
@@ -226,8 +242,13 @@ def bench_resume(args, work: str) -> dict:
     tokens = take_lines(args.text, args.sentences, text)
     out = os.path.join(work, "out.hdf5")
     command = [*ELMO, "embed", text, out, "--layout", "packed", *model_args(args)]
-    uninterrupted, interrupted, lost, committed = [], [], [], []
+    # What any resumed run pays again before its first batch: the start of a process.
+    one_line = os.path.join(work, "one.txt")
+    take_lines(args.text, 1, one_line)
+    startup_command = [*ELMO, "embed", one_line, os.path.join(work, "one.hdf5"), "--force", *model_args(args)]
+    uninterrupted, interrupted, lost, committed, startup = [], [], [], [], []
     for _ in range(args.repeats):
+        startup.append(timed(startup_command))
         uninterrupted.append(timed(command))
         size = os.path.getsize(out)
         remove(out)
@@ -252,8 +273,11 @@ def bench_resume(args, work: str) -> dict:
                 [["uninterrupted", f"{median:.1f}", f"{min(uninterrupted):.1f}-{max(uninterrupted):.1f}"],
                  ["killed at half + resumed", f"{statistics.median(interrupted):.1f}",
                   f"{min(interrupted):.1f}-{max(interrupted):.1f}"],
-                 ["time lost", f"{statistics.median(lost):.1f}", f"{min(lost):.1f}-{max(lost):.1f}"]])
-    return {"sentences": args.sentences, "tokens": tokens, "uninterrupted_seconds": spread(uninterrupted),
+                 ["time lost", f"{statistics.median(lost):.1f}", f"{min(lost):.1f}-{max(lost):.1f}"],
+                 ["start-up (a one-line run)", f"{statistics.median(startup):.1f}",
+                  f"{min(startup):.1f}-{max(startup):.1f}"]])
+    return {"sentences": args.sentences, "tokens": tokens, "startup_seconds": spread(startup),
+            "uninterrupted_seconds": spread(uninterrupted),
             "killed_and_resumed_seconds": spread(interrupted), "lost_seconds": spread(lost),
             "sentences_committed_at_kill": committed}
 
@@ -300,6 +324,8 @@ def main() -> None:
     parser.add_argument("part", choices=["layouts", "processes", "ray", "resume", "long-line"])
     parser.add_argument("--text", required=True, help="one tokenized sentence per line")
     parser.add_argument("--sentences", type=int, default=20_000)
+    parser.add_argument("--embed-sentences", type=int, default=None,
+                        help="layouts: embed only this many lines, and write them over and over up to --sentences")
     parser.add_argument("--tokens", type=int, default=100_000, help="long-line: tokens of the line")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--model", default=None, help="model name or path (default: the packaged one)")

@@ -131,7 +131,8 @@ def test_a_frame_cut_anywhere_costs_that_batch_only(tmp_path, monkeypatch, model
     for cut in cuts:
         shutil.rmtree(work.path, ignore_errors=True)
         shutil.copytree(saved, work.path)
-        os.truncate(work.journal_path, sixth.offset + cut)  # killed while writing the sixth batch
+        os.truncate(work.journal_path, sixth.offset + cut)  # killed while writing the sixth batch,
+        journal.atomic_write_text(work.synced_path, str(sixth.offset))  # so synced before it at most
         report = embedder.embed_file(src, out, resume=True, **kwargs)
         assert report.resumed == five, cut
         with open_embeddings(tmp_path / "ref.hdf5") as ref, open_embeddings(out) as got:
@@ -213,6 +214,156 @@ def test_resume_refuses_other_settings_and_other_input(tmp_path, monkeypatch, mo
     assert again.already_complete and again.sentences == 40
     with pytest.raises(FileExistsError, match="not the finished output of a run with these settings"):
         embedder.embed_file(src, out, chunk_sentences=16, resume=True, dtype="float16")
+
+
+def one_error_line(capsys, argv) -> str:
+    """Run the CLI in this process; it must fail with exit code 2 and one line on stderr."""
+    capsys.readouterr()
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    return err[0]
+
+
+def test_a_foreign_or_damaged_work_file_is_refused_in_one_line_naming_it(tmp_path, capsys, model):
+    src = write_lines(tmp_path / "in.txt", corpus(30, seed=10))
+    out = tmp_path / "out.hdf5"
+    work = WorkFolder(out)
+    argv = ["embed", str(src), str(out), *MODEL, "--layout", "packed", "--batch-size", "4"]
+    # A plain file with the work file's name: never removed, whatever the flags.
+    (tmp_path / "out.hdf5.partial").write_text("my notes\n")
+    for flags in ([], ["--resume"], ["--force"]):
+        line = one_error_line(capsys, argv + flags)
+        assert f"{work.path}: in the way of this run's work file; move it away" in line, line
+    assert (tmp_path / "out.hdf5.partial").read_text() == "my notes\n"
+    os.remove(work.path)
+    # A folder of someone else's: neither taken over nor deleted (not even by --force).
+    os.mkdir(work.path)
+    (tmp_path / "out.hdf5.partial" / "notes.txt").write_text("keep me\n")
+    for flags in ([], ["--resume"], ["--force"]):
+        line = one_error_line(capsys, argv + flags)
+        assert f"{work.path}: in the way of the work file of {out}, and not an elmo embed work file " \
+               "(it holds notes.txt); move it away" in line, line
+    assert os.listdir(work.path) == ["notes.txt"]
+    os.remove(os.path.join(work.path, "notes.txt"))
+    # Another program's work.json.
+    (tmp_path / "out.hdf5.partial" / "work.json").write_text('{"format": "something-else"}')
+    for flags in ([], ["--resume"], ["--force"]):
+        line = one_error_line(capsys, argv + flags)
+        assert f"{work.path}: in the way of the work file of {out}" in line and "another program's" in line, line
+    assert os.listdir(work.path) == ["work.json"]
+    shutil.rmtree(work.path)
+    assert not out.exists()
+
+    # One of ours, damaged: its work.json unreadable.
+    embedder = Embedder(model, batch_size=4)
+    with pytest.MonkeyPatch.context() as patch:
+        interrupt_after(patch, 4)
+        with pytest.raises(Interrupt):
+            embedder.embed_file(src, out, layout="packed")
+    saved = tmp_path / "saved.partial"
+    shutil.copytree(work.path, saved)
+    with open(work.info_path, "r+b") as f:
+        f.truncate(20)
+    line = one_error_line(capsys, argv + ["--resume"])
+    assert line.startswith(f"elmo embed: error: {work.path}: not a readable work file (") and "--force" in line
+    # Its journal damaged before the point known to be on disk: refused, and the journal kept as it was.
+    shutil.rmtree(work.path)
+    shutil.copytree(saved, work.path)
+    frames = work.scan()
+    assert len(frames) == 4 and int(open(work.synced_path).read()) == frames[-1].end
+    with open(work.journal_path, "r+b") as f:
+        f.seek(frames[2].offset)
+        f.write(b"XXXX")  # the third frame's magic
+    size = os.path.getsize(work.journal_path)
+    line = one_error_line(capsys, argv + ["--resume"])
+    assert f"{work.journal_path}: damaged at byte {frames[2].offset:,}, before the {frames[-1].end:,} bytes " \
+           f"known to be on disk; remove {work.path} (or pass --force)" in line, line
+    assert os.path.getsize(work.journal_path) == size
+    # --force starts over from a damaged work file of ours.
+    capsys.readouterr()
+    assert main(argv + ["--force"]) == 0
+    assert not os.path.exists(work.path)
+    reference = embedder.embed_sentences(corpus(30, seed=10))
+    with open_embeddings(out) as got:
+        assert_same(got, reference, exact=False)
+
+
+def test_the_input_is_never_overwritten(tmp_path, capsys):
+    src = write_lines(tmp_path / "in.txt", corpus(10, seed=11))
+    before = src.read_bytes()
+    os.symlink(src, tmp_path / "link.txt")
+    os.link(src, tmp_path / "hard.txt")
+    for output in (src, tmp_path / "link.txt", tmp_path / "hard.txt"):
+        for flags in ([], ["--force"], ["--resume"]):
+            line = one_error_line(capsys, ["embed", str(src), str(output), *MODEL, *flags])
+            assert f"{output}: the output file is the input file; choose another output" in line, line
+            assert not os.path.exists(f"{output}.partial")
+    assert src.read_bytes() == before
+    # An existing file that is not a finished output of the same run is not replaced without --force.
+    (tmp_path / "other.hdf5").write_bytes(b"precious")
+    for flags in ([], ["--resume"]):
+        line = one_error_line(capsys, ["embed", str(src), str(tmp_path / "other.hdf5"), *MODEL, *flags])
+        assert f"{tmp_path / 'other.hdf5'}: already exists" in line and "--force" in line, line
+    assert (tmp_path / "other.hdf5").read_bytes() == b"precious"
+    assert sorted(os.listdir(tmp_path)) == ["hard.txt", "in.txt", "link.txt", "other.hdf5"]
+
+
+def feed_fifo(path, data: bytes) -> "threading.Thread":
+    """Open the FIFO ``path`` for writing once, write ``data`` and close it (in a thread)."""
+    import threading
+
+    def feed():
+        try:
+            with open(path, "wb") as f:
+                f.write(data)
+        except BrokenPipeError:  # the reader stopped early (an interrupted run)
+            pass
+
+    thread = threading.Thread(target=feed, daemon=True)
+    thread.start()
+    return thread
+
+
+def test_pipes_are_read_once_and_a_piped_run_resumes(tmp_path, model):
+    lines = corpus(60, seed=12)
+    data = "".join(line + "\n" for line in lines).encode("utf-8")
+    src = write_lines(tmp_path / "in.txt", lines)
+    Embedder(model, batch_size=4).embed_file(src, tmp_path / "ref.hdf5", layout="packed", chunk_sentences=16)
+    # Standard input, with the bar on (which counts lines only where a second read is possible).
+    piped = subprocess.run([*CLI, "-", str(tmp_path / "stdin.hdf5"), *MODEL, "--layout", "packed", "--progress"],
+                           input=data, capture_output=True, timeout=600)
+    assert piped.returncode == 0, piped.stderr.decode()[-2000:]
+    assert b"wrote 60 sentences" in piped.stderr
+    # A named pipe, opened for writing once: a second read would wait for a writer for ever.
+    os.mkfifo(tmp_path / "fifo")
+    feeder = feed_fifo(tmp_path / "fifo", data)
+    named = subprocess.run([*CLI, str(tmp_path / "fifo"), str(tmp_path / "fifo.hdf5"), *MODEL, "--layout", "packed",
+                            "--progress"], capture_output=True, timeout=600)
+    feeder.join(timeout=10)
+    assert named.returncode == 0, named.stderr.decode()[-2000:]
+    with open_embeddings(tmp_path / "ref.hdf5") as ref:
+        for name in ("stdin.hdf5", "fifo.hdf5"):
+            with open_embeddings(tmp_path / name) as got:
+                assert_same(ref, got, exact=False)
+                assert [got.text(i) for i in range(60)] == lines
+    # Interrupted while reading a pipe, resumed from the same stream given again.
+    out = tmp_path / "out.hdf5"
+    embedder = Embedder(model, batch_size=4, token_memo=0)
+    kwargs = dict(layout="packed", chunk_sentences=16)
+    with pytest.MonkeyPatch.context() as patch:
+        interrupt_after(patch, 6)
+        feeder = feed_fifo(tmp_path / "fifo", data)
+        with pytest.raises(Interrupt):
+            embedder.embed_file(tmp_path / "fifo", out, **kwargs)
+    feeder.join(timeout=10)
+    feeder = feed_fifo(tmp_path / "fifo", data)
+    report = embedder.embed_file(tmp_path / "fifo", out, resume=True, **kwargs)
+    feeder.join(timeout=10)
+    assert 0 < report.resumed < 60 and report.sentences == 60
+    Embedder(model, batch_size=4, token_memo=0).embed_file(src, tmp_path / "exact.hdf5", **kwargs)
+    with open_embeddings(tmp_path / "exact.hdf5") as ref, open_embeddings(out) as got:
+        assert_same(ref, got)  # without the token memo: bit for bit
 
 
 def test_cli_progress_and_final_line(tmp_path):
@@ -310,7 +461,16 @@ def test_shards_read_back_as_the_one_process_output(tmp_path, model, layout):
     assert [r.sentences for r in reports] == [15, 15]
     with pytest.raises(FileNotFoundError, match=r"shard-00001-of-00003.hdf5 missing.*--resume"):
         open_embeddings(out)
-    embedder.embed_file(src, out, layout=layout, shard=(1, 3))
+    # Shards resume one by one: rank 1 interrupted, then continued alone.
+    with pytest.MonkeyPatch.context() as patch:
+        interrupt_after(patch, 2)
+        with pytest.raises(Interrupt):
+            embedder.embed_file(src, out, layout=layout, shard=(1, 3))
+    assert os.path.isdir(out / "shard-00001-of-00003.hdf5.partial")
+    with pytest.raises(FileNotFoundError, match=r"shard-00001-of-00003.hdf5 missing"):
+        open_embeddings(out)
+    resumed = embedder.embed_file(src, out, layout=layout, shard=(1, 3), resume=True)
+    assert resumed.resumed == 8 and resumed.sentences == 15
     assert sorted(os.listdir(out)) == ["manifest.json"] + [f"shard-0000{r}-of-00003.hdf5" for r in range(3)]
     with open_embeddings(tmp_path / "one.hdf5") as one, open_embeddings(out) as sharded:
         assert_same(one, sharded, exact=False)  # other batches: the token memo's last bits

@@ -315,6 +315,8 @@ class Embedder:
                     raise FileExistsError(f"{target}: already exists{finished}; pass --force (overwrite=True) to "
                                           "replace it")
             about = {"input": os.fspath(input_path), "output": os.fspath(target)}
+            if work.exists():
+                work.check_ours()  # never take over or delete a folder that is not ours
             if work.exists() and resume:
                 work.open(fingerprint)
             elif work.exists() and overwrite:

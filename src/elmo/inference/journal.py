@@ -39,6 +39,7 @@ import numpy as np
 from elmo.fileio import atomic_write_text
 
 WORK_SUFFIX = ".partial"
+WORK_NAMES = frozenset({"work.json", "journal.bin", "synced", "lock"})
 WORK_FORMAT = "elmo-embed-work"
 WORK_VERSION = 1
 
@@ -121,6 +122,27 @@ class WorkFolder:
     def exists(self) -> bool:
         return os.path.isdir(self.path)
 
+    def check_ours(self) -> None:
+        """Refuse a folder at our path that is not an elmo embed work file (a user's folder that
+        happens to have this name), so that it is never taken over or deleted. One of ours holds
+        only the files named above (and the temporaries of their atomic writes); its ``work.json``,
+        where readable, says what it is."""
+        names = sorted(os.listdir(self.path))
+        strays = [n for n in names if n not in WORK_NAMES
+                  and not (n.endswith(".tmp") and n.split(".", 1)[0] in {"work", "synced"})]
+        if strays:
+            shown = ", ".join(strays[:3]) + (", ..." if len(strays) > 3 else "")
+            raise WorkFileError(f"{self.path}: in the way of the work file of {self.output}, and not an elmo embed "
+                                f"work file (it holds {shown}); move it away or choose another output")
+        try:
+            info = json.loads(Path(self.info_path).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return  # ours by its names, damaged or still being made: open() says which
+        if not isinstance(info, dict) or info.get("format") != WORK_FORMAT:
+            raise WorkFileError(f"{self.path}: in the way of the work file of {self.output}, and not an elmo embed "
+                                "work file (its work.json is another program's); move it away or choose another "
+                                "output")
+
     def is_empty(self) -> bool:
         """Whether the journal holds nothing (a run that failed before its first batch)."""
         return not os.path.exists(self.journal_path) or os.path.getsize(self.journal_path) == 0
@@ -136,6 +158,7 @@ class WorkFolder:
 
     def open(self, fingerprint: dict) -> None:
         """Take over an interrupted run's folder, refusing it when its fingerprint differs."""
+        self.check_ours()
         self.lock()
         try:
             info = json.loads(Path(self.info_path).read_text(encoding="utf-8"))
@@ -209,10 +232,11 @@ class WorkFolder:
                 frame.tokens = int(np.fromfile(f, dtype="<i8", count=frame.sentences).sum())
                 frames.append(frame)
                 position = frame.end
+            if position < synced:  # only a torn tail may be cut: what was known on disk must be whole
+                raise WorkFileError(f"{self.journal_path}: damaged at byte {position:,}, before the {synced:,} bytes "
+                                    f"known to be on disk; remove {self.path} (or pass --force) to start over")
             if position < size:
                 f.truncate(position)
-        if position < synced:  # what is appended from here on is not on disk yet
-            atomic_write_text(self.synced_path, str(position))
         return frames
 
     @staticmethod
