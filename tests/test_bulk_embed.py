@@ -9,6 +9,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import h5py
@@ -309,10 +310,8 @@ def test_the_input_is_never_overwritten(tmp_path, capsys):
     assert sorted(os.listdir(tmp_path)) == ["hard.txt", "in.txt", "link.txt", "other.hdf5"]
 
 
-def feed_fifo(path, data: bytes) -> "threading.Thread":
+def feed_fifo(path, data: bytes) -> threading.Thread:
     """Open the FIFO ``path`` for writing once, write ``data`` and close it (in a thread)."""
-    import threading
-
     def feed():
         try:
             with open(path, "wb") as f:
