@@ -1,5 +1,5 @@
-"""Shared pieces of the benchmarks: this machine's matmul peak, model FLOPs, peak memory, and
-the JSON file each benchmark writes."""
+"""Shared pieces of the benchmarks: this machine's matmul peak, model FLOPs, peak memory, an
+operator counter, and the JSON file each benchmark writes."""
 
 from __future__ import annotations
 
@@ -9,8 +9,10 @@ import platform
 import resource
 import subprocess
 import time
+from collections import Counter
 
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from elmo.fileio import atomic_write_text
 from elmo.model.config import BiLMConfig
@@ -83,3 +85,54 @@ def write_results(path: str | os.PathLike, results: dict) -> None:
     """Write a benchmark's results as JSON to ``path`` (atomically, creating its folder), after
     this machine's description under ``"machine"``."""
     atomic_write_text(path, json.dumps({"machine": machine(), **results}, indent=2), make_parents=True)
+
+
+# Operators that launch no kernel: they only make a new view or tensor header, or allocate.
+_NO_KERNEL = {"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "detach", "alias",
+              "lift_fresh", "set_", "resize_", "_local_scalar_dense", "view", "_unsafe_view", "reshape", "t",
+              "transpose", "permute", "expand", "slice", "select", "unsqueeze", "squeeze", "as_strided", "split",
+              "split_with_sizes", "chunk", "unbind", "resolve_conj", "resolve_neg", "view_as"}
+# Operators that copy only when they must: counted when their result has its own storage.
+_MAYBE_COPY = {"to", "contiguous", "reshape", "type_as", "flatten"}
+
+
+class OpCounter(TorchDispatchMode):
+    """Counts the ATen operators dispatched while active (a ``with`` block), forward and backward.
+
+    :attr:`total` counts every operator; :attr:`kernels` those that launch a kernel on a GPU:
+    not views or allocations, and a ``.to()``, ``.contiguous()`` or ``reshape`` only where it
+    copied. (Under inference mode such composite operators arrive whole; elsewhere as the copy
+    they make.)
+    """
+
+    def __init__(self):
+        super().__init__()
+        self.ops: Counter = Counter()
+        self.no_ops: Counter = Counter()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        result = func(*args, **(kwargs or {}))
+        self.ops[func] += 1
+        if func.overloadpacket.__name__ in _MAYBE_COPY and isinstance(result, torch.Tensor) \
+                and result.untyped_storage().data_ptr() == args[0].untyped_storage().data_ptr():
+            self.no_ops[func] += 1
+        return result
+
+    @staticmethod
+    def launches_kernel(func) -> bool:
+        name = func.overloadpacket.__name__
+        return name in _MAYBE_COPY or not (func.is_view or name in _NO_KERNEL)
+
+    @property
+    def total(self) -> int:
+        return sum(self.ops.values())
+
+    @property
+    def kernels(self) -> int:
+        return sum(n - self.no_ops[func] for func, n in self.ops.items() if self.launches_kernel(func))
+
+    def table(self) -> dict[str, int]:
+        """Operator name -> kernel-launching calls, most frequent first."""
+        counts = Counter({str(func): n - self.no_ops[func] for func, n in self.ops.items()
+                          if self.launches_kernel(func)})
+        return {name: n for name, n in counts.most_common() if n}

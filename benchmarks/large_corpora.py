@@ -104,7 +104,7 @@ def bench_layouts(args, work: str) -> dict:
     import numpy as np
 
     from elmo import Embedder, open_embeddings
-    from elmo.hub.pretrained import load_model
+    from elmo.hub import load_model
     from elmo.inference.outputs import OutputOptions, create_writer
 
     text = os.path.join(work, "sentences.txt")

@@ -26,12 +26,12 @@ import json, sys, time
 t0 = time.perf_counter()
 import elmo.cli.main, elmo.cli.embed
 from elmo.inference.embed import Embedder
-from elmo.hub.pretrained import load_model
+from elmo.hub import load_model
 t1 = time.perf_counter()
 model = load_model(({options!r}, {weights!r}))
 t2 = time.perf_counter()
 embedder = Embedder(model)
-embedder.runtime.states.initial(1)
+embedder.runtime.initial_state(1)
 t3 = time.perf_counter()
 embedder.embed_sentences([["The", "cat", "sat", "on", "the", "mat", "."]])
 t4 = time.perf_counter()

@@ -42,10 +42,12 @@ def measure(config_path: str, compare: str, path: str, steps: int, warmup: int, 
 
     import torch
 
+    from elmo.inference.layer_cache import load_or_compute
     from elmo.model.dropout import Dropout
     from elmo.tasks import training
+    from elmo.tasks.catalog import task_for
     from elmo.tasks.config import load_task_config
-    from elmo.tasks.features import CharCNN, vector_words
+    from elmo.tasks.features import CharCNN, WordVocab, load_glove, vector_words
 
     torch.set_num_threads(1)
     if compare == "char_cnn":
@@ -57,17 +59,23 @@ def measure(config_path: str, compare: str, path: str, steps: int, warmup: int, 
         overrides["cache_dir"] = elmo_cache
     config = load_task_config(config_path, overrides)
     training._seed_everything(config.train.seed)
+    task = task_for(config)
     splits = training.load_splits(config)
-    labels = {name: i for i, name in enumerate(sorted(training.label_set(splits["train"])))}
-    every_word = {w.lower() for examples in splits.values() for s in training.sentences_of(examples) for w in s}
-    vocab = training.WordVocab.build(training.sentences_of(splits["train"]),
-                                     also=every_word & vector_words(config.data.vectors))
-    embeddings, _ = training.load_glove(config.data.vectors, vocab, seed=config.train.seed)
+    splits["train"] = task.prepare_training(splits["train"]).examples
+    data = {name: task.split(examples) for name, examples in splits.items()}
+    label_names = task.label_names(splits["train"])
+    labels = {name: i for i, name in enumerate(label_names)}
+    every_word = {w.lower() for split in data.values() for s in split.sentences for w in s}
+    vocab = WordVocab.build(data["train"].sentences, also=every_word & vector_words(config.data.vectors))
+    embeddings, _ = load_glove(config.data.vectors, vocab, seed=config.train.seed)
     embedder = training.load_bilm_source(config)
-    data = training._layers_for(embedder, splits, config, False)
+    if embedder is not None:
+        for name, split in data.items():
+            split.layers = load_or_compute(embedder, split.sentences, config.cache_dir, f"{config.data.kind}-{name}",
+                                           progress=False)
     n_layers, dim = training.bilm_layer_shape(embedder)
     training._seed_everything(config.train.seed)
-    model = training.build_model(config, embeddings, sorted(labels), n_layers, dim)
+    model = training.build_model(task, config, embeddings, label_names, n_layers, dim)
     optimizer = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=config.train.learning_rate)
     order = list(range(len(data["train"].examples)))
     random.shuffle(order)
@@ -75,7 +83,7 @@ def measure(config_path: str, compare: str, path: str, steps: int, warmup: int, 
     losses, seconds = [], 0.0
     for step in range(warmup + steps):
         start = time.perf_counter()
-        batch = training.make_batch(data["train"], order[step * size:(step + 1) * size], vocab, labels)
+        batch = task.batch(data["train"], order[step * size:(step + 1) * size], vocab, labels)
         loss = model.loss(batch)
         optimizer.zero_grad()
         loss.backward()

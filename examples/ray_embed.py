@@ -27,7 +27,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("input", nargs="+", help="text file(s), one sentence per line")
     parser.add_argument("output", help="folder for the Parquet files")
-    parser.add_argument("--model", default="default", help="model name or path (elmo.hub.pretrained.load_model)")
+    parser.add_argument("--model", default="default", help="model name or path (any source elmo.hub.load_model takes)")
     parser.add_argument("--layers", default="top", choices=["top", "average", "all"])
     parser.add_argument("--dtype", default="float32", choices=["float32", "float16"])
     parser.add_argument("--concurrency", type=int, default=1, help="actors, each with its own copy of the model")

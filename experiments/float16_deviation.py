@@ -18,7 +18,7 @@ import tempfile
 import numpy as np
 
 from elmo.fileio import read_lines
-from elmo.hub.checkpoints import load_language_model
+from elmo.hub import load_language_model
 from elmo.inference.embed import Embedder
 from elmo.model.weights import load_bilm_tf, save_bilm_tf
 

@@ -80,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     evals = dict(item.split("=", 1) for item in args.eval)
 
-    from elmo.hub.checkpoints import load_language_model
+    from elmo.hub import load_language_model
     from elmo.training.evaluate import evaluate
     from elmo.training.train import Trainer, TrainSettings
 

@@ -8,7 +8,7 @@ a Markdown table and a plot of score per layer into docs/probes/.
 
 ``pos`` (Table 6): a linear softmax layer on each biLM layer's frozen vectors (and on GloVe
 vectors of the same words) predicts each token's part of speech: Penn tags on NLTK's PTB WSJ
-sample (split by file, see ``elmo.tasks.readers.PTB_SAMPLE_SPLITS``) and UPOS on UD
+sample (split by file, see ``elmo.tasks.tagging.PTB_SAMPLE_SPLITS``) and UPOS on UD
 English-EWT (its official splits). Test accuracy per layer.
 
     python experiments/probes.py neighbours
@@ -35,6 +35,9 @@ import numpy as np
 
 from elmo.fileio import read_lines
 
+# probes_lib/ (the WSD method and the linear probes) lives beside this script.
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
 # The paper's numbers (Peters et al. 2018, Table 5; F1 on ALL).
 PAPER_WSD = {"first sense": 65.9, "layer 1": 67.4, "layer 2": 69.0}
 PAPER_POS = {"layer 1": 97.3, "layer 2": 96.8}  # PTB WSJ, Table 6
@@ -50,11 +53,20 @@ def shown_command(script: str, arguments: list[str]) -> str:
 
 
 def wsd(args) -> None:
-    from elmo.inference.embed import Embedder
+    from probes_lib.wsd import (
+        WordNetSenses,
+        annotated_token_vectors,
+        disambiguate,
+        first_sense_predictions,
+        read_raganato,
+        read_semcor,
+        sense_centroids,
+        wsd_scores,
+    )
+
     from elmo.fileio import atomic_write_text
-    from elmo.hub.pretrained import load_model
-    from elmo.tasks.wsd import (WordNetSenses, annotated_token_vectors, disambiguate, first_sense_predictions,
-                                read_raganato, read_semcor, sense_centroids, wsd_scores)
+    from elmo.hub import load_model
+    from elmo.inference.embed import Embedder
 
     started = time.time()
     senses = WordNetSenses(args.wordnet)
@@ -111,13 +123,20 @@ def wsd(args) -> None:
 
 
 def pos(args) -> None:
-    from elmo.inference.embed import Embedder
+    from probes_lib.linear import (
+        accuracy,
+        label_ids,
+        layer_token_features,
+        train_linear_probe,
+        word_vector_features,
+    )
+
     from elmo.fileio import atomic_write_text
-    from elmo.hub.pretrained import load_model
-    from elmo.tasks.features import load_vectors
+    from elmo.hub import load_model
+    from elmo.inference.embed import Embedder
     from elmo.inference.layer_cache import load_or_compute
-    from elmo.tasks.probes import accuracy, label_ids, layer_token_features, train_linear_probe, word_vector_features
-    from elmo.tasks.readers import read_dataset
+    from elmo.tasks.catalog import read_dataset
+    from elmo.tasks.features import load_vectors
 
     started = time.time()
     embedder = Embedder(load_model(args.bilm), batch_size=64)
@@ -179,12 +198,13 @@ NEIGHBOUR_QUERIES = ["Chico Ruiz made a spectacular play on Alusik 's grounder i
 
 
 def neighbours(args) -> None:
-    from elmo.inference.embed import Embedder
+    from probes_lib.wsd import read_semcor
+
     from elmo.fileio import atomic_write_text
+    from elmo.hub import load_model
+    from elmo.inference.embed import Embedder
     from elmo.inference.neighbours import contextual_neighbours
-    from elmo.hub.pretrained import load_model
     from elmo.tasks.features import load_vectors
-    from elmo.tasks.wsd import read_semcor
 
     started = time.time()
     embedder = Embedder(load_model(args.bilm), batch_size=64)

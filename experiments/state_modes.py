@@ -30,8 +30,8 @@ import torch
 
 from elmo import Embedder, load_bilm_tf
 from elmo.fileio import atomic_write_text, read_lines
-from elmo.hub.checkpoints import load_language_model
-from elmo.inference.states import compute_warm_state
+from elmo.hub import load_language_model
+from elmo.inference.runtime import compute_warm_state
 from elmo.model.bilm import BACKWARD, FORWARD, BiLMState
 from elmo.model.chars import BOS_TOKEN, EOS_TOKEN, batch_to_char_ids
 from elmo.model.lm import LanguageModel, stack_states

@@ -30,13 +30,13 @@ import sys
 import time
 
 from elmo.fileio import atomic_write_text
-from elmo.tasks.config import load_task_config
+from elmo.tasks.config import load_task_config, upgrade_config_dict
 from elmo.tasks.training import train_task
 
 ALL_CONFIGS = ["configs/tasks/ner-conll2003.toml", "configs/tasks/ner-wnut17.toml", "configs/tasks/pos-ewt.toml",
                "configs/tasks/chunk-conll2000.toml", "configs/tasks/sst5.toml", "configs/tasks/sick.toml",
-               "configs/tasks/snli-mini.toml", "configs/tasks/srl-propbank-ewt.toml", "configs/tasks/coref-litbank.toml",
-               "configs/tasks/squad.toml"]
+               "configs/tasks/snli-mini.toml", "configs/tasks/sick-relatedness.toml",
+               "configs/tasks/srl-propbank-ewt.toml", "configs/tasks/coref-litbank.toml", "configs/tasks/squad.toml"]
 
 
 def shown_command(script: str, arguments: list[str]) -> str:
@@ -313,11 +313,12 @@ def with_evaluated_test(args, folder: str, config, metrics: dict) -> dict:
 def setting_differences(config_json: str, settings: dict) -> list[str]:
     """Each setting (dotted name: the run's value, the wanted value) in which the run whose
     ``config.json`` is given differs from ``settings``; where a run and its layer cache live does
-    not count. A run without a config.json has nothing to compare."""
+    not count. A run without a config.json has nothing to compare; one written by an earlier
+    version is read in today's shape (:func:`elmo.tasks.config.upgrade_config_dict`)."""
     if not os.path.isfile(config_json):
         return []
     with open(config_json, encoding="utf-8") as f:
-        earlier = json.load(f)
+        earlier = upgrade_config_dict(json.load(f))
 
     def flat(values: dict, prefix: str = "") -> dict:
         out = {}
@@ -348,7 +349,7 @@ def identical_run(runs: str, name: str, seed: int, settings: dict) -> str | None
         if not os.path.isfile(os.path.join(folder, "metrics.json")):
             continue
         with open(path, encoding="utf-8") as f:
-            earlier = json.load(f)
+            earlier = upgrade_config_dict(json.load(f))
         if {k: v for k, v in earlier.items() if k not in ("output", "cache_dir")} == wanted:
             return folder
     return None
@@ -524,12 +525,12 @@ def class_details(args, folder: str, config) -> dict:
 
 
 def diagnose(args) -> list[str]:
-    """Why +ELMo does (not) help one classification or pair task: the learning curves, the
+    """Why +ELMo does (not) help one classification or entailment task: the learning curves, the
     per-class errors and the learned layer weights of the main experiment's runs (baseline and
     +ELMo, every seed), with a plot of the dev curves (``--png``)."""
     config_path = args.configs[0]
     config = load_task_config(config_path)
-    if config.task not in ("classification", "pair"):
+    if config.task not in ("classification", "entailment"):
         raise SystemExit(f"{config_path}: diagnose covers classification and sentence-pair tasks")
     runs = main_runs(args, config_path)
     labels = {"baseline": "baseline", "elmo": "+ELMo"}
@@ -693,12 +694,15 @@ def domain_variants(args) -> dict:
 def write_task_text(config_path: str, split: str, output: str) -> None:
     """One split's sentences, one per line: the training split is the unlabeled in-domain text for
     ``elmo finetune``; dev gives held-out text for ``elmo evaluate``."""
-    from elmo.tasks.training import load_splits, sentences_of
+    from elmo.tasks.catalog import task_for
+    from elmo.tasks.training import load_splits
 
-    examples = load_splits(load_task_config(config_path)).get(split)
+    config = load_task_config(config_path)
+    examples = load_splits(config).get(split)
     if examples is None:
         raise SystemExit(f"{config_path}: has no {split} split")
-    atomic_write_text(output, "".join(" ".join(s) + "\n" for s in sentences_of(examples)), make_parents=True)
+    sentences = task_for(config).split(examples).sentences
+    atomic_write_text(output, "".join(" ".join(s) + "\n" for s in sentences), make_parents=True)
     print(f"wrote {len(examples)} {split} examples of {config_path} to {output}")
 
 

@@ -10,14 +10,9 @@ import argparse
 import os
 import sys
 
-from elmo.hub.pretrained import load_model
-from elmo.inference.runtime import Runtime
-from elmo.inference.states import (
-    WARM_STATE_FILE,
-    compute_warm_state,
-    save_warm_state,
-    warm_state_key,
-)
+from elmo.hub import load_model
+from elmo.inference.runtime import Runtime, compute_warm_state, warm_state_key
+from elmo.inference.states import WARM_STATE_FILE, save_warm_state
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -64,11 +64,16 @@ def allennlp_model():
 
 
 def load_experiment(name: str):
-    """The module of ``experiments/<name>.py`` (experiments are scripts, not an importable package)."""
+    """The module of ``experiments/<name>.py`` (experiments are scripts, not an importable package;
+    ``name`` may name a file in a folder of them, ``"probes_lib/wsd"``). It is registered in
+    ``sys.modules`` under its dotted name, as dataclasses need."""
     import importlib.util
+    import sys
 
-    spec = importlib.util.spec_from_file_location(name, Path(__file__).parent.parent / "experiments" / f"{name}.py")
+    dotted = name.replace("/", ".")
+    spec = importlib.util.spec_from_file_location(dotted, Path(__file__).parent.parent / "experiments" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
+    sys.modules[dotted] = module
     spec.loader.exec_module(module)
     return module
 

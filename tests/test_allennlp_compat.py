@@ -12,6 +12,7 @@ import pytest
 import torch
 from conftest import ALLENNLP, fixture_batches, top_as_fixture
 
+from elmo import BiLM
 from elmo.allennlp import (
     DEFAULT_OPTIONS_FILE,
     DEFAULT_WEIGHT_FILE,
@@ -178,8 +179,13 @@ def test_arguments_that_make_no_sense_here_fail_clearly():
 
 def test_published_urls_resolve_through_the_download_cache(monkeypatch):
     calls = []
-    monkeypatch.setattr("elmo.allennlp.load_model", lambda source: calls.append(source) or "model")
-    assert load_bilm(DEFAULT_OPTIONS_FILE, DEFAULT_WEIGHT_FILE) == "model"
+
+    def cached_files(name, **options):  # the download cache, holding the fixture under every name
+        calls.append(name)
+        return OPTIONS, WEIGHTS
+
+    monkeypatch.setattr("elmo.hub.resolve.model_files", cached_files)
+    assert isinstance(load_bilm(DEFAULT_OPTIONS_FILE, DEFAULT_WEIGHT_FILE), BiLM)
     small = "https://s3-us-west-2.amazonaws.com/allennlp/models/elmo/2x1024_128_2048cnn_1xhighway/"
     load_bilm(small + "elmo_2x1024_128_2048cnn_1xhighway_options.json",
               small + "elmo_2x1024_128_2048cnn_1xhighway_weights.hdf5")

@@ -63,3 +63,11 @@ def test_batch_rejects_untokenized_strings():
 def test_tokenize_is_str_split():
     assert tokenize("  a  b\tc\n") == ["a", "b", "c"]
     assert tokenize("") == []
+
+
+def test_many_words_at_once_equal_one_at_a_time():
+    from elmo.model.chars import words_to_char_ids
+
+    words = ["Hi", "<S>", "</S>", "<s>", "x" * 80, "a" * 47 + "é", "😀", "東京", "naïve", "\u200b", "\ud800x", "q"]
+    np.testing.assert_array_equal(words_to_char_ids(words), np.stack([word_to_char_ids(w) for w in words]))
+    assert words_to_char_ids([]).shape == (0, 50)

@@ -89,6 +89,7 @@ def test_bilm_training_forward_on_cuda_matches_cpu():
 RESUME_CHECK = """
 import os, sys, json
 from elmo.hub.checkpoints import load_train_checkpoint
+from elmo.training.train import TrainSettings, train
 out, settings = sys.argv[1], {**json.loads(sys.argv[2]), "deterministic": True}
 last = lambda run: load_train_checkpoint(sorted(os.scandir(run + "/checkpoints"), key=lambda e: e.name)[-1].path)
 full = train(TrainSettings(output=out + "/full", max_tokens=8 * 10 * 60, **settings))
@@ -133,3 +134,122 @@ def test_cli_train_with_gpus_zero(tmp_path):
     assert result.returncode == 0, result.stderr
     payload = load_train_checkpoint(sorted((out / "checkpoints").glob("step-*.pt"))[-1])
     assert payload["tokens"] >= 4000
+
+
+# ------------------------------------------------------------------ CUDA graphs (issue 37)
+from elmo.inference.graphs import ROW_BUCKETS  # noqa: E402
+from elmo.inference.runtime import Runtime  # noqa: E402
+
+MANY = [s.split() for s in ["The committee will meet again next week .", "It rained .", "東京 は 日本 の 首都 です",
+                            "a b c d e f g h i j k l m n o p q r s t u v w x y z", "Short one", "x"]] * 4
+
+
+def _cpu_plain(name="allennlp"):
+    model = load_fixture_model(name)
+    model.fast = False
+    return model
+
+
+@pytest.mark.parametrize("fixture", ["allennlp", "bilm-tf"])
+def test_cuda_graphs_match_eager_and_the_cpu_specification(fixture):
+    """The same batch three times: eager, then (second sighting) captured, then replayed. Every
+    result within 1e-5 of the CPU plain path, graphs and eager to the products' rounding."""
+    ids, mask = batch_to_char_ids(MANY)
+    with torch.no_grad():
+        expected = _cpu_plain(fixture)(ids, mask)
+    graphed = Runtime(load_fixture_model(fixture), device="cuda", state="reset", cuda_graphs=True)
+    eager = Runtime(load_fixture_model(fixture), device="cuda", state="reset")
+    for attempt in range(3):
+        got, reference = graphed(ids, mask), eager(ids, mask)
+        torch.testing.assert_close(got.layers.cpu(), reference.layers.cpu(), rtol=0, atol=1e-5)
+        torch.testing.assert_close(got.layers.cpu(), expected.layers, rtol=0, atol=1e-5)
+        torch.testing.assert_close(got.state.c.cpu(), expected.state.c, rtol=0, atol=1e-5)
+        torch.testing.assert_close(got.state.h.cpu(), expected.state.h, rtol=0, atol=1e-5)
+    assert graphed.graphs.disabled is None, graphed.graphs.disabled
+    assert graphed.graphs.captures == 1 and graphed.graphs.replays > 0
+    assert all(g.graph is not None for g in graphed.graphs.graphs.values())  # really captured
+
+
+def test_cuda_graphs_with_carried_state_and_every_bucket_edge():
+    """Stateful rows (random initial states), batches of 1, 8, 9 and 64 rows (bucket edges), each
+    run three times, against the CPU specification."""
+    cpu = _cpu_plain()
+    runtime = Runtime(load_fixture_model("allennlp"), device="cuda", state="reset", cuda_graphs=True)
+    for rows in (1, 8, 9, 64):
+        batch = (MANY * 3)[:rows]
+        ids, mask = batch_to_char_ids(batch)
+        state = cpu.zero_state(rows)
+        state = type(state)(torch.randn_like(state.c), torch.randn_like(state.h))
+        with torch.no_grad():
+            expected = cpu(ids, mask, state)
+        for _ in range(3):
+            got = runtime(ids, mask, state)
+            torch.testing.assert_close(got.layers.cpu(), expected.layers, rtol=0, atol=1e-5)
+            torch.testing.assert_close(got.state.c.cpu(), expected.state.c, rtol=0, atol=1e-5)
+            torch.testing.assert_close(got.state.h.cpu(), expected.state.h, rtol=0, atol=1e-5)
+    assert runtime.graphs.disabled is None, runtime.graphs.disabled
+    assert sorted(runtime.graphs.graphs) == [8, 16, 64] and set(ROW_BUCKETS) >= {8, 16, 64}
+
+
+def test_cuda_graphs_follow_weight_changes():
+    runtime = Runtime(load_fixture_model("allennlp"), device="cuda", state="reset", cuda_graphs=True)
+    ids, mask = batch_to_char_ids(MANY)
+    for _ in range(2):
+        runtime(ids, mask)
+    with torch.no_grad():
+        runtime.model.backward_layers[1].bias.add_(0.25)
+    for _ in range(3):
+        got = runtime(ids, mask)
+    cpu = _cpu_plain()
+    cpu.load_state_dict({k: v.cpu() for k, v in runtime.model.state_dict().items()})
+    with torch.no_grad():
+        torch.testing.assert_close(got.layers.cpu(), cpu(ids, mask).layers, rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("precision", ["bfloat16", "float16"])
+def test_cuda_graphs_in_reduced_precision_match_the_eager_path(precision):
+    ids, mask = batch_to_char_ids(MANY)
+    graphed = Runtime(load_fixture_model("allennlp"), device="cuda", precision=precision, state="reset",
+                      cuda_graphs=True)
+    eager = Runtime(load_fixture_model("allennlp"), device="cuda", precision=precision, state="reset")
+    reference = eager(ids, mask).layers.float().cpu()
+    for _ in range(3):
+        got = graphed(ids, mask).layers.float().cpu()
+    scale = reference.abs().max()
+    assert (got - reference).abs().max() <= 0.02 * scale
+    assert graphed.graphs.captures == 1 and graphed.graphs.disabled is None
+
+
+@pytest.mark.parametrize("state", ["warm", "stateful"])
+def test_embedder_with_cuda_graphs_equals_cpu_plain(state):
+    """Through the public API, under inference mode (the capture leaves it for its buffers) and
+    then under no_grad only, as Elmo calls the runtime."""
+    reference = Embedder(_cpu_plain(), state=state, batch_size=4).embed_sentences(MANY)
+    embedder = Embedder(load_fixture_model("allennlp"), state=state, device="cuda", batch_size=4, cuda_graphs=True)
+    vectors = embedder.embed_sentences(MANY)
+    for a, b in zip(vectors, reference):
+        np.testing.assert_allclose(a, b, rtol=0, atol=1e-5)
+    assert embedder.runtime.graphs.captures >= 1 and embedder.runtime.graphs.disabled is None
+    ids, mask = batch_to_char_ids(MANY[:4])
+    with torch.no_grad():  # not inference mode: the graph's buffers must accept the copies
+        for _ in range(2):
+            embedder.runtime(ids, mask)
+
+
+def test_cli_embed_with_cuda_graphs(tmp_path):
+    import subprocess
+    import sys
+
+    import h5py
+
+    text = tmp_path / "in.txt"
+    text.write_text("\n".join(" ".join(s) for s in MANY) + "\n", encoding="utf-8")
+    folder = FIXTURES / "allennlp-elmo"
+    common = [sys.executable, "-m", "elmo.cli.main", "embed", str(text), "--options", str(folder / "options.json"),
+              "--weights", str(folder / "lm_weights.hdf5"), "--device", "cuda", "--batch-size", "4"]
+    for name, extra in (("eager.hdf5", []), ("graphs.hdf5", ["--cuda-graphs"])):
+        done = subprocess.run(common[:5] + [str(tmp_path / name)] + common[5:] + extra, capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+    with h5py.File(tmp_path / "eager.hdf5", "r") as a, h5py.File(tmp_path / "graphs.hdf5", "r") as b:
+        for i in range(len(MANY)):
+            np.testing.assert_allclose(a[str(i)][...], b[str(i)][...], rtol=0, atol=1e-5)

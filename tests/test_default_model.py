@@ -7,7 +7,8 @@ import torch
 
 from elmo import Elmo, Embedder
 from elmo.cli.main import main
-from elmo.hub.pretrained import load_model, model_files, packaged_model_dir
+from elmo.hub import load_model
+from elmo.hub.pretrained import model_files, packaged_model_dir
 
 MAX_PACKAGED_BYTES = 60 * 1024 * 1024
 

@@ -428,9 +428,9 @@ def test_task_models_use_the_fast_dropout():
     from elmo import allennlp
     from elmo.model import scalar_mix
     from elmo.model.dropout import Dropout
-    from elmo.tasks import classifiers, coref, squad, srl, tagger
+    from elmo.tasks import classification, coref, entailment, qa, srl, tagging
 
-    for module in (allennlp, scalar_mix, classifiers, coref, squad, srl, tagger):
+    for module in (allennlp, scalar_mix, classification, coref, entailment, qa, srl, tagging):
         source = inspect.getsource(module)
         assert "nn.Dropout(" not in source and "functional.dropout(" not in source, module.__name__
         assert "Dropout(" in source, module.__name__

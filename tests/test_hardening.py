@@ -16,8 +16,8 @@ from conftest import ALLENNLP, load_fixture_model
 from elmo import Elmo, Embedder, WeightsError, load_bilm_tf
 from elmo.cli.main import EXIT_INTERRUPTED, main
 from elmo.fileio import atomic_path, atomic_write_text, remove_stale_temporaries
+from elmo.hub.checkpoints import load_checkpoint, save_checkpoint
 from elmo.inference.runtime import Runtime
-from elmo.model.weights import load_checkpoint, save_checkpoint
 
 CLI = [sys.executable, "-m", "elmo.cli.main"]
 FIXTURE_MODEL = ["--options", str(ALLENNLP / "options.json"), "--weights", str(ALLENNLP / "lm_weights.hdf5")]

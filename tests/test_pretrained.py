@@ -99,6 +99,16 @@ def test_every_published_name_has_a_distinct_url():
     assert pretrained.model_names() == ["default", "small", "medium", "original", "original-5.5b"]
 
 
+def test_published_names_follow_from_the_presets_as_allennlp_named_them():
+    """The published sizes are written once, in the presets; the download names derived from
+    them are exactly AllenNLP's."""
+    names = {name: (spec.folder, spec.options_name, spec.weights_name) for name, spec in pretrained.PUBLISHED.items()}
+    stem = {"small": "2x1024_128_2048cnn_1xhighway", "medium": "2x2048_256_2048cnn_1xhighway",
+            "original": "2x4096_512_2048cnn_2xhighway", "original-5.5b": "2x4096_512_2048cnn_2xhighway_5.5B"}
+    assert names == {name: (s, f"elmo_{s}_options.json", f"elmo_{s}_weights.hdf5") for name, s in stem.items()}
+    assert pretrained.PUBLISHED["medium"].description.startswith("2x2048_256, 1B Word Benchmark")
+
+
 def test_published_pins_are_checked_on_download(tmp_path, monkeypatch):
     """The real pins of "original": a mirror serving other files is refused, and nothing is cached."""
     spec = pretrained.PUBLISHED["original"]

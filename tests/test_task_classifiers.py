@@ -6,7 +6,8 @@ import random
 import pytest
 import torch
 
-from elmo.tasks.classifiers import ESIM, SentenceClassifier
+from elmo.tasks.classification import ClassificationBatch, SentenceClassifier
+from elmo.tasks.entailment import ESIM, PairBatch
 from elmo.tasks.features import (
     TASK_MAX_CHARS,
     TokenFeatures,
@@ -36,7 +37,7 @@ def random_layers(sentences):
 
 
 def sentence_batch(sentences, layers=None, time=None, garbage=False):
-    """A sentence dict padded to ``time``. With ``garbage`` the padding holds random word ids,
+    """A batch of sentences padded to ``time``. With ``garbage`` the padding holds random word ids,
     characters and huge ELMo values instead of zeros: a model must ignore them all."""
     time = time if time is not None else max(len(s) for s in sentences)
     lengths = torch.tensor([len(s) for s in sentences])
@@ -53,7 +54,7 @@ def sentence_batch(sentences, layers=None, time=None, garbage=False):
         chars[pad] = torch.randint(1, 200, (int(pad.sum()), TASK_MAX_CHARS))
         if elmo is not None:
             elmo = torch.where(mask[:, None, :, None], elmo, 100 * torch.randn_like(elmo))
-    return {"words": words, "chars": chars, "mask": mask, "elmo": elmo}
+    return ClassificationBatch(words=words, chars=chars, mask=mask, elmo=elmo)
 
 
 def make_batch(kind, examples, labels=None, with_elmo=True, garbage=False, time=None):
@@ -65,10 +66,9 @@ def make_batch(kind, examples, labels=None, with_elmo=True, garbage=False, time=
         batch = side(examples, random_layers(examples))
     else:
         premises, hypotheses = [p for p, _ in examples], [h for _, h in examples]
-        batch = {"premise": side(premises, random_layers(premises)),
-                 "hypothesis": side(hypotheses, random_layers(hypotheses))}
+        batch = PairBatch(side(premises, random_layers(premises)), side(hypotheses, random_layers(hypotheses)))
     if labels is not None:
-        batch["label"] = torch.tensor(labels)
+        batch.label = torch.tensor(labels)
     return batch
 
 
@@ -140,12 +140,12 @@ def test_padding_never_changes_the_result(kind, setting):
         padded = sentence_batch([short, long], layers if with_elmo else None, time=9, garbage=True)
     else:
         premise_layers, hypothesis_layers = random_layers([short[0], long[0]]), random_layers([short[1], long[1]])
-        alone = {"premise": sentence_batch([short[0]], premise_layers[:1] if with_elmo else None),
-                 "hypothesis": sentence_batch([short[1]], hypothesis_layers[:1] if with_elmo else None)}
-        padded = {"premise": sentence_batch([short[0], long[0]], premise_layers if with_elmo else None,
-                                            garbage=True, time=7),
-                  "hypothesis": sentence_batch([short[1], long[1]], hypothesis_layers if with_elmo else None,
-                                               garbage=True, time=8)}
+        alone = PairBatch(sentence_batch([short[0]], premise_layers[:1] if with_elmo else None),
+                          sentence_batch([short[1]], hypothesis_layers[:1] if with_elmo else None))
+        padded = PairBatch(sentence_batch([short[0], long[0]], premise_layers if with_elmo else None,
+                                          garbage=True, time=7),
+                           sentence_batch([short[1], long[1]], hypothesis_layers if with_elmo else None,
+                                          garbage=True, time=8))
     with torch.no_grad():
         expected, got = model.logits(alone)[0], model.logits(padded)[0]
     torch.testing.assert_close(got, expected, atol=1e-5, rtol=0)
@@ -160,14 +160,14 @@ def test_esim_output_elmo_joins_the_encoder_states_before_the_attention():
     handle = model.projection.register_forward_hook(lambda module, args, out: seen.append(args[0]))
     with torch.no_grad():
         model.logits(batch)
-        elmo_a = model.elmo.for_output(batch["premise"]["elmo"], batch["premise"]["mask"])      # (B, Ta, E)
-        elmo_b = model.elmo.for_output(batch["hypothesis"]["elmo"], batch["hypothesis"]["mask"])  # (B, Tb, E)
+        elmo_a = model.elmo.for_output(batch.premise.elmo, batch.premise.mask)      # (B, Ta, E)
+        elmo_b = model.elmo.for_output(batch.hypothesis.elmo, batch.hypothesis.mask)  # (B, Tb, E)
     handle.remove()
     enhanced_a = seen[0]                                                  # (B, Ta, 4D)
     width = 2 * HIDDEN + ELMO_DIM
     assert enhanced_a.shape[-1] == 4 * width
     a, a_aligned = enhanced_a[..., :width], enhanced_a[..., width:2 * width]
-    mask_a, mask_b = batch["premise"]["mask"], batch["hypothesis"]["mask"]
+    mask_a, mask_b = batch.premise.mask, batch.hypothesis.mask
     torch.testing.assert_close(a[..., 2 * HIDDEN:][mask_a], elmo_a[mask_a])
     # a~'s ELMo part is a convex combination of the hypothesis's ELMo vectors at its real tokens.
     for row in range(len(PAIRS)):
@@ -179,7 +179,7 @@ def test_esim_output_elmo_joins_the_encoder_states_before_the_attention():
 def test_esim_is_not_symmetric():
     model = make_model("esim", "both").eval()
     batch = make_batch("esim", PAIRS)
-    swapped = {"premise": batch["hypothesis"], "hypothesis": batch["premise"]}
+    swapped = PairBatch(premise=batch.hypothesis, hypothesis=batch.premise)
     with torch.no_grad():
         assert not torch.allclose(model.logits(batch), model.logits(swapped), atol=1e-4)
 

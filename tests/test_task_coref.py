@@ -8,9 +8,14 @@ from pathlib import Path
 import pytest
 import torch
 
+from elmo.tasks.catalog import read_dataset
 from elmo.tasks.config import TaskConfigError, load_task_config
 from elmo.tasks.coref import (
+    CorefBatch,
+    CorefDocument,
+    CorefDocumentBatch,
     CorefModel,
+    GapExample,
     antecedent_loss,
     clusters_from_antecedents,
     coref_scores,
@@ -18,17 +23,12 @@ from elmo.tasks.coref import (
     distance_bucket,
     enumerate_spans,
     gap_scores,
+    litbank_split,
     split_document,
 )
 from elmo.tasks.features import TokenFeatures, WordVocab, char_ids, word_ids
 from elmo.tasks.integration import ElmoOptions, TaskElmo
-from elmo.tasks.readers import (
-    CorefDocument,
-    DatasetError,
-    GapExample,
-    litbank_split,
-    read_dataset,
-)
+from elmo.tasks.readers import DatasetError
 from elmo.tasks.training import train_task
 
 LITBANK = Path(__file__).resolve().parents[2] / "shared" / "data" / "coref" / "litbank" / "conll"
@@ -211,8 +211,8 @@ def tiny_document(sentences, clusters, elmo=None):
     mask = torch.zeros(len(sentences), time, dtype=torch.bool)
     for i, s in enumerate(sentences):
         mask[i, :len(s)] = True
-    return {"words": word_ids(sentences, vocab, time), "chars": char_ids(sentences, time), "mask": mask,
-            "elmo": elmo, "clusters": clusters}
+    return CorefDocumentBatch(words=word_ids(sentences, vocab, time), chars=char_ids(sentences, time), mask=mask,
+                              elmo=elmo, clusters=clusters)
 
 
 HAND_MADE = [["John", "met", "Mary", "."], ["He", "liked", "her", "."]]
@@ -283,15 +283,15 @@ def test_coref_model_overfits_a_tiny_document_with_and_without_elmo():
         layers = torch.randn(2, 3, 4, 4) if elmo is not None else None
         document = tiny_document(HAND_MADE, HAND_CLUSTERS, layers)
         optimizer = torch.optim.Adam(model.parameters(), lr=0.02)
-        first = model.loss({"documents": [document]}).item()
+        first = model.loss(CorefBatch([document])).item()
         for _ in range(150):
-            loss = model.loss({"documents": [document]})
+            loss = model.loss(CorefBatch([document]))
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()
         assert loss.item() < 0.1 * first
         model.eval()
-        assert model.predict({"documents": [document]}) == [HAND_CLUSTERS]
+        assert model.predict(CorefBatch([document])) == [HAND_CLUSTERS]
 
 
 # ------------------------------------------------------------------------------ GAP
@@ -382,8 +382,8 @@ kind = "conll2012-coref"
 train = "{tmp_path / 'train.conll'}"
 dev = "{tmp_path / 'dev.conll'}"
 test = "{tmp_path / 'dev.conll'}"
-chunk_sentences = 1
 [model]
+chunk_sentences = 1
 hidden = 8
 char_filters = 8
 dropout = 0.0
@@ -449,7 +449,7 @@ def test_coref_task_and_metric_go_together(coref_config):
     with pytest.raises(TaskConfigError, match="coref_f1"):
         load_task_config(coref_config, {"metric": "span_f1"})
     with pytest.raises(TaskConfigError, match="chunk_sentences"):
-        load_task_config(coref_config, {"data": {"chunk_sentences": -1}})
+        load_task_config(coref_config, {"model": {"chunk_sentences": -1}})
 
 
 @pytest.mark.skipif(not LITBANK.is_dir(), reason="needs ../shared/data/coref/litbank")
@@ -484,12 +484,12 @@ def test_padding_of_a_documents_sentences_changes_nothing():
     sentences = [["John", "met", "Mary", "."], ["He", "left"]]
     layers = torch.randn(2, 3, 4, 4)
     document = tiny_document(sentences, [[(0, 0), (4, 4)]], layers)
-    padded = {key: value for key, value in document.items()}
     extra = 3
-    padded["words"] = torch.nn.functional.pad(document["words"], (0, extra))
-    padded["chars"] = torch.nn.functional.pad(document["chars"], (0, 0, 0, extra))
-    padded["mask"] = torch.nn.functional.pad(document["mask"], (0, extra))
-    padded["elmo"] = torch.nn.functional.pad(layers, (0, 0, 0, extra), value=7.0)  # padding never read
+    padded = CorefDocumentBatch(words=torch.nn.functional.pad(document.words, (0, extra)),
+                                chars=torch.nn.functional.pad(document.chars, (0, 0, 0, extra)),
+                                mask=torch.nn.functional.pad(document.mask, (0, extra)),
+                                elmo=torch.nn.functional.pad(layers, (0, 0, 0, extra), value=7.0),  # never read
+                                clusters=document.clusters)
     a, b = model.score_document(document), model.score_document(padded)
     assert torch.equal(a["spans"], b["spans"]) and torch.equal(a["kept"], b["kept"])
     assert torch.allclose(a["scores"], b["scores"], atol=1e-5)

@@ -1,25 +1,22 @@
-"""Linear probes (the paper's Table 6) and the PTB-sample POS reader, on tiny data."""
+"""Linear probes (the paper's Table 6; experiments/probes_lib/linear.py) and the PTB-sample POS reader,
+on tiny data."""
 
 import zipfile
 
 import numpy as np
 import pytest
 import torch
+from conftest import load_experiment
 
 from elmo.inference.layer_cache import LayerCache
-from elmo.tasks.probes import (
-    accuracy,
-    label_ids,
-    layer_token_features,
-    train_linear_probe,
-    word_vector_features,
-)
-from elmo.tasks.readers import (
-    PTB_SAMPLE_SPLITS,
-    DatasetError,
-    read_dataset,
-    read_ptb_sample_pos,
-)
+from elmo.tasks.catalog import read_dataset
+from elmo.tasks.readers import DatasetError
+from elmo.tasks.tagging import PTB_SAMPLE_SPLITS, read_ptb_sample_pos
+
+# experiments/probes_lib/linear.py: the probes serve experiments/probes.py only.
+linear = load_experiment("probes_lib/linear")
+accuracy, label_ids, layer_token_features = linear.accuracy, linear.label_ids, linear.layer_token_features
+train_linear_probe, word_vector_features = linear.train_linear_probe, linear.word_vector_features
 
 
 def test_probe_learns_a_linearly_separable_label_and_keeps_the_best_dev_epoch():

@@ -11,20 +11,18 @@ import pytest
 import torch
 
 from elmo.cli.main import main
+from elmo.tasks.catalog import read_dataset
 from elmo.tasks.config import TaskConfigError, load_task_config
-from elmo.tasks.readers import (
-    DatasetError,
+from elmo.tasks.qa import (
     answer_mapping_counts,
-    read_dataset,
-    tokenize_squad,
-)
-from elmo.tasks.squad import (
     best_spans,
     exact_match,
     normalize_answer,
     squad_scores,
     token_f1,
+    tokenize_squad,
 )
+from elmo.tasks.readers import DatasetError
 from elmo.tasks.training import train_task
 
 
@@ -233,9 +231,10 @@ def test_squad_task_and_metric_go_together(squad_config):
 
 @pytest.mark.parametrize("placement", ["input", "output", "both"])
 def test_bidaf_takes_elmo_at_each_placement_and_padding_changes_nothing(placement):
+    from elmo.tasks.base import TokenBatch
     from elmo.tasks.features import TokenFeatures, WordVocab, char_ids, word_ids
     from elmo.tasks.integration import ElmoOptions, TaskElmo
-    from elmo.tasks.squad import BiDAF
+    from elmo.tasks.qa import BiDAF, QaBatch
 
     torch.manual_seed(0)
     contexts = [["a", "b", "c", "d", "e"], ["c", "d", "e"]]
@@ -247,16 +246,15 @@ def test_bidaf_takes_elmo_at_each_placement_and_padding_changes_nothing(placemen
     def side(sentences, layers):
         time = max(len(s) for s in sentences)
         mask = torch.tensor([[i < len(s) for i in range(time)] for s in sentences])
-        return {"words": word_ids(sentences, vocab, time), "chars": char_ids(sentences, time), "mask": mask,
-                "elmo": layers[:, :, :time]}
+        return TokenBatch(words=word_ids(sentences, vocab, time), chars=char_ids(sentences, time), mask=mask,
+                          elmo=layers[:, :, :time])
 
     c_layers, q_layers = torch.randn(2, 3, 5, 6), torch.randn(2, 3, 3, 6)
-    batch = {"context": side(contexts, c_layers), "question": side(questions, q_layers),
-             "span": torch.tensor([[1, 2], [0, 0]])}
+    batch = QaBatch(side(contexts, c_layers), side(questions, q_layers), torch.tensor([[1, 2], [0, 0]]))
     start, end = model.logits(batch)
     assert start.shape == (2, 5) and torch.isfinite(model.loss(batch))
     # the second question alone, without padding, scores its real tokens the same
-    alone = {"context": side(contexts[1:], c_layers[1:]), "question": side(questions[1:], q_layers[1:])}
+    alone = QaBatch(side(contexts[1:], c_layers[1:]), side(questions[1:], q_layers[1:]))
     start_alone, end_alone = model.logits(alone)
     assert torch.allclose(start[1, :3], start_alone[0], atol=1e-5) and torch.allclose(end[1, :3], end_alone[0], atol=1e-5)
     assert model.predict(batch)[1] == model.predict(alone)[0]

@@ -11,29 +11,22 @@ import pytest
 import torch
 
 from elmo.cli.main import main
+from elmo.tasks.catalog import read_dataset
 from elmo.tasks.config import TaskConfigError, load_task_config
 from elmo.tasks.features import WordVocab
-from elmo.tasks.readers import (
-    DatasetError,
-    SrlInstance,
-    read_dataset,
-    srl_brackets_to_bio,
-    srl_counts,
-)
+from elmo.tasks.readers import DatasetError
 from elmo.tasks.srl import (
     BioDecoder,
+    SemanticRoles,
+    SrlInstance,
     bio_constraints,
     bio_spans,
     srl_arguments,
+    srl_brackets_to_bio,
+    srl_counts,
     srl_scores,
 )
-from elmo.tasks.training import (
-    LoadedSplit,
-    make_batch,
-    sentence_rows,
-    sentences_of,
-    train_task,
-)
+from elmo.tasks.training import train_task
 
 SHARED_SRL = Path(__file__).resolve().parents[2] / "shared" / "data" / "srl" / "propbank-ewt"
 
@@ -221,15 +214,16 @@ def test_metric_against_hand_computed_cases():
 # ------------------------------------------------------------------------------ batches
 def test_instances_of_one_sentence_share_its_layers(sample_file):
     instances = read_dataset("conll2012-srl", sample_file)
-    assert sentences_of(instances) == [instances[0].tokens, instances[2].tokens]
-    assert sentence_rows(instances) == [0, 0, 1]
-    split = LoadedSplit(instances)
+    task = SemanticRoles()
+    split = task.split(instances)
+    assert split.sentences == [instances[0].tokens, instances[2].tokens]
     assert split.rows == [0, 0, 1]
-    vocab = WordVocab.build(sentences_of(instances))
+    vocab = WordVocab.build(split.sentences)
     labels = {t: i for i, t in enumerate(sorted({t for e in instances for t in e.tags}))}
-    batch = make_batch(split, [1, 2], vocab, labels)
-    assert batch["predicate"].tolist() == [[0, 0, 0, 0, 0, 1], [0, 1, 0, 0, 0, 0]]
-    assert batch["tags"][1, :3].tolist() == [labels["O"], labels["B-V"], labels["O"]]
+    assert task.label_names(instances) == list(labels)
+    batch = task.batch(split, [1, 2], vocab, labels)
+    assert batch.predicate.tolist() == [[0, 0, 0, 0, 0, 1], [0, 1, 0, 0, 0, 0]]
+    assert batch.tags[1, :3].tolist() == [labels["O"], labels["B-V"], labels["O"]]
 
 
 # ------------------------------------------------------------------------------ training
@@ -357,7 +351,7 @@ def test_srl_predictions_do_not_depend_on_padding(placement):
     decoded tags; and every prediction of an untrained model is a valid BIO sequence."""
     from elmo.tasks.features import TokenFeatures, char_ids, word_ids
     from elmo.tasks.integration import ElmoOptions, TaskElmo
-    from elmo.tasks.srl import SrlTagger
+    from elmo.tasks.srl import SrlBatch, SrlTagger
 
     torch.manual_seed(0)
     short, long = ["Anna", "saw", "Oslo"], ["the", "dog", "met", "a", "friend", "and", "left"]
@@ -368,11 +362,11 @@ def test_srl_predictions_do_not_depend_on_padding(placement):
     with torch.no_grad():
         model.projection.weight.normal_(std=3.0)  # varied, often invalid, argmax predictions
     words = word_ids([short, long], vocab)
-    together = {"words": words, "chars": char_ids([short, long]), "mask": words != 0,
-                "predicate": torch.tensor([[0, 1, 0, 0, 0, 0, 0], [0, 0, 1, 0, 0, 0, 0]]),
-                "elmo": torch.randn(2, 3, 7, 8) if placement else None}
-    alone = {key: (value[:1, :, :3] if key == "elmo" else value[:1, :3]) if value is not None else None
-             for key, value in together.items()}
+    together = SrlBatch(words=words, chars=char_ids([short, long]), mask=words != 0,
+                        predicate=torch.tensor([[0, 1, 0, 0, 0, 0, 0], [0, 0, 1, 0, 0, 0, 0]]),
+                        elmo=torch.randn(2, 3, 7, 8) if placement else None)
+    alone = SrlBatch(**{key: (value[:1, :, :3] if key == "elmo" else value[:1, :3]) if value is not None else None
+                        for key, value in {**together.tensors, "predicate": together.predicate}.items()})
     predictions = model.predict(together)
     assert model.predict(alone) == predictions[:1]
     torch.testing.assert_close(model.scores(alone), model.scores(together)[:1, :3])

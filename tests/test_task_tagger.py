@@ -5,7 +5,7 @@ import torch
 
 from elmo.tasks.features import TokenFeatures, WordVocab, char_ids, word_ids
 from elmo.tasks.integration import ElmoOptions, TaskElmo
-from elmo.tasks.tagger import CRF, Tagger
+from elmo.tasks.tagging import CRF, Tagger, TaggingBatch
 
 N_LAYERS, ELMO_DIM = 3, 6  # the fake biLM: L+1 = 3 layers of 6
 
@@ -155,16 +155,16 @@ def make_features(vocab: WordVocab, dim: int = 8, char_filters: int = 12) -> Tok
 def make_batch(sentences, vocab: WordVocab, tags=None, with_elmo: bool = True, junk_padding: bool = False):
     words = word_ids(sentences, vocab)
     mask = words != 0
-    batch = {"words": words, "chars": char_ids(sentences), "mask": mask, "elmo": None}
+    batch = TaggingBatch(words=words, chars=char_ids(sentences), mask=mask, elmo=None)
     if with_elmo:
         layers = torch.randn(len(sentences), N_LAYERS, words.shape[1], ELMO_DIM)
         if not junk_padding:
             layers = layers * mask[:, None, :, None]
-        batch["elmo"] = layers
+        batch.elmo = layers
     if tags is not None:
-        batch["tags"] = torch.zeros_like(words)
+        batch.tags = torch.zeros_like(words)
         for row, row_tags in enumerate(tags):
-            batch["tags"][row, :len(row_tags)] = torch.tensor(row_tags)
+            batch.tags[row, :len(row_tags)] = torch.tensor(row_tags)
     return batch
 
 
@@ -343,8 +343,8 @@ def test_predictions_do_not_depend_on_padding(crf, placement):
     with torch.no_grad():
         model.projection.weight.normal_()  # make the untrained predictions varied
     together = make_batch([short, long], vocab, with_elmo=placement is not None, junk_padding=True)
-    alone = {key: (value[:1, :, :len(short)] if key == "elmo" else value[:1, :len(short)])
-             if value is not None else None for key, value in together.items()}
+    alone = TaggingBatch(**{key: (value[:1, :, :len(short)] if key == "elmo" else value[:1, :len(short)])
+                            if value is not None else None for key, value in together.tensors.items()})
     predictions = model.predict(together)
     assert model.predict(alone) == predictions[:1]
     torch.testing.assert_close(model.scores(alone), model.scores(together)[:1, :len(short)])

@@ -12,17 +12,15 @@ import torch
 from elmo.cli.main import main
 from elmo.inference.embed import Embedder
 from elmo.inference.layer_cache import load_or_compute
+from elmo.tasks.base import class_scores
+from elmo.tasks.catalog import read_dataset, task_for
+from elmo.tasks.classification import Classification, LabeledSentence
 from elmo.tasks.config import TaskConfigError, load_task_config
-from elmo.tasks.readers import read_dataset
+from elmo.tasks.tagging import TaggedSentence, Tagging
 from elmo.tasks.training import (
-    LoadedSplit,
-    class_scores,
     evaluate_task,
     load_bilm_source,
     load_task_model,
-    predict,
-    score,
-    sentences_of,
     train_task,
 )
 
@@ -83,11 +81,12 @@ def write_config(path, body):
 def best_model_predictions(run, examples):
     """What a run's best model predicts for ``examples``, through the biLM when it uses ELMo."""
     model, config, vocab, labels = load_task_model(run)
+    task = task_for(config)
+    split = task.split(examples)
     embedder = load_bilm_source(config)
-    layers = None
     if embedder is not None:
-        layers = load_or_compute(embedder, sentences_of(examples), config.cache_dir, "check", progress=False)
-    return predict(model, LoadedSplit(examples, layers), vocab, labels, batch_size=4)
+        split.layers = load_or_compute(embedder, split.sentences, config.cache_dir, "check", progress=False)
+    return task.predict(model, split, vocab, labels, batch_size=4)
 
 
 def accuracy(predicted, examples):
@@ -277,7 +276,7 @@ dev = "{tmp_path / 'sst.txt'}"
 vectors = "{tmp_path / 'vectors.txt'}"
 """ + common)
     sick = write_config(tmp_path / "sick.toml", f"""
-task = "pair"
+task = "entailment"
 metric = "accuracy"
 output = "{tmp_path / 'sick-run'}"
 cache_dir = "{tmp_path / 'cache'}"
@@ -366,15 +365,15 @@ def test_class_scores_count_by_hand():
 
 
 def test_scores():
-    class Config:
-        metric, task = "span_f1", "tagging"
     gold = [["B-PER", "I-PER", "O", "B-LOC"]]
-    assert score(Config, gold, gold) == 1.0
-    assert score(Config, gold, [["B-PER", "O", "O", "B-LOC"]]) == pytest.approx(0.5)
-    Config.metric = "accuracy"
-    assert score(Config, gold, [["B-PER", "O", "O", "B-LOC"]]) == 0.75
-    Config.task = "classification"
-    assert score(Config, ["1", "2", "3", "4"], ["1", "2", "0", "0"]) == 0.5
+    examples = [TaggedSentence(tokens=["a", "b", "c", "d"], tags=gold[0])]
+    spans = Tagging(metric="span_f1")
+    assert spans.evaluate(examples, gold).score == 1.0
+    assert spans.evaluate(examples, [["B-PER", "O", "O", "B-LOC"]]).score == pytest.approx(0.5)
+    tokens = Tagging(metric="accuracy")
+    assert tokens.evaluate(examples, [["B-PER", "O", "O", "B-LOC"]]).score == 0.75
+    sentences = [LabeledSentence(tokens=["x"], label=label) for label in ["1", "2", "3", "4"]]
+    assert Classification().evaluate(sentences, ["1", "2", "0", "0"]).score == 0.5
 
 
 ROOT = Path(__file__).parent.parent
@@ -547,3 +546,113 @@ def test_evaluation_without_the_vectors_file_names_it(polarity_run, tmp_path, ca
     assert main(["task", "evaluate", str(run), "--data", str(new), "--vectors", str(moved), "--json",
                  str(tmp_path / "eval.json")]) == 0
     assert json.loads((tmp_path / "eval.json").read_text())["score"] == 1.0
+
+
+# ------------------------------------------------------------------------------ damaged checkpoints
+class Untrusted:
+    """Not a tensor or a plain value: a checkpoint holding it cannot be read with weights_only."""
+
+
+def damage(path, how):
+    if how == "truncated":
+        data = path.read_bytes()
+        path.write_bytes(data[:len(data) // 2])
+    elif how == "garbage":
+        path.write_bytes(b"not a checkpoint at all")
+    else:  # untrusted: a pickled object of a class of its own
+        torch.save({"format": "elmo-task-2", "model": Untrusted()}, path)
+
+
+@pytest.mark.parametrize("how", ["truncated", "garbage", "untrusted"])
+def test_evaluating_a_damaged_or_untrusted_checkpoint_is_one_line_naming_it(ner_config, tmp_path, capsys, how):
+    config = load_task_config(ner_config, {"elmo": {"enabled": False}, "train": {"epochs": 1}})
+    train_task(config, progress=False)
+    best = tmp_path / "run" / "best.pt"
+    damage(best, how)
+    capsys.readouterr()
+    assert main(["task", "evaluate", str(tmp_path / "run"), "--data", str(tmp_path / "dev.txt")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"elmo task: error: {best}: not a readable task checkpoint: ") and err.count("\n") == 1
+    assert "Traceback" not in err
+
+
+def test_resume_falls_back_to_best_when_last_is_damaged(ner_config, tmp_path, capsys):
+    """best.pt holds the training state too: a run whose last.pt is damaged continues from its best
+    epoch with a warning, and trains the epochs after it again to the uninterrupted run's numbers."""
+    def config(epochs, folder):
+        return load_task_config(ner_config, {"elmo": {"enabled": False}, "train": {"epochs": epochs},
+                                             "output": str(tmp_path / folder)})
+
+    straight = train_task(config(3, "straight"), progress=False)
+    first = train_task(config(2, "stopped"), progress=False)
+    last = tmp_path / "stopped" / "last.pt"
+    damage(last, "truncated")
+    with pytest.warns(UserWarning, match=f"{last}: not a readable task checkpoint: .*resuming from .*best.pt "
+                                         f"\\(epoch {first['best_epoch']}\\)"):
+        resumed = train_task(config(3, "stopped"), resume=True, progress=False)
+    assert resumed["history"] == straight["history"] and resumed["dev"] == straight["dev"]
+    # From the command line: the warning is one line, and the run finishes.
+    train_task(config(2, "cli"), progress=False)
+    damage(tmp_path / "cli" / "last.pt", "untrusted")
+    capsys.readouterr()
+    assert main(["task", "train", str(ner_config), "--no-elmo", "--epochs", "3", "--output", str(tmp_path / "cli"),
+                 "--resume", "--no-progress"]) == 0
+    err = capsys.readouterr().err
+    assert "elmo task: warning: " in err and "resuming from" in err and "Traceback" not in err
+
+
+def test_resume_with_no_readable_checkpoint_names_both(ner_config, tmp_path, capsys):
+    config = load_task_config(ner_config, {"elmo": {"enabled": False}, "train": {"epochs": 1}})
+    train_task(config, progress=False)
+    run = tmp_path / "run"
+    damage(run / "last.pt", "garbage")
+    damage(run / "best.pt", "untrusted")
+    capsys.readouterr()
+    assert main(["task", "train", str(ner_config), "--no-elmo", "--epochs", "2", "--resume", "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"elmo task: error: {run}: no checkpoint to resume from ({run / 'last.pt'}: ")
+    assert f"{run / 'best.pt'}: not a readable task checkpoint" in err and err.count("\n") == 1
+
+
+def test_resume_with_a_damaged_best_checkpoint(ner_config, tmp_path):
+    """The last epoch was the best: best.pt is written again from last.pt. An earlier best model
+    cannot be recovered: an error says so rather than report another model as the best."""
+    config = load_task_config(ner_config, {"elmo": {"enabled": False}, "train": {"epochs": 2}})
+    first = train_task(config, progress=False)
+    run = tmp_path / "run"
+    state = torch.load(run / "last.pt", weights_only=True)
+    damage(run / "best.pt", "truncated")
+    longer = load_task_config(ner_config, {"elmo": {"enabled": False}, "train": {"epochs": 3}})
+    if first["best_epoch"] != 2:  # make the last epoch the best one
+        torch.save({**state, "best_epoch": 2, "best_score": state["history"][-1]["dev"]}, run / "last.pt")
+    with pytest.warns(UserWarning, match="the best epoch is the last one"):
+        train_task(longer, resume=True, progress=False)
+    assert torch.load(run / "best.pt", weights_only=True)["epoch"] >= 2
+    # The best epoch (1) is not the last one (2) and best.pt is damaged.
+    torch.save({**state, "best_epoch": 1}, run / "last.pt")
+    damage(run / "best.pt", "garbage")
+    with pytest.raises(ValueError, match=r"best.pt: not a readable task checkpoint: .* the best model \(epoch 1\) is "
+                                         r"lost"):
+        train_task(longer, resume=True, progress=False)
+
+
+def test_an_old_run_of_before_one_home_per_task_still_evaluates(ner_config, tmp_path):
+    """A best.pt of format elmo-task-1 (one flat [model] section, chunk_sentences in [data]) is read
+    in today's shape."""
+    config = load_task_config(ner_config, {"elmo": {"enabled": False}, "train": {"epochs": 1}})
+    train_task(config, progress=False)
+    best = tmp_path / "run" / "best.pt"
+    payload = torch.load(best, weights_only=True)
+    expected = evaluate_task(tmp_path / "run", str(tmp_path / "dev.txt"), progress=False)["score"]
+    old = {key: payload[key] for key in ("config", "model", "vocab", "labels", "bilm_layers", "bilm_dim")}
+    old["format"] = "elmo-task-1"
+    old["config"]["model"].update(predicate_dim=10, max_span_width=10, modelling_layers=1)  # the flat section
+    old["config"]["data"]["chunk_sentences"] = 0
+    torch.save(old, best)
+    assert evaluate_task(tmp_path / "run", str(tmp_path / "dev.txt"), progress=False)["score"] == expected
+    old["format"] = "elmo-task-2"  # today's format with the old shape: the unknown fields are errors
+    del old["config"]["data"]["chunk_sentences"]
+    torch.save(old, best)
+    with pytest.raises(TaskConfigError, match=r"best.pt: model.max_span_width, modelling_layers, predicate_dim: "
+                                              r"unknown field\(s\) of TaggingSettings"):
+        evaluate_task(tmp_path / "run", str(tmp_path / "dev.txt"), progress=False)

@@ -6,24 +6,25 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import load_fixture_model
+from conftest import load_experiment, load_fixture_model
 
 from elmo.inference.embed import Embedder
 from elmo.tasks.readers import DatasetError
-from elmo.tasks.wsd import (
-    WordNetSenses,
-    WsdSentence,
-    WsdToken,
-    annotated_token_vectors,
-    disambiguate,
-    first_sense_predictions,
-    nearest_sense,
-    read_raganato,
-    read_semcor,
-    sense_centroids,
-    token_vectors,
-    wsd_scores,
-)
+
+# experiments/probes_lib/wsd.py: the method serves experiments/probes.py only.
+wsd = load_experiment("probes_lib/wsd")
+WordNetSenses = wsd.WordNetSenses
+WsdSentence = wsd.WsdSentence
+WsdToken = wsd.WsdToken
+annotated_token_vectors = wsd.annotated_token_vectors
+disambiguate = wsd.disambiguate
+first_sense_predictions = wsd.first_sense_predictions
+nearest_sense = wsd.nearest_sense
+read_raganato = wsd.read_raganato
+read_semcor = wsd.read_semcor
+sense_centroids = wsd.sense_centroids
+token_vectors = wsd.token_vectors
+wsd_scores = wsd.wsd_scores
 
 
 # ------------------------------------------------------------------------------ WordNet

@@ -16,7 +16,8 @@ import torch
 from conftest import FIXTURES
 
 from elmo import load_bilm_tf
-from elmo.hub.checkpoints import load_language_model, load_train_checkpoint
+from elmo.hub import load_language_model
+from elmo.hub.checkpoints import load_train_checkpoint
 from elmo.model.bilm import FORWARD
 from elmo.model.chars import batch_to_char_ids
 from elmo.model.softmax import Softmax, expected_count, log_uniform_sample
@@ -29,7 +30,14 @@ from elmo.training.data import (
     count_tokens,
 )
 from elmo.training.evaluate import evaluate
-from elmo.training.train import TrainSettings, train
+from elmo.training.train import (
+    CPU_MAX_BATCH,
+    FINETUNE_MIN_BATCH,
+    FINETUNE_UPDATES,
+    TrainSettings,
+    finetune_batch_size,
+    train,
+)
 
 CORPUS = FIXTURES / "bilm-tf" / "train" / "data.txt"
 VOCAB = FIXTURES / "bilm-tf" / "train" / "vocab.txt"
@@ -472,6 +480,46 @@ def test_finetune_warns_when_the_inherited_batch_leaves_a_handful_of_steps(train
     # A batch size given on purpose is the user's choice: no warning.
     train(TrainSettings(output=str(tmp_path / "chosen"), batch_size=2, **common))
     assert "warning" not in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("tokens, unroll, pretraining, device, batch", [
+    (713_264, 20, 2048, "cpu", 32),         # a novel on a CPU: at most 32 rows there (1,115 updates)
+    (713_264, 20, 2048, "cuda", 64),        # the same on a GPU: the largest power of two giving 500 updates
+    (10_000_000, 20, 2048, "cuda", 512),
+    (10_000_000, 20, 128, "cuda", 128),     # never above the model's pretraining batch
+    (66_124, 20, 2048, "cpu", 16),          # too few tokens for 500 updates: the smallest batch
+    (160, 10, 4, "cpu", 4),                 # ... unless the pretraining batch is smaller still
+])
+def test_the_finetuning_batch_rule(tokens, unroll, pretraining, device, batch):
+    got, why = finetune_batch_size(tokens, unroll, pretraining, device)
+    assert got == batch, why
+    assert got <= pretraining and (got >= FINETUNE_MIN_BATCH or got == pretraining)
+    if got not in (pretraining, FINETUNE_MIN_BATCH, CPU_MAX_BATCH):  # the rule's own choice: enough updates, not twice
+        assert FINETUNE_UPDATES <= tokens / (unroll * got) < 2 * FINETUNE_UPDATES
+
+
+def test_finetune_without_a_batch_size_takes_the_rule_and_says_so(trained_run, tmp_path, capsys, monkeypatch):
+    """A 2048-row pretraining batch (the packaged model's) no longer makes a small fine-tune a few
+    huge steps: the rule picks the batch, the run records it, and a given --batch-size wins."""
+    monkeypatch.setattr("elmo.training.train.FINETUNE_UPDATES", 5)  # the test corpus is small
+    domain = tmp_path / "domain.txt"
+    domain.write_text("the cat sat on the mat .\n" * 200)  # 1,600 tokens with the end markers
+    big = tmp_path / "big-batch"
+    shutil.copytree(trained_run, big)
+    payload_path = sorted((big / "checkpoints").iterdir())[-1]
+    payload = torch.load(payload_path, weights_only=True)
+    payload["config"]["batch_size"] = 2048  # as if pretrained on a GPU
+    torch.save(payload, payload_path)
+    common = dict(train=[str(domain)], vocab=None, config=None, init_from=str(big), unroll_steps=10,
+                  epochs=1.0, checkpoint_every=100, log_every=100, progress=False, seed=1)
+    train(TrainSettings(output=str(tmp_path / "rule"), **common))
+    err = capsys.readouterr().err
+    # 1,600 tokens / (10 x 5 updates) = 32 rows, at most 32 on a CPU: 5 updates.
+    assert "fine-tuning with batch 32 x 10 tokens: 5 updates" in err and "pretrained with batch 2048" in err, err
+    assert json.loads((tmp_path / "rule" / "options.json").read_text())["batch_size"] == 32
+    train(TrainSettings(output=str(tmp_path / "chosen"), batch_size=8, **common))
+    assert "fine-tuning with batch" not in capsys.readouterr().err
+    assert json.loads((tmp_path / "chosen" / "options.json").read_text())["batch_size"] == 8
 
 
 # ------------------------------------------------------------------ python train.py (bilm-tf's way)

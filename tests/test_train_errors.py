@@ -79,7 +79,7 @@ def test_unknown_config_names_the_presets(tmp_path, capsys):
     code, err = _cli(capsys, "train", "--vocab", str(VOCAB), "--train", str(CORPUS), "--output", str(tmp_path / "run"),
                      "--config", "tinyy")
     assert code == 2, err
-    assert "--config: 'tinyy' is neither a preset (tiny, small, original) nor an options.json file that exists" in err
+    assert "--config: 'tinyy' is neither a preset (tiny, small, medium, original) nor an options.json file that exists" in err
     assert not (tmp_path / "run").exists()
 
 

@@ -5,17 +5,17 @@ import pytest
 import torch
 from conftest import load_fixture_model
 
-import elmo.inference.states
+import elmo.inference.runtime
 from elmo import Embedder
-from elmo.hub.pretrained import load_model, packaged_model_dir
-from elmo.inference.runtime import Runtime
-from elmo.inference.states import (
-    WARM_STATE_FILE,
+from elmo.hub import load_model
+from elmo.hub.pretrained import packaged_model_dir
+from elmo.inference.runtime import (
+    Runtime,
     compute_warm_state,
     load_or_compute_warm_state,
-    warm_state_cache_path,
     warm_state_key,
 )
+from elmo.inference.states import WARM_STATE_FILE, warm_state_cache_path
 
 SENTENCE = ["The", "committee", "met", "again", "."]
 
@@ -34,7 +34,7 @@ def test_cached_warm_state_gives_the_same_bits_without_recomputing(cache, monkey
     model = load_fixture_model("allennlp")
     first = Embedder(model).embed_sentence(SENTENCE)
     assert len(list(cache.glob("*.npz"))) == 1
-    monkeypatch.setattr(elmo.inference.states, "compute_warm_state", _no_compute)
+    monkeypatch.setattr(elmo.inference.runtime, "compute_warm_state", _no_compute)
     again = Embedder(model).embed_sentence(SENTENCE)
     np.testing.assert_array_equal(again, first)
 
@@ -80,6 +80,6 @@ def test_the_packaged_model_ships_its_warm_state(cache, monkeypatch):
         shipped_c = f["c"]
     # The last bits of a computed state depend on the CPU and the thread count (2.7e-6 seen).
     torch.testing.assert_close(torch.from_numpy(shipped_c), compute_warm_state(runtime).c, rtol=0, atol=1e-5)
-    monkeypatch.setattr(elmo.inference.states, "compute_warm_state", _no_compute)
+    monkeypatch.setattr(elmo.inference.runtime, "compute_warm_state", _no_compute)
     load_or_compute_warm_state(runtime)
     assert not cache.exists()  # read from the package, nothing written

@@ -2,10 +2,12 @@
 
 Public API::
 
-    from elmo import Embedder, Elmo, BiLM, BiLMConfig, ScalarMix, batch_to_char_ids
+    from elmo import Embedder, Elmo, BiLM, BiLMConfig, ScalarMix, batch_to_char_ids, load_model
     from elmo import open_embeddings  # read what elmo embed / Embedder.embed_file wrote
 """
 
+from elmo.hub.checkpoints import load_checkpoint, save_checkpoint
+from elmo.hub.resolve import load_model
 from elmo.inference.elmo import Elmo, ElmoOutput
 from elmo.inference.embed import Embedder, EmbedReport
 from elmo.inference.outputs import Embeddings, open_embeddings
@@ -14,19 +16,13 @@ from elmo.model.bilm import BiLM, BiLMOutput, BiLMState
 from elmo.model.chars import batch_to_char_ids, tokenize
 from elmo.model.config import BiLMConfig, CharCNNConfig, ConfigError, LSTMConfig
 from elmo.model.scalar_mix import ScalarMix
-from elmo.model.weights import (
-    WeightsError,
-    load_bilm_tf,
-    load_checkpoint,
-    save_bilm_tf,
-    save_checkpoint,
-)
+from elmo.model.weights import WeightsError, load_bilm_tf, save_bilm_tf
 
 __version__ = "0.1.0"
 
 __all__ = [
     "BiLM", "BiLMConfig", "BiLMOutput", "BiLMState", "CharCNNConfig", "ConfigError", "DEFAULT_STATE",
-    "Elmo", "ElmoOutput", "EmbedReport", "Embedder", "Embeddings", "LSTMConfig", "STATE_MODES", "ScalarMix", "WeightsError",
-    "batch_to_char_ids", "load_bilm_tf", "load_checkpoint", "save_bilm_tf", "save_checkpoint",
-    "open_embeddings", "tokenize",
+    "Elmo", "ElmoOutput", "EmbedReport", "Embedder", "Embeddings", "LSTMConfig", "STATE_MODES", "ScalarMix",
+    "WeightsError", "batch_to_char_ids", "load_bilm_tf", "load_checkpoint", "load_model", "open_embeddings",
+    "save_bilm_tf", "save_checkpoint", "tokenize",
 ]

@@ -11,8 +11,8 @@ of the next batch, as AllenNLP's ``_ElmoBiLm`` did, so old results reproduce. ``
 (or ``"reset"``) switches to this library's deterministic policies, where a sentence's vectors
 never depend on what was embedded before it (see ``docs/state.md`` and ``docs/from-allennlp.md``).
 
-The published models' URLs (AllenNLP's defaults) resolve through this library's download cache
-(:mod:`elmo.hub.pretrained`); local paths load directly.
+The published models' URLs (AllenNLP's defaults) resolve through this library's download cache;
+local paths load directly (both through :func:`elmo.hub.load_model`).
 """
 
 from __future__ import annotations
@@ -27,10 +27,10 @@ import numpy as np
 import torch
 from torch import nn
 
-from elmo.hub.pretrained import PUBLISHED, load_model
+from elmo.hub.resolve import load_model
 from elmo.inference.embed import Embedder
 from elmo.inference.runtime import Runtime
-from elmo.model.bilm import BiLM, BiLMState, remove_boundaries
+from elmo.model.bilm import BiLM, remove_boundaries
 from elmo.model.chars import batch_to_char_ids
 from elmo.model.dropout import Dropout
 from elmo.model.scalar_mix import ScalarMix
@@ -40,6 +40,9 @@ DEFAULT_OPTIONS_FILE = ("https://allennlp.s3.amazonaws.com/models/elmo/2x4096_51
                         "elmo_2x4096_512_2048cnn_2xhighway_options.json")
 DEFAULT_WEIGHT_FILE = ("https://allennlp.s3.amazonaws.com/models/elmo/2x4096_512_2048cnn_2xhighway/"
                        "elmo_2x4096_512_2048cnn_2xhighway_weights.hdf5")
+# AllenNLP's own defaults (allennlp.commands.elmo.DEFAULT_BATCH_SIZE, and its stateful _ElmoBiLm),
+# part of the API this module reproduces: they stay AllenNLP's whatever this library's own
+# defaults (elmo.inference.embed.DEFAULT_BATCH_SIZE, elmo.inference.states.DEFAULT_STATE) become.
 DEFAULT_BATCH_SIZE = 64
 ALLENNLP_STATE = "stateful"
 
@@ -54,28 +57,10 @@ def batch_to_ids(batch: list[list[str]]) -> torch.Tensor:
     return batch_to_char_ids(batch)[0]
 
 
-def _published_name(location: str) -> str | None:
-    """The published model a URL (or file name) names, if any: AllenNLP's URLs end in the
-    published file names, whatever the host."""
-    base = location.rstrip("/").rsplit("/", 1)[-1]
-    for name, spec in PUBLISHED.items():
-        if base in (spec.options_name, spec.weights_name):
-            return name
-    return None
-
-
 def load_bilm(options_file: str | os.PathLike, weight_file: str | os.PathLike) -> BiLM:
     """The biLM of an ``options_file`` + ``weight_file`` pair as AllenNLP took them: local paths,
     or the URLs of the published models (fetched once into the download cache)."""
-    options, weights = os.fspath(options_file), os.fspath(weight_file)
-    remote = [p for p in (options, weights) if p.startswith(("http://", "https://", "s3://"))]
-    if not remote:
-        return load_model((options, weights))
-    names = {_published_name(options), _published_name(weights)}
-    if len(remote) != 2 or len(names) != 1 or None in names:
-        raise ValueError(f"options_file/weight_file: {options!r} and {weights!r} are not the two files of one "
-                         f"published model ({', '.join(PUBLISHED)}); download them and pass local paths")
-    return load_model(names.pop())
+    return load_model((options_file, weight_file))
 
 
 def _refuse(name: str, value: Any, default: Any, instead: str) -> None:
@@ -156,19 +141,11 @@ class Elmo(nn.Module):
     def _bilm_layers(self, char_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The biLM's layers ``(batch, L+1, time+2, dim)`` with boundaries and their mask."""
         mask = (char_ids > 0).any(dim=-1)
-        runtime = self._runtime
-        if runtime.device != next(self._elmo_lstm.parameters()).device:  # the module was moved
-            runtime = self._runtime = Runtime(self._elmo_lstm, state=self.state)
-        initial = runtime.states.initial(char_ids.shape[0])
-        if self.requires_grad and torch.is_grad_enabled():
-            # The training path, so that gradients reach the biLM's weights.
-            if initial is not None:
-                initial = BiLMState(initial.c.to(char_ids.device), initial.h.to(char_ids.device))
-            out = self._elmo_lstm(char_ids, mask, initial, keep_boundaries=True)
-            runtime.states.update(BiLMState(out.state.c.detach(), out.state.h.detach()))
-            return out.layers, out.mask
-        out = runtime(char_ids, mask, initial, keep_boundaries=True)
-        runtime.states.update(out.state)
+        if self._runtime.device != next(self._elmo_lstm.parameters()).device:  # the module was moved
+            self._runtime = Runtime(self._elmo_lstm, state=self.state)
+        # With requires_grad, the biLM's own forward under autograd, so that gradients reach its weights.
+        out = self._runtime.step(char_ids, mask, keep_boundaries=True,
+                                 differentiable=self.requires_grad and torch.is_grad_enabled())
         return out.layers, out.mask
 
     def forward(self, inputs: torch.Tensor, word_inputs: torch.Tensor | None = None) -> dict[str, Any]:

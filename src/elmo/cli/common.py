@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from elmo.hub.pretrained import DEFAULT_MODEL, load_model, model_names
+from elmo.hub.pretrained import DEFAULT_MODEL, model_names
+from elmo.hub.resolve import load_model
 from elmo.model.bilm import BiLM
 
 
@@ -12,8 +13,8 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     """``--model NAME|PATH``, or ``--options`` + ``--weights`` for files in the original layout."""
     parser.add_argument("--model", default=None, metavar="NAME|PATH",
                         help=f"a named model ({', '.join(model_names())}; default {DEFAULT_MODEL!r}, the one shipped "
-                             "in the package; published ones are downloaded once into the cache), an exported "
-                             "model folder, or a training run directory")
+                             "in the package; published ones are downloaded once into the cache) or a published "
+                             "model's URL, an exported model folder, a training run directory or a checkpoint .pt")
     parser.add_argument("--options", help="options.json of a biLM (with --weights, instead of --model)")
     parser.add_argument("--weights", help="weights.hdf5 of a biLM (with --options, instead of --model)")
     parser.add_argument("--cache-dir", help="where published models are downloaded (default: $ELMO_CACHE "
@@ -21,7 +22,7 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def model_from_args(args: argparse.Namespace) -> BiLM:
-    """The biLM the arguments name, in eval mode (resolved by :func:`elmo.hub.pretrained.load_model`)."""
+    """The biLM the arguments name, in eval mode (resolved by :func:`elmo.hub.load_model`)."""
     if (args.options is None) != (args.weights is None):
         raise ValueError("--options and --weights go together: give both, or neither (and --model)")
     if args.options is not None:

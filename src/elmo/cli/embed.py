@@ -10,8 +10,16 @@ import numpy as np
 import torch
 
 from elmo.cli.common import add_model_arguments, model_from_args
+from elmo.devices import DEFAULT_DEVICE, DEVICES
 from elmo.fileio import STDIN, chunks, read_lines
-from elmo.inference.embed import MAX_LINE_TOKENS, Embedder, check_output, check_sharding
+from elmo.inference.embed import (
+    DEFAULT_BATCH_SIZE,
+    DEFAULT_MAX_TOKENS,
+    MAX_LINE_TOKENS,
+    Embedder,
+    check_output,
+    check_sharding,
+)
 from elmo.inference.outputs import (
     COMPRESSIONS,
     DEFAULT_DTYPE,
@@ -19,6 +27,7 @@ from elmo.inference.outputs import (
     DTYPES,
     LAYOUTS,
 )
+from elmo.inference.runtime import DEFAULT_PRECISION, PRECISIONS
 from elmo.inference.states import DEFAULT_STATE, STATE_MODES
 
 HELP = ("Embed a file of sentences (one per line, tokens split on whitespace) into HDF5, "
@@ -51,17 +60,21 @@ def add_parser(parser: argparse.ArgumentParser) -> None:
                         help="stored type of the vectors (float16 halves the file)")
     parser.add_argument("--compression", default="none", choices=COMPRESSIONS,
                         help="HDF5 compression of the vectors, with byte shuffle (lzf: fast; gzip: smaller)")
-    parser.add_argument("--batch-size", type=int, default=64, help="sentences per batch")
+    parser.add_argument("--batch-size", type=int, default=DEFAULT_BATCH_SIZE, help="sentences per batch")
     parser.add_argument("--state", default=DEFAULT_STATE, choices=STATE_MODES,
                         help="LSTM state policy; 'stateful' reproduces allennlp elmo exactly")
+    # None, not DEFAULT_DEVICE: under torchrun the default is each rank's own GPU.
     parser.add_argument("--device", default=None,
-                        help="torch device: cpu, cuda or cuda:N; under torchrun, the default and 'cuda' mean "
-                             "cuda:LOCAL_RANK where CUDA is available (default: cpu)")
-    parser.add_argument("--precision", default="float32", choices=["float32", "bfloat16", "float16"],
+                        help=f"torch device: {DEVICES}; under torchrun, the default and 'cuda' mean "
+                             f"cuda:LOCAL_RANK where CUDA is available (default: {DEFAULT_DEVICE})")
+    parser.add_argument("--precision", default=DEFAULT_PRECISION, choices=list(PRECISIONS),
                         help="matrix products in this precision (bfloat16: fast on CPUs with AVX-512 BF16 or AMX; "
                              "float16: GPUs); states stay float32")
+    parser.add_argument("--cuda-graphs", action="store_true",
+                        help="on a GPU, replay the LSTM's steps from CUDA graphs for batch shapes that repeat "
+                             "(fewer kernel launches; the same vectors to float rounding)")
     parser.add_argument("--vocab-cache", help="token vectors from elmo cache-vocab (other words use the CNN)")
-    parser.add_argument("--max-tokens", type=int, default=4096,
+    parser.add_argument("--max-tokens", type=int, default=DEFAULT_MAX_TOKENS,
                         help="padded tokens per batch (not in stateful mode, where batches are --batch-size lines); "
                              "a longer line runs alone, in windows of this many tokens")
     parser.add_argument("--max-line-tokens", type=int, default=MAX_LINE_TOKENS,
@@ -114,7 +127,7 @@ def placement(args: argparse.Namespace) -> tuple[tuple[int, int], str, int | Non
     device = args.device
     if env is not None and device in (None, "cuda"):
         device = f"cuda:{local_rank}" if torch.cuda.is_available() else ("cuda" if device else "cpu")
-    device = device or "cpu"
+    device = device or DEFAULT_DEVICE
     threads = args.threads
     if threads is None and env is not None and device == "cpu":
         # torchrun sets OMP_NUM_THREADS=1 for every process; the cores are shared instead.
@@ -132,6 +145,8 @@ def run(args: argparse.Namespace) -> int:
     if args.max_line_tokens < 1:
         raise ValueError(f"--max-line-tokens: must be at least 1, got {args.max_line_tokens}")
     shard, device, threads, local_rank = placement(args)
+    if args.cuda_graphs and not device.startswith("cuda"):
+        raise ValueError(f"--cuda-graphs: CUDA graphs need a GPU; pass --device cuda (got --device {device})")
     to_stdout = args.output is None or args.output == STDIN
     if not to_stdout:
         # Fail fast, before the model loads.
@@ -147,7 +162,8 @@ def run(args: argparse.Namespace) -> int:
     if threads is not None:
         torch.set_num_threads(threads)
     embedder = Embedder(model_from_args(args), state=args.state, device=device, precision=args.precision,
-                        vocab_cache=args.vocab_cache, max_tokens=args.max_tokens, batch_size=args.batch_size)
+                        vocab_cache=args.vocab_cache, max_tokens=args.max_tokens, batch_size=args.batch_size,
+                        cuda_graphs=args.cuda_graphs)
     if to_stdout:
         print_vectors(embedder, args.input, args.layers)
         return 0

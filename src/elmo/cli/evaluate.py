@@ -5,33 +5,36 @@ from __future__ import annotations
 import argparse
 import json
 
+from elmo.devices import DEFAULT_DEVICE, DEVICES
 from elmo.fileio import atomic_path
-from elmo.hub.checkpoints import load_language_model
+from elmo.hub.resolve import load_language_model
 from elmo.training.data import expand_paths
-from elmo.training.evaluate import evaluate
+from elmo.training.evaluate import EVAL_BATCH_SIZE, EVAL_UNROLL_STEPS, evaluate
 
 HELP = "Forward, backward and average perplexity of a trained biLM on tokenized text."
 
 
 def add_parser(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("model", help="run directory, checkpoint file, or exported folder")
+    parser.add_argument("model", help="run directory, training checkpoint file, exported folder, or default (the packaged model)")
     parser.add_argument("--data", required=True, nargs="+", help="tokenized shards: paths or quoted globs")
-    parser.add_argument("--batch-size", type=int, default=64,
-                        help="running streams read side by side, the state carried over (default 64)")
-    parser.add_argument("--unroll-steps", type=int, default=20, help="tokens per stream per window (default 20)")
+    parser.add_argument("--batch-size", type=int, default=EVAL_BATCH_SIZE,
+                        help="running streams read side by side, the state carried over (default %(default)s)")
+    parser.add_argument("--unroll-steps", type=int, default=EVAL_UNROLL_STEPS, help="tokens per stream per window (default %(default)s)")
     parser.add_argument("--max-targets", type=int,
                         help="stop each direction after about this many predictions (default: all of the data)")
     parser.add_argument("--per-sentence",
                         help="write per-sentence log-probabilities (TSV) here (default: not written)")
     parser.add_argument("--json", help="also write the results as JSON here (default: printed only)")
-    parser.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (default cpu)")
+    parser.add_argument("--device", default=DEFAULT_DEVICE, help=f"{DEVICES} (default %(default)s)")
+    parser.add_argument("--no-progress", dest="progress", action="store_false",
+                        help="no progress bar (default: one on standard error)")
 
 
 def run(args: argparse.Namespace) -> int:
     model, vocab = load_language_model(args.model)
     result = evaluate(model, vocab, expand_paths(args.data), batch_size=args.batch_size,
                       unroll_steps=args.unroll_steps, max_targets=args.max_targets,
-                      per_sentence=bool(args.per_sentence), device=args.device, progress=True)
+                      per_sentence=bool(args.per_sentence), device=args.device, progress=args.progress)
     sentences = result.pop("sentences", None)
     print(f"forward perplexity   {result['forward_perplexity']:.2f}")
     print(f"backward perplexity  {result['backward_perplexity']:.2f}")

@@ -5,16 +5,19 @@ from __future__ import annotations
 import argparse
 import sys
 
-from elmo.hub.checkpoints import export_language_model, load_language_model
+from elmo.hub.checkpoints import export_language_model
+from elmo.hub.resolve import load_language_model
+from elmo.model.weights import STORAGE_DTYPES
 
 HELP = "Export a training run as options.json + weights.hdf5 (+ softmax_weights.hdf5, vocab.txt)."
 
 
 def add_parser(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("run", help="run directory (its newest checkpoint) or a checkpoint file")
+    parser.add_argument("run", help="run directory (its newest checkpoint), a training checkpoint file, or any language model "
+                                       "(an exported folder, default)")
     parser.add_argument("--output", required=True, help="folder to write")
-    parser.add_argument("--dtype", choices=["float32", "float16"], default="float32",
-                        help="storage precision of the weights; loading always gives float32 (default float32)")
+    parser.add_argument("--dtype", choices=STORAGE_DTYPES, default=STORAGE_DTYPES[0],
+                        help="storage precision of the weights; loading always gives float32 (default %(default)s)")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -5,14 +5,15 @@ from __future__ import annotations
 import argparse
 import sys
 
-from elmo.cli.train import add_common, launch, settings_from
+from elmo.cli.train import FINETUNE_RULE, add_common, launch, settings_from
 
 HELP = "Fine-tune a trained biLM (run directory or exported model) on new text."
 
 
 def add_parser(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("model", help="run directory, or exported folder with softmax_weights.hdf5 and vocab.txt")
-    add_common(parser, source="the model's options.json")
+    parser.add_argument("model", help="run directory, training checkpoint, exported folder with softmax_weights.hdf5 "
+                                       "and vocab.txt, or default (the packaged model)")
+    add_common(parser, source="the model's options.json", batch_source=FINETUNE_RULE)
 
 
 def run(args: argparse.Namespace) -> int:

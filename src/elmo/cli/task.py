@@ -6,13 +6,13 @@ import argparse
 import json
 import sys
 
-from elmo.tasks.readers import DATASET_KINDS
-
-HELP = ("Train a task model with or without ELMo (tagging, classification, sentence pairs, SRL, coreference, "
-        "reading comprehension), or evaluate one.")
+HELP = ("Train a task model with or without ELMo (tagging, classification, entailment, SRL, coreference, "
+        "reading comprehension, ...), or evaluate one.")
 
 
 def add_parser(parser: argparse.ArgumentParser) -> None:
+    from elmo.tasks.catalog import DATASET_KINDS
+
     sub = parser.add_subparsers(dest="task_verb", required=True, metavar="{train,evaluate}")
     train = sub.add_parser("train", help="train the model a TOML config describes",
                            description="Train the model a TOML config describes (see configs/tasks/).")
@@ -29,8 +29,8 @@ def add_parser(parser: argparse.ArgumentParser) -> None:
     evaluate.add_argument("--data", required=True, help="data file (or folder, for SNLI and LitBank)")
     evaluate.add_argument("--split", help="split inside the file or folder, for CoNLL-2000 (zip), SICK, SNLI and LitBank")
     evaluate.add_argument("--kind", choices=DATASET_KINDS,
-                          help="read --data as this dataset kind (default: the run's own; snli scores a SICK model "
-                               "on SNLI, gap a coreference model on GAP)")
+                          help="read --data as this dataset kind, one of the run's task (default: the run's own; snli "
+                               "scores a SICK entailment model on SNLI, gap a coreference model on GAP)")
     evaluate.add_argument("--vectors", help="the run's word vectors file, where it has moved since training "
                           "(default: data.vectors of the run's config)")
     evaluate.add_argument("--json", help="also write the result as JSON here")
@@ -40,6 +40,7 @@ def add_parser(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from elmo.fileio import atomic_write_text
+    from elmo.tasks.catalog import make_task
     from elmo.tasks.config import check_task_paths, load_task_config
     from elmo.tasks.training import evaluate_task, train_task
 
@@ -66,36 +67,8 @@ def run(args: argparse.Namespace) -> int:
     if result.get("unseen_labels"):
         print(f"gold label(s) the model never saw in training, counted as missed: {', '.join(result['unseen_labels'])}",
               file=sys.stderr)
-    details = result.get("details")
-    if details and "exact_match" in details:  # SQuAD: the official scores
-        print(f"  exact match {100 * details['exact_match']:.2f} f1 {100 * details['f1']:.2f}")
-        print(f"predictions (question id -> answer) written to {result['predictions']}")
-    elif details and "conll_f1" in details:  # coreference: the CoNLL metrics
-        for name in ("muc", "b_cubed", "ceaf_e"):
-            row = details[name]
-            print(f"  {name:<8} precision {row['precision']:.4f} recall {row['recall']:.4f} f1 {row['f1']:.4f}")
-    elif details and "bias" in details:  # GAP
-        for group, label in (("overall", "overall"), ("M", "masculine"), ("F", "feminine")):
-            row = details[group]
-            print(f"  {label:<10} precision {row['precision']:.4f} recall {row['recall']:.4f} f1 {row['f1']:.4f}")
-        print(f"  bias (feminine / masculine F1) {details['bias']:.3f}")
-    elif details and "confusion" in details:  # classes: scores, then gold rows x predicted columns
-        for label, row in details["classes"].items():
-            print(f"  {label:<14} precision {row['precision']:.4f} recall {row['recall']:.4f} f1 {row['f1']:.4f} "
-                  f"gold {row['gold']}")
-        labels = list(details["confusion"])
-        corner = "gold \\ predicted"
-        first = max(len(corner), *(len(label) for label in labels)) + 1
-        width = max(8, *(len(label) + 1 for label in labels))
-        print(f"  {corner:<{first}}" + "".join(label.rjust(width) for label in labels))
-        for label, row in details["confusion"].items():
-            print(f"  {label:<{first}}" + "".join(str(row[other]).rjust(width) for other in labels))
-    elif details:  # SRL: the CoNLL-2005 breakdown
-        print(f"precision {details['precision']:.4f} recall {details['recall']:.4f} "
-              f"({details['correct']} correct of {details['gold']} gold, {details['predicted']} predicted arguments)")
-        for role, row in sorted(details["roles"].items(), key=lambda item: -item[1]["gold"]):
-            print(f"  {role:<12} precision {row['precision']:.4f} recall {row['recall']:.4f} f1 {row['f1']:.4f} "
-                  f"gold {row['gold']}")
+    for line in make_task(result["task"]).report(result):
+        print(line)
     if result["tokens"]:
         print(f"{result['words_added']} word(s) new to the run got their pretrained vectors; "
               f"{result['unknown_tokens']} of {result['tokens']} tokens "

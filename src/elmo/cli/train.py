@@ -3,19 +3,41 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import socket
 import sys
 
-from elmo.training.train import PRESETS, TrainSettings, train
+from elmo.devices import DEVICES
+from elmo.training.train import (
+    CPU_MAX_BATCH,
+    DEFAULT_PRESET,
+    FINETUNE_MIN_BATCH,
+    FINETUNE_UPDATES,
+    OPTIMIZERS,
+    PRESETS,
+    RECIPE,
+    TrainSettings,
+    train,
+)
 
 HELP = "Train a biLM on tokenized shards (one sentence per line)."
 
 
-def add_common(parser: argparse.ArgumentParser, source: str = "the --config preset's") -> None:
+# What TrainSettings defaults to, for the options whose default is a value (not "see the config").
+SETTINGS = {f.name: f.default for f in dataclasses.fields(TrainSettings)}
+FINETUNE_RULE = (f"the fine-tuning rule: the largest power of two that makes at least {FINETUNE_UPDATES} updates, "
+                 f"at least {FINETUNE_MIN_BATCH}, at most the model's pretraining batch (its options.json) and on a "
+                 f"CPU at most {CPU_MAX_BATCH}")
+
+
+def add_common(parser: argparse.ArgumentParser, source: str = "the --config preset's",
+               batch_source: str | None = None) -> None:
     """Options shared by ``elmo train`` and ``elmo finetune``; ``source`` says where a hyperparameter
-    left out comes from (the preset, or the model being fine-tuned)."""
+    left out comes from (the preset, or the model being fine-tuned), ``batch_source`` where the
+    batch size comes from when that differs."""
     run = "; on --resume: the run's"
+    batch_source = batch_source or f"{source}, else {RECIPE.batch_size}"
     parser.add_argument("--train", required=True, nargs="+", help="training shards: paths or quoted globs")
     parser.add_argument("--output", required=True, help="run directory (checkpoints, metrics, options.json)")
     length = parser.add_mutually_exclusive_group()
@@ -25,34 +47,39 @@ def add_common(parser: argparse.ArgumentParser, source: str = "the --config pres
                         help=f"passes over the training tokens (default: 1{run}); with Adagrad, a resumed run "
                              "may be given a new length")
     parser.add_argument("--batch-size", type=int,
-                        help=f"rows per step over all processes (default: {source}, else 128{run})")
+                        help=f"rows per step over all processes (default: {batch_source}{run})")
     parser.add_argument("--unroll-steps", type=int,
-                        help=f"tokens per row per step (default: {source}, else 20{run})")
-    parser.add_argument("--optimizer", choices=["adagrad", "adamw"],
-                        help=f"default: {source}, else adagrad, as the original{run}")
+                        help=f"tokens per row per step (default: {source}, else {RECIPE.unroll_steps}{run})")
+    parser.add_argument("--optimizer", choices=OPTIMIZERS,
+                        help=f"default: {source}, else {RECIPE.optimizer}, as the original{run}")
     parser.add_argument("--learning-rate", type=float,
-                        help=f"default: {source}, else 0.2 for Adagrad and 0.001 for AdamW{run}")
+                        help=f"default: {source}, else {RECIPE.adagrad_learning_rate} for Adagrad and "
+                             f"{RECIPE.adamw_learning_rate} for AdamW{run}")
     parser.add_argument("--warmup-steps", type=int,
-                        help=f"AdamW warm-up steps (default: {source}, else min(1000, steps / 10){run})")
+                        help=f"AdamW warm-up steps (default: {source}, else min({RECIPE.max_warmup_steps}, "
+                             f"steps / 10){run})")
     parser.add_argument("--dropout", type=float,
-                        help=f"dropout on the LSTM inputs and the top layer (default: {source}, else 0.1{run})")
+                        help=f"dropout on the LSTM inputs and the top layer (default: {source}, else "
+                             f"{RECIPE.dropout}{run})")
     parser.add_argument("--negative-samples", type=int, dest="n_negative_samples",
                         help="sampled-softmax negatives per batch; 0 or >= vocabulary size: full softmax "
-                             f"(default: {source}, else 8192{run})")
+                             f"(default: {source}, else {RECIPE.n_negative_samples_batch}{run})")
     parser.add_argument("--seed", type=int, help=f"seed of the data order, dropout and negatives (default: 0{run})")
-    parser.add_argument("--checkpoint-every", type=int, default=500, help="steps between checkpoints (default 500)")
-    parser.add_argument("--keep-checkpoints", type=int, default=3, help="newest checkpoints kept (default 3)")
-    parser.add_argument("--log-every", type=int, default=10, help="steps between metric rows (default 10)")
+    parser.add_argument("--checkpoint-every", type=int, default=SETTINGS["checkpoint_every"],
+                        help="steps between checkpoints (default %(default)s)")
+    parser.add_argument("--keep-checkpoints", type=int, default=SETTINGS["keep_checkpoints"],
+                        help="newest checkpoints kept (default %(default)s)")
+    parser.add_argument("--log-every", type=int, default=SETTINGS["log_every"], help="steps between metric rows (default %(default)s)")
     parser.add_argument("--heldout", nargs="+",
                         help="held-out shards for perplexity during training, with --eval-every (default: none)")
-    parser.add_argument("--eval-every", type=int, default=0,
-                        help="steps between held-out evaluations (default 0: none)")
-    parser.add_argument("--eval-targets", type=int, default=50_000,
-                        help="held-out predictions per evaluation (default 50000)")
+    parser.add_argument("--eval-every", type=int, default=SETTINGS["eval_every"],
+                        help="steps between held-out evaluations (default %(default)s; 0: none)")
+    parser.add_argument("--eval-targets", type=int, default=SETTINGS["eval_targets"],
+                        help="held-out predictions per evaluation (default %(default)s)")
     parser.add_argument("--resume", action="store_true",
                         help="continue from the run directory's newest readable checkpoint, with the run's settings "
                              "(giving a different --config, --seed, hyperparameter or data is an error)")
-    parser.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (default cpu)")
+    parser.add_argument("--device", default=SETTINGS["device"], help=f"{DEVICES} (default %(default)s)")
     parser.add_argument("--bf16", action=argparse.BooleanOptionalAction, default=None,
                         help="bf16 autocast of the matrix products (default: on for GPUs, off on the CPU, where "
                              "benchmarks/train_bf16.py measures whether it pays)")
@@ -65,7 +92,7 @@ def add_common(parser: argparse.ArgumentParser, source: str = "the --config pres
     parser.add_argument("--gpus", help="comma-separated GPU ids: one process per GPU on this machine, DDP "
                                        "(default: none, one process on --device)")
     parser.add_argument("--processes", type=int, default=1,
-                        help="CPU data-parallel processes (gloo); for multi-node use torchrun (default 1)")
+                        help="CPU data-parallel processes (gloo); for multi-node use torchrun (default %(default)s)")
     parser.add_argument("--no-progress", dest="progress", action="store_false",
                         help="no progress bar (default: one on standard error)")
 
@@ -74,7 +101,7 @@ def add_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--vocab", required=True, help="vocabulary file (elmo vocab)")
     parser.add_argument("--config",
                         help=f"a preset ({', '.join(PRESETS)}) or an options.json "
-                             "(default: tiny; on --resume: the run's)")
+                             f"(default: {DEFAULT_PRESET}; on --resume: the run's)")
     add_common(parser)
 
 

@@ -1,29 +1,162 @@
-"""Trained language models on disk: training checkpoints (``step-*.pt`` in a run directory) and
-exported folders (``options.json`` + ``weights.hdf5`` + ``softmax_weights.hdf5`` + ``vocab.txt``).
+"""Models on disk in this library's own formats: one checkpoint family (``.pt`` files, each with
+a ``format`` and a ``version`` marker, read by :func:`read_checkpoint`), training run directories
+(``checkpoints/step-*.pt``) and exported folders (``options.json`` + ``weights.hdf5`` +
+``softmax_weights.hdf5`` + ``vocab.txt``).
+
+The ``.pt`` formats:
+
+* ``elmo-bilm`` (version 1): a biLM, :func:`save_checkpoint`;
+* ``elmo-train`` (version 2): everything a training run needs to go on, written by
+  :class:`elmo.training.train.Trainer` (a file without a version is version 1);
+* ``elmo-task-1``: a task model (``best.pt``/``last.pt`` of ``elmo task train``), read by the task layer
+  through :func:`read_checkpoint` too.
+
+Which file or folder a user means is :mod:`elmo.hub.resolve`'s question; this module reads and
+writes the files once that is settled.
 """
 
 from __future__ import annotations
 
 import os
+import pickle
+import re
 import warnings
+import zipfile
+from collections.abc import Mapping
 
 import h5py
 import numpy as np
 import torch
 
 from elmo.fileio import atomic_path
-from elmo.model.config import BiLMConfig
+from elmo.model.bilm import BiLM
+from elmo.model.config import BiLMConfig, ConfigError
 from elmo.model.lm import LanguageModel
 from elmo.model.softmax import Softmax
 from elmo.model.vocab import Vocabulary
-from elmo.model.weights import WeightsError, check_finite, load_bilm_tf, save_bilm_tf
+from elmo.model.weights import (
+    STORAGE_DTYPES,
+    WeightsError,
+    check_finite,
+    load_bilm_tf,
+    save_bilm_tf,
+)
 
 SOFTMAX_FILE = "softmax_weights.hdf5"
 VOCAB_FILE = "vocab.txt"
+NATIVE_FORMAT = "elmo-bilm"
+NATIVE_VERSION = 1
 TRAIN_FORMAT = "elmo-train"
+TRAIN_VERSION = 2
+# What each format marker is, for messages.
+FORMAT_NAMES = {NATIVE_FORMAT: "a biLM checkpoint (elmo.save_checkpoint)",
+                TRAIN_FORMAT: "a training checkpoint (elmo train)",
+                "elmo-task-1": "a task model checkpoint (elmo task train)",
+                "elmo-task-2": "a task model checkpoint (elmo task train)"}
 
 
-def save_softmax(softmax: Softmax, path: str | os.PathLike, dtype: str = "float32") -> None:
+def _first_line(error: BaseException) -> str:
+    """An exception as one short line: torch's messages run over many lines."""
+    text = str(error).strip().splitlines()
+    line = text[0] if text else ""
+    return f"{type(error).__name__}: {line[:200]}" if line else type(error).__name__
+
+
+def read_checkpoint(path: str | os.PathLike, formats: Mapping[str, int], what: str = "elmo checkpoint",
+                    map_location: str | torch.device = "cpu") -> dict:
+    """The payload of a ``.pt`` file of this library, checked against what the caller can read.
+
+    ``formats`` maps each format marker the caller accepts to the newest version it reads (a file
+    without a ``version`` is version 1). Opened with ``torch.load(weights_only=True)``, so a file
+    handed to us can never run code. Raises :class:`WeightsError`, one line naming the file, when
+    it is damaged (truncated, not a checkpoint at all), holds Python objects (not written by this
+    library), is another program's or another kind of elmo file, or was written by a newer version.
+    ``what`` names the expected kind in the messages ("training checkpoint", ...).
+    """
+    try:
+        payload = torch.load(path, map_location=map_location, weights_only=True)
+    except FileNotFoundError:
+        raise
+    except pickle.UnpicklingError as e:
+        found = re.search(r"Unsupported global: GLOBAL (\S+)", str(e))
+        if found:
+            raise WeightsError(f"{path}: not a readable {what}: it holds Python objects ({found.group(1)}), which "
+                               f"elmo never unpickles (a file elmo writes holds only tensors and plain data)") from None
+        detail = re.search(r"WeightsUnpickler error:\s*([^\n]+)", str(e))
+        raise WeightsError(f"{path}: not a readable {what}: damaged or not a checkpoint "
+                           f"({detail.group(1).strip() if detail else _first_line(e)})") from None
+    except (RuntimeError, EOFError, OSError, ValueError, zipfile.BadZipFile) as e:
+        raise WeightsError(f"{path}: not a readable {what}: damaged or truncated ({_first_line(e)})") from None
+    marker = payload.get("format") if isinstance(payload, dict) else None
+    if not isinstance(marker, str):
+        raise WeightsError(f"{path}: not an elmo checkpoint (no format marker: another program's file)")
+    wanted = " or ".join(FORMAT_NAMES.get(name, name) for name in formats)
+    if marker not in formats:
+        found = FORMAT_NAMES.get(marker, f"a {marker!r} file")
+        raise WeightsError(f"{path}: {found}, not {wanted}")
+    version = payload.get("version", 1)
+    if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+        raise WeightsError(f"{path}: damaged: version {version!r} is not a version number")
+    if version > formats[marker]:
+        raise WeightsError(f"{path}: {marker} version {version} was written by a newer elmo; this one reads "
+                           f"up to version {formats[marker]} (upgrade elmo)")
+    return payload
+
+
+def bilm_from_state(path: str | os.PathLike, config: dict, state_dict: dict) -> BiLM:
+    """A biLM from a checkpoint's config and state dict, refusing NaN weights and a state dict that
+    does not fit the config (errors name ``path``)."""
+    try:
+        config = BiLMConfig.from_dict(config)
+    except ConfigError as e:
+        raise WeightsError(f"{path}: damaged config: {e}") from None
+    for name, tensor in state_dict.items():
+        if torch.is_tensor(tensor) and tensor.is_floating_point():
+            check_finite(tensor.detach().cpu().float(), f"{path}: parameter '{name}'")
+    model = BiLM(config)
+    try:
+        missing, unexpected = model.load_state_dict(state_dict, strict=False)
+    except RuntimeError as e:  # a tensor of the wrong shape
+        raise WeightsError(f"{path}: state dict does not match its config ({_first_line(e)})") from None
+    if missing or unexpected:
+        raise WeightsError(f"{path}: state dict does not match its config "
+                           f"(missing {missing[:3]}, unexpected {unexpected[:3]})")
+    return model
+
+
+def bilm_of_payload(path: str | os.PathLike, payload: dict) -> BiLM:
+    """The biLM of a read ``elmo-bilm`` or ``elmo-train`` payload."""
+    needed = ("config", "model") if payload["format"] == TRAIN_FORMAT else ("config", "state_dict")
+    missing = [key for key in needed if not isinstance(payload.get(key), dict)]
+    if missing:
+        raise WeightsError(f"{path}: an incomplete checkpoint (no {', '.join(missing)})")
+    if payload["format"] == TRAIN_FORMAT:
+        state = {key[len("bilm."):]: value for key, value in payload["model"].items() if key.startswith("bilm.")}
+        return bilm_from_state(path, payload["config"], state)
+    return bilm_from_state(path, payload["config"], payload["state_dict"])
+
+
+def save_checkpoint(model: BiLM, path: str | os.PathLike, **extra) -> None:
+    """Save a biLM's state dict and config (plus any plain-data ``extra``) atomically, as an
+    ``elmo-bilm`` checkpoint: :func:`load_checkpoint`, :func:`elmo.hub.load_model` and every
+    ``--model`` option read it."""
+    payload = {"format": NATIVE_FORMAT, "version": NATIVE_VERSION, "config": model.config.to_dict(),
+               "state_dict": model.state_dict(), **extra}
+    with atomic_path(path) as tmp:
+        torch.save(payload, tmp)
+
+
+def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = "cpu") -> tuple[BiLM, dict]:
+    """The biLM of a checkpoint file (``elmo-bilm``, or the biLM of an ``elmo-train`` training
+    checkpoint) and the whole payload. Errors are one-line :class:`WeightsError` messages naming the file."""
+    payload = read_checkpoint(path, {NATIVE_FORMAT: NATIVE_VERSION, TRAIN_FORMAT: TRAIN_VERSION},
+                              map_location=map_location)
+    if payload["format"] == TRAIN_FORMAT:
+        check_train_payload(path, payload)
+    return bilm_of_payload(path, payload), payload
+
+
+def save_softmax(softmax: Softmax, path: str | os.PathLike, dtype: str = STORAGE_DTYPES[0]) -> None:
     """Write ``softmax/W`` ``(vocab, dim)`` and ``softmax/b`` ``(vocab,)``, the layout of the
     published softmax weights files; ``dtype="float16"`` halves the file (loading gives float32)."""
     with atomic_path(path) as tmp, h5py.File(tmp, "w") as f:
@@ -48,7 +181,7 @@ def load_softmax(path: str | os.PathLike, vocab_size: int, dim: int) -> Softmax:
 
 
 def export_language_model(model: LanguageModel, vocab: Vocabulary, output_dir: str | os.PathLike,
-                          dtype: str = "float32") -> None:
+                          dtype: str = STORAGE_DTYPES[0]) -> None:
     """Write ``options.json`` + ``weights.hdf5`` (original layout), ``softmax_weights.hdf5`` and
     ``vocab.txt`` into ``output_dir``."""
     save_bilm_tf(model.bilm, output_dir, dtype=dtype)
@@ -78,19 +211,27 @@ CHECKPOINT_KEYS = ("config", "vocab", "model", "optimizer", "scheduler", "step",
                    "sampler_rng", "batchers", "lstm_c", "lstm_h")
 
 
-def load_train_checkpoint(path: str | os.PathLike) -> dict:
-    """Read a training checkpoint (``weights_only=True``: it can hold no code). Raises
-    :class:`WeightsError` naming the file when it is truncated, unreadable or incomplete."""
-    try:
-        payload = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as e:
-        raise WeightsError(f"{path}: not a readable training checkpoint ({type(e).__name__}: {e})") from e
-    if not isinstance(payload, dict) or payload.get("format") != TRAIN_FORMAT:
-        raise WeightsError(f"{path}: not an elmo training checkpoint")
+def check_train_payload(path: str | os.PathLike, payload: dict) -> None:
+    """Refuse a training checkpoint that lacks one of :data:`CHECKPOINT_KEYS`."""
     missing = [key for key in CHECKPOINT_KEYS if key not in payload]
     if missing:
         raise WeightsError(f"{path}: an incomplete training checkpoint (no {', '.join(missing)})")
+
+
+def load_train_checkpoint(path: str | os.PathLike) -> dict:
+    """Read a training checkpoint (``weights_only=True``: it can hold no code). Raises
+    :class:`WeightsError` naming the file when it is truncated, unreadable, foreign, newer or
+    incomplete."""
+    payload = read_checkpoint(path, {TRAIN_FORMAT: TRAIN_VERSION}, what="training checkpoint")
+    check_train_payload(path, payload)
     return payload
+
+
+def save_train_checkpoint(payload: dict, path: str | os.PathLike) -> None:
+    """Write a training checkpoint's payload (the trainer builds it) atomically, with its format
+    and version markers."""
+    with atomic_path(path) as tmp:
+        torch.save({**payload, "format": TRAIN_FORMAT, "version": TRAIN_VERSION}, tmp)
 
 
 def load_latest_train_checkpoint(run_dir: str | os.PathLike) -> tuple[str, dict] | None:
@@ -117,45 +258,31 @@ def load_latest_train_checkpoint(run_dir: str | os.PathLike) -> tuple[str, dict]
     return None
 
 
-def load_language_model(path: str | os.PathLike) -> tuple[LanguageModel, Vocabulary]:
-    """Load a trained LM from a run directory (its newest checkpoint), a checkpoint file, or an
-    exported folder (``options.json``, ``weights.hdf5``, ``softmax_weights.hdf5``, ``vocab.txt``)."""
-    model, vocab, _ = load_language_model_with_origin(path)
+def language_model_of_payload(path: str | os.PathLike, payload: dict) -> tuple[LanguageModel, Vocabulary, dict]:
+    """The language model, vocabulary and origin (``{"path", "step", "tokens",
+    "elapsed_seconds"}``) of a read training checkpoint."""
+    config = BiLMConfig.from_dict(payload["config"])
+    vocab = Vocabulary(payload["vocab"])
+    model = LanguageModel(config, len(vocab))
+    model.load_state_dict(payload["model"])
+    origin = {"path": os.path.abspath(path), "step": payload["step"], "tokens": payload["tokens"],
+              "elapsed_seconds": payload.get("elapsed_seconds")}
+    return model, vocab, origin
+
+
+def load_exported_language_model(options: str | os.PathLike, weights: str | os.PathLike,
+                                  softmax: str | os.PathLike, vocab_file: str | os.PathLike) -> tuple[LanguageModel, Vocabulary]:
+    """A language model from the files :func:`export_language_model` writes."""
+    vocab = Vocabulary.from_file(vocab_file)
+    bilm = load_bilm_tf(options, weights)
+    model = LanguageModel(bilm.config, len(vocab))
+    model.bilm = bilm
+    model.softmax = load_softmax(softmax, len(vocab), bilm.config.lstm.projection_dim)
     return model, vocab
 
 
-def load_language_model_with_origin(path: str | os.PathLike) -> tuple[LanguageModel, Vocabulary, dict]:
-    """:func:`load_language_model`, plus where the weights came from: ``{"path": ...}`` naming
-    the checkpoint file that was read (a run directory names its newest readable one) or the
-    exported folder, and for a checkpoint its ``step``, ``tokens`` and ``elapsed_seconds``, so that
-    a run started from it can say at which point of the earlier run it branched off."""
-    path = os.fspath(path)
-    if os.path.isfile(path):
-        found: tuple[str, dict] | None = (path, load_train_checkpoint(path))
-    else:
-        found = load_latest_train_checkpoint(path)  # skips a damaged newest file, with a warning
-    if found is not None:
-        source, payload = found
-        config = BiLMConfig.from_dict(payload["config"])
-        vocab = Vocabulary(payload["vocab"])
-        model = LanguageModel(config, len(vocab))
-        model.load_state_dict(payload["model"])
-        origin = {"path": os.path.abspath(source), "step": payload["step"], "tokens": payload["tokens"],
-                  "elapsed_seconds": payload.get("elapsed_seconds")}
-        return model, vocab, origin
-    needed = ["options.json", "weights.hdf5", SOFTMAX_FILE, VOCAB_FILE]
-    missing = [n for n in needed if not os.path.isfile(os.path.join(path, n))]
-    if missing:
-        raise FileNotFoundError(f"{path}: neither a run directory with checkpoints nor an exported model "
-                                f"(missing {', '.join(missing)})")
-    vocab = Vocabulary.from_file(os.path.join(path, VOCAB_FILE))
-    bilm = load_bilm_tf(os.path.join(path, "options.json"), os.path.join(path, "weights.hdf5"))
-    model = LanguageModel(bilm.config, len(vocab))
-    model.bilm = bilm
-    model.softmax = load_softmax(os.path.join(path, SOFTMAX_FILE), len(vocab), bilm.config.lstm.projection_dim)
-    return model, vocab, {"path": os.path.abspath(path)}
-
-
-__all__ = ["SOFTMAX_FILE", "TRAIN_FORMAT", "VOCAB_FILE", "checkpoint_paths", "export_language_model",
-           "latest_checkpoint", "load_language_model", "load_language_model_with_origin",
-           "load_latest_train_checkpoint", "load_train_checkpoint", "load_softmax", "save_softmax"]
+__all__ = ["CHECKPOINT_KEYS", "FORMAT_NAMES", "NATIVE_FORMAT", "NATIVE_VERSION", "SOFTMAX_FILE", "TRAIN_FORMAT",
+           "TRAIN_VERSION", "VOCAB_FILE", "bilm_from_state", "bilm_of_payload", "check_train_payload",
+           "checkpoint_paths", "export_language_model", "language_model_of_payload", "latest_checkpoint",
+           "load_checkpoint", "load_exported_language_model", "load_latest_train_checkpoint", "load_softmax",
+           "load_train_checkpoint", "read_checkpoint", "save_checkpoint", "save_softmax", "save_train_checkpoint"]

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-from elmo.model.bilm import BiLM
+from elmo.model.config import published_config
 
 DEFAULT_MODEL = "default"
 
@@ -25,7 +25,12 @@ PUBLISHED_BASE_URL = "https://s3-us-west-2.amazonaws.com/allennlp/models/elmo"
 
 @dataclass(frozen=True)
 class PublishedModel:
-    """One AllenNLP-published biLM: its folder and file names under the base URL, and its pins.
+    """One AllenNLP-published biLM: its architecture (a preset of :mod:`elmo.model.config`, the
+    one place its sizes are written down), what it was trained on, and its download pins.
+
+    The folder and file names under the base URL follow from the architecture, as AllenNLP named
+    them: ``2x4096_512_2048cnn_2xhighway`` plus ``suffix``, and ``elmo_<that>_options.json`` /
+    ``elmo_<that>_weights.hdf5``.
 
     ``*_size`` / ``*_sha256`` pin the expected files where a public record gives them (the source
     is named beside each value in :data:`PUBLISHED`); a download that does not match a pin is an
@@ -35,33 +40,43 @@ class PublishedModel:
     re-download) is checked against that record.
     """
 
-    folder: str
-    options_name: str
-    weights_name: str
-    description: str
+    size: str  # the preset that is its architecture: "small", "medium" or "original"
+    corpus: str
+    suffix: str = ""
     options_size: int | None = None
     options_sha256: str | None = None
     weights_size: int | None = None
     weights_sha256: str | None = None
 
+    @property
+    def folder(self) -> str:
+        config = published_config(self.size)
+        lstm, cnn = config.lstm, config.char_cnn
+        return (f"{lstm.n_layers}x{lstm.dim}_{lstm.projection_dim}_{cnn.n_filters}cnn_{cnn.n_highway}xhighway"
+                f"{self.suffix}")
 
-def _published(folder: str, stem: str, description: str, **pins: int | str) -> PublishedModel:
-    """The entry of a model whose files follow AllenNLP's ``elmo_<stem>_{options.json,weights.hdf5}``
-    naming; ``pins`` are the known ``options_size``/``options_sha256``/``weights_size``/``weights_sha256``."""
-    return PublishedModel(folder, f"elmo_{stem}_options.json", f"elmo_{stem}_weights.hdf5", description, **pins)
+    @property
+    def options_name(self) -> str:
+        return f"elmo_{self.folder}_options.json"
+
+    @property
+    def weights_name(self) -> str:
+        return f"elmo_{self.folder}_weights.hdf5"
+
+    @property
+    def description(self) -> str:
+        lstm = published_config(self.size).lstm
+        return f"{lstm.n_layers}x{lstm.dim}_{lstm.projection_dim}, {self.corpus}"
 
 
 # "small", "medium" and "original-5.5b" have no pins: no public record of their byte sizes or
 # SHA-256 was found, so they are trusted on first use (see PublishedModel). Add a pin only with a
 # citable source beside it.
 PUBLISHED: dict[str, PublishedModel] = {
-    "small": _published("2x1024_128_2048cnn_1xhighway", "2x1024_128_2048cnn_1xhighway",
-                        "2x1024_128, 1B Word Benchmark, 13.6M parameters (without softmax)"),
-    "medium": _published("2x2048_256_2048cnn_1xhighway", "2x2048_256_2048cnn_1xhighway",
-                         "2x2048_256, 1B Word Benchmark, 28.0M parameters"),
-    "original": _published(
-        "2x4096_512_2048cnn_2xhighway", "2x4096_512_2048cnn_2xhighway",
-        "2x4096_512, 1B Word Benchmark, 93.6M parameters (the paper's model)",
+    "small": PublishedModel("small", "1B Word Benchmark"),
+    "medium": PublishedModel("medium", "1B Word Benchmark"),
+    "original": PublishedModel(
+        "original", "1B Word Benchmark (the paper's model)",
         # Sources: (a) the Content-Length that AllenNLP's downloader showed for both files at their
         # S3 URLs (allennlp.s3.amazonaws.com host), in a notebook run of 2019-06-30 kept in
         # github.com/mohcinemadkour/mohcineblog, "Draft/Scritps/Transfer learning in NLP Part 2 -
@@ -77,8 +92,7 @@ PUBLISHED: dict[str, PublishedModel] = {
         options_size=336,
         weights_size=374434792,
     ),
-    "original-5.5b": _published("2x4096_512_2048cnn_2xhighway_5.5B", "2x4096_512_2048cnn_2xhighway_5.5B",
-                                "2x4096_512, Wikipedia + WMT news crawl (5.5B tokens), 93.6M parameters"),
+    "original-5.5b": PublishedModel("original", "Wikipedia + WMT news crawl (5.5B tokens)", suffix="_5.5B"),
 }
 
 
@@ -122,39 +136,15 @@ def model_files(name: str = DEFAULT_MODEL, *, cache_dir: str | os.PathLike | Non
     return options, weights
 
 
-ModelSource = str | os.PathLike | tuple[str | os.PathLike, str | os.PathLike] | None
+def published_name_of_url(url: str) -> str | None:
+    """The published model a URL names, if any: the URL of its options or weights file, or of its
+    folder, under any host (AllenNLP's URLs, the S3 ones, a mirror's)."""
+    base = url.rstrip("/").rsplit("/", 1)[-1]
+    for name, spec in PUBLISHED.items():
+        if base in (spec.options_name, spec.weights_name, spec.folder):
+            return name
+    return None
 
 
-def load_model(source: ModelSource = None, *, cache_dir: str | os.PathLike | None = None,
-               progress: bool = True) -> BiLM:
-    """The one place that turns "which model" into a biLM, for every entry point.
-
-    ``source`` is ``None`` or ``"default"`` (the packaged model), a published name
-    (:func:`model_names`), an ``(options.json, weights.hdf5)`` pair, a folder holding
-    ``options.json`` + ``weights.hdf5`` (``elmo export`` writes one), or a training run directory
-    or checkpoint file (``elmo train`` writes those). Returns the biLM in eval mode, float32.
-    """
-    from elmo.model.weights import load_bilm_tf
-
-    if isinstance(source, tuple):
-        options, weights = source
-        return load_bilm_tf(options, weights).eval()
-    name = DEFAULT_MODEL if source is None else os.fspath(source)
-    if name in model_names():
-        options, weights = model_files(name, cache_dir=cache_dir, progress=progress)
-        return load_bilm_tf(options, weights).eval()
-    path = Path(name)
-    if path.is_dir() and (path / "options.json").is_file() and (path / "weights.hdf5").is_file():
-        return load_bilm_tf(path / "options.json", path / "weights.hdf5").eval()
-    if (path.is_dir() and (path / "checkpoints").is_dir()) or (path.is_file() and path.suffix == ".pt"):
-        from elmo.hub.checkpoints import load_language_model
-
-        return load_language_model(path)[0].bilm.eval()
-    if path.exists():
-        raise ValueError(f"{name}: not a model: expected a folder with options.json and weights.hdf5, a training "
-                         f"run directory (with checkpoints/) or a checkpoint .pt file")
-    raise ValueError(f"model: {name!r} is neither a model name ({', '.join(model_names())}) nor an existing path")
-
-
-__all__ = ["DEFAULT_MODEL", "PUBLISHED", "ModelSource", "PublishedModel", "load_model", "model_files",
-           "model_names", "packaged_model_dir"]
+__all__ = ["DEFAULT_MODEL", "PUBLISHED", "PublishedModel", "model_files", "model_names", "packaged_model_dir",
+           "published_name_of_url"]

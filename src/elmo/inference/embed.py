@@ -26,6 +26,7 @@ from elmo.fileio import (
     is_regular_file,
     read_lines,
 )
+from elmo.hub.resolve import ModelSource, load_model
 from elmo.inference.journal import Frame, WorkFolder, chunk_digest
 from elmo.inference.long_lines import embed_long_sentence, window_for
 from elmo.inference.outputs import (
@@ -37,15 +38,20 @@ from elmo.inference.outputs import (
     create_writer,
     file_info,
     manifest_for,
+    open_embeddings,
     shard_lines,
     shard_name,
 )
-from elmo.inference.runtime import Runtime
+from elmo.inference.runtime import DEFAULT_PRECISION, DEFAULT_TOKEN_MEMO, Runtime
 from elmo.inference.states import DEFAULT_STATE
 from elmo.model.bilm import BiLM, BiLMState
 from elmo.model.chars import tokenize
 
 Layers = str | Sequence[int]
+# Sentences per batch, and padded tokens per batch (outside stateful mode): the defaults of the
+# Embedder, of elmo embed and of a task config's [bilm] section.
+DEFAULT_BATCH_SIZE = 64
+DEFAULT_MAX_TOKENS = 4096
 
 # A longer line is refused (with its line number) rather than held: its text and token list are
 # the only things a line costs in memory whatever its length (see elmo.inference.long_lines).
@@ -104,42 +110,39 @@ class Embedder:
     ``state`` is the LSTM state policy (see :mod:`elmo.inference.states`): ``"warm"`` (default) and
     ``"reset"`` make every sentence's vectors independent of batching and of earlier calls;
     ``"stateful"`` reproduces the original, carrying state by row across batches *and calls*.
-    Without ``model``, the packaged default model is used (see :mod:`elmo.hub.pretrained`). The model
+    Without ``model``, the packaged default model is used (:func:`elmo.hub.load_model`). The model
     is never changed: it runs through an :class:`~elmo.inference.runtime.Runtime` (copied if it lives on
-    another device than ``device``).
+    another device than ``device``). ``cuda_graphs`` (CUDA only) replays the LSTM's steps from CUDA
+    graphs for batch shapes that repeat (see :mod:`elmo.inference.graphs`).
     """
 
     def __init__(self, model: BiLM | None = None, *, state: str = DEFAULT_STATE, device: str | torch.device | None = None,
-                 batch_size: int = 64, max_tokens: int = 4096, precision: str = "float32",
-                 vocab_cache: str | os.PathLike | None = None, token_memo: int = 100_000):
+                 batch_size: int = DEFAULT_BATCH_SIZE, max_tokens: int = DEFAULT_MAX_TOKENS,
+                 precision: str = DEFAULT_PRECISION, vocab_cache: str | os.PathLike | None = None,
+                 token_memo: int = DEFAULT_TOKEN_MEMO, cuda_graphs: bool = False):
         if batch_size < 1:
             raise ValueError(f"batch_size: must be at least 1, got {batch_size}")
         if max_tokens < 1:
             raise ValueError(f"max_tokens: must be at least 1, got {max_tokens}")
         if model is None:
-            from elmo.hub.pretrained import load_model
-
             model = load_model()
         self.runtime = Runtime(model, device=device, precision=precision, state=state, vocab_cache=vocab_cache,
-                               token_memo=token_memo)
+                               token_memo=token_memo, cuda_graphs=cuda_graphs)
         self.batch_size = batch_size
         self.max_tokens = max_tokens
 
     @classmethod
     def from_files(cls, options_file: str | os.PathLike, weights_file: str | os.PathLike, **kwargs) -> "Embedder":
         """Load the original ``options.json`` + ``weights.hdf5``."""
-        from elmo.hub.pretrained import load_model
-
         return cls(load_model((options_file, weights_file)), **kwargs)
 
     @classmethod
-    def from_pretrained(cls, name: str = "default", *, cache_dir: str | os.PathLike | None = None,
+    def from_pretrained(cls, name: ModelSource = "default", *, cache_dir: str | os.PathLike | None = None,
                         progress: bool = True, **kwargs) -> "Embedder":
-        """Load a model by name or path (see :func:`elmo.hub.pretrained.load_model`): ``"default"``
-        (packaged), a published one, downloaded and cached (``"small"``, ``"medium"``,
-        ``"original"``, ``"original-5.5b"``), an exported folder or a training run directory."""
-        from elmo.hub.pretrained import load_model
-
+        """Load any model source :func:`elmo.hub.load_model` takes: ``"default"`` (packaged), a
+        published name or URL, downloaded and cached (``"small"``, ``"medium"``, ``"original"``,
+        ``"original-5.5b"``), an ``(options, weights)`` pair, an exported folder, a training run
+        directory or a checkpoint file."""
         return cls(load_model(name, cache_dir=cache_dir, progress=progress), **kwargs)
 
     @property
@@ -537,6 +540,14 @@ def write_manifest(folder: str | os.PathLike, world: int, fingerprint: dict) -> 
     """The shard folder's ``manifest.json`` (every rank writes the same one when it finishes)."""
     info = {k: v for k, v in fingerprint.items() if k != "shard"}
     atomic_write_text(os.path.join(os.fspath(folder), MANIFEST), json.dumps(manifest_for(world, info), indent=1))
+
+
+def load_embeddings(path: str | os.PathLike) -> list[np.ndarray]:
+    """The arrays :meth:`Embedder.embed_file` (or ``elmo embed IN OUT``) wrote, in line order, all
+    in memory: one ``(layers, tokens, dim)`` (or ``(tokens, dim)``) array per input line, in the
+    stored dtype. Any layout or shard folder; for big outputs, :func:`open_embeddings` reads lazily."""
+    with open_embeddings(path) as vectors:
+        return list(vectors)
 
 
 def check_output(input_path: str | os.PathLike, output_path: str | os.PathLike, overwrite: bool) -> None:

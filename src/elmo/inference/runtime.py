@@ -11,6 +11,7 @@ changes the model it is given: a model on another device is copied, and nothing 
 from __future__ import annotations
 
 import copy
+import hashlib
 import json
 import os
 import platform
@@ -21,8 +22,21 @@ from pathlib import Path
 
 import torch
 
+from elmo.devices import resolve_device
 from elmo.fileio import atomic_path
-from elmo.inference.states import DEFAULT_STATE, StateKeeper
+from elmo.hub.pretrained import packaged_model_dir
+from elmo.inference.graphs import LstmGraphs
+from elmo.inference.states import (
+    DEFAULT_STATE,
+    WARM_STATE_FILE,
+    WARM_STATE_VERSION,
+    StateKeeper,
+    load_warm_state,
+    save_warm_state,
+    warm_state_cache_path,
+    warmup_sentences,
+    warmup_text,
+)
 from elmo.model.bilm import (
     BiLM,
     BiLMOutput,
@@ -40,9 +54,13 @@ from elmo.model.lstm import (
     bilstm_inference,
     stack_directions,
 )
+from elmo.model.weights import weights_fingerprint
 
 # Precision of the matrix products on the fast path; states and nonlinearities stay float32.
 PRECISIONS = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+DEFAULT_PRECISION = "float32"
+# Token vectors remembered between batches (0: none).
+DEFAULT_TOKEN_MEMO = 100_000
 # /proc/cpuinfo flags of x86 CPUs that compute bfloat16 products in hardware.
 BFLOAT16_FLAGS = frozenset({"avx512_bf16", "amx_bf16"})
 
@@ -146,25 +164,6 @@ def effective_precision(precision: str, device: torch.device, config: BiLMConfig
     return precision
 
 
-def resolve_device(device: str | torch.device | None, default: torch.device) -> torch.device:
-    """``device`` as a torch.device, with a clear error for a name torch does not know or a GPU
-    that is not there (instead of a traceback from deep inside the first batch)."""
-    if device is None:
-        return default
-    try:
-        resolved = torch.device(device)
-    except (RuntimeError, TypeError):
-        raise ValueError(f"device: {device!r} is not a device name (expected cpu, cuda or cuda:N)") from None
-    if resolved.type == "cuda":
-        if not torch.cuda.is_available():
-            raise ValueError(f"device: {device!r} was asked for, but CUDA is not available on this machine")
-        if resolved.index is not None and resolved.index >= torch.cuda.device_count():
-            raise ValueError(f"device: {device!r}: this machine has {torch.cuda.device_count()} GPU(s)")
-    elif resolved.type != "cpu":
-        raise ValueError(f"device: {device!r} is not supported (expected cpu, cuda or cuda:N)")
-    return resolved
-
-
 class Runtime:
     """Fast, exact inference over one biLM.
 
@@ -172,17 +171,21 @@ class Runtime:
     ``"float16"``); ``state`` the LSTM state policy (:mod:`elmo.inference.states`); ``vocab_cache`` a file
     from ``elmo cache-vocab``; ``token_memo`` how many token vectors to remember between batches.
     A model whose ``fast`` flag is off runs its reference path instead (the specification).
+    ``cuda_graphs`` (CUDA only) replays the LSTM's steps from CUDA graphs for batch shapes that
+    repeat (:mod:`elmo.inference.graphs`); the same numbers to the rounding of the products.
     """
 
-    def __init__(self, model: BiLM, *, device: str | torch.device | None = None, precision: str = "float32",
+    def __init__(self, model: BiLM, *, device: str | torch.device | None = None, precision: str = DEFAULT_PRECISION,
                  state: str = DEFAULT_STATE, vocab_cache: str | os.PathLike | None = None,
-                 token_memo: int = 100_000):
+                 token_memo: int = DEFAULT_TOKEN_MEMO, cuda_graphs: bool = False):
         if precision not in PRECISIONS:
             raise ValueError(f"precision: expected one of {sorted(PRECISIONS)}, got {precision!r}")
         if token_memo < 0:
             raise ValueError(f"token_memo: must not be negative, got {token_memo}")
         current = next(model.parameters()).device
         self.device = resolve_device(device, current)
+        if cuda_graphs and self.device.type != "cuda":
+            raise ValueError(f"cuda_graphs: CUDA graphs need a CUDA device; this runtime runs on {self.device}")
         # The caller's model stays where it is: a model on another device is copied, not moved.
         self.model = model if self.device == current else copy.deepcopy(model).to(self.device)
         precision = effective_precision(precision, self.device, self.model.config)
@@ -199,7 +202,12 @@ class Runtime:
             from elmo.inference.vocab_cache import load_vocab_cache
 
             self.cache = {w: v.to(self.device) for w, v in load_vocab_cache(vocab_cache, self.model).items()}
-        self.states = StateKeeper(self, state)
+        self.graphs: LstmGraphs | None = None
+        if cuda_graphs:
+            model = self.model
+            self.graphs = LstmGraphs(list(zip(model.forward_layers, model.backward_layers)), self.dtype,
+                                     model.config.lstm.use_skip_connections)
+        self.states = StateKeeper(state)
 
     @property
     def config(self):
@@ -232,17 +240,40 @@ class Runtime:
 
     __call__ = forward
 
-    def run_batch(self, rows: Sequence[Sequence[str]]) -> BiLMOutput:
-        """One batch of token lists through the biLM under the state policy (the policy's
-        initial state in, its carried state updated)."""
-        rows = [list(r) for r in rows]
-        ids, mask = batch_to_char_ids(rows)
-        out = self.forward(ids, mask, self.states.initial(len(rows)), words=rows)
+    def initial_state(self, batch: int) -> BiLMState | None:
+        """The state policy's initial state for a batch of ``batch`` rows (None: zeros); in warm
+        mode the warm state is computed (or read from disk) here, once."""
+        if self.states.needs_warm:
+            self.states.warm = load_or_compute_warm_state(self)
+        return self.states.initial(batch)
+
+    def step(self, char_ids: torch.Tensor, mask: torch.Tensor, *, words: Sequence[Sequence[str]] | None = None,
+             keep_boundaries: bool = False, differentiable: bool = False) -> BiLMOutput:
+        """One batch under the state policy: its initial state in, the biLM's layers out, the
+        state it carries to the next batch updated. Every caller that runs batches (the
+        :class:`~elmo.inference.embed.Embedder`, :class:`~elmo.inference.elmo.Elmo`,
+        :class:`elmo.allennlp.Elmo`) goes through here.
+
+        ``char_ids`` ``(batch, time, 50)``, ``mask`` ``(batch, time)``; ``words`` as in
+        :meth:`forward`. ``differentiable`` runs the biLM's own forward under autograd, so that
+        gradients reach its weights (a biLM being fine-tuned), instead of the inference path."""
+        initial = self.initial_state(char_ids.shape[0])
+        if differentiable:
+            char_ids, mask = char_ids.to(self.device), mask.to(self.device)
+            out = self.model(char_ids, mask, initial, keep_boundaries=keep_boundaries)
+        else:
+            out = self.forward(char_ids, mask, initial, keep_boundaries=keep_boundaries, words=words)
         self.states.update(out.state)
         return out
 
+    def run_batch(self, rows: Sequence[Sequence[str]]) -> BiLMOutput:
+        """One batch of token lists through :meth:`step`."""
+        rows = [list(r) for r in rows]
+        ids, mask = batch_to_char_ids(rows)
+        return self.step(ids, mask, words=rows)
+
     def reset_state(self) -> None:
-        """Forget the state carried between calls (stateful mode) and the cached warm state."""
+        """Forget the state carried between calls (stateful mode) and the warm state."""
         self.states.reset()
 
     # ---------------------------------------------------------------------------- internals
@@ -317,23 +348,89 @@ class Runtime:
         c, h = state.c[:, :, order], state.h[:, :, order]
 
         x = torch.stack([tokens, reverse_within_length(tokens, sorted_mask)])  # (2, batch, time+2, proj)
+        weights = [self._stacked_weights(index) for index in range(model.n_layers)]
+        graphed = self.graphs.run(x, lengths, c, h, weights) if self.graphs is not None else None
+        if graphed is not None:
+            outputs, final_c, final_h = graphed
+        else:
+            outputs, final_c, final_h = self._lstm_eager(x, lengths, c, h, weights)
         layers = [torch.cat([tokens, tokens], dim=-1)]
-        final_c, final_h = [], []
-        for index, (forward_layer, backward_layer) in enumerate(zip(model.forward_layers, model.backward_layers)):
-            out, c_l, h_l = bilstm_inference(forward_layer, backward_layer, x, lengths, c[:, index], h[:, index],
-                                             self.dtype, self._stacked_weights(index))
-            if index > 0 and model.config.lstm.use_skip_connections:
-                out = out + x
-            layers.append(torch.cat([out[0], reverse_within_length(out[1], sorted_mask)], dim=-1))
-            final_c.append(c_l)
-            final_h.append(h_l)
-            x = out
+        layers += [torch.cat([out[0], reverse_within_length(out[1], sorted_mask)], dim=-1) for out in outputs]
         stacked = torch.stack(layers, dim=1)[restore]  # (batch, L+1, time+2, 2*proj)
-        new_state = BiLMState(torch.stack(final_c, dim=1)[:, :, restore], torch.stack(final_h, dim=1)[:, :, restore])
+        new_state = BiLMState(final_c[:, :, restore], final_h[:, :, restore])
         if keep_boundaries:
             return BiLMOutput(stacked, full_mask, new_state)
         stacked, out_mask = remove_boundaries(stacked, full_mask)
         return BiLMOutput(stacked, out_mask, new_state)
 
+    def _lstm_eager(self, x: torch.Tensor, lengths: torch.Tensor, c: torch.Tensor, h: torch.Tensor,
+                    weights: list[StackedWeights]) -> tuple[list[torch.Tensor], torch.Tensor, torch.Tensor]:
+        """Every layer over ``x`` ``(2, batch, time, proj)`` (rows sorted longest first) from
+        ``c`` ``(2, L, batch, dim)`` and ``h``: each layer's outputs ``(2, batch, time, proj)``
+        (residual included) and the final ``(c, h)`` ``(2, L, batch, ...)``."""
+        model = self.model
+        outputs, final_c, final_h = [], [], []
+        for index, (forward_layer, backward_layer) in enumerate(zip(model.forward_layers, model.backward_layers)):
+            out, c_l, h_l = bilstm_inference(forward_layer, backward_layer, x, lengths, c[:, index], h[:, index],
+                                             self.dtype, weights[index])
+            if index > 0 and model.config.lstm.use_skip_connections:
+                out = out + x
+            outputs.append(out)
+            final_c.append(c_l)
+            final_h.append(h_l)
+            x = out
+        return outputs, torch.stack(final_c, dim=1), torch.stack(final_h, dim=1)
 
-__all__ = ["PRECISIONS", "Runtime", "resolve_device"]
+
+# ------------------------------------------------------------------------------ the warm state
+@torch.inference_mode()
+def compute_warm_state(model: BiLM | Runtime, sentences: list[list[str]] | None = None) -> BiLMState:
+    """Read ``sentences`` (default: the warm-up text) as one running stream, starting from zero,
+    and average the state reached after each sentence. Returns a one-row state.
+
+    ``model`` is a runtime (its device and precision are used) or a biLM (run in float32)."""
+    runtime = model if isinstance(model, Runtime) else Runtime(model, state="reset")
+    sentences = sentences if sentences is not None else warmup_sentences()
+    state = runtime.zero_state(1)
+    total_c, total_h = torch.zeros_like(state.c), torch.zeros_like(state.h)
+    for sentence in sentences:
+        ids, mask = batch_to_char_ids([sentence])
+        state = runtime.forward(ids, mask, state).state
+        total_c += state.c
+        total_h += state.h
+    return BiLMState(total_c / len(sentences), total_h / len(sentences))
+
+
+def warm_state_key(runtime: Runtime) -> str:
+    """What a warm state depends on: the weights (their fingerprint), the warm-up text, the
+    precision and the kind of device it is computed in, and the procedure's version."""
+    parts = [weights_fingerprint(runtime.model), hashlib.sha256(warmup_text()).hexdigest(), runtime.precision,
+             runtime.device.type, str(WARM_STATE_VERSION)]
+    return hashlib.sha256(":".join(parts).encode()).hexdigest()
+
+
+def load_or_compute_warm_state(runtime: Runtime) -> BiLMState:
+    """The warm state of the runtime's model, computed once per model and kept on disk.
+
+    Looked up first beside the packaged model (its ``warm_state.npz``, shipped with it), then in
+    ``$ELMO_CACHE/warm-states/<key>.npz``; otherwise computed (running the warm-up text, most of
+    the start-up time of a one-sentence ``elmo embed``) and saved there. The key is
+    :func:`warm_state_key`, so a changed model, text, precision or procedure never reads a stale
+    state. A stored state is the computed one, bit for bit; computing it again under another
+    thread count or CPU can differ in the last bits (up to ~3e-6), as any float32 product does."""
+    key = warm_state_key(runtime)
+    expected = runtime.zero_state(1)
+    for path in (packaged_model_dir() / WARM_STATE_FILE, warm_state_cache_path(key)):
+        state = load_warm_state(path, key)
+        if state is not None and state.c.shape == expected.c.shape and state.h.shape == expected.h.shape:
+            return BiLMState(state.c.to(runtime.device), state.h.to(runtime.device))
+    state = compute_warm_state(runtime)
+    try:
+        save_warm_state(state, key, warm_state_cache_path(key), make_parents=True)
+    except OSError as e:  # a read-only home costs the next run its start-up time, nothing else
+        warnings.warn(f"could not keep the warm state in {warm_state_cache_path(key)}: {e}", stacklevel=2)
+    return state
+
+
+__all__ = ["DEFAULT_PRECISION", "DEFAULT_TOKEN_MEMO", "PRECISIONS", "Runtime", "compute_warm_state",
+           "load_or_compute_warm_state", "resolve_device", "warm_state_key"]

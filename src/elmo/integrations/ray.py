@@ -31,14 +31,16 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from elmo.inference.embed import Embedder
+from elmo.inference.embed import DEFAULT_BATCH_SIZE, DEFAULT_MAX_TOKENS, Embedder
 from elmo.inference.outputs import DTYPES, LAYER_NAMES
+from elmo.inference.runtime import DEFAULT_PRECISION
+from elmo.inference.states import DEFAULT_STATE
 
 
 class RayEmbedder:
     """Embeds the ``text_column`` of each batch into ``output_column`` (and ``n_tokens``).
 
-    ``model``: a name or path for :func:`elmo.hub.pretrained.load_model` (``"default"``: the
+    ``model``: any model source :func:`elmo.hub.load_model` takes (``"default"``: the
     packaged model), or ``options`` + ``weights`` files; ``layers``: ``"top"``, ``"average"`` or
     ``"all"``; ``dtype``: ``"float32"`` or ``"float16"`` for the returned vectors; ``device``:
     default ``cuda`` when this actor sees a GPU, else ``cpu``. ``state``, ``precision``,
@@ -47,10 +49,10 @@ class RayEmbedder:
 
     def __init__(self, model: str | os.PathLike | None = None, *, options: str | os.PathLike | None = None,
                  weights: str | os.PathLike | None = None, layers: str = "top", dtype: str = "float32",
-                 state: str = "warm", precision: str = "float32", device: str | None = None,
-                 batch_size: int = 64, max_tokens: int = 4096, text_column: str = "text",
+                 state: str = DEFAULT_STATE, precision: str = DEFAULT_PRECISION, device: str | None = None,
+                 batch_size: int = DEFAULT_BATCH_SIZE, max_tokens: int = DEFAULT_MAX_TOKENS, text_column: str = "text",
                  output_column: str = "embeddings", threads: int | None = None, cache_dir: str | None = None):
-        from elmo.hub.pretrained import load_model
+        from elmo.hub import load_model
 
         if layers not in LAYER_NAMES:
             raise ValueError(f"layers: expected one of {', '.join(LAYER_NAMES)}, got {layers!r}")

@@ -9,8 +9,8 @@ published weights expect (their ``char_embed`` has no row for 0; we prepend a ze
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
-from functools import lru_cache
 
 import numpy as np
 import torch
@@ -39,29 +39,105 @@ BOS_IDS = _marker_ids(BOS_CHAR)
 EOS_IDS = _marker_ids(EOS_CHAR)
 
 
-@lru_cache(maxsize=100_000)
-def _word_ids(word: str) -> bytes:
+def _word_char_ids(word: str) -> np.ndarray:
+    """The 50 shifted character ids of one token, ``(50,)`` int64 (see the module docstring)."""
     if word == BOS_TOKEN:
-        return BOS_IDS.tobytes()
+        return BOS_IDS.copy()
     if word == EOS_TOKEN:
-        return EOS_IDS.tobytes()
+        return EOS_IDS.copy()
     # 'ignore' only drops what UTF-8 cannot encode at all (lone surrogates), like the original.
     encoded = word.encode("utf-8", "ignore")[:MAX_BYTES]
-    ids = np.full(MAX_CHARS, PAD_CHAR, dtype=np.int64)
-    ids[0] = BOW_CHAR
+    ids = np.full(MAX_CHARS, PAD_CHAR + 1, dtype=np.int64)
+    ids[0] = BOW_CHAR + 1
     ids[1:1 + len(encoded)] = np.frombuffer(encoded, dtype=np.uint8)
-    ids[1 + len(encoded)] = EOW_CHAR
-    return (ids + 1).tobytes()
+    ids[1:1 + len(encoded)] += 1
+    ids[1 + len(encoded)] = EOW_CHAR + 1
+    return ids
 
 
 def word_to_char_ids(word: str) -> np.ndarray:
     """The 50 character ids (already shifted by +1) of one token: ``(50,)`` int64."""
-    return np.frombuffer(_word_ids(word), dtype=np.int64).copy()
+    return _word_char_ids(word)
+
+
+def words_to_char_ids(words: Sequence[str]) -> np.ndarray:
+    """:func:`word_to_char_ids` of many words at once: ``(len(words), 50)`` int64, without a
+    numpy call per word."""
+    encoded = [word.encode("utf-8", "ignore")[:MAX_BYTES] for word in words]
+    n = len(encoded)
+    lengths = np.fromiter(map(len, encoded), dtype=np.int64, count=n)
+    ids = np.full((n, MAX_CHARS), PAD_CHAR + 1, dtype=np.int64)
+    ids[:, 0] = BOW_CHAR + 1
+    if n:
+        rows = np.repeat(np.arange(n), lengths)
+        starts = np.cumsum(lengths) - lengths
+        columns = 1 + np.arange(int(lengths.sum())) - np.repeat(starts, lengths)
+        ids[rows, columns] = np.frombuffer(b"".join(encoded), dtype=np.uint8).astype(np.int64) + 1
+        ids[np.arange(n), lengths + 1] = EOW_CHAR + 1
+    for i, word in enumerate(words):
+        if word == BOS_TOKEN or word == EOS_TOKEN:
+            ids[i] = BOS_IDS if word == BOS_TOKEN else EOS_IDS
+    return ids
 
 
 def tokenize(line: str) -> list[str]:
     """Split a line into tokens the way the original tools do: Python's ``str.split()``."""
     return line.split()
+
+
+class CharIdTable:
+    """Character ids of words, one numpy row per distinct word seen, so that the ids of a whole
+    batch are one dictionary lookup per token and one gather (no per-token numpy call).
+
+    Holds at most ``max_words`` words (100 bytes each): a lookup that would pass that starts the
+    table again from empty. Thread-safe: a lookup and its gather happen under one lock.
+    """
+
+    def __init__(self, max_words: int = 200_000):
+        if max_words < 1:
+            raise ValueError(f"max_words: must be at least 1, got {max_words}")
+        self.max_words = max_words
+        self._lock = threading.Lock()
+        self._clear()
+
+    def _clear(self) -> None:
+        self._index: dict[str, int] = {}
+        # Ids go up to 262, so int16 rows: a quarter of the memory of int64.
+        self._chars = np.empty((1024, MAX_CHARS), dtype=np.int16)
+
+    def __len__(self) -> int:
+        return len(self._index)
+
+    def lookup(self, words: Sequence[str]) -> np.ndarray:
+        """Character ids of ``words``: ``(len(words), 50)`` int64, equal row by row to
+        :func:`word_to_char_ids`."""
+        with self._lock:
+            get = self._index.get
+            rows = np.array([get(word, -1) for word in words], dtype=np.intp)
+            missing = np.flatnonzero(rows < 0)
+            if len(missing):
+                new = list(dict.fromkeys(words[i] for i in missing.tolist()))
+                if len(self._index) + len(new) > self.max_words:
+                    self._clear()
+                    missing, new = np.arange(len(words)), list(dict.fromkeys(words))
+                self._add(new)
+                get = self._index.get
+                rows[missing] = [get(words[i]) for i in missing.tolist()]
+            return self._chars[rows].astype(np.int64)
+
+    def _add(self, words: list[str]) -> None:
+        start = len(self._index)
+        needed = start + len(words)
+        if needed > len(self._chars):
+            chars = np.empty((max(needed, 2 * len(self._chars)), MAX_CHARS), dtype=np.int16)
+            chars[:start] = self._chars[:start]
+            self._chars = chars
+        self._chars[start:needed] = words_to_char_ids(words)
+        self._index.update(zip(words, range(start, needed)))
+
+
+# The table behind batch_to_char_ids, shared by every caller in the process.
+_TABLE = CharIdTable()
 
 
 def batch_to_char_ids(batch: Sequence[Sequence[str]]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -74,11 +150,11 @@ def batch_to_char_ids(batch: Sequence[Sequence[str]]) -> tuple[torch.Tensor, tor
     for i, sentence in enumerate(batch):
         if isinstance(sentence, str):
             raise TypeError(f"batch[{i}] is a string; pass token lists (use tokenize(line))")
-    n_time = max((len(s) for s in batch), default=0)
+    lengths = np.array([len(s) for s in batch], dtype=np.int64)
+    n_time = int(lengths.max()) if len(batch) else 0
+    mask = np.arange(n_time) < lengths[:, None]  # (batch, time)
     ids = np.zeros((len(batch), n_time, MAX_CHARS), dtype=np.int64)
-    mask = np.zeros((len(batch), n_time), dtype=bool)
-    for i, sentence in enumerate(batch):
-        for t, word in enumerate(sentence):
-            ids[i, t] = np.frombuffer(_word_ids(word), dtype=np.int64)
-        mask[i, :len(sentence)] = True
+    words = [word for sentence in batch for word in sentence]
+    if words:
+        ids[mask] = _TABLE.lookup(words)  # row-major order of the mask is the order of ``words``
     return torch.from_numpy(ids), torch.from_numpy(mask)

@@ -255,29 +255,37 @@ def _lstm_from_dict(d: Any) -> LSTMConfig:
                       use_skip_connections=d.get("use_skip_connections", False))
 
 
+# Training presets, one options.json each under resources/presets/: the architecture and the
+# training fields in which a preset departs from bilm-tf's recipe (elmo.training.train.RECIPE).
+# "small", "medium" and "original" are the architectures of the models AllenNLP published, and
+# the one place their sizes are written down (elmo.hub.pretrained names its downloads from them).
+def _preset_folder():
+    from importlib import resources
 
-# The character CNN of every model AllenNLP published: 2048 filters of widths 1 to 7.
-_PUBLISHED_FILTERS = [(1, 32), (2, 32), (3, 64), (4, 128), (5, 256), (6, 512), (7, 1024)]
-
-
-def _published(dim: int, projection_dim: int, n_highway: int) -> BiLMConfig:
-    return BiLMConfig(
-        char_cnn=CharCNNConfig(embedding_dim=16, filters=list(_PUBLISHED_FILTERS), n_highway=n_highway),
-        lstm=LSTMConfig(dim=dim, projection_dim=projection_dim, n_layers=2, cell_clip=3, proj_clip=3,
-                        use_skip_connections=True))
+    return resources.files("elmo").joinpath("resources/presets")
 
 
-# Architectures of the published models, by the names AllenNLP gave them.
-PUBLISHED_SIZES = {
-    "small": lambda: _published(1024, 128, 1),
-    "medium": lambda: _published(2048, 256, 1),
-    "original": lambda: _published(4096, 512, 2),
-}
+def _preset_names() -> tuple[str, ...]:
+    names = [entry.name[:-len(".json")] for entry in _preset_folder().iterdir() if entry.name.endswith(".json")]
+    return tuple(sorted(names, key=lambda name: (preset_config(name).lstm.dim, name)))
+
+
+def preset_config(name: str) -> BiLMConfig:
+    """The config of a training preset: ``tiny`` (minutes on a laptop CPU), ``small``
+    (2x1024_128), ``medium`` (2x2048_256) or ``original`` (2x4096_512, 2 highway layers)."""
+    entry = _preset_folder().joinpath(f"{name}.json")
+    if not isinstance(name, str) or "/" in name or not entry.is_file():
+        raise ConfigError(f"unknown preset {name!r}; expected one of {', '.join(PRESETS)}")
+    try:
+        return BiLMConfig.from_dict(json.loads(entry.read_text(encoding="utf-8")))
+    except ConfigError as e:  # pragma: no cover - the package's own files are tested
+        raise ConfigError(f"preset {name}: {e}") from e
+
+
+PRESETS: tuple[str, ...] = _preset_names()
 
 
 def published_config(name: str) -> BiLMConfig:
     """The architecture of a published model: ``"small"`` (2x1024_128), ``"medium"``
-    (2x2048_256) or ``"original"`` (2x4096_512, also the 5.5B model's)."""
-    if name not in PUBLISHED_SIZES:
-        raise ConfigError(f"unknown model size {name!r}; expected one of {sorted(PUBLISHED_SIZES)}")
-    return PUBLISHED_SIZES[name]()
+    (2x2048_256) or ``"original"`` (2x4096_512, also the 5.5B model's): its preset."""
+    return preset_config(name)

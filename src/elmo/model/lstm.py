@@ -16,6 +16,7 @@ each row is the state after its last real token (TF's ``dynamic_rnn`` with ``seq
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import NamedTuple
 
 import torch
@@ -153,15 +154,21 @@ ONEDNN_MIN_RECURRENT_WEIGHT = 1 << 22
 
 
 class StackedWeights(NamedTuple):
-    """Both directions' weights laid out for batched products (see :func:`stack_directions`)."""
+    """Both directions' weights laid out for batched products (see :func:`stack_directions`).
+
+    The gate arithmetic is folded into them, exactly or to float rounding: the bias includes the
+    forget gate's +1, and where ``doubled_j`` the rows of the ``j`` gate are multiplied by 2 (exact)
+    so that one sigmoid over all four gates also gives ``tanh(j) = 2 sigmoid(2j) - 1``.
+    """
 
     input: torch.Tensor        # (2, input_dim, 4*dim)
     state: torch.Tensor        # (2, proj, 4*dim)
     projection: torch.Tensor   # (2, dim, proj)
-    bias: torch.Tensor         # (2, 1, 4*dim), float32
+    bias: torch.Tensor         # (2, 1, 4*dim), float32, forget bias included
     # Per direction, the state weight (4*dim, proj) and the bias (4*dim,) as opaque oneDNN
     # tensors, or None when the recurrent product runs through ``torch.bmm``.
     state_onednn: tuple[tuple[torch.Tensor, torch.Tensor], ...] | None = None
+    doubled_j: bool = False
 
 
 def use_onednn_recurrent(layer: LstmLayer, dtype: torch.dtype) -> bool:
@@ -178,19 +185,85 @@ def onednn_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> 
     return torch._C._nn.mkldnn_linear(x.contiguous().to_mkldnn(), weight, bias).to_dense()
 
 
+def tanh_by_sigmoid(device: torch.device) -> bool:
+    """Whether tanh is computed as ``2 sigmoid(2x) - 1`` on ``device`` (see :func:`_tanh`): on a
+    CPU, where it is faster; on a GPU ``torch.tanh`` is one kernel, the other form four."""
+    return device.type == "cpu"
+
+
 @torch.inference_mode()
 def stack_directions(forward_layer: LstmLayer, backward_layer: LstmLayer, dtype: torch.dtype) -> StackedWeights:
     """Both directions' weights for :func:`bilstm_inference`, in ``dtype`` (the bias in float32)."""
     layers = (forward_layer, backward_layer)
+    dim = forward_layer.dim
+    doubled = tanh_by_sigmoid(forward_layer.state_weight.device)
+    # Per gate row: 2 for j's rows where doubled (exact in floating point), 1 elsewhere.
+    scale = torch.ones(4 * dim, device=forward_layer.state_weight.device)
+    if doubled:
+        scale[dim:2 * dim] = 2.0
+    forget = torch.zeros_like(scale)
+    forget[2 * dim:3 * dim] = FORGET_BIAS * scale[2 * dim:3 * dim]
+    biases = [l.bias.detach().float() * scale + forget for l in layers]  # (4*dim,) each
+    state_weights = [l.state_weight.detach() * scale.unsqueeze(1) for l in layers]  # (4*dim, proj)
     onednn = None
     if use_onednn_recurrent(forward_layer, dtype):
-        onednn = tuple((l.state_weight.detach().float().contiguous().to_mkldnn(),
-                        l.bias.detach().float().contiguous().to_mkldnn()) for l in layers)
-    return StackedWeights(torch.stack([l.input_weight.t() for l in layers]).to(dtype),
-                          torch.stack([l.state_weight.t() for l in layers]).to(dtype),
-                          torch.stack([l.projection.t() for l in layers]).to(dtype),
-                          torch.stack([l.bias for l in layers]).unsqueeze(1),
-                          onednn)
+        onednn = tuple((w.float().contiguous().to_mkldnn(), b.contiguous().to_mkldnn())
+                       for w, b in zip(state_weights, biases))
+    return StackedWeights(torch.stack([l.input_weight.detach().t() * scale for l in layers]).to(dtype),
+                          torch.stack([w.t() for w in state_weights]).to(dtype),
+                          torch.stack([l.projection.detach().t() for l in layers]).to(dtype),
+                          torch.stack(biases).unsqueeze(1),
+                          onednn, doubled)
+
+
+def lstm_cell_inplace(gates: torch.Tensor, c: torch.Tensor, cell_clip: float | None, doubled_j: bool,
+                      c_out: torch.Tensor | None = None, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """The cell's pointwise part, for gates computed with :class:`StackedWeights` (forget bias
+    included; ``j`` doubled where ``doubled_j``): writes the new, clipped cell state into ``c_out``
+    (default: ``c`` itself, in place) and returns ``sigmoid(o) * tanh(c_new)`` ``(..., dim)`` in
+    ``dtype``, the projection's input. ``c``: ``(..., dim)``; ``gates`` ``(..., 4*dim)`` float32 is
+    overwritten.
+
+    Few kernels: one sigmoid over all four gates, ``c * f + i * tanh(j)`` as one multiply and one
+    ``addcmul``, the product cast to ``dtype`` as it is written, and tanh as ``2 sigmoid(2x) - 1``
+    only where ``doubled_j`` (a CPU)."""
+    if doubled_j:
+        i, j, f, o = torch.sigmoid_(gates).chunk(4, dim=-1)
+        tanh_j, tanh = j.mul_(2.0).sub_(1.0), _tanh  # 2 sigmoid(2j) - 1
+    else:
+        dim = gates.shape[-1] // 4
+        tanh_j, tanh = torch.tanh(gates[..., dim:2 * dim]), torch.tanh
+        i, _, f, o = torch.sigmoid_(gates).chunk(4, dim=-1)
+    c = torch.mul(c, f, out=c if c_out is None else c_out).addcmul_(i, tanh_j)
+    if cell_clip is not None:
+        c.clamp_(-cell_clip, cell_clip)
+    if dtype == torch.float32:
+        return o * tanh(c)
+    return torch.mul(o, tanh(c), out=torch.empty(o.shape, dtype=dtype, device=o.device))
+
+
+def _recurrent_gates(x_gates: torch.Tensor, h: torch.Tensor, weights: StackedWeights) -> torch.Tensor:
+    """``x_gates + h W_h`` ``(2, rows, 4*dim)`` float32, for the input half ``x_gates`` (float32)
+    and the state ``h`` ``(2, rows, proj)`` in the products' precision."""
+    if weights.state_onednn is not None:
+        gates = x_gates.new_empty(x_gates.shape)
+        for d in range(2):
+            torch.add(x_gates[d], onednn_linear(h[d], *weights.state_onednn[d]), out=gates[d])
+        return gates
+    if h.dtype == torch.float32:
+        return torch.baddbmm(x_gates, h, weights.state)
+    return torch.add(x_gates, torch.bmm(h, weights.state))  # float32 + low precision: float32
+
+
+def _input_gates(x: torch.Tensor, weights: StackedWeights, dtype: torch.dtype) -> torch.Tensor:
+    """The input half of the gates ``(2, rows, 4*dim)`` float32 for ``x`` ``(2, rows, input_dim)``,
+    with the bias (which the oneDNN recurrent product adds instead)."""
+    x = x.to(dtype)
+    if weights.state_onednn is not None:
+        # The bias joins in the recurrent product's kernel: adding it here would first copy it
+        # into every row of this product.
+        return torch.bmm(x, weights.input).float()
+    return torch.baddbmm(weights.bias.to(dtype), x, weights.input).float()
 
 
 @torch.inference_mode()
@@ -208,6 +281,11 @@ def bilstm_inference(forward_layer: LstmLayer, backward_layer: LstmLayer, inputs
     the final ``(c, h)``. Matrix products run in ``dtype`` (bfloat16/float16 for speed); the
     cell state and nonlinearities stay float32. Same numbers as :func:`lstm_plain` in float32.
     ``weights`` are :func:`stack_directions`'s result, when the caller keeps them between calls.
+
+    Per layer-step (10 kernels on a GPU in float32, counted by tests/test_fast_paths.py): the
+    recurrent product with the input half added, :func:`lstm_cell_inplace` on the running rows'
+    cell state, and the projection written straight into a time-major output buffer, which is
+    the next step's ``h`` (in reduced precision, into a low-precision ``h`` copied out).
     """
     _, batch, time, input_dim = inputs.shape
     if batch < MIN_ACTIVE_ROWS:  # pad with empty rows: see MIN_ACTIVE_ROWS
@@ -219,10 +297,13 @@ def bilstm_inference(forward_layer: LstmLayer, backward_layer: LstmLayer, inputs
         return outputs[:, :batch], c[:, :batch], h[:, :batch]
     dim, proj = forward_layer.dim, forward_layer.projection_dim
     weights = weights if weights is not None else stack_directions(forward_layer, backward_layer, dtype)
-    w_x, w_h, w_p, bias, w_h_onednn = weights
     cell_clip, proj_clip = forward_layer.cell_clip, forward_layer.proj_clip
-    c, h = c.clone(), h.clone()
-    outputs = inputs.new_zeros((2, batch, time, proj), dtype=torch.float32)
+    low = dtype != torch.float32  # (oneDNN runs float32 only)
+    c = c.clone()
+    outputs = inputs.new_zeros((time, 2, batch, proj), dtype=torch.float32)  # time-major
+    # The state h the products read: a view of the last step's outputs in float32; its own
+    # buffer in reduced precision, which the projection writes and its clip clips exactly.
+    h_prev = h.to(dtype, copy=True) if low else h
     # running[t] = number of rows whose sentence is longer than t (rows are sorted).
     running = (lengths.unsqueeze(0) > torch.arange(time, device=lengths.device).unsqueeze(1)).sum(1).tolist()
     for start in range(0, time, GATE_CHUNK_STEPS):
@@ -230,35 +311,72 @@ def bilstm_inference(forward_layer: LstmLayer, backward_layer: LstmLayer, inputs
         if running[start] == 0:
             break
         rows = max(running[start], MIN_ACTIVE_ROWS)
-        x = inputs[:, :rows, start:stop].to(dtype).reshape(2, -1, input_dim)
-        if w_h_onednn is None:
-            x_gates = torch.baddbmm(bias.to(dtype), x, w_x)
-        else:
-            # The bias joins in the recurrent product's kernel: adding it here would first copy
-            # it into every row of this (2, rows * steps, 4*dim) product first.
-            x_gates = torch.bmm(x, w_x)
-        x_gates = x_gates.float().view(2, rows, stop - start, 4 * dim)
+        x = inputs[:, :rows, start:stop].transpose(1, 2).reshape(2, -1, input_dim)  # time-major
+        x_gates = _input_gates(x, weights, dtype).view(2, stop - start, rows, 4 * dim)
         for t in range(start, stop):
             n = running[t]
             if n == 0:
                 break
             # Compute at least MIN_ACTIVE_ROWS rows (finished ones are computed, never stored).
             m = max(n, MIN_ACTIVE_ROWS)
-            if w_h_onednn is None:
-                gates = x_gates[:, :m, t - start] + torch.bmm(h[:, :m].to(dtype), w_h).float()  # (2, m, 4*dim)
-            else:
-                gates = x_gates.new_empty(2, m, 4 * dim)
-                for d in range(2):
-                    torch.add(x_gates[d, :m, t - start], onednn_linear(h[d, :m], *w_h_onednn[d]), out=gates[d])
-            gates = gates[:, :n]
-            i, j, f, o = gates.chunk(4, dim=2)
-            c_new = torch.sigmoid(f + FORGET_BIAS) * c[:, :n] + torch.sigmoid(i) * _tanh(j)
-            if cell_clip is not None:
-                c_new = c_new.clamp(-cell_clip, cell_clip)
-            h_new = torch.bmm((torch.sigmoid(o) * _tanh(c_new)).to(dtype), w_p).float()
+            gates = _recurrent_gates(x_gates[:, t - start, :m], h_prev[:, :m], weights)
+            q = lstm_cell_inplace(gates[:, :n], c[:, :n], cell_clip, weights.doubled_j, dtype=dtype)
+            out = h_prev[:, :n] if low else outputs[t, :, :n]
+            torch.bmm(q, weights.projection, out=out)
             if proj_clip is not None:
-                h_new = h_new.clamp(-proj_clip, proj_clip)
-            c[:, :n] = c_new
-            h[:, :n] = h_new
-            outputs[:, :n, t] = h_new
-    return outputs, c, h
+                out.clamp_(-proj_clip, proj_clip)  # exact in reduced precision too (a bound or the value)
+            if low:
+                outputs[t, :, :n] = out
+            else:
+                h_prev = outputs[t]
+    # A row's final h is its output at its last step (its initial h when it is empty).
+    last = (lengths - 1).clamp(min=0)
+    final_h = outputs[last, :, torch.arange(batch, device=lengths.device)].transpose(0, 1)  # (2, batch, proj)
+    final_h = torch.where((lengths > 0).view(1, batch, 1), final_h, h)
+    return outputs.permute(1, 2, 0, 3), c, final_h
+
+
+@torch.no_grad()
+def bilstm_static_chunk(layers: Sequence[tuple[LstmLayer, LstmLayer]], weights: Sequence[StackedWeights],
+                        inputs: torch.Tensor, keep: torch.Tensor, c: torch.Tensor, h: torch.Tensor,
+                        outputs: torch.Tensor, dtype: torch.dtype, skip_connections: bool) -> None:
+    """``K`` steps of every layer of both directions, with static shapes and no host
+    synchronisation: what a CUDA graph captures (:mod:`elmo.inference.graphs`).
+
+    ``inputs`` ``(K, 2, R, input_dim)`` float32, time-major, zero where masked; ``keep``
+    ``(K, 1, R, 1)`` float32, 1 where a row's sentence is running at that step, else 0; ``c``
+    ``(L, 2, R, dim)`` and ``h`` ``(L, 2, R, proj)`` float32, the states, carried in place (a
+    row's state is unchanged at steps it does not run); ``outputs`` ``(L, K, 2, R, proj)`` receives
+    each layer's output (the residual included where ``skip_connections``), zero where not kept.
+    Every row is computed at every step, masked: the arithmetic of :func:`bilstm_inference`,
+    except for the shapes of the matrix products (their rounding). The recurrent product always
+    runs through ``torch.bmm`` (never oneDNN).
+    """
+    steps, _, rows, _ = inputs.shape
+    running = keep > 0
+    low = dtype != torch.float32
+    x = inputs
+    for index, ((forward_layer, _), stacked) in enumerate(zip(layers, weights)):
+        stacked = stacked._replace(state_onednn=None)
+        dim, cell_clip, proj_clip = forward_layer.dim, forward_layer.cell_clip, forward_layer.proj_clip
+        x_gates = _input_gates(x.transpose(0, 1).reshape(2, steps * rows, -1), stacked, dtype)
+        x_gates = x_gates.view(2, steps, rows, 4 * dim)
+        c_l, out = c[index], outputs[index]
+        # In reduced precision the state is carried in that precision (rows that never run in the
+        # chunk come back rounded: the caller restores those it needs).
+        h_l = h[index].to(dtype) if low else h[index]
+        for k in range(steps):
+            gates = _recurrent_gates(x_gates[:, k], h_l, stacked)
+            c_new = torch.empty_like(c_l)
+            q = lstm_cell_inplace(gates, c_l, cell_clip, stacked.doubled_j, c_out=c_new, dtype=dtype)
+            h_new = torch.bmm(q, stacked.projection)
+            if proj_clip is not None:
+                h_new.clamp_(-proj_clip, proj_clip)
+            torch.where(running[k], c_new, c_l, out=c_l)
+            torch.where(running[k], h_new, h_l, out=h_l)
+            torch.mul(h_new, keep[k], out=out[k])
+        if low:
+            h[index].copy_(h_l)
+        if index > 0 and skip_connections:
+            out.add_(x)
+        x = out

@@ -1,11 +1,7 @@
-"""Reading and writing biLM weights.
-
-Two formats:
-
-* the original bilm-tf layout, ``options.json`` + ``weights.hdf5``, as published by AllenNLP and
-  read by every ELMo tool; every TensorFlow convention is undone here and nowhere else;
-* a native checkpoint (``.pt``): our state dict plus the config, read with ``weights_only=True``
-  so a file handed to us can never run code.
+"""Reading and writing biLM weights in the original bilm-tf layout, ``options.json`` +
+``weights.hdf5``, as published by AllenNLP and read by every ELMo tool; every TensorFlow
+convention is undone here and nowhere else. (This library's own ``.pt`` checkpoints are
+:mod:`elmo.hub.checkpoints`.)
 """
 
 from __future__ import annotations
@@ -23,8 +19,8 @@ from elmo.fileio import atomic_path
 from elmo.model.bilm import BiLM
 from elmo.model.config import BiLMConfig
 
-NATIVE_FORMAT = "elmo-bilm"
-NATIVE_VERSION = 1
+# Storage precisions of a weights file; loading always gives float32.
+STORAGE_DTYPES = ("float32", "float16")
 
 
 class WeightsError(ValueError):
@@ -136,7 +132,7 @@ def load_bilm_tf(options_file: str | os.PathLike, weights_file: str | os.PathLik
 
 
 def save_bilm_tf(model: BiLM, output_dir: str | os.PathLike, *, weights_name: str = "weights.hdf5",
-                 options_name: str = "options.json", dtype: str = "float32") -> tuple[str, str]:
+                 options_name: str = "options.json", dtype: str = STORAGE_DTYPES[0]) -> tuple[str, str]:
     """Write ``options.json`` and ``weights.hdf5`` in the original layout (atomically).
 
     ``dtype`` may be ``"float16"`` to halve the file; :func:`load_bilm_tf` restores float32.
@@ -177,34 +173,3 @@ def weights_fingerprint(module: nn.Module) -> str:
         digest.update(name.encode())
         digest.update(tensor.detach().float().cpu().numpy().tobytes())
     return digest.hexdigest()
-
-
-def save_checkpoint(model: BiLM, path: str | os.PathLike, **extra) -> None:
-    """Save the model's state dict and config (plus any plain-data ``extra``) atomically."""
-    payload = {"format": NATIVE_FORMAT, "version": NATIVE_VERSION, "config": model.config.to_dict(),
-               "state_dict": model.state_dict(), **extra}
-    with atomic_path(path) as tmp:
-        torch.save(payload, tmp)
-
-
-def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = "cpu") -> tuple[BiLM, dict]:
-    """Load a native checkpoint with ``weights_only=True``. Returns the model and the whole payload."""
-    try:
-        payload = torch.load(path, map_location=map_location, weights_only=True)
-    except Exception as e:  # torch raises several types for foreign or corrupt files
-        raise WeightsError(f"{path}: not a readable elmo checkpoint ({type(e).__name__}: {e})") from e
-    if not isinstance(payload, dict) or payload.get("format") != NATIVE_FORMAT:
-        raise WeightsError(f"{path}: not an elmo checkpoint (no '{NATIVE_FORMAT}' format marker)")
-    if payload.get("version") != NATIVE_VERSION:
-        raise WeightsError(f"{path}: checkpoint version {payload.get('version')} is not supported "
-                           f"(this elmo reads version {NATIVE_VERSION})")
-    config = BiLMConfig.from_dict(payload["config"])
-    for name, tensor in payload["state_dict"].items():
-        if torch.is_tensor(tensor) and tensor.is_floating_point():
-            check_finite(tensor.detach().cpu().float(), f"{path}: parameter '{name}'")
-    model = BiLM(config)
-    missing, unexpected = model.load_state_dict(payload["state_dict"], strict=False)
-    if missing or unexpected:
-        raise WeightsError(f"{path}: state dict does not match its config "
-                           f"(missing {missing[:3]}, unexpected {unexpected[:3]})")
-    return model, payload

@@ -2,15 +2,19 @@
 
 Example (``configs/tasks/ner-conll2003.toml``)::
 
-    task = "tagging"                 # tagging | classification | pair | srl | coref | qa
-    metric = "span_f1"               # span_f1 | accuracy | srl_f1 | coref_f1 | squad_f1
+    task = "tagging"                 # a key of elmo.tasks.catalog.TASKS
+    metric = "span_f1"               # one of the task's metrics (tagging: span_f1 | accuracy)
     output = "runs/ner-elmo"
 
     [data]
-    kind = "conll2003"               # see elmo.tasks.readers.read_dataset
+    kind = "conll2003"               # a dataset kind of the task (elmo.tasks.catalog.read_dataset)
     train = "../shared/data/ner/conll2003/train.txt"
     dev = "../shared/data/ner/conll2003/valid.txt"
     vectors = "../shared/data/vectors/glove.6B.50d.top100k.txt.gz"
+
+    [model]                          # the task's own settings (tagging: elmo.tasks.tagging.TaggingSettings)
+    hidden = 100
+    crf = true
 
     [elmo]
     enabled = true
@@ -21,24 +25,30 @@ Example (``configs/tasks/ner-conll2003.toml``)::
 A split is a path, or a table ``{ path = "...", split = "train" }`` for files that hold several
 splits (CoNLL-2000's zip, SICK, the SNLI folder). ``dev_fraction`` carves a dev set out of the
 training data when there is none. Relative paths are relative to the directory the command runs
-in. Every unknown or mistyped field is an error naming it, and so is a path that is not there
-(:func:`check_task_paths`, run before training creates anything).
+in. ``[model]`` is typed by the task: each family's ``Settings`` dataclass (a subclass of
+:class:`~elmo.tasks.base.ModelSettings`) gives its fields and their defaults. Every unknown or
+mistyped field is an error naming the file, the section and the field, and so is a path that is
+not there (:func:`check_task_paths`, run before training creates anything).
 """
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import os
 import tomllib
 from dataclasses import dataclass, field
 from typing import Any
 
+from elmo.hub.pretrained import DEFAULT_MODEL
+from elmo.inference.embed import DEFAULT_BATCH_SIZE
+from elmo.inference.states import DEFAULT_STATE
+from elmo.tasks.base import ModelSettings
+from elmo.tasks.catalog import TASKS
 from elmo.tasks.integration import ElmoOptions
 
-TASKS = ("tagging", "classification", "pair", "srl", "coref", "qa")
-METRICS = ("span_f1", "accuracy", "srl_f1", "coref_f1", "squad_f1")
-# The tasks whose metric is their own and goes with no other task.
-OWN_METRICS = {"srl": "srl_f1", "coref": "coref_f1", "qa": "squad_f1"}
+# Task names of earlier versions, as run directories made by them name their task.
+RENAMED_TASKS = {"pair": "entailment"}
 
 
 class TaskConfigError(ValueError):
@@ -60,39 +70,18 @@ class DataConfig:
     vectors: str | None = None
     dev_fraction: float = 0.0  # taken from the training data when there is no dev split
     train_fraction: float = 1.0  # for sample-efficiency runs: the first shuffled fraction is kept
-    chunk_sentences: int = 0  # coref: training documents cut into pieces of at most this many sentences (0: whole)
     train_examples: int = 0  # keep only the first this many training examples, in file order (0: all)
 
 
 @dataclass
-class ModelConfig:
-    hidden: int = 100
-    dropout: float = 0.5
-    char_filters: int = 50
-    layers: int = 1  # tagger and SRL BiLSTM layers
-    predicate_dim: int = 10  # SRL: size of the predicate-indicator embedding
-    crf: bool = True
-    freeze_vectors: bool = True
-    # Coreference (Lee et al. 2017; see elmo.tasks.coref.CorefModel)
-    max_span_width: int = 10
-    spans_per_word: float = 0.4
-    max_antecedents: int = 50
-    feature_dim: int = 20
-    ffnn_hidden: int = 150
-    mention_loss: float = 0.0
-    # Reading comprehension (BiDAF; see elmo.tasks.squad.BiDAF)
-    modelling_layers: int = 1
-    max_answer_length: int = 30
-
-
-@dataclass
 class BiLMSource:
-    """Which biLM gives the ELMo layers: anything :func:`elmo.hub.pretrained.load_model` takes (a
-    model name, a folder with ``options.json`` + ``weights.hdf5``, or a training run directory)."""
+    """Which biLM gives the ELMo layers: any model source :func:`elmo.hub.load_model` takes (a
+    model name, a folder with ``options.json`` + ``weights.hdf5``, a training run directory or a
+    checkpoint file), and how it embeds (the :class:`~elmo.inference.embed.Embedder`'s defaults)."""
 
-    model: str = "default"
-    state: str = "warm"
-    batch_size: int = 64
+    model: str = DEFAULT_MODEL
+    state: str = DEFAULT_STATE
+    batch_size: int = DEFAULT_BATCH_SIZE
 
 
 @dataclass
@@ -107,11 +96,13 @@ class TrainConfig:
 
 @dataclass
 class TaskConfig:
+    """One task run. ``model`` is the task family's own settings (``TASKS[task].Settings``)."""
+
     task: str
     metric: str
     output: str
     data: DataConfig
-    model: ModelConfig = field(default_factory=ModelConfig)
+    model: ModelSettings = field(default_factory=ModelSettings)
     elmo: ElmoOptions = field(default_factory=ElmoOptions)
     bilm: BiLMSource = field(default_factory=BiLMSource)
     train: TrainConfig = field(default_factory=TrainConfig)
@@ -121,15 +112,18 @@ class TaskConfig:
         return dataclasses.asdict(self)
 
 
-def _build(cls: type, values: Any, source: str, section: str = ""):
-    """Instantiate dataclass ``cls`` from a TOML table; errors name ``source`` and the field."""
+def _build(cls: type, values: Any, source: str, section: str = "", sections: dict | None = None):
+    """Instantiate dataclass ``cls`` from a TOML table; errors name ``source``, the section and
+    the field. ``sections``: the dataclass of each table of a :class:`TaskConfig`."""
     label = lambda name: f"{source}: {section + '.' if section else ''}{name}"  # noqa: E731
     if not isinstance(values, dict):
         raise TaskConfigError(f"{source}: {section or 'config'}: expected a table, got {values!r}")
     names = {f.name: f for f in dataclasses.fields(cls)}
     unknown = sorted(set(values) - set(names))
     if unknown:
-        raise TaskConfigError(f"{label(', '.join(unknown))}: unknown field(s); expected some of {', '.join(names)}")
+        owner = f" of {sections['model'].__name__}" if section == "model" and sections else ""
+        raise TaskConfigError(f"{label(', '.join(unknown))}: unknown field(s){owner}; "
+                              f"expected some of {', '.join(names)}")
     kwargs = {}
     for name, value in values.items():
         split_field = cls is DataConfig and name in ("train", "dev", "test")
@@ -137,8 +131,8 @@ def _build(cls: type, values: Any, source: str, section: str = ""):
             pass
         elif split_field:
             value = Split(value) if isinstance(value, str) else _build(Split, value, source, f"data.{name}")
-        elif cls is TaskConfig and name in SECTIONS:
-            value = _build(SECTIONS[name], value, source, name)
+        elif cls is TaskConfig and name in sections:
+            value = _build(sections[name], value, source, name, sections)
         else:
             expected = names[name].default
             if not (value is None and expected is None):
@@ -160,31 +154,56 @@ def _build(cls: type, values: Any, source: str, section: str = ""):
         raise TaskConfigError(f"{source}: {e}") from e
 
 
-SECTIONS = {"data": DataConfig, "model": ModelConfig, "elmo": ElmoOptions, "bilm": BiLMSource, "train": TrainConfig}
+SECTIONS = {"data": DataConfig, "elmo": ElmoOptions, "bilm": BiLMSource, "train": TrainConfig}
 
 
 def task_config_from_dict(values: dict, where: str = "config") -> TaskConfig:
-    config = _build(TaskConfig, values, where)
-    if config.task not in TASKS:
-        raise TaskConfigError(f"{where}: task: expected one of {', '.join(TASKS)}, got {config.task!r}")
-    if config.metric not in METRICS:
-        raise TaskConfigError(f"{where}: metric: expected one of {', '.join(METRICS)}, got {config.metric!r}")
-    for task, metric in OWN_METRICS.items():
-        if (config.task == task) != (config.metric == metric):
-            raise TaskConfigError(f"{where}: metric: task \"{task}\" goes with metric \"{metric}\" and only with "
-                                  f"it (got task {config.task!r}, metric {config.metric!r})")
+    """The :class:`TaskConfig` of a parsed TOML file (or ``to_dict()``'s output); ``where`` names
+    the file in errors. The task and its metric are checked first, then every section, the
+    ``[model]`` section against the task's own settings."""
+    if not isinstance(values, dict):
+        raise TaskConfigError(f"{where}: expected a table, got {values!r}")
+    task, metric = values.get("task"), values.get("metric")
+    if task is None:
+        raise TaskConfigError(f"{where}: task: missing field; expected one of {', '.join(TASKS)}")
+    if not isinstance(task, str) or task not in TASKS:
+        hint = f" (called {RENAMED_TASKS[task]!r} now)" if isinstance(task, str) and task in RENAMED_TASKS else ""
+        raise TaskConfigError(f"{where}: task: expected one of {', '.join(TASKS)}, got {task!r}{hint}")
+    metrics = TASKS[task].metrics
+    if metric is not None and metric not in metrics:
+        raise TaskConfigError(f"{where}: metric: task {task!r} is scored by {' or '.join(metrics)}, got {metric!r}")
+    config = _build(TaskConfig, {"model": {}, **values}, where,
+                    sections={**SECTIONS, "model": TASKS[task].Settings})
     if not 0.0 < config.data.train_fraction <= 1.0:
         raise TaskConfigError(f"{where}: data.train_fraction: expected a value in (0, 1], got {config.data.train_fraction}")
     if not 0.0 <= config.data.dev_fraction < 1.0:
         raise TaskConfigError(f"{where}: data.dev_fraction: expected a value in [0, 1), got {config.data.dev_fraction}")
     if config.data.train_examples < 0:
         raise TaskConfigError(f"{where}: data.train_examples: expected 0 (all) or more, got {config.data.train_examples}")
-    if config.data.chunk_sentences < 0:
-        raise TaskConfigError(f"{where}: data.chunk_sentences: expected 0 (whole documents) or more, "
-                              f"got {config.data.chunk_sentences}")
     if config.data.dev is None and config.data.dev_fraction == 0.0:
         raise TaskConfigError(f"{where}: data: give a dev split or a dev_fraction (early stopping needs a dev set)")
     return config
+
+
+def upgrade_config_dict(values: dict) -> dict:
+    """A config dict written by an earlier version (a run's ``config.json``, a checkpoint's
+    config) in today's shape: renamed tasks get their new name, coreference's
+    ``data.chunk_sentences`` moves to ``model``, and the fields of the one flat ``model`` section
+    of old that the task's own settings do not have (they were never read by its model) are
+    dropped. A dict in today's shape comes back equal."""
+    values = copy.deepcopy(values)
+    task = values.get("task")
+    if isinstance(task, str) and task in RENAMED_TASKS:
+        task = values["task"] = RENAMED_TASKS[task]
+    data = values.get("data")
+    chunk = data.pop("chunk_sentences", None) if isinstance(data, dict) else None
+    model = values.get("model")
+    if task in TASKS and isinstance(model, dict):
+        known = {f.name for f in dataclasses.fields(TASKS[task].Settings)}
+        values["model"] = {k: v for k, v in model.items() if k in known}
+        if chunk is not None and "chunk_sentences" in known:
+            values["model"]["chunk_sentences"] = chunk
+    return values
 
 
 def _where_relative(path: str) -> str:
@@ -206,16 +225,13 @@ def check_task_paths(config: TaskConfig, where: str = "config") -> None:
     if vectors is not None and not os.path.isfile(vectors):
         raise TaskConfigError(f"{where}: data.vectors: {vectors}: no such file{_where_relative(vectors)}")
     if config.elmo.enabled:
-        from elmo.hub.pretrained import model_names
+        from elmo.hub.resolve import locate
 
-        source = config.bilm.model
-        if source not in model_names():
-            missing = [f for f in ("options.json", "weights.hdf5") if not os.path.isfile(os.path.join(source, f))]
-            run = os.path.isdir(os.path.join(source, "checkpoints")) or (os.path.isfile(source) and source.endswith(".pt"))
-            if missing and not run:  # load_model also takes a training run directory or checkpoint
-                raise TaskConfigError(
-                    f"{where}: bilm.model: {source}: not a model name ({', '.join(model_names())}), and no folder "
-                    f"with options.json and weights.hdf5 (missing {' and '.join(missing)}){_where_relative(source)}")
+        try:
+            locate(config.bilm.model)  # what the name or path names, without reading or downloading it
+        except (ValueError, OSError) as e:
+            where_relative = "" if "://" in config.bilm.model else _where_relative(config.bilm.model)
+            raise TaskConfigError(f"{where}: bilm.model: {e}{where_relative}") from None
 
 
 def load_task_config(path: str | os.PathLike, overrides: dict | None = None) -> TaskConfig:
@@ -234,5 +250,5 @@ def load_task_config(path: str | os.PathLike, overrides: dict | None = None) -> 
     return task_config_from_dict(values, where=os.fspath(path))
 
 
-__all__ = ["BiLMSource", "DataConfig", "METRICS", "ModelConfig", "Split", "TASKS", "TaskConfig", "TaskConfigError",
-           "TrainConfig", "check_task_paths", "load_task_config", "task_config_from_dict"]
+__all__ = ["BiLMSource", "DataConfig", "RENAMED_TASKS", "Split", "TaskConfig", "TaskConfigError", "TrainConfig",
+           "check_task_paths", "load_task_config", "task_config_from_dict", "upgrade_config_dict"]

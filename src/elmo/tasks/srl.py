@@ -1,7 +1,11 @@
-"""Semantic role labelling: a deep BiLSTM tagger over one predicate at a time (He et al. 2017).
+"""Semantic role labelling: PropBank data, a deep BiLSTM tagger over one predicate at a time
+(He et al. 2017), and the CoNLL-2005 F1.
 
-Each instance is one predicate of a sentence (:class:`~elmo.tasks.readers.SrlInstance`), its
-arguments as BIO tags. The model, in a size that trains on a laptop CPU::
+Data: PropBank semantic roles in CoNLL-2012 columns (dataset kind ``conll2012-srl``,
+:func:`read_conll2012_srl`), one :class:`SrlInstance` per predicate: the sentence, the
+predicate's position and its arguments as BIO tags over the sentence.
+
+The model, in a size that trains on a laptop CPU::
 
     [word vector; char CNN; predicate indicator; ELMo_input] -> dropout
         -> BiLSTM -> BiLSTM + residual -> ... -> dropout -> [h; ELMo_output]
@@ -11,28 +15,153 @@ and decoding is Viterbi over the softmax's log-probabilities with the BIO constr
 only transition scores (``I-X`` only after ``B-X`` or ``I-X``, never first), so a prediction
 is always a valid tag sequence. He et al. used 8 layers with highway connections and
 alternating directions; here the layers are bidirectional and joined by residual connections.
+The biLM layers of a sentence are computed once and shared by all of its predicates.
 
 The metric is the CoNLL-2005 one (``srl-eval.pl``): precision, recall and F1 of labelled
 arguments with exact boundaries, the predicate's own ``V`` excluded. A continuation argument
 (``C-ARG1``) is one piece of the argument it continues: the argument counts as correct only if
-every piece matches. Reference arguments (``R-ARG0``) are arguments of their own role.
+every piece matches. Reference arguments (``R-ARG0``) are arguments of their own role. A role
+that training never saw counts as missed (SRL's rare roles are a real part of test sets).
 
-A batch is the tagger's (see :mod:`elmo.tasks.tagger`) plus ``"predicate"`` ``(batch, time)``
-long, 1 at the predicate's token and 0 elsewhere.
+A batch is an :class:`SrlBatch`: the tagger's batch plus the predicate indicator.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import torch
 from torch import nn
 
 from elmo.model.dropout import Dropout
-from elmo.tasks.features import TokenFeatures
+from elmo.tasks.base import (
+    Evaluation,
+    ModelSettings,
+    Split,
+    Task,
+    first_uses,
+    token_batch,
+)
+from elmo.tasks.features import TokenFeatures, WordVocab
 from elmo.tasks.integration import TaskElmo, concat
 from elmo.tasks.masked import encode
-from elmo.tasks.tagger import CRF
+from elmo.tasks.readers import DatasetError, PathLike, conll2012_blocks
+from elmo.tasks.tagging import CRF, TaggedSentence, TaggingBatch
+
+
+@dataclass
+class SrlInstance(TaggedSentence):
+    """One predicate of a sentence and its arguments as BIO tags over the sentence (``B-ARG0``,
+    ``I-ARG0``, ``B-V``, ``B-C-ARG1``, ``B-R-ARG0``, ... and ``O``). ``predicate`` is the index
+    of the predicate's first token; ``sentence`` numbers the sentences of the file from 0, so
+    that the instances of one sentence can share its biLM layers."""
+
+    predicate: int = 0
+    sentence: int = 0
+
+
+# ------------------------------------------------------------------------------ reader
+# Fixed columns before the argument columns: document, sentence, token, word, POS, parse bit,
+# predicate lemma, roleset; then one bracketed argument column per predicate.
+SRL_FIXED_COLUMNS = 8
+_SRL_CELL = re.compile(r"(?:\(([^()*\s]+))?\*(\))?")
+
+
+def srl_brackets_to_bio(cells: Sequence[str], lines: Sequence[int], where: PathLike, column: int) -> list[str]:
+    """One predicate's bracketed argument column (``(ARG0*``, ``*``, ``*)``, ``(V*)``) as BIO tags.
+
+    ``lines`` are the cells' line numbers, for errors: a cell that is not one of those forms, an
+    argument opened inside another or closed when none is open, and one left open at the end of
+    the sentence raise :class:`DatasetError` naming the line and the column (1-based).
+    """
+    tags, role, opened = [], None, 0
+    for cell, number in zip(cells, lines):
+        match = _SRL_CELL.fullmatch(cell)
+        if match is None:
+            raise DatasetError(where, number, f"column {column}: {cell!r} is not an argument bracket "
+                                              f"like (ARG0*, *, *) or (V*)")
+        label, closes = match.group(1), match.group(2) is not None
+        if label is not None:
+            if role is not None:
+                raise DatasetError(where, number, f"column {column}: ({label} opens inside ({role} "
+                                                  f"(opened on line {opened}), which is not closed")
+            role, opened = label, number
+            tags.append("B-" + label)
+        elif role is not None:
+            tags.append("I-" + role)
+        else:
+            tags.append("O")
+        if closes:
+            if role is None:
+                raise DatasetError(where, number, f"column {column}: ')' closes an argument that was never opened")
+            role = None
+    if role is not None:
+        raise DatasetError(where, opened, f"column {column}: ({role} is never closed before the sentence ends")
+    return tags
+
+
+def read_conll2012_srl(path: PathLike) -> list[SrlInstance]:
+    """PropBank semantic roles in CoNLL-2012 columns: one :class:`SrlInstance` per predicate.
+
+    Blank lines end sentences and ``#begin document`` / ``#end document`` lines are skipped
+    (:func:`~elmo.tasks.readers.conll2012_blocks`).
+    Every line of a sentence has the same number of columns: the eight fixed ones and one per
+    predicate, whose rows are those with a roleset (column 8) other than ``-``. Each predicate's
+    column has exactly one ``(V*)`` span; its first token is the instance's ``predicate``.
+    Tokens are kept as they are (the ``[WORD]`` placeholders of some EWT sentences included). A
+    sentence without predicates gives no instance but still takes a ``sentence`` number.
+    """
+    instances: list[SrlInstance] = []
+    n_sentences = 0
+    for kind, _, block in conll2012_blocks(path):
+        if kind != "sentence":
+            continue
+        numbers = [number for number, _ in block]
+        rows = []
+        for number, columns in block:
+            if len(columns) < SRL_FIXED_COLUMNS:
+                raise DatasetError(path, number, f"{len(columns)} columns, expected at least {SRL_FIXED_COLUMNS} "
+                                                 f"(document, sentence, token, word, POS, parse, lemma, roleset)")
+            if rows and len(columns) != len(rows[0]):
+                raise DatasetError(path, number, f"{len(columns)} columns, but line {numbers[0]} of the same "
+                                                 f"sentence has {len(rows[0])}")
+            rows.append(columns)
+        n_arguments = len(rows[0]) - SRL_FIXED_COLUMNS
+        predicates = [i for i, row in enumerate(rows) if row[7] != "-"]
+        if len(predicates) != n_arguments:
+            raise DatasetError(path, numbers[0], f"the sentence has {len(predicates)} predicate(s) (rows with a "
+                                                 f"roleset in column 8) but {n_arguments} argument column(s)")
+        tokens = [row[3] for row in rows]
+        for k in range(n_arguments):
+            column = SRL_FIXED_COLUMNS + k + 1
+            tags = srl_brackets_to_bio([row[SRL_FIXED_COLUMNS + k] for row in rows], numbers, path, column)
+            verbs = [i for i, tag in enumerate(tags) if tag == "B-V"]
+            if len(verbs) != 1:
+                raise DatasetError(path, numbers[0], f"column {column}: the predicate's column has "
+                                                     f"{len(verbs)} (V*) spans, expected 1")
+            instances.append(SrlInstance(tokens=list(tokens), tags=tags, predicate=verbs[0], sentence=n_sentences))
+        n_sentences += 1
+    if not instances:
+        raise DatasetError(path, 1, "no predicates")
+    return instances
+
+
+def srl_counts(instances: Sequence[SrlInstance]) -> dict:
+    """What a SRL file holds: predicates, sentences with at least one, tokens of those sentences,
+    and the role labels (without ``B-``/``I-``) with their number of arguments."""
+    sentences = {}
+    roles: dict[str, int] = {}
+    for instance in instances:
+        sentences[instance.sentence] = len(instance.tokens)
+        for tag in instance.tags:
+            if tag.startswith("B-"):
+                roles[tag[2:]] = roles.get(tag[2:], 0) + 1
+    return {"predicates": len(instances), "sentences": len(sentences), "tokens": sum(sentences.values()),
+            "roles": dict(sorted(roles.items(), key=lambda item: (-item[1], item[0])))}
+
+
 
 # Score of a forbidden transition: low enough that no allowed path loses to it, finite so that
 # sums stay comparable (-inf - -inf would be NaN).
@@ -147,6 +276,15 @@ def srl_scores(gold: Sequence[Sequence[str]], predicted: Sequence[Sequence[str]]
 
 
 # ------------------------------------------------------------------------------ model
+@dataclass
+class SrlBatch(TaggingBatch):
+    """One predicate's sentence per row (see :class:`~elmo.tasks.tagging.TaggingBatch`: the
+    argument tags as ``tags``) and ``predicate`` ``(batch, time)`` long, 1 at the predicate's
+    token and 0 elsewhere."""
+
+    predicate: torch.Tensor | None = None
+
+
 class SrlTagger(nn.Module):
     """Deep BiLSTM SRL tagger with optional ELMo at its input and/or output.
 
@@ -172,11 +310,11 @@ class SrlTagger(nn.Module):
         self.projection = nn.Linear(2 * hidden + elmo.output_dim, len(labels))
         self.decoder = BioDecoder(labels)
 
-    def scores(self, batch: dict) -> torch.Tensor:
+    def scores(self, batch: SrlBatch) -> torch.Tensor:
         """Unnormalised tag scores ``(batch, time, n_tags)``."""
-        mask = batch["mask"].bool()
-        layers = batch.get("elmo")
-        inputs = concat(self.features(batch["words"], batch["chars"]), self.predicate(batch["predicate"]),
+        mask = batch.mask.bool()
+        layers = batch.elmo
+        inputs = concat(self.features(batch.words, batch.chars), self.predicate(batch.predicate),
                         self.elmo.for_input(layers, mask))
         hidden = self.dropout(inputs)
         for i, encoder in enumerate(self.encoders):
@@ -185,19 +323,86 @@ class SrlTagger(nn.Module):
             hidden = self.dropout(encoded if i == 0 else hidden + encoded)
         return self.projection(concat(hidden, self.elmo.for_output(layers, mask)))
 
-    def loss(self, batch: dict) -> torch.Tensor:
+    def loss(self, batch: SrlBatch) -> torch.Tensor:
         """Mean cross entropy per real token, plus the ELMo mixes' L2 penalty."""
-        mask = batch["mask"].bool()
+        mask = batch.mask.bool()
         scores = self.scores(batch)
-        loss = nn.functional.cross_entropy(scores[mask], batch["tags"][mask])
+        loss = nn.functional.cross_entropy(scores[mask], batch.tags[mask])
         return loss + self.elmo.l2_penalty().to(loss.device)
 
     @torch.no_grad()
-    def predict(self, batch: dict) -> list[list[int]]:
+    def predict(self, batch: SrlBatch) -> list[list[int]]:
         """Tag ids of each instance, without padding: the best valid BIO sequence.
         Call ``eval()`` first for deterministic output."""
         log_probs = torch.log_softmax(self.scores(batch), dim=-1)
-        return self.decoder(log_probs, batch["mask"].bool())
+        return self.decoder(log_probs, batch.mask.bool())
 
 
-__all__ = ["BioDecoder", "SrlTagger", "bio_constraints", "bio_spans", "srl_arguments", "srl_scores"]
+# ------------------------------------------------------------------------------ the task
+@dataclass
+class SrlSettings(ModelSettings):
+    """``[model]`` of an SRL run: ``layers`` stacked BiLSTMs (each after the first with a residual
+    connection) and ``predicate_dim``, the size of the predicate-indicator embedding."""
+
+    layers: int = 1
+    predicate_dim: int = 10
+
+
+class SemanticRoles(Task):
+    """Semantic role labelling: the arguments of each predicate, scored by the CoNLL-2005 F1."""
+
+    name = "srl"
+    metrics = ("srl_f1",)
+    Settings = SrlSettings
+    readers = {"conll2012-srl": (read_conll2012_srl, False)}
+
+    def split(self, examples: list[SrlInstance]) -> Split:
+        """Each distinct sentence once, in order of first use (its predicates share its biLM
+        layers); ``rows``: the row of each instance's sentence."""
+        index = first_uses(tuple(e.tokens) for e in examples)
+        return Split(examples, [list(tokens) for tokens in index], [index[tuple(e.tokens)] for e in examples])
+
+    def label_names(self, examples: Sequence[SrlInstance]) -> list[str]:
+        return sorted({t for e in examples for t in e.tags})
+
+    def batch(self, split: Split, indices: Sequence[int], vocab: WordVocab, labels: dict[str, int]) -> SrlBatch:
+        examples = [split.examples[i] for i in indices]
+        tokens = token_batch([e.tokens for e in examples], vocab, split.layers, [split.rows[i] for i in indices])
+        predicate = torch.zeros(tokens.mask.shape, dtype=torch.long)
+        for row, e in enumerate(examples):
+            predicate[row, e.predicate] = 1
+        tags = torch.zeros(tokens.mask.shape, dtype=torch.long)
+        for row, e in enumerate(examples):
+            tags[row, :len(e.tags)] = torch.tensor([labels.get(t, 0) for t in e.tags], dtype=torch.long)
+        return SrlBatch(**tokens.tensors, tags=tags, predicate=predicate)
+
+    def build_model(self, features: TokenFeatures, elmo: TaskElmo, labels: Sequence[str]) -> SrlTagger:
+        s = self.settings
+        return SrlTagger(features, elmo, labels, hidden=s.hidden, layers=s.layers, dropout=s.dropout,
+                         predicate_dim=s.predicate_dim)
+
+    def decode(self, predicted: list[list[int]], split: Split, indices: Sequence[int],
+               names: Sequence[str]) -> list[list[str]]:
+        return [[names[t] for t in tags] for tags in predicted]
+
+    def evaluate(self, examples: Sequence[SrlInstance], predictions: list[list[str]]) -> Evaluation:
+        """The CoNLL-2005 F1; ``details``: precision, recall, counts and the scores of each role."""
+        scores = srl_scores([e.tags for e in examples], predictions)
+        return Evaluation(self.metric, scores["f1"], scores)
+
+    def tolerates_unseen_labels(self, unseen: set[str], gold: set[str]) -> bool:
+        """A role that training never saw is part of real test sets: it counts as missed."""
+        return True
+
+    def report(self, result: dict) -> list[str]:
+        details = result["details"]
+        lines = [f"precision {details['precision']:.4f} recall {details['recall']:.4f} "
+                 f"({details['correct']} correct of {details['gold']} gold, {details['predicted']} predicted arguments)"]
+        for role, row in sorted(details["roles"].items(), key=lambda item: -item[1]["gold"]):
+            lines.append(f"  {role:<12} precision {row['precision']:.4f} recall {row['recall']:.4f} f1 {row['f1']:.4f} "
+                         f"gold {row['gold']}")
+        return lines
+
+
+__all__ = ["BioDecoder", "SemanticRoles", "SrlBatch", "SrlInstance", "SrlSettings", "SrlTagger", "bio_constraints",
+           "bio_spans", "read_conll2012_srl", "srl_arguments", "srl_brackets_to_bio", "srl_counts", "srl_scores"]

@@ -1,10 +1,23 @@
-"""Train and evaluate a task model from a :class:`~elmo.tasks.config.TaskConfig`.
+"""Train and evaluate a task model from a :class:`~elmo.tasks.config.TaskConfig`: the one loop of
+every task family.
+
+The loop never asks which task it runs: the config's task object
+(:func:`elmo.tasks.catalog.task_for`, a :class:`~elmo.tasks.base.Task`) reads its data, lays out
+the sentences the biLM reads, builds its batches and its model, decodes predictions and scores
+them. What is here is what all tasks share: splits and a dev set carved from training data, the
+word vocabulary and vectors, the biLM layer cache, the optimizer, early stopping on dev,
+checkpoints and resuming, and scoring a trained run on a data file.
 
 A run directory holds ``config.json``, ``best.pt`` (the model with the best dev score so far),
-``last.pt`` (everything needed to continue: model, optimizer, epoch, history, random state),
-and ``metrics.json`` (dev score per epoch, best epoch, dev and test scores of the best model,
-the learned ELMo layer weights). Checkpoints are written atomically and loaded with
-``weights_only=True``; a killed run continues with ``resume=True`` from its last finished epoch.
+``last.pt`` (the state after the last finished epoch), and ``metrics.json`` (dev score per epoch,
+best epoch, dev and test scores of the best model, the learned ELMo layer weights, and the time
+the run took: ``seconds`` of wall-clock time and ``cpu_seconds`` of the process's CPU time, which
+on a busy shared machine is the fairer measure, both summed over resumed processes). Both
+checkpoints hold everything needed to continue training (model, optimizer, epoch, history,
+random state, example order): a killed run continues with ``resume=True`` from ``last.pt``, or
+from ``best.pt`` when ``last.pt`` is damaged. Checkpoints are written atomically and read with
+``weights_only=True`` (:func:`read_task_checkpoint`), so a damaged or untrusted file is an error
+naming it.
 """
 
 from __future__ import annotations
@@ -16,166 +29,46 @@ import random
 import time
 import warnings
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 
 import numpy as np
 import torch
 from tqdm import tqdm
 
 from elmo.fileio import atomic_path, atomic_write_text
-from elmo.inference.layer_cache import LayerCache, load_or_compute
-from elmo.tasks.config import TaskConfig, check_task_paths, task_config_from_dict
+from elmo.hub.checkpoints import read_checkpoint
+from elmo.inference.layer_cache import load_or_compute
+from elmo.model.weights import WeightsError
+from elmo.tasks.base import Split, Task
+from elmo.tasks.catalog import KIND_TASKS, read_dataset, task_for
+from elmo.tasks.config import (
+    TaskConfig,
+    check_task_paths,
+    task_config_from_dict,
+    upgrade_config_dict,
+)
 from elmo.tasks.features import (
     UNK,
     TokenFeatures,
     WordVocab,
-    char_ids,
     load_glove,
     load_vectors,
     vector_words,
-    word_ids,
 )
 from elmo.tasks.integration import TaskElmo
-from elmo.tasks.readers import (
-    CorefDocument,
-    GapExample,
-    SentencePair,
-    SquadQuestion,
-    SrlInstance,
-    TaggedSentence,
-    read_dataset,
-)
 
-CHECKPOINT_FORMAT = "elmo-task-1"
+CHECKPOINT_FORMAT = "elmo-task-2"
+# elmo-task-1: the same payload, with the config of before one home per task (upgrade_config_dict)
+# and best.pt without the training state.
+EARLIER_FORMATS = ("elmo-task-1",)
+MODEL_KEYS = ("config", "model", "vocab", "labels", "bilm_layers", "bilm_dim")
+TRAINING_KEYS = ("optimizer", "epoch", "history", "best_score", "best_epoch", "torch_rng", "python_rng")
 FALLBACK_VECTOR_DIM = 50
 
 
 # ------------------------------------------------------------------------------------ data
-def sentences_of(examples: Sequence) -> list[list[str]]:
-    """Every token sequence in the examples (both sides of a pair), in a fixed order; for SRL,
-    whose instances share sentences (one per predicate), each distinct sentence once; for
-    coreference, the sentences of every document in turn (the biLM reads one sentence at a time);
-    for reading comprehension, each distinct context once, then every question."""
-    if examples and isinstance(examples[0], CorefDocument):
-        return [list(s) for e in examples for s in e.sentences]
-    if examples and isinstance(examples[0], SquadQuestion):
-        # The reader shares one context object per paragraph; a dict keeps first-use order.
-        contexts = {id(e.context): e.context for e in examples}.values()
-        return [list(c.tokens) for c in contexts] + [list(e.question) for e in examples]
-    if examples and isinstance(examples[0], SentencePair):
-        return [e.premise for e in examples] + [e.hypothesis for e in examples]
-    if examples and isinstance(examples[0], SrlInstance):
-        return [list(tokens) for tokens in _first_uses(tuple(e.tokens) for e in examples)]
-    return [e.tokens for e in examples]
-
-
-def _first_uses(keys: Iterable) -> dict:
-    """Each distinct key, in order of first use, with its position in that order."""
-    index: dict = {}
-    for key in keys:
-        index.setdefault(key, len(index))
-    return index
-
-
-def sentence_rows(examples: Sequence) -> list[int] | None:
-    """For SRL, the position of each instance's sentence in :func:`sentences_of`, so that the
-    biLM layers of a sentence are computed once for all its predicates; for coreference, the
-    position of each document's first sentence; for reading comprehension, the position of each
-    question's context (its question's row is the number of contexts plus its index); None for
-    the others."""
-    if examples and isinstance(examples[0], CorefDocument):
-        return np.cumsum([0] + [len(e.sentences) for e in examples[:-1]]).tolist()
-    if examples and isinstance(examples[0], SquadQuestion):
-        index = _first_uses(id(e.context) for e in examples)
-        return [index[id(e.context)] for e in examples]
-    if not examples or not isinstance(examples[0], SrlInstance):
-        return None
-    index = _first_uses(tuple(e.tokens) for e in examples)
-    return [index[tuple(e.tokens)] for e in examples]
-
-
-def labels_of(example) -> list | str:
-    """The gold labels of an example: its tags, its class, or (coreference) its clusters."""
-    if isinstance(example, CorefDocument):
-        return example.clusters
-    if isinstance(example, SquadQuestion):
-        return [text for text, _ in example.answers]
-    return example.tags if isinstance(example, TaggedSentence) else example.label
-
-
-def label_set(examples: Sequence) -> set[str]:
-    """Every distinct gold label (tag or class) of the examples; none for coreference and reading
-    comprehension, whose clusters and answers are not labels from a fixed set."""
-    if examples and isinstance(examples[0], (CorefDocument, SquadQuestion)):
-        return set()
-    return {t for e in examples for t in (e.tags if isinstance(e, TaggedSentence) else [e.label])}
-
-
-@dataclass
-class LoadedSplit:
-    """Examples of one split and, when ELMo is used, their cached biLM layers (for pairs the
-    premises come first, then the hypotheses, as in :func:`sentences_of`)."""
-
-    examples: list
-    layers: LayerCache | None = None
-    rows: list[int] | None = None  # layer row of each example, where examples share sentences (SRL)
-    question_offset: int = 0  # reading comprehension: the layer row of the first question
-
-    def __post_init__(self):
-        if self.rows is None:
-            self.rows = sentence_rows(self.examples)
-        if self.examples and isinstance(self.examples[0], SquadQuestion):
-            self.question_offset = max(self.rows) + 1  # the contexts come first, numbered from 0
-
-
-def make_batch(split: LoadedSplit, indices: Sequence[int], vocab: WordVocab, labels: dict[str, int]) -> dict:
-    """The batch dict the task models take (see :mod:`elmo.tasks.tagger` and ``classifiers``)."""
-    examples = [split.examples[i] for i in indices]
-
-    def side(sentences: list[list[str]], layer_indices: list[int] | None) -> dict:
-        time = max(max((len(s) for s in sentences), default=0), 1)
-        mask = torch.zeros(len(sentences), time, dtype=torch.bool)
-        for row, s in enumerate(sentences):
-            mask[row, :len(s)] = True
-        layers = split.layers.batch(layer_indices, time) if split.layers is not None else None
-        return {"words": word_ids(sentences, vocab, time), "chars": char_ids(sentences, time), "mask": mask,
-                "elmo": layers}
-
-    if isinstance(examples[0], SquadQuestion):
-        return {"context": side([e.context.tokens for e in examples], [split.rows[i] for i in indices]),
-                "question": side([e.question for e in examples], [split.question_offset + i for i in indices]),
-                "span": torch.tensor([e.span or (0, 0) for e in examples], dtype=torch.long)}
-    if isinstance(examples[0], CorefDocument):
-        documents = []
-        for i, e in zip(indices, examples):
-            first = split.rows[i]
-            document = side([list(s) for s in e.sentences], list(range(first, first + len(e.sentences))))
-            document["clusters"] = e.clusters
-            documents.append(document)
-        return {"documents": documents}
-    if isinstance(examples[0], SentencePair):
-        n = len(split.examples)
-        batch = {"premise": side([e.premise for e in examples], list(indices)),
-                 "hypothesis": side([e.hypothesis for e in examples], [n + i for i in indices])}
-    else:
-        rows = [split.rows[i] for i in indices] if split.rows is not None else list(indices)
-        batch = side([e.tokens for e in examples], rows)
-    if isinstance(examples[0], SrlInstance):
-        predicate = torch.zeros(batch["mask"].shape, dtype=torch.long)
-        for row, e in enumerate(examples):
-            predicate[row, e.predicate] = 1
-        batch["predicate"] = predicate
-    if isinstance(examples[0], TaggedSentence):
-        tags = torch.zeros(batch["mask"].shape, dtype=torch.long)
-        for row, e in enumerate(examples):
-            tags[row, :len(e.tags)] = torch.tensor([labels.get(t, 0) for t in e.tags], dtype=torch.long)
-        batch["tags"] = tags
-    else:
-        batch["label"] = torch.tensor([labels.get(e.label, 0) for e in examples], dtype=torch.long)
-    return batch
-
-
 def read_split(config: TaskConfig, which: str) -> list | None:
+    """The examples of split ``which`` (``"train"``, ``"dev"``, ``"test"``) of the config's data,
+    None when the config has no such split."""
     spec = getattr(config.data, which)
     if spec is None:
         return None
@@ -183,7 +76,9 @@ def read_split(config: TaskConfig, which: str) -> list | None:
 
 
 def load_splits(config: TaskConfig) -> dict[str, list]:
-    """train / dev / test examples; dev carved from train when the config asks for it."""
+    """train / dev / test examples as the files hold them; dev carved from train when the config
+    asks for it (the same dev set for every seed), ``train_examples`` and ``train_fraction``
+    applied. What a task does to its training examples (:meth:`Task.prepare_training`) is not."""
     train = read_split(config, "train")
     if config.data.train_examples:
         train = train[:config.data.train_examples]
@@ -201,10 +96,6 @@ def load_splits(config: TaskConfig) -> dict[str, list]:
         generator.shuffle(order)
         keep = max(1, round(config.data.train_fraction * len(train)))
         train = [train[i] for i in sorted(order[:keep])]
-    if config.task == "coref" and config.data.chunk_sentences:
-        from elmo.tasks.coref import split_document
-
-        train = [piece for document in train for piece in split_document(document, config.data.chunk_sentences)]
     splits = {"train": train, "dev": dev}
     test = read_split(config, "test")
     if test is not None:
@@ -213,46 +104,20 @@ def load_splits(config: TaskConfig) -> dict[str, list]:
 
 
 # ------------------------------------------------------------------------------------ model
-def build_model(config: TaskConfig, embeddings: torch.Tensor, labels: Sequence[str], n_layers: int,
+def build_model(task: Task, config: TaskConfig, embeddings: torch.Tensor, labels: Sequence[str], n_layers: int,
                 dim: int) -> torch.nn.Module:
-    """The task model of ``config.task`` on the given word vectors, predicting ``labels`` (the
+    """``task``'s model on the given word vectors ``(vocab, dim)``, predicting ``labels`` (the
     label names in output order); ``n_layers``/``dim`` are the biLM's."""
     features = TokenFeatures(embeddings, freeze=config.model.freeze_vectors, char_filters=config.model.char_filters)
     elmo = TaskElmo(config.elmo, n_layers, dim)
-    m = config.model
-    n_labels = len(labels)
-    if config.task == "tagging":
-        from elmo.tasks.tagger import Tagger
-
-        return Tagger(features, elmo, n_labels, hidden=m.hidden, layers=m.layers, dropout=m.dropout, crf=m.crf)
-    if config.task == "qa":
-        from elmo.tasks.squad import BiDAF
-
-        return BiDAF(features, elmo, hidden=m.hidden, dropout=m.dropout, modelling_layers=m.modelling_layers,
-                     max_answer_length=m.max_answer_length)
-    if config.task == "coref":
-        from elmo.tasks.coref import CorefModel
-
-        return CorefModel(features, elmo, hidden=m.hidden, dropout=m.dropout, max_span_width=m.max_span_width,
-                          spans_per_word=m.spans_per_word, max_antecedents=m.max_antecedents,
-                          feature_dim=m.feature_dim, ffnn_hidden=m.ffnn_hidden, mention_loss=m.mention_loss)
-    if config.task == "srl":
-        from elmo.tasks.srl import SrlTagger
-
-        return SrlTagger(features, elmo, labels, hidden=m.hidden, layers=m.layers, dropout=m.dropout,
-                         predicate_dim=m.predicate_dim)
-    from elmo.tasks.classifiers import ESIM, SentenceClassifier
-
-    if config.task == "classification":
-        return SentenceClassifier(features, elmo, n_labels, hidden=m.hidden, dropout=m.dropout)
-    return ESIM(features, elmo, n_labels, hidden=m.hidden, dropout=m.dropout)
+    return task.build_model(features, elmo, labels)
 
 
 def load_bilm_source(config: TaskConfig):
     """The Embedder that computes ELMo layers for this config (None for a baseline)."""
     if not config.elmo.enabled:
         return None
-    from elmo.hub.pretrained import load_model
+    from elmo.hub import load_model
     from elmo.inference.embed import Embedder
 
     return Embedder(load_model(config.bilm.model), state=config.bilm.state, batch_size=config.bilm.batch_size)
@@ -264,108 +129,6 @@ def bilm_layer_shape(embedder) -> tuple[int, int]:
     if embedder is None:
         return 1, 1
     return embedder.model.config.n_output_layers, 2 * embedder.model.config.lstm.projection_dim
-
-
-# ------------------------------------------------------------------------------------ metrics
-def score(config: TaskConfig, gold: list, predicted: list) -> float:
-    """Span F1 (seqeval, on IOB2 tags), the CoNLL-2005 SRL F1, the CoNLL coreference F1 (the
-    average of MUC, B-cubed and CEAF-e over the whole corpus), or accuracy (per token for
-    tagging), as a fraction."""
-    if config.metric == "coref_f1":
-        from elmo.tasks.coref import coref_scores, corpus_clusters
-
-        return coref_scores(corpus_clusters(gold), corpus_clusters(predicted))["conll_f1"]
-    if config.metric == "squad_f1":
-        from elmo.tasks.squad import squad_scores
-
-        return squad_scores(gold, predicted)["f1"]
-    if config.metric == "srl_f1":
-        from elmo.tasks.srl import srl_scores
-
-        return srl_scores(gold, predicted)["f1"]
-    if config.metric == "span_f1":
-        from seqeval.metrics import f1_score
-
-        return float(f1_score(gold, predicted))
-    if config.task == "tagging":
-        pairs = [(g, p) for gs, ps in zip(gold, predicted) for g, p in zip(gs, ps)]
-    else:
-        pairs = list(zip(gold, predicted))
-    return sum(g == p for g, p in pairs) / max(len(pairs), 1)
-
-
-@torch.no_grad()
-def predict(model, split: LoadedSplit, vocab: WordVocab, labels: dict[str, int], batch_size: int) -> list:
-    """Predicted labels (strings) for every example of the split, in order; for coreference, the
-    predicted clusters of each document; for reading comprehension, each answer's text."""
-    names = {i: name for name, i in labels.items()}
-    model.eval()
-    out = []
-    for start in range(0, len(split.examples), batch_size):
-        indices = list(range(start, min(start + batch_size, len(split.examples))))
-        if isinstance(split.examples[0], CorefDocument):
-            out.extend(model.predict(make_batch(split, indices, vocab, labels)))
-            continue
-        if isinstance(split.examples[0], SquadQuestion):
-            spans = model.predict(make_batch(split, indices, vocab, labels))
-            out.extend(split.examples[i].context.answer_text(*span) for i, span in zip(indices, spans))
-            continue
-        for prediction in model.predict(make_batch(split, indices, vocab, labels)):
-            out.append([names[t] for t in prediction] if isinstance(prediction, list) else names[prediction])
-    return out
-
-
-def evaluate_split(config, model, split: LoadedSplit, vocab, labels, details: dict | None = None) -> float:
-    """The split's score under ``config.metric``; for SRL, ``details`` (a dict, if given) receives
-    the precision, recall and per-role scores too, for coreference every CoNLL metric, and for
-    classification and sentence pairs the per-class scores and confusion (:func:`class_scores`). On
-    GAP examples a coreference model is scored as GAP scores it (:func:`elmo.tasks.coref.gap_scores`):
-    the score is the overall F1 and ``details`` gets the rest."""
-    predicted = predict(model, split, vocab, labels, config.train.batch_size)
-    if split.examples and isinstance(split.examples[0], GapExample):
-        from elmo.tasks.coref import gap_scores
-
-        result = gap_scores(split.examples, predicted)
-        if details is not None:
-            details.update(result)
-        return result["overall"]["f1"]
-    gold = [labels_of(e) for e in split.examples]
-    if details is not None and config.metric == "coref_f1":
-        from elmo.tasks.coref import coref_scores, corpus_clusters
-
-        details.update(coref_scores(corpus_clusters(gold), corpus_clusters(predicted)))
-    if details is not None and config.metric == "squad_f1":
-        from elmo.tasks.squad import squad_scores
-
-        details.update(squad_scores(gold, predicted))
-        details["predictions"] = {e.id: p for e, p in zip(split.examples, predicted)}
-    if details is not None and config.metric == "srl_f1":
-        from elmo.tasks.srl import srl_scores
-
-        details.update(srl_scores(gold, predicted))
-    if details is not None and config.task in ("classification", "pair"):
-        details.update(class_scores(gold, predicted))
-    return score(config, gold, predicted)
-
-
-def class_scores(gold: Sequence[str], predicted: Sequence[str]) -> dict:
-    """Per-class counts and scores of a classification: ``{"classes": {label: {"gold",
-    "predicted", "correct", "precision", "recall", "f1"}}, "confusion": {gold label: {predicted
-    label: count}}}``, the classes in sorted order; a class never predicted has precision 0."""
-    confusion = {label: {other: 0 for other in sorted(set(gold) | set(predicted))}
-                 for label in sorted(set(gold) | set(predicted))}
-    for g, p in zip(gold, predicted):
-        confusion[g][p] += 1
-    classes = {}
-    for label, row in confusion.items():
-        n_gold, correct = sum(row.values()), row[label]
-        n_predicted = sum(confusion[other][label] for other in confusion)
-        precision = correct / n_predicted if n_predicted else 0.0
-        recall = correct / n_gold if n_gold else 0.0
-        f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
-        classes[label] = {"gold": n_gold, "predicted": n_predicted, "correct": correct,
-                          "precision": precision, "recall": recall, "f1": f1}
-    return {"classes": classes, "confusion": confusion}
 
 
 # ------------------------------------------------------------------------------------ running
@@ -380,68 +143,59 @@ def _save(path: str, payload: dict) -> None:
         torch.save(payload, tmp)
 
 
-def _layers_for(embedder, splits: dict[str, list], config: TaskConfig, progress: bool) -> dict[str, LoadedSplit]:
-    out = {}
-    for name, examples in splits.items():
-        layers = None
-        if embedder is not None:
-            label = f"{config.data.kind}-{name}"
-            layers = load_or_compute(embedder, sentences_of(examples), config.cache_dir, label, progress=progress)
-        out[name] = LoadedSplit(examples, layers)
-    return out
-
-
 def train_task(config: TaskConfig, *, resume: bool = False, progress: bool = True) -> dict:
     """Train ``config``'s model with early stopping on dev; returns the final metrics dict.
 
     A path in the config that is not there fails first (:func:`check_task_paths`), and the run
     directory is only created once the data, the vectors and the biLM have loaded: a config that
-    cannot run leaves nothing behind."""
+    cannot run leaves nothing behind. With ``resume``, the run continues from its last
+    checkpoint that reads (see :func:`resume_point`)."""
     check_task_paths(config)
     _seed_everything(config.train.seed)
-    started = time.time()
+    started, cpu_started = time.time(), time.process_time()
+    task = task_for(config)
     splits = load_splits(config)
-    answer_mapping = None
-    if config.task == "qa":
-        # Training needs a gold span; evaluation keeps every question and all its answers.
-        from elmo.tasks.readers import answer_mapping_counts
-
-        answer_mapping = answer_mapping_counts(splits["train"])
-        splits["train"] = [q for q in splits["train"] if q.span is not None]
-        if progress:
-            print(f"training answers: {answer_mapping}; {answer_mapping['unmapped']} question(s) without a span "
-                  f"skipped in training")
-    label_names = sorted(label_set(splits["train"]))
+    prepared = task.prepare_training(splits["train"])
+    splits["train"] = prepared.examples
+    if progress and prepared.note:
+        print(prepared.note)
+    data = {name: task.split(examples) for name, examples in splits.items()}
+    label_names = task.label_names(splits["train"])
     labels = {name: i for i, name in enumerate(label_names)}
     if config.data.vectors:
         # Dev and test words join the vocabulary only where they have a pretrained vector.
-        every_word = {w.lower() for examples in splits.values() for s in sentences_of(examples) for w in s}
-        vocab = WordVocab.build(sentences_of(splits["train"]), also=every_word & vector_words(config.data.vectors))
+        every_word = {w.lower() for split in data.values() for s in split.sentences for w in s}
+        vocab = WordVocab.build(data["train"].sentences, also=every_word & vector_words(config.data.vectors))
         embeddings, found = load_glove(config.data.vectors, vocab, seed=config.train.seed)
     else:
-        vocab = WordVocab.build(sentences_of(splits["train"]))
+        vocab = WordVocab.build(data["train"].sentences)
         embeddings = torch.randn(len(vocab), FALLBACK_VECTOR_DIM) * 0.1
         embeddings[0] = 0
         found = 0
 
     embedder = load_bilm_source(config)
-    data = _layers_for(embedder, splits, config, progress)
+    if embedder is not None:
+        for name, split in data.items():
+            split.layers = load_or_compute(embedder, split.sentences, config.cache_dir, f"{config.data.kind}-{name}",
+                                           progress=progress)
     n_layers, dim = bilm_layer_shape(embedder)
     os.makedirs(config.output, exist_ok=True)
     atomic_write_text(os.path.join(config.output, "config.json"), json.dumps(config.to_dict(), indent=1))
     _seed_everything(config.train.seed)
-    model = build_model(config, embeddings, label_names, n_layers, dim)
+    model = build_model(task, config, embeddings, label_names, n_layers, dim)
     optimizer = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=config.train.learning_rate)
     history: list[dict] = []
     best_score, best_epoch, first_epoch = -math.inf, 0, 1
     # Seconds spent by earlier processes on this run, up to their last checkpoint: a resumed run
     # reports its whole time, not just the part since the resume.
     earlier_seconds: float | None = 0.0
+    earlier_cpu: float | None = 0.0  # the same in CPU seconds of the process (all its threads)
     # Each epoch shuffles the previous epoch's order in place, so the order is part of the state.
     order = list(range(len(data["train"].examples)))
-    last_path = os.path.join(config.output, "last.pt")
-    if resume and os.path.isfile(last_path):
-        state = torch.load(last_path, map_location="cpu", weights_only=True)
+    best_path, last_path = os.path.join(config.output, "best.pt"), os.path.join(config.output, "last.pt")
+    point = resume_point(config.output) if resume else None
+    if point is not None:
+        path, state = point
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
         history, best_score, best_epoch = state["history"], state["best_score"], state["best_epoch"]
@@ -449,10 +203,11 @@ def train_task(config: TaskConfig, *, resume: bool = False, progress: bool = Tru
         torch.set_rng_state(state["torch_rng"])
         random.setstate(_tuple_state(state["python_rng"]))
         earlier_seconds = state.get("seconds")  # None: a checkpoint from before this was recorded
+        earlier_cpu = state.get("cpu_seconds")
         order = state["order"] if "order" in state else _replayed_order(len(order), config.train.seed,
                                                                          state["epoch"], random.getstate())
         if order is None:
-            warnings.warn(f"{last_path}: an older checkpoint without the example order, which could not be "
+            warnings.warn(f"{path}: an older checkpoint without the example order, which could not be "
                           f"replayed; the run goes on with a new order, so it will not match an uninterrupted run")
             order = list(range(len(data["train"].examples)))
 
@@ -465,7 +220,7 @@ def train_task(config: TaskConfig, *, resume: bool = False, progress: bool = Tru
         bar = tqdm(range(0, len(order), config.train.batch_size), desc=f"epoch {epoch}", unit="batch",
                    disable=not progress, leave=False)
         for start in bar:
-            batch = make_batch(data["train"], order[start:start + config.train.batch_size], vocab, labels)
+            batch = task.batch(data["train"], order[start:start + config.train.batch_size], vocab, labels)
             loss = model.loss(batch)
             optimizer.zero_grad()
             loss.backward()
@@ -473,42 +228,50 @@ def train_task(config: TaskConfig, *, resume: bool = False, progress: bool = Tru
             optimizer.step()
             total, batches = total + loss.item(), batches + 1
             bar.set_postfix(loss=f"{total / batches:.3f}")
-        dev_score = evaluate_split(config, model, data["dev"], vocab, labels)
+        dev_score = _evaluate(task, config, model, data["dev"], vocab, labels).score
         history.append({"epoch": epoch, "train_loss": total / max(batches, 1), "dev": dev_score})
         if progress:
             print(f"epoch {epoch}: train loss {total / max(batches, 1):.4f}, dev {config.metric} {dev_score:.4f}")
-        payload = _payload(config, model, vocab, label_names, n_layers, dim)
-        if dev_score > best_score:
+        improved = dev_score > best_score
+        if improved:
             best_score, best_epoch = dev_score, epoch
-            _save(os.path.join(config.output, "best.pt"), payload)
-        _save(last_path, {**payload, "optimizer": optimizer.state_dict(), "epoch": epoch, "history": history,
-                          "best_score": best_score, "best_epoch": best_epoch, "torch_rng": torch.get_rng_state(),
-                          "python_rng": _list_state(random.getstate()), "order": order,
-                          "seconds": (earlier_seconds or 0.0) + time.time() - started})
+        state = {**_payload(config, model, vocab, label_names, n_layers, dim), "optimizer": optimizer.state_dict(),
+                 "epoch": epoch, "history": history, "best_score": best_score, "best_epoch": best_epoch,
+                 "torch_rng": torch.get_rng_state(), "python_rng": _list_state(random.getstate()), "order": order,
+                 "seconds": (earlier_seconds or 0.0) + time.time() - started,
+                 "cpu_seconds": (earlier_cpu or 0.0) + time.process_time() - cpu_started}
+        if improved:  # the best model, with all it takes to continue from it should last.pt be lost
+            _save(best_path, state)
+        _save(last_path, state)
 
     best = load_task_model(config.output)[0]
     metrics = {"task": config.task, "metric": config.metric, "elmo": config.to_dict()["elmo"],
-               "best_epoch": best_epoch, "dev": evaluate_split(config, best, data["dev"], vocab, labels),
+               "best_epoch": best_epoch, "dev": _evaluate(task, config, best, data["dev"], vocab, labels).score,
                "history": history, "train_examples": len(data["train"].examples),
                "words_with_vectors": found, "vocabulary": len(vocab),
                "layer_weights": best.elmo.layer_weights(),
-               "seconds": round((earlier_seconds or 0.0) + time.time() - started, 1)}
-    if earlier_seconds is None:
-        # Resumed from a checkpoint without the earlier processes' time: "seconds" counts only
-        # this process, from this epoch on.
+               "seconds": round((earlier_seconds or 0.0) + time.time() - started, 1),
+               "cpu_seconds": round((earlier_cpu or 0.0) + time.process_time() - cpu_started, 1)}
+    if earlier_seconds is None or earlier_cpu is None:
+        # Resumed from a checkpoint without the earlier processes' time: "seconds" and
+        # "cpu_seconds" count only this process, from this epoch on.
         metrics["seconds_counted_from_epoch"] = first_epoch
-    if answer_mapping is not None:
-        metrics["train_answer_mapping"] = answer_mapping
+    metrics.update(prepared.metrics)
     if "test" in data:
-        details: dict = {}
-        metrics["test"] = evaluate_split(config, best, data["test"], vocab, labels, details)
-        predictions = details.pop("predictions", None)
-        if predictions is not None:
-            atomic_write_text(os.path.join(config.output, "test-predictions.json"), json.dumps(predictions) + "\n")
-        if details:
-            metrics["test_details"] = details
+        evaluation = _evaluate(task, config, best, data["test"], vocab, labels)
+        metrics["test"] = evaluation.score
+        if evaluation.predictions is not None:
+            atomic_write_text(os.path.join(config.output, "test-predictions.json"),
+                              json.dumps(evaluation.predictions) + "\n")
+        if evaluation.details:
+            metrics["test_details"] = evaluation.details
     atomic_write_text(os.path.join(config.output, "metrics.json"), json.dumps(metrics, indent=1))
     return metrics
+
+
+def _evaluate(task: Task, config: TaskConfig, model, split: Split, vocab: WordVocab, labels: dict[str, int]):
+    """The task's :class:`~elmo.tasks.base.Evaluation` of ``model``'s predictions on ``split``."""
+    return task.evaluate(split.examples, task.predict(model, split, vocab, labels, config.train.batch_size))
 
 
 def _replayed_order(n: int, seed: int, epochs: int, python_state: tuple) -> list[int] | None:
@@ -537,6 +300,71 @@ def _tuple_state(state):
     return (state[0], tuple(state[1]), state[2])
 
 
+# ------------------------------------------------------------------------------------ checkpoints
+def read_task_checkpoint(path: str | os.PathLike, *, training: bool = False) -> dict:
+    """A task run's checkpoint (``best.pt`` or ``last.pt``), read with ``weights_only=True`` (it can
+    hold no code); with ``training``, it must hold the training state too (optimizer, epoch, ...).
+    A file that is truncated, damaged, not a task checkpoint, holds something other than tensors
+    and plain values, or lacks a part raises :class:`~elmo.model.weights.WeightsError` (a
+    ``ValueError``) whose one line names the file."""
+    payload = read_checkpoint(path, {fmt: 1 for fmt in (CHECKPOINT_FORMAT, *EARLIER_FORMATS)},
+                              what="task checkpoint")
+    missing = [key for key in (*MODEL_KEYS, *(TRAINING_KEYS if training else ())) if key not in payload]
+    if missing:
+        what = "the training state" if training and not set(MODEL_KEYS) & set(missing) else "a complete checkpoint"
+        raise WeightsError(f"{path}: not {what} (no {', '.join(missing)})")
+    return payload
+
+
+def resume_point(run_dir: str | os.PathLike) -> tuple[str, dict] | None:
+    """``(path, state)`` a run continues from: ``last.pt``, or ``best.pt`` with a warning when
+    ``last.pt`` is missing or does not read (the epochs after the best one are trained again);
+    None when the run has neither. When ``last.pt`` reads but ``best.pt`` does not, the best
+    model is lost unless it is the last one (then ``best.pt`` is written again from ``last.pt``):
+    an error naming it. Errors name every file and what is wrong with it."""
+    last, best = os.path.join(run_dir, "last.pt"), os.path.join(run_dir, "best.pt")
+    if not os.path.isfile(last) and not os.path.isfile(best):
+        return None
+    problems = []
+    if os.path.isfile(last):
+        try:
+            state = read_task_checkpoint(last, training=True)
+        except WeightsError as e:
+            problems.append(str(e))
+        else:
+            _check_best(best, state)
+            return last, state
+    else:
+        problems.append(f"{last}: no such file")
+    try:
+        state = read_task_checkpoint(best, training=True)
+    except (WeightsError, FileNotFoundError) as e:
+        problems.append(str(e))
+        raise WeightsError(f"{run_dir}: no checkpoint to resume from ({'; '.join(problems)}); "
+                           f"train again without --resume") from None
+    warnings.warn(f"{problems[0]}; resuming from {best} (epoch {state['epoch']}) instead: the epochs after it are "
+                  f"trained again", stacklevel=2)
+    return best, state
+
+
+def _check_best(best: str, last_state: dict) -> None:
+    """Make sure a run resumed from ``last_state`` still has its best model in ``best``."""
+    if last_state["best_epoch"] == 0:  # nothing was ever best (no epoch finished with a score)
+        return
+    try:
+        read_task_checkpoint(best)
+        return
+    except (WeightsError, FileNotFoundError) as e:
+        problem = str(e)
+    if last_state["best_epoch"] == last_state["epoch"]:
+        warnings.warn(f"{problem}; the best epoch is the last one, so {best} is written again from last.pt",
+                      stacklevel=3)
+        _save(best, last_state)
+        return
+    raise WeightsError(f"{problem}; the best model (epoch {last_state['best_epoch']}) is lost and the run "
+                       f"cannot report it: train again without --resume")
+
+
 def load_task_model(run_dir: str | os.PathLike, sentences: Iterable[Sequence[str]] | None = None, *,
                     vectors: str | os.PathLike | None = None):
     """``(model, config, vocab, labels)`` of a run's best checkpoint, in eval mode.
@@ -545,18 +373,21 @@ def load_task_model(run_dir: str | os.PathLike, sentences: Iterable[Sequence[str
     vocabulary but have a vector in the run's vectors file (``data.vectors`` of its config, or
     ``vectors`` when that file has moved) join the vocabulary with their pretrained vectors, as
     the words of dev and test did in training; otherwise every word new to the run would read as
-    ``<unk>``. The run's own rows, fine-tuned or not, are kept.
+    ``<unk>``. The run's own rows, fine-tuned or not, are kept. A damaged or untrusted
+    ``best.pt`` is an error naming it (:func:`read_task_checkpoint`).
     """
     path = os.path.join(run_dir, "best.pt")
     if not os.path.isfile(path):
         raise FileNotFoundError(f"{path}: no best checkpoint; is {run_dir} a task run directory?")
-    payload = torch.load(path, map_location="cpu", weights_only=True)
-    if payload.get("format") != CHECKPOINT_FORMAT:
-        raise ValueError(f"{path}: not an elmo task checkpoint")
-    config = task_config_from_dict(payload["config"], where=path)
+    payload = read_task_checkpoint(path)
+    values = payload["config"]
+    if payload["format"] in EARLIER_FORMATS:
+        values = upgrade_config_dict(values)
+    config = task_config_from_dict(values, where=path)
     vocab = WordVocab(payload["vocab"])
     embeddings = payload["model"]["features.words.weight"]
-    model = build_model(config, embeddings, payload["labels"], payload["bilm_layers"], payload["bilm_dim"])
+    model = build_model(task_for(config), config, embeddings, payload["labels"], payload["bilm_layers"],
+                        payload["bilm_dim"])
     model.load_state_dict(payload["model"])
     labels = {name: i for i, name in enumerate(payload["labels"])}
     if sentences is not None:
@@ -611,61 +442,54 @@ def evaluate_task(run_dir: str | os.PathLike, path: str, split: str | None = Non
                   vectors: str | os.PathLike | None = None, predictions: str | os.PathLike | None = None,
                   progress: bool = True) -> dict:
     """Score a run's best model on a data file, read as dataset ``kind`` (by default the run's
-    own; e.g. ``kind="snli"`` scores a SICK model on SNLI). Gold labels the model never saw are
-    an error, not a silent miss, except for SRL and for tagging, where a role or tag absent from
-    training is a real part of some test sets (CoNLL-2000's test set has ``I-LST``, its training
-    set not): they count as missed and ``unseen_labels`` lists them, unless more than half of the
-    file's tags are unknown to the model, which is an error (the wrong data or model). Words
-    of the data that the run never saw get their vectors from the run's vectors file (``vectors``
-    where it has moved; see :func:`add_pretrained_words`); the result counts them
-    (``words_added``) and the tokens that still read as ``<unk>``. A reading-comprehension run
-    also writes the official prediction file (question id -> answer text) to ``predictions``
-    (default: ``RUN/predictions-<data file name>.json``), named in the result's ``predictions``."""
+    own; any kind of the run's task family: ``kind="snli"`` scores a SICK entailment model on
+    SNLI, ``kind="gap"`` a coreference model on GAP). Gold labels the model never saw are an
+    error, not a silent miss, unless the task tolerates them (:meth:`Task.tolerates_unseen_labels`:
+    SRL's rare roles, and tagging's tags absent from training, as CoNLL-2000's ``I-LST``, unless
+    most of a file's tags are unknown): they count as missed and ``unseen_labels`` lists them.
+    Words of the data that the run never saw get their vectors from the run's vectors file
+    (``vectors`` where it has moved; see :func:`add_pretrained_words`); the result counts them
+    (``words_added``) and the tokens that still read as ``<unk>``. A task whose evaluation has
+    predictions to keep (reading comprehension: question id -> answer text) writes them to
+    ``predictions`` (default: ``RUN/predictions-<data file name>.json``), named in the result's
+    ``predictions``. The result names the ``task``; :meth:`Task.report` prints its details."""
     model, config, vocab, labels = load_task_model(run_dir)
+    task = task_for(config)
     kind = kind or config.data.kind
+    if kind in KIND_TASKS and kind not in task.readers:
+        raise ValueError(f"{path}: data of kind {kind!r} cannot be scored by the {config.task} model in {run_dir} "
+                         f"(its kinds: {', '.join(task.readers)})")
     examples = read_dataset(kind, path, split)
-    for task, record in (("coref", CorefDocument), ("qa", SquadQuestion)):
-        if examples and isinstance(examples[0], record) != (config.task == task):
-            raise ValueError(f"{path}: data of kind {kind!r} cannot be scored by the {config.task} model in {run_dir}")
-    gold_labels = label_set(examples)
+    gold_labels = task.gold_labels(examples)
     unknown = gold_labels - labels.keys()
-    # A role or tag that training never saw can be part of the test data (SRL's rare roles,
-    # CoNLL-2000's I-LST): it counts as missed, as the span metrics and accuracy count it. Where
-    # most of the file's tags are unknown, or for a class of a classification, it means the
-    # wrong data or model.
-    tolerated = config.task == "srl" or (config.task == "tagging" and len(unknown) * 2 <= len(gold_labels))
-    if unknown and not tolerated:
+    if unknown and not task.tolerates_unseen_labels(unknown, gold_labels):
         raise ValueError(f"{path}: label(s) {', '.join(sorted(unknown))} are not among those the model "
                          f"in {run_dir} was trained on ({', '.join(labels)})")
-    sentences = sentences_of(examples)
+    data = task.split(examples)
     trained_words = len(vocab)
-    vocab = add_pretrained_words(model, config, vocab, sentences, vectors,
+    vocab = add_pretrained_words(model, config, vocab, data.sentences, vectors,
                                  where=os.path.join(os.fspath(run_dir), "best.pt"))
     embedder = load_bilm_source(config)
-    layers = None
     if embedder is not None:
-        layers = load_or_compute(embedder, sentences, config.cache_dir, f"{config.data.kind}-eval",
-                                 progress=progress)
-    details: dict = {}
-    value = evaluate_split(config, model, LoadedSplit(examples, layers), vocab, labels, details)
-    n_unknown, n_tokens = unknown_tokens(sentences, vocab)
-    metric = "gap_f1" if examples and isinstance(examples[0], GapExample) else config.metric
-    result = {"run": os.fspath(run_dir), "data": path, "split": split, "kind": kind,
-              "metric": metric, "score": value, "examples": len(examples),
+        data.layers = load_or_compute(embedder, data.sentences, config.cache_dir, f"{config.data.kind}-eval",
+                                      progress=progress)
+    evaluation = _evaluate(task, config, model, data, vocab, labels)
+    n_unknown, n_tokens = unknown_tokens(data.sentences, vocab)
+    result = {"run": os.fspath(run_dir), "data": path, "split": split, "kind": kind, "task": config.task,
+              "metric": evaluation.metric, "score": evaluation.score, "examples": len(examples),
               "words_added": len(vocab) - trained_words, "tokens": n_tokens, "unknown_tokens": n_unknown}
-    answers = details.pop("predictions", None)
-    if answers is not None:  # reading comprehension: the official prediction file, question id -> answer
+    if evaluation.predictions is not None:
         if predictions is None:
             stem = os.path.basename(os.path.normpath(path)).removesuffix(".gz").removesuffix(".json")
             predictions = os.path.join(run_dir, f"predictions-{stem}.json")
-        atomic_write_text(predictions, json.dumps(answers, ensure_ascii=False) + "\n")
+        atomic_write_text(predictions, json.dumps(evaluation.predictions, ensure_ascii=False) + "\n")
         result["predictions"] = os.fspath(predictions)
-    if details:
-        result["details"] = details
+    if evaluation.details:
+        result["details"] = evaluation.details
     if unknown:
         result["unseen_labels"] = sorted(unknown)
     return result
 
 
-__all__ = ["add_pretrained_words", "build_model", "class_scores", "evaluate_task", "load_splits", "load_task_model", "make_batch",
-           "score", "train_task", "unknown_tokens"]
+__all__ = ["add_pretrained_words", "build_model", "evaluate_task", "load_splits", "load_task_model",
+           "read_task_checkpoint", "resume_point", "train_task", "unknown_tokens"]

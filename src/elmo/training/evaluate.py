@@ -15,16 +15,21 @@ from collections.abc import Sequence
 import torch
 from tqdm import tqdm
 
+from elmo.devices import DEFAULT_DEVICE
 from elmo.model.bilm import BACKWARD, FORWARD
 from elmo.model.lm import LanguageModel
 from elmo.model.vocab import Vocabulary
 from elmo.training.data import LMBatcher, SentenceStream
 
+# Running streams read side by side, and tokens per stream per window, when evaluating.
+EVAL_BATCH_SIZE = 64
+EVAL_UNROLL_STEPS = 20
+
 
 @torch.inference_mode()
-def evaluate(model: LanguageModel, vocab: Vocabulary, paths: Sequence[str], batch_size: int = 64,
-             unroll_steps: int = 20, max_targets: int | None = None, per_sentence: bool = False,
-             device: str | torch.device = "cpu", progress: bool = False) -> dict:
+def evaluate(model: LanguageModel, vocab: Vocabulary, paths: Sequence[str], batch_size: int = EVAL_BATCH_SIZE,
+             unroll_steps: int = EVAL_UNROLL_STEPS, max_targets: int | None = None, per_sentence: bool = False,
+             device: str | torch.device = DEFAULT_DEVICE, progress: bool = False) -> dict:
     """Forward, backward and average perplexity over the sentences of ``paths``.
 
     Returns a dict with ``forward_perplexity``, ``backward_perplexity``, ``average_perplexity``

@@ -25,23 +25,23 @@ import os
 import sys
 import time
 from dataclasses import asdict, dataclass, fields
-from importlib import resources
 
 import torch
 import torch.distributed as dist
 from tqdm import tqdm
 
+from elmo.devices import DEFAULT_DEVICE, resolve_device
 from elmo.fileio import atomic_path, atomic_write_text
 from elmo.hub.checkpoints import (
-    TRAIN_FORMAT,
     VOCAB_FILE,
     checkpoint_paths,
     latest_checkpoint,
-    load_language_model_with_origin,
     load_latest_train_checkpoint,
+    save_train_checkpoint,
 )
+from elmo.hub.resolve import load_language_model_with_origin
 from elmo.model.bilm import BiLMState
-from elmo.model.config import BiLMConfig, ConfigError
+from elmo.model.config import PRESETS, BiLMConfig, ConfigError, preset_config
 from elmo.model.lm import LanguageModel
 from elmo.model.vocab import Vocabulary
 from elmo.training.data import (
@@ -53,8 +53,62 @@ from elmo.training.data import (
 )
 from elmo.training.evaluate import evaluate
 
-PRESETS = ("tiny", "small", "original")
+
+@dataclass(frozen=True)
+class Recipe:
+    """bilm-tf's training recipe: the value of each training field that a config (a preset, an
+    ``options.json``) leaves out, and the optimizers' own defaults. A preset states only where it
+    departs from this (``tiny``: batch 32, 2,048 negatives)."""
+
+    batch_size: int = 128
+    unroll_steps: int = 20
+    dropout: float = 0.1
+    n_negative_samples_batch: int = 8192  # 0: the full softmax
+    all_clip_norm_val: float = 10.0
+    optimizer: str = "adagrad"
+    adagrad_learning_rate: float = 0.2
+    adamw_learning_rate: float = 1e-3
+    adamw_weight_decay: float = 0.01
+    max_warmup_steps: int = 1000  # AdamW warm-up: this many steps, or a tenth of a shorter run
+
+    def learning_rate(self, optimizer: str) -> float:
+        return self.adagrad_learning_rate if optimizer == "adagrad" else self.adamw_learning_rate
+
+
+RECIPE = Recipe()
+# The training fields a run's config always has, from RECIPE where its base config lacks them.
+RECIPE_FIELDS = ("batch_size", "unroll_steps", "dropout", "n_negative_samples_batch", "all_clip_norm_val", "optimizer")
 OPTIMIZERS = ("adagrad", "adamw")
+DEFAULT_PRESET = "tiny"
+
+# The fine-tuning batch rule (docs/training.md, "Fine-tune on your domain"): without --batch-size, a
+# fine-tune takes the largest power of two of rows that still makes FINETUNE_UPDATES optimizer
+# updates over the run's tokens, at least FINETUNE_MIN_BATCH rows, and at most the model's
+# pretraining batch (its options.json) or, on a CPU, CPU_MAX_BATCH: a CPU trains no faster per
+# token with bigger batches, so there a bigger batch only means fewer updates.
+FINETUNE_UPDATES = 500
+FINETUNE_MIN_BATCH = 16
+CPU_MAX_BATCH = 32
+
+
+def finetune_batch_size(run_tokens: int, unroll_steps: int, pretraining_batch: int,
+                        device: str | torch.device) -> tuple[int, str]:
+    """The fine-tuning rule's batch size (rows) for a run of ``run_tokens`` tokens per direction
+    in windows of ``unroll_steps``, and why, in words."""
+    cap, capped_by = pretraining_batch, "the model's pretraining batch"
+    if torch.device(device).type == "cpu" and CPU_MAX_BATCH < cap:
+        cap, capped_by = CPU_MAX_BATCH, "the most for a CPU"
+    wanted = run_tokens / (unroll_steps * FINETUNE_UPDATES)
+    power = 1 << math.floor(math.log2(wanted)) if wanted >= 1 else 0
+    batch = max(FINETUNE_MIN_BATCH, power)
+    if batch >= cap:
+        return cap, f"{cap} rows, {capped_by}"
+    if power < FINETUNE_MIN_BATCH:
+        return batch, (f"{batch} rows, the rule's smallest batch: {run_tokens:,} tokens are too few for "
+                       f"{FINETUNE_UPDATES} updates")
+    return batch, f"the largest power of two that makes at least {FINETUNE_UPDATES} updates of {run_tokens:,} tokens"
+
+
 SETTINGS_FILE = "train_settings.json"
 METRIC_FIELDS = ["step", "tokens", "loss", "forward_perplexity", "backward_perplexity", "learning_rate",
                  "tokens_per_second", "elapsed_seconds", "heldout_forward_perplexity",
@@ -84,24 +138,6 @@ def _check_count(option: str, value: int | None, least: int) -> None:
         raise ValueError(f"{option}: must be at least {least}, got {value}")
 
 
-def check_device(device: str) -> torch.device:
-    """The torch device ``device`` names, if training can run there; else ValueError naming it."""
-    try:
-        parsed = torch.device(device)
-    except (RuntimeError, TypeError):
-        raise ValueError(f"--device: {device!r} is not a device; expected cpu, cuda or cuda:N") from None
-    if parsed.type not in ("cpu", "cuda"):
-        raise ValueError(f"--device: {device!r}: training runs on cpu, cuda or cuda:N")
-    if parsed.type == "cuda":
-        if not torch.cuda.is_available():
-            why = "this PyTorch has no CUDA support" if torch.version.cuda is None else "no GPU is visible"
-            raise ValueError(f"--device {device}: CUDA is not available here ({why}); use --device cpu")
-        if parsed.index is not None and parsed.index >= torch.cuda.device_count():
-            raise ValueError(f"--device {device}: only {torch.cuda.device_count()} GPU(s) are visible "
-                             f"(cuda:0 to cuda:{torch.cuda.device_count() - 1})")
-    return parsed
-
-
 @dataclass
 class TrainSettings:
     """What ``elmo train`` / ``elmo finetune`` are asked to do. ``None`` means: take the value
@@ -129,7 +165,7 @@ class TrainSettings:
     heldout: list[str] | None = None
     eval_every: int = 0
     eval_targets: int = 50_000
-    device: str = "cpu"
+    device: str = DEFAULT_DEVICE
     bf16: bool | None = None  # None: on for CUDA, off on CPU
     prefetch: int | None = None  # batches built ahead in a thread; 0: none; None: 2 on CUDA, 0 on CPU
     deterministic: bool = False  # reproducible GPU kernels (see use_deterministic_kernels)
@@ -175,33 +211,28 @@ class TrainSettings:
             raise ValueError(f"--dropout: must be at least 0 and below 1, got {self.dropout}")
         if self.eval_every and not self.heldout:
             raise ValueError(f"--eval-every {self.eval_every}: there is nothing to evaluate on; give --heldout shards")
-        check_device(self.device)
-
-
-def load_preset(name: str) -> BiLMConfig:
-    """A training preset: ``tiny`` (minutes on a laptop CPU), ``small`` (2x1024_128) or
-    ``original`` (2x4096_512, 2 highway layers)."""
-    if name not in PRESETS:
-        raise ConfigError(f"unknown preset {name!r}; expected one of {PRESETS} or an options.json path")
-    text = resources.files("elmo").joinpath(f"resources/presets/{name}.json").read_text(encoding="utf-8")
-    return BiLMConfig.from_dict(json.loads(text))
+        resolve_device(self.device, option="--device")
 
 
 def load_config_spec(spec: str) -> BiLMConfig:
     """The config ``--config`` names: a preset or an ``options.json`` path."""
-    return load_preset(spec) if spec in PRESETS else BiLMConfig.from_json(spec)
+    return preset_config(spec) if spec in PRESETS else BiLMConfig.from_json(spec)
 
 
 def resolve_config(settings: TrainSettings, base: BiLMConfig | None, vocab_size: int, n_train_tokens: int) -> BiLMConfig:
-    """The run's config: the preset/options file (or the fine-tuned model's), with the settings'
-    overrides and the counts measured from the data written into its training fields."""
+    """The run's config: the preset/options file (or the fine-tuned model's), :data:`RECIPE` for
+    the training fields it lacks, the settings' overrides, the fine-tuning batch rule
+    (:func:`finetune_batch_size`) when fine-tuning without a batch size, and the counts measured
+    from the data written into its training fields."""
     if base is None:
-        base = load_config_spec(settings.config or "tiny")
+        base = load_config_spec(settings.config or DEFAULT_PRESET)
     training = dict(base.training)
-    defaults = {"batch_size": 128, "unroll_steps": 20, "dropout": 0.1, "n_negative_samples_batch": 8192,
-                "all_clip_norm_val": 10.0, "optimizer": "adagrad"}
-    for key, value in defaults.items():
-        training.setdefault(key, value)
+    for key in RECIPE_FIELDS:
+        training.setdefault(key, getattr(RECIPE, key))
+    if settings.init_from is not None and settings.batch_size is None:
+        unroll = settings.unroll_steps or training["unroll_steps"]
+        training["batch_size"] = finetune_batch_size(run_tokens(settings.max_tokens, settings.epochs, n_train_tokens),
+                                                     unroll, training["batch_size"], settings.device)[0]
     overrides = {"batch_size": settings.batch_size, "unroll_steps": settings.unroll_steps,
                  "dropout": settings.dropout, "n_negative_samples_batch": settings.n_negative_samples,
                  "optimizer": settings.optimizer, "learning_rate": settings.learning_rate,
@@ -209,13 +240,18 @@ def resolve_config(settings: TrainSettings, base: BiLMConfig | None, vocab_size:
     training.update({k: v for k, v in overrides.items() if v is not None})
     if training["optimizer"] not in OPTIMIZERS:
         raise ConfigError(f"optimizer: expected 'adagrad' or 'adamw', got {training['optimizer']!r}")
-    training.setdefault("learning_rate", 0.2 if training["optimizer"] == "adagrad" else 1e-3)
+    training.setdefault("learning_rate", RECIPE.learning_rate(training["optimizer"]))
     training["n_tokens_vocab"] = vocab_size
     training["n_train_tokens"] = n_train_tokens
     training["bidirectional"] = True
     config = BiLMConfig(char_cnn=base.char_cnn, lstm=base.lstm, training=training)
     config.validate()
     return config
+
+
+def run_tokens(max_tokens: int | None, epochs: float | None, n_train_tokens: int) -> int:
+    """Tokens per direction of a run of ``max_tokens`` or ``epochs`` passes (neither: one epoch)."""
+    return max_tokens if max_tokens is not None else round((epochs if epochs is not None else 1.0) * n_train_tokens)
 
 
 def run_steps(max_tokens: int | None, epochs: float | None, n_train_tokens: int, tokens_per_step: int) -> int:
@@ -363,13 +399,8 @@ class Trainer:
         self.tokens_per_step = self.batch_size * self.unroll_steps
         self.seed = s.seed if s.seed is not None else (previous.seed if previous and previous.seed is not None else 0)
         self.max_steps = self._max_steps(previous)
-        if previous is None and s.batch_size is None and self.max_steps < FEW_STEPS and self.ctx.main:
-            # A model's options.json keeps the batch of its pretraining (2048 rows on a GPU for the
-            # packaged model): on a small fine-tuning corpus that is a handful of updates.
-            source = f"{s.init_from}'s options.json" if s.init_from is not None else f"the config {s.config or 'tiny'}"
-            print(f"warning: {self.n_train_tokens:,} training tokens make {self.max_steps} optimizer step(s) of "
-                  f"{self.batch_size} x {self.unroll_steps} tokens (the batch size of {source}); pass "
-                  f"--batch-size (32, say) for more, smaller updates", file=sys.stderr)
+        if previous is None and s.batch_size is None and self.ctx.main:
+            self._explain_batch_size(init_model)
         if payload is not None and self.max_steps < payload["step"]:
             raise ValueError(f"{self._length_option()}: gives {self.max_steps} steps, but the run is already at "
                              f"step {payload['step']}")
@@ -409,6 +440,25 @@ class Trainer:
             self._write_run_files()
 
     # --------------------------------------------------------------------------- set-up
+    def _explain_batch_size(self, init_model: LanguageModel | None) -> None:
+        """Say on stderr which batch size a new run took when none was given: a fine-tune's comes
+        from the fine-tuning rule; and warn when the run makes only a handful of updates."""
+        s = self.settings
+        source = f"the batch size of the config {s.config or DEFAULT_PRESET}"
+        if init_model is not None:
+            pretraining = init_model.config.training.get("batch_size", RECIPE.batch_size)
+            _, why = finetune_batch_size(run_tokens(s.max_tokens, s.epochs, self.n_train_tokens), self.unroll_steps,
+                                         pretraining, s.device)
+            print(f"fine-tuning with batch {self.batch_size} x {self.unroll_steps} tokens: {self.max_steps} updates "
+                  f"({why}; the model was pretrained with batch {pretraining}); --batch-size sets another",
+                  file=sys.stderr)
+            source = (f"the batch size of {s.init_from}'s options.json, the most the fine-tuning rule takes"
+                      if self.batch_size == pretraining else f"the fine-tuning rule: {why}")
+        if self.max_steps < FEW_STEPS:
+            print(f"warning: {self.n_train_tokens:,} training tokens make {self.max_steps} optimizer step(s) of "
+                  f"{self.batch_size} x {self.unroll_steps} tokens ({source}); pass --batch-size (a smaller one) "
+                  f"or --epochs (more passes) for more updates", file=sys.stderr)
+
     def _previous_run(self, payload: dict | None, init_model: LanguageModel | None) -> PreviousRun | None:
         """What the run directory being resumed fixes (None: there is no run there yet)."""
         s = self.settings
@@ -494,7 +544,7 @@ class Trainer:
         params = [p for p in self.model.parameters() if p.requires_grad]
         if t["optimizer"] == "adagrad":
             return torch.optim.Adagrad(params, lr=t["learning_rate"], initial_accumulator_value=1.0)
-        return torch.optim.AdamW(params, lr=t["learning_rate"], weight_decay=t.get("weight_decay", 0.01))
+        return torch.optim.AdamW(params, lr=t["learning_rate"], weight_decay=t.get("weight_decay", RECIPE.adamw_weight_decay))
 
     def _schedule(self, step: int) -> float:
         """Learning-rate multiplier: constant for Adagrad (as the original); linear warm-up then
@@ -502,7 +552,7 @@ class Trainer:
         t = self.config.training
         if t["optimizer"] == "adagrad":
             return 1.0
-        warmup = t.get("warmup_steps", min(1000, self.max_steps // 10))
+        warmup = t.get("warmup_steps", min(RECIPE.max_warmup_steps, self.max_steps // 10))
         if step < warmup:
             return (step + 1) / warmup
         progress = min(1.0, (step - warmup) / max(1, self.max_steps - warmup))
@@ -519,7 +569,7 @@ class Trainer:
         # The values the run actually uses, so that a resume can tell a change from a default.
         recorded = asdict(s)
         recorded["seed"] = self.seed
-        recorded["config"] = s.config if s.config is not None or s.init_from is not None else "tiny"
+        recorded["config"] = s.config if s.config is not None or s.init_from is not None else DEFAULT_PRESET
         if self.init_origin is not None:
             # A run directory's newest checkpoint changes as that run goes on: keep which one was read.
             recorded["init_checkpoint"] = self.init_origin
@@ -538,7 +588,7 @@ class Trainer:
         if self.ctx.device.type == "cuda":
             # Dropout on the GPU draws from the GPU's generator: without its state a resume is not exact.
             extra["cuda_rng"] = _gather_rows(torch.cuda.get_rng_state(self.ctx.device).unsqueeze(0), self.ctx, dim=0)
-        return {**extra, "format": TRAIN_FORMAT, "version": 2, "config": self.config.to_dict(), "vocab": self.vocab.words,
+        return {**extra, "config": self.config.to_dict(), "vocab": self.vocab.words,
                 "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
                 "scheduler": self.scheduler.state_dict(), "step": self.step, "tokens": self.tokens,
                 "torch_rng": rng, "sampler_rng": self.sampler.get_state(),
@@ -552,8 +602,7 @@ class Trainer:
             return
         folder = os.path.join(self.settings.output, "checkpoints")
         os.makedirs(folder, exist_ok=True)
-        with atomic_path(os.path.join(folder, f"step-{self.step:09d}.pt")) as tmp:
-            torch.save(payload, tmp)
+        save_train_checkpoint(payload, os.path.join(folder, f"step-{self.step:09d}.pt"))
         names = sorted(n for n in os.listdir(folder) if n.startswith("step-") and n.endswith(".pt"))
         for old in names[:-self.settings.keep_checkpoints]:
             os.remove(os.path.join(folder, old))

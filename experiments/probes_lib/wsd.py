@@ -28,7 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
-from elmo.tasks.readers import DatasetError, PathLike, _numbered_lines
+from elmo.tasks.readers import DatasetError, PathLike, numbered_lines
 
 # Part of speech, as WordNet names it, of SemCor's Penn tags and the framework's universal tags.
 WORDNET_POS = {"NN": "n", "NNS": "n", "NNP": "n", "NNPS": "n", "VB": "v", "VBD": "v", "VBG": "v", "VBN": "v",
@@ -75,7 +75,7 @@ def read_semcor(path: PathLike) -> list[WsdSentence]:
     blank line ends a sentence. Errors name the file and line."""
     sentences: list[WsdSentence] = []
     current: WsdSentence | None = None
-    for number, line in _numbered_lines(path):
+    for number, line in numbered_lines(path):
         if not line.strip():
             current = None
             continue
@@ -103,7 +103,7 @@ def read_semcor(path: PathLike) -> list[WsdSentence]:
 def read_gold_keys(path: PathLike) -> dict[str, tuple[str, ...]]:
     """A key file of the evaluation framework: ``instance_id key [key ...]`` per line."""
     gold: dict[str, tuple[str, ...]] = {}
-    for number, line in _numbered_lines(path):
+    for number, line in numbered_lines(path):
         if not line.strip():
             continue
         parts = line.split()

@@ -1,0 +1,201 @@
+"""Which model: the one resolver every entry point uses (``--model``, ``Embedder.from_pretrained``,
+``Elmo.from_*``, ``elmo.allennlp``, the task configs' ``bilm.model``, ``elmo finetune``,
+``elmo evaluate``, ``elmo export``).
+
+A model source is any of:
+
+* ``None`` or ``"default"``: the model shipped in the package (with its softmax and vocabulary);
+* a published name (``"small"``, ``"medium"``, ``"original"``, ``"original-5.5b"``), or the URL
+  of a published model's options file, weights file or folder, whatever the host: downloaded once
+  into the cache (:mod:`elmo.hub.pretrained`);
+* an ``(options.json, weights.hdf5)`` pair of paths (or of one published model's two URLs);
+* a folder holding ``options.json`` + ``weights.hdf5`` (``elmo export`` writes one, adding
+  ``softmax_weights.hdf5`` and ``vocab.txt``, which make it a language model too);
+* a training run directory (``elmo train`` writes one): its newest readable checkpoint;
+* a checkpoint file (``.pt``): :func:`elmo.save_checkpoint`'s ``elmo-bilm`` or a training run's
+  ``elmo-train`` (:mod:`elmo.hub.checkpoints`).
+
+Resolving is two steps. :func:`locate` says what a source names without reading or downloading
+anything (so a config can be checked before a run starts); :func:`load_model` and
+:func:`load_language_model` then read it. To add a source, add one branch to :func:`locate`
+that returns a :class:`Location` of an existing kind (a format that is a bilm-tf folder once
+unpacked can unpack in :func:`_local`, one more branch there).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from elmo.hub.checkpoints import (
+    NATIVE_FORMAT,
+    NATIVE_VERSION,
+    SOFTMAX_FILE,
+    TRAIN_FORMAT,
+    TRAIN_VERSION,
+    VOCAB_FILE,
+    bilm_of_payload,
+    check_train_payload,
+    language_model_of_payload,
+    load_exported_language_model,
+    load_latest_train_checkpoint,
+    read_checkpoint,
+)
+from elmo.hub.pretrained import (
+    DEFAULT_MODEL,
+    PUBLISHED,
+    model_files,
+    model_names,
+    packaged_model_dir,
+    published_name_of_url,
+)
+from elmo.model.bilm import BiLM
+from elmo.model.lm import LanguageModel
+from elmo.model.vocab import Vocabulary
+from elmo.model.weights import load_bilm_tf
+
+ModelSource = str | os.PathLike | tuple[str | os.PathLike, str | os.PathLike] | None
+URL_SCHEMES = ("https://", "http://", "s3://")
+# The .pt formats a model source may be, and the newest version of each this library reads.
+MODEL_FORMATS = {NATIVE_FORMAT: NATIVE_VERSION, TRAIN_FORMAT: TRAIN_VERSION}
+
+
+@dataclass(frozen=True)
+class Location:
+    """What a model source names. ``kind`` is one of:
+
+    * ``"published"``: ``name`` is a published model, to download (or find in the cache);
+    * ``"files"``: ``path`` is ``options.json`` and ``weights`` its ``weights.hdf5``; ``folder``, when
+      they came as a folder, may also hold the softmax and vocabulary of a language model;
+    * ``"run"``: ``path`` is a training run directory;
+    * ``"checkpoint"``: ``path`` is a checkpoint file, and ``payload`` its contents once read.
+    """
+
+    kind: str
+    source: str  # the source as given, for messages
+    name: str | None = None
+    path: Path | None = None
+    weights: Path | None = None
+    folder: Path | None = None
+    payload: dict | None = field(default=None, repr=False, compare=False)
+
+
+def _is_url(text: str) -> bool:
+    return text.startswith(URL_SCHEMES)
+
+
+def locate(source: ModelSource = None) -> Location:
+    """What ``source`` names (see the module's list), checked without reading a model file or
+    touching the network. Raises ValueError naming the source when it names no model."""
+    if source is None:
+        source = DEFAULT_MODEL
+    if isinstance(source, tuple):
+        options, weights = (os.fspath(part) for part in source)
+        if _is_url(options) or _is_url(weights):
+            names = {published_name_of_url(options), published_name_of_url(weights)}
+            if not (_is_url(options) and _is_url(weights)) or len(names) != 1 or None in names:
+                raise ValueError(f"options_file/weight_file: {options!r} and {weights!r} are not the two files of one "
+                                 f"published model ({', '.join(PUBLISHED)}); download them and pass local paths")
+            return Location("published", f"{options} + {weights}", name=names.pop())
+        for role, part in (("options", options), ("weights", weights)):
+            if not os.path.isfile(part):
+                raise FileNotFoundError(f"{part}: no such {role} file")
+        return Location("files", f"{options} + {weights}", path=Path(options), weights=Path(weights))
+    text = os.fspath(source)
+    if text == DEFAULT_MODEL:
+        folder = packaged_model_dir()
+        return Location("files", text, path=folder / "options.json", weights=folder / "weights.hdf5", folder=folder)
+    if text in PUBLISHED:
+        return Location("published", text, name=text)
+    if _is_url(text):
+        name = published_name_of_url(text)
+        if name is None:
+            raise ValueError(f"{text}: not the URL of a published model ({', '.join(PUBLISHED)}); download "
+                             f"its options.json and weights.hdf5 and pass the local folder")
+        return Location("published", text, name=name)
+    path = Path(text)
+    if path.is_dir() and (path / "options.json").is_file() and (path / "weights.hdf5").is_file():
+        return Location("files", text, path=path / "options.json", weights=path / "weights.hdf5", folder=path)
+    if path.is_dir() and (path / "checkpoints").is_dir():
+        return Location("run", text, path=path)
+    if path.is_file() and path.suffix == ".pt":
+        return Location("checkpoint", text, path=path)
+    if path.exists():
+        raise ValueError(f"{text}: not a model: expected a folder with options.json and weights.hdf5, a training "
+                         f"run directory (with checkpoints/) or a checkpoint .pt file")
+    raise ValueError(f"{text}: neither a model name ({', '.join(model_names())}) nor an existing path")
+
+
+def _local(location: Location, cache_dir: str | os.PathLike | None, progress: bool) -> Location:
+    """``location`` with its files on this machine: a published model downloaded into the cache
+    (``"files"``), a run directory's newest readable checkpoint read (``"checkpoint"``, skipping a
+    damaged newer one with a warning), a checkpoint file read."""
+    if location.kind == "published":
+        options, weights = model_files(location.name, cache_dir=cache_dir, progress=progress)
+        return Location("files", location.source, path=options, weights=weights)
+    if location.kind == "run":
+        found = load_latest_train_checkpoint(location.path)
+        if found is None:
+            raise ValueError(f"{location.path}: a training run directory with no checkpoint yet")
+        return Location("checkpoint", location.source, path=Path(found[0]), payload=found[1])
+    if location.kind == "checkpoint" and location.payload is None:
+        payload = read_checkpoint(location.path, MODEL_FORMATS)
+        if payload["format"] == TRAIN_FORMAT:
+            check_train_payload(location.path, payload)
+        return Location("checkpoint", location.source, path=location.path, payload=payload)
+    return location
+
+
+def load_model(source: ModelSource | Location = None, *, cache_dir: str | os.PathLike | None = None,
+               progress: bool = True) -> BiLM:
+    """The biLM that ``source`` names (see the module's list), in eval mode, float32.
+
+    ``cache_dir`` and ``progress`` concern downloads of published models. Errors are one line
+    naming the source: ValueError (a source that names no model), :class:`~elmo.WeightsError`
+    (a damaged, foreign or newer file), :class:`~elmo.hub.download.DownloadError`."""
+    location = _local(source if isinstance(source, Location) else locate(source), cache_dir, progress)
+    if location.kind == "checkpoint":
+        return bilm_of_payload(location.path, location.payload).eval()
+    return load_bilm_tf(location.path, location.weights).eval()
+
+
+def load_language_model_with_origin(source: ModelSource | Location = None, *,
+                                    cache_dir: str | os.PathLike | None = None,
+                                    progress: bool = True) -> tuple[LanguageModel, Vocabulary, dict]:
+    """The language model (biLM + softmax) and vocabulary that ``source`` names, and where the
+    weights came from: ``{"path": ...}`` naming the checkpoint file that was read (a run directory
+    names its newest readable one) or the folder, and for a training checkpoint its ``step``,
+    ``tokens`` and ``elapsed_seconds``, so that a run started from it can say at which point of
+    the earlier run it branched off.
+
+    A language model is a training run or checkpoint, an exported folder, or the packaged model;
+    a source without a softmax (a published model, an ``options.json`` + ``weights.hdf5`` pair, a
+    biLM checkpoint) is an error saying so."""
+    location = _local(source if isinstance(source, Location) else locate(source), cache_dir, progress)
+    if location.kind == "checkpoint":
+        if location.payload["format"] != TRAIN_FORMAT:
+            raise ValueError(f"{location.path}: a biLM checkpoint (elmo.save_checkpoint) holds no softmax or "
+                             f"vocabulary; a language model is a training run or checkpoint, or an exported folder")
+        return language_model_of_payload(location.path, location.payload)
+    folder = location.folder
+    if folder is None:
+        raise ValueError(f"{location.source}: a biLM without its softmax and vocabulary; a language model is a "
+                         f"training run or checkpoint, or an exported folder (elmo export)")
+    missing = [name for name in (SOFTMAX_FILE, VOCAB_FILE) if not (folder / name).is_file()]
+    if missing:
+        raise FileNotFoundError(f"{folder}: neither a run directory with checkpoints nor an exported model "
+                                f"(missing {', '.join(missing)})")
+    model, vocab = load_exported_language_model(location.path, location.weights, folder / SOFTMAX_FILE,
+                                                folder / VOCAB_FILE)
+    return model, vocab, {"path": os.path.abspath(folder)}
+
+
+def load_language_model(source: ModelSource | Location = None, **options) -> tuple[LanguageModel, Vocabulary]:
+    """:func:`load_language_model_with_origin` without the origin."""
+    model, vocab, _ = load_language_model_with_origin(source, **options)
+    return model, vocab
+
+
+__all__ = ["Location", "MODEL_FORMATS", "ModelSource", "load_language_model", "load_language_model_with_origin",
+           "load_model", "locate"]

@@ -1,0 +1,96 @@
+"""benchmarks/gpu_suite.py, the script a GPU lease runs once, runs here on the CPU with --quick:
+every section ends ok with sane numbers, and its JSON renders as the docs' tables. (So that the
+script does not rot between leases; the numbers themselves mean nothing on a CPU.)"""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SUITE = ROOT / "benchmarks" / "gpu_suite.py"
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory):
+    out = tmp_path_factory.mktemp("suite") / "suite.json"
+    # Generous limits: this machine may be shared; on a quiet 2-core CPU the run takes about a minute.
+    done = subprocess.run([sys.executable, str(SUITE), "--device", "cpu", "--quick", "--out", str(out),
+                           "--budget-s", "1500", "--timeout-scale", "3"], capture_output=True, text=True, cwd=ROOT)
+    assert out.exists(), done.stdout[-3000:] + done.stderr[-3000:]
+    return json.loads(out.read_text()), done
+
+
+def test_every_section_ran_ok(report):
+    data, done = report
+    statuses = {name: section["status"] for name, section in data["sections"].items()}
+    assert statuses == dict.fromkeys(["environment", "exactness", "cuda_tests", "train_original", "train_packaged",
+                                      "embed", "embed_process", "train_process", "batcher"], "ok"), (
+        statuses, {n: s.get("error") for n, s in data["sections"].items()}, done.stdout[-2000:])
+    assert done.returncode == 0
+    assert "Sections" in done.stdout and "Exactness" in done.stdout  # the plain-text tables at the end
+
+
+def test_numbers_are_sane(report):
+    sections = {name: s["result"] for name, s in report[0]["sections"].items()}
+    env = sections["environment"]
+    assert env["environment"]["torch"] and env["matmul_peak_tflops"]["float32"] > 0
+    exact = sections["exactness"]
+    assert {r["path"] for r in exact["training"]} >= {"plain", "fast"}
+    assert all("error" not in r and r["values_within_1e-5"] and r["gradients_within_1e-4"] for r in exact["training"])
+    assert all(r["within_1e-5"] in (True, None) for r in exact["inference"])
+    assert {r["path"] for r in exact["inference"]} >= {"legacy", "eager"}
+    counts = sections["cuda_tests"]["counts"]
+    assert counts.get("skipped", 0) > 10 and not counts.get("failed")  # no GPU here: every CUDA test skips
+    for name in ("train_original", "train_packaged"):
+        rows = sections[name]["rows"]
+        assert {r["path"] for r in rows} >= {"plain", "fast"} and {r["precision"] for r in rows} == {"float32", "bfloat16"}
+        for r in rows:
+            assert "error" not in r, r
+            assert r["tokens_per_s_per_direction"] > 0 and r["s_per_step"] > 0 and 0 < r["mfu"] < 1
+            assert r["kernels_per_step"]["aten_kernel_ops"] > 100 and r["peak_memory_gib"] > 0
+        assert sections[name]["model"]["train_gflop_per_token_per_direction"] > 0
+    rows = sections["embed"]["rows"]
+    assert {r["path"] for r in rows} == {"plain", "legacy", "eager"}
+    for r in rows:
+        assert "error" not in r, r
+        assert r["tokens_per_s"] > 0 and r["stages_s"]["hdf5"] >= 0
+    fast = next(r for r in rows if r["path"] == "eager" and r["precision"] == "float32")
+    assert fast["stages_s"]["lstm"] > 0 and fast["stages_s"]["encoder"] > 0
+    process = sections["embed_process"]
+    assert all(r["exit_code"] == 0 and r["seconds"] > 0 for r in process["whole_process"])
+    assert process["breakdown_s"]["embed_without_output"] > 0 and process["breakdown_s"]["imports"] > 0
+    trained = sections["train_process"]["result"]
+    assert trained["whole_process_s"] > 0 and trained["tokens_per_s_per_direction_logged"]
+    assert all(r["old_median"] > 0 and r["new_median"] > 0 for r in sections["batcher"]["rows"])
+
+
+def test_json_renders_as_markdown_tables(report, tmp_path):
+    path = tmp_path / "suite.json"
+    path.write_text(json.dumps(report[0]))
+    done = subprocess.run([sys.executable, str(SUITE), "--render", str(path)], capture_output=True, text=True, cwd=ROOT)
+    assert done.returncode == 0, done.stderr
+    for title in ("Environment", "Exactness of training paths", "Training, packaged size", "Embedding",
+                  "Whole-process elmo embed", "Whole-process elmo train", "Host batch building"):
+        assert f"**{title}" in done.stdout
+    assert "| section | status |" in done.stdout
+
+
+def test_a_section_that_fails_or_hangs_is_recorded_and_the_suite_goes_on(tmp_path):
+    """The driver's promises, checked cheaply: a section past its limit is killed and recorded as
+    a timeout, a failing one as failed, and the JSON holds every section afterwards."""
+    sys.path.insert(0, str(SUITE.parent))
+    import gpu_suite
+
+    out = tmp_path / "suite.json"
+    args = gpu_suite.argparse.Namespace(device="cpu", quick=True, out=str(out), sections=["environment"],
+                                        budget_s=0.5, timeout_scale=1.0)
+    report = gpu_suite.run_suite(args)
+    assert report["sections"]["environment"]["status"] == "skipped"  # the budget was spent
+    assert json.loads(out.read_text())["sections"]["environment"]["status"] == "skipped"
+    section = gpu_suite.run_section("no_such_section", args, str(tmp_path), limit=60)
+    assert section["status"] == "failed" and "no_such_section" in section["error"] + section["output_tail"]
+    section = gpu_suite.run_section("sleep", args, str(tmp_path), limit=15)
+    assert section["status"] == "timeout" and section["result"] == {"started": True}

@@ -1,0 +1,105 @@
+"""The package's layout: its import graph has no circle.
+
+Every ``import`` and ``from ... import`` in ``src/elmo`` counts, at module level or inside a
+function (a function-local import only delays a circle, it does not break it), ``if
+TYPE_CHECKING:`` blocks included. ``from package import name`` is an edge to the submodule
+``package.name`` when there is one, else to the package's ``__init__``.
+"""
+
+import ast
+from pathlib import Path
+
+SRC = Path(__file__).resolve().parent.parent / "src"
+PACKAGE = "elmo"
+
+
+def module_names() -> dict[str, Path]:
+    """Every module of the package by dotted name (a package by its own name, for its __init__)."""
+    modules = {}
+    for path in sorted((SRC / PACKAGE).rglob("*.py")):
+        parts = list(path.relative_to(SRC).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        modules[".".join(parts)] = path
+    return modules
+
+
+def imported_modules(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
+    """The package's modules that module ``name`` (at ``path``) imports, anywhere in its body."""
+    is_package = path.name == "__init__.py"
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+        if isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:  # relative: resolve against this module's package
+                base = name.split(".") if is_package else name.split(".")[:-1]
+                base = base[:len(base) - (node.level - 1)]
+                module = ".".join(base + ([node.module] if node.module else []))
+            else:
+                module = node.module or ""
+            targets = [f"{module}.{alias.name}" if f"{module}.{alias.name}" in modules else module
+                       for alias in node.names]
+        else:
+            continue
+        for target in targets:
+            # "import elmo.a.b" names elmo.a.b; a name inside a module is an edge to the module.
+            while target and target not in modules:
+                target = target.rpartition(".")[0]
+            if target and target != name:
+                found.add(target)
+    return found
+
+
+def import_graph() -> dict[str, set[str]]:
+    modules = module_names()
+    return {name: imported_modules(name, path, modules) for name, path in modules.items()}
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One circle of the graph as ``[a, b, ..., a]``, or None."""
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    path: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        path.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == 1:
+                return path[path.index(nxt):] + [nxt]
+            if nxt not in state:
+                cycle = visit(nxt)
+                if cycle:
+                    return cycle
+        path.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(graph):
+        if node not in state:
+            cycle = visit(node)
+            if cycle:
+                return cycle
+    return None
+
+
+def test_the_import_graph_has_no_circle():
+    graph = import_graph()
+    assert len(graph) > 30 and "elmo.inference.runtime" in graph["elmo.inference.embed"]
+    cycle = find_cycle(graph)
+    assert cycle is None, "import circle: " + " -> ".join(cycle)
+
+
+def test_the_cycle_finder_finds_a_function_local_circle(tmp_path):
+    """The check itself can fail: two modules importing each other, one inside a function."""
+    package = tmp_path / PACKAGE
+    (package / "sub").mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "sub" / "__init__.py").write_text("")
+    (package / "sub" / "a.py").write_text("from elmo.sub.b import thing\n")
+    (package / "sub" / "b.py").write_text("def thing():\n    from . import a\n    return a\n")
+    modules = {"elmo": package / "__init__.py", "elmo.sub": package / "sub" / "__init__.py",
+               "elmo.sub.a": package / "sub" / "a.py", "elmo.sub.b": package / "sub" / "b.py"}
+    graph = {name: imported_modules(name, path, modules) for name, path in modules.items()}
+    assert graph["elmo.sub.b"] == {"elmo.sub.a"} and graph["elmo.sub.a"] == {"elmo.sub.b"}
+    assert find_cycle(graph) == ["elmo.sub.a", "elmo.sub.b", "elmo.sub.a"]
