@@ -604,7 +604,7 @@ def train_sizes(name: str, quick: bool) -> dict:
     from elmo.model.config import BiLMConfig, published_config
 
     if quick:  # the same code on a CPU in seconds: the tiny preset at small batches
-        from elmo.training.train import load_preset
+        from elmo.model.config import preset_config as load_preset
 
         config = load_preset("tiny")
         return {"config": config, "batches": [4], "vocab": 2000, "negatives": 256, "steps": (1, 2, 10, 0.0)}
@@ -794,7 +794,7 @@ def embed_model(spec):
     if spec == "fixture":
         return fixture_model("allennlp")
     if spec == "packaged":
-        from elmo.hub.pretrained import load_model
+        from elmo.hub import load_model
 
         return load_model()
     torch.manual_seed(0)
@@ -985,7 +985,7 @@ def embed_breakdown(text: str, device: str, work: str, quick: bool) -> dict:
     import torch  # noqa: F401
 
     from elmo import Embedder
-    from elmo.hub.pretrained import load_model
+    from elmo.hub import load_model
     from elmo.inference.embed import as_sentences
     times = {"imports": time.perf_counter() - start}
     start = time.perf_counter()

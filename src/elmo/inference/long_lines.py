@@ -60,7 +60,7 @@ def embed_long_sentence(runtime, tokens: Sequence[str], window: int,
     device = runtime.device
     seq = [BOS_TOKEN, *tokens, EOS_TOKEN]
     length = len(seq)
-    state = runtime.states.initial(1)
+    state = runtime.initial_state(1)
     if state is None:
         state = runtime.zero_state(1)
     c = [state.c[:, i].to(device).clone() for i in range(n_layers)]  # each (2, 1, dim)

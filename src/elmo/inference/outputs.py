@@ -553,8 +553,8 @@ def _open_file(path: str, cache_bytes: int) -> Embeddings:
             return _PackedFile(path, f)
         if layout == "allennlp" or "sentence_to_index" in f:
             return _AllenNLPFile(path, f)
-        raise ValueError(f"{path}: neither the allennlp elmo layout (no 'sentence_to_index') nor the packed one "
-                         "(no 'vectors')")
+        raise ValueError(f"{path}: not an elmo embed file: neither the allennlp elmo layout (no "
+                         "'sentence_to_index') nor the packed one (no 'vectors')")
     except BaseException:
         f.close()
         raise
