@@ -22,6 +22,7 @@ from elmo.inference.embed import (
 )
 from elmo.inference.outputs import (
     COMPRESSIONS,
+    DEFAULT_COMPRESSION,
     DEFAULT_DTYPE,
     DEFAULT_LAYOUT,
     DTYPES,
@@ -58,7 +59,7 @@ def add_parser(parser: argparse.ArgumentParser) -> None:
                              "packed: one (tokens, layers, dim) array plus offsets, for millions of lines")
     parser.add_argument("--dtype", default=DEFAULT_DTYPE, choices=list(DTYPES),
                         help="stored type of the vectors (float16 halves the file)")
-    parser.add_argument("--compression", default="none", choices=COMPRESSIONS,
+    parser.add_argument("--compression", default=DEFAULT_COMPRESSION, choices=COMPRESSIONS,
                         help="HDF5 compression of the vectors, with byte shuffle (lzf: fast; gzip: smaller)")
     parser.add_argument("--batch-size", type=int, default=DEFAULT_BATCH_SIZE, help="sentences per batch")
     parser.add_argument("--state", default=DEFAULT_STATE, choices=STATE_MODES,

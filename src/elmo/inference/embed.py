@@ -30,6 +30,7 @@ from elmo.hub.resolve import ModelSource, load_model
 from elmo.inference.journal import Frame, WorkFolder, chunk_digest
 from elmo.inference.long_lines import embed_long_sentence, window_for
 from elmo.inference.outputs import (
+    DEFAULT_COMPRESSION,
     DEFAULT_DTYPE,
     DEFAULT_LAYOUT,
     DTYPES,
@@ -258,7 +259,7 @@ class Embedder:
     def embed_file(self, input_path: str | os.PathLike, output_path: str | os.PathLike,
                    layers: Layers = "all", batch_size: int | None = None, progress: bool | None = None,
                    chunk_sentences: int = 4096, overwrite: bool = False, *, layout: str = DEFAULT_LAYOUT,
-                   dtype: str = DEFAULT_DTYPE, compression: str | None = "none", resume: bool = False,
+                   dtype: str = DEFAULT_DTYPE, compression: str | None = DEFAULT_COMPRESSION, resume: bool = False,
                    shard: tuple[int, int] = (0, 1), max_line_tokens: int = MAX_LINE_TOKENS,
                    progress_position: int = 0) -> EmbedReport:
         """Embed a text file (one sentence per line, plain or ``.gz``; ``"-"`` is standard input)

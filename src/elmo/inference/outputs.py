@@ -38,6 +38,7 @@ DEFAULT_LAYOUT = "allennlp"
 DTYPES = {"float32": np.float32, "float16": np.float16}
 DEFAULT_DTYPE = "float32"
 COMPRESSIONS = ("none", "gzip", "lzf")
+DEFAULT_COMPRESSION = "none"
 GZIP_LEVEL = 4
 LAYER_NAMES = ("all", "top", "average")
 
