@@ -9,10 +9,11 @@ shared machine falls on all alike; the tables give medians and the range of the 
   compression (the embedded ones over and over when fewer, as embedding them all would take hours
   on a shared 2-core machine; sizes and write speeds do not depend on which vectors they are) and
   reads them back: bytes per token, write and read throughput.
-* ``processes``: one ``elmo embed`` process (all cores) against ``torchrun --nproc-per-node 2``
-  (one core each), sentences/s of the whole command.
+* ``processes``: one ``elmo embed`` process (2 threads, then 1) against ``torchrun
+  --nproc-per-node 2`` (one thread each), sentences/s of the whole command.
 * ``ray``: ``elmo embed --layers top`` against ``examples/ray_embed.py`` on a local Ray cluster
-  (two actors of one CPU), sentences/s of the whole command.
+  with the same CPUs (1 thread and one 1-CPU actor; 2 threads and two 1-CPU actors or one 2-CPU
+  actor), sentences/s of the whole command.
 * ``resume``: an uninterrupted run against one killed (SIGKILL) halfway and resumed: the time lost.
 * ``long-line``: peak resident memory of ``elmo embed`` on one line of ``--tokens`` tokens,
   windowed (default --max-tokens) and whole (--max-tokens above the line's length).
@@ -182,6 +183,7 @@ def bench_processes(args, work: str) -> dict:
     configs = {
         # --threads: the caller's OMP_NUM_THREADS (1 on a shared machine) must not decide the baseline.
         "1 process, 2 threads": lambda out: [*ELMO, "embed", *common[:1], out, *common[1:], "--threads", "2"],
+        "1 process, 1 thread": lambda out: [*ELMO, "embed", *common[:1], out, *common[1:], "--threads", "1"],
         "torchrun, 2 processes x 1 thread": lambda out: [
             sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
             "-m", "elmo.cli.main", "embed", *common[:1], out, *common[1:]],
@@ -214,14 +216,22 @@ def bench_ray(args, work: str) -> dict:
     tokens = take_lines(args.text, args.sentences, text)
     example = os.path.join(REPO, "examples", "ray_embed.py")
     model = args.model or "default"
+
+    def embed(threads: int):
+        return lambda out: [*ELMO, "embed", text, out, "--layers", "top", "--layout", "packed", "--threads",
+                            str(threads), *model_args(args)]
+
+    def on_ray(actors: int, cpus: int):
+        return lambda out: [sys.executable, example, text, out, "--model", model, "--layers", "top", "--concurrency",
+                            str(actors), "--num-cpus", str(cpus), "--batch-size", "256"]
+
+    # Pairs of equal compute: the Ray path's overhead is each Ray row against the elmo embed row before it.
     configs = {
-        "elmo embed --layers top (2 threads)": lambda out: [*ELMO, "embed", text, out, "--layers", "top",
-                                                            "--layout", "packed", "--threads", "2",
-                                                            *model_args(args)],
-        "Ray, 2 actors x 1 CPU": lambda out: [sys.executable, example, text, out, "--model", model, "--layers", "top",
-                                              "--concurrency", "2", "--num-cpus", "1", "--batch-size", "256"],
-        "Ray, 1 actor x 2 CPUs": lambda out: [sys.executable, example, text, out, "--model", model, "--layers", "top",
-                                              "--concurrency", "1", "--num-cpus", "2", "--batch-size", "256"],
+        "elmo embed --layers top, 1 thread": embed(1),
+        "Ray, 1 actor x 1 CPU": on_ray(1, 1),
+        "elmo embed --layers top, 2 threads": embed(2),
+        "Ray, 2 actors x 1 CPU": on_ray(2, 1),
+        "Ray, 1 actor x 2 CPUs": on_ray(1, 2),
     }
     # Without OMP_NUM_THREADS, Ray gives each actor's torch as many threads as its num_cpus.
     env = {**{k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}, "RAY_DATA_DISABLE_PROGRESS_BARS": "1"}
