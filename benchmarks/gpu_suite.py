@@ -604,9 +604,9 @@ def train_sizes(name: str, quick: bool) -> dict:
     from elmo.model.config import BiLMConfig, published_config
 
     if quick:  # the same code on a CPU in seconds: the tiny preset at small batches
-        from elmo.model.config import preset_config as load_preset
+        from elmo.model.config import preset_config
 
-        config = load_preset("tiny")
+        config = preset_config("tiny")
         return {"config": config, "batches": [4], "vocab": 2000, "negatives": 256, "steps": (1, 2, 10, 0.0)}
     # steps: (warm-up, at least, at most, seconds at least): warm-up covers a compile's first calls.
     if name == "train_original":

@@ -7,7 +7,9 @@ issue 37) against the current one in the same process, in interleaved rounds, an
 way that both build the same batches. Each measurement is a fresh batcher making one pass over
 the text (``--passes``), reading its shards included (and stopping just before the pass would
 read them again). Training cannot beat half of a batcher's rate (two
-directions), so "per direction" below is half the batcher's tokens/s.
+directions), so "per direction" below is half the batcher's tokens/s. The last column divides by
+the CPU seconds the process used instead of the wall-clock seconds: on a shared, loaded machine it
+is the rate one thread of its own would give (wall and CPU agree on an idle one).
 
     python benchmarks/lm_batcher.py --train 'DATA/wiki/train/*.txt' \\
         --output results/benchmarks/lm_batcher.json
@@ -55,12 +57,14 @@ def measure(make, batch_size: int, unroll_steps: int, tokens: int) -> dict:
     of at least ``tokens`` tokens in all, from its start: reading and encoding the shards is
     part of a batcher's work, so every measurement covers whole passes over the text."""
     batcher = make(batch_size, unroll_steps)
-    batches, start = 0, time.perf_counter()
+    batches, start, cpu_start = 0, time.perf_counter(), time.process_time()
     while batches * batch_size * unroll_steps < tokens:
         batcher.next_batch()
         batches += 1
-    elapsed = time.perf_counter() - start
-    return {"batches": batches, "seconds": elapsed, "tokens_per_second": batches * batch_size * unroll_steps / elapsed}
+    elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu_start
+    made = batches * batch_size * unroll_steps
+    return {"batches": batches, "seconds": elapsed, "cpu_seconds": cpu, "tokens_per_second": made / elapsed,
+            "tokens_per_cpu_second": made / cpu}
 
 
 def check_same_batches(make_old, make_new, batch_size: int, unroll_steps: int, n: int = 5) -> None:
@@ -101,22 +105,29 @@ def run(paths: list[str], vocab, batch_sizes: list[int], unroll_steps: int, targ
         check_same_batches(make_old, make_new, size, unroll_steps)
         old, new = [], []
         for _ in range(rounds):  # interleaved: the machine's drift hits both alike
-            old.append(measure(make_old, size, unroll_steps, tokens)["tokens_per_second"])
-            new.append(measure(make_new, size, unroll_steps, tokens)["tokens_per_second"])
+            old.append(measure(make_old, size, unroll_steps, tokens))
+            new.append(measure(make_new, size, unroll_steps, tokens))
+        old_rate, new_rate = [m["tokens_per_second"] for m in old], [m["tokens_per_second"] for m in new]
+        new_cpu_rate = [m["tokens_per_cpu_second"] for m in new]
         rows.append({"batch_size": size, "unroll_steps": unroll_steps, "rounds": rounds, "tokens_each": tokens,
-                     "old_tokens_per_second": old, "new_tokens_per_second": new,
-                     "old_median": statistics.median(old), "new_median": statistics.median(new),
-                     "speedup": statistics.median(new) / statistics.median(old)})
+                     "old_tokens_per_second": old_rate, "new_tokens_per_second": new_rate,
+                     "old_tokens_per_cpu_second": [m["tokens_per_cpu_second"] for m in old],
+                     "new_tokens_per_cpu_second": new_cpu_rate,
+                     "old_median": statistics.median(old_rate), "new_median": statistics.median(new_rate),
+                     "new_cpu_median": statistics.median(new_cpu_rate),
+                     "speedup": statistics.median(new_rate) / statistics.median(old_rate)})
     return rows
 
 
 def table(rows: list[dict]) -> str:
-    lines = ["| batch | old tokens/s (rounds) | new tokens/s (rounds) | new, per direction | new / old |",
-             "|---:|---|---|---:|---:|"]
+    lines = ["| batch | old tokens/s (rounds) | new tokens/s (rounds) | new, per direction | new / old "
+             "| new, per direction per CPU-second |",
+             "|---:|---|---|---:|---:|---:|"]
     for r in rows:
         old = " / ".join(f"{v:,.0f}" for v in r["old_tokens_per_second"])
         new = " / ".join(f"{v:,.0f}" for v in r["new_tokens_per_second"])
-        lines.append(f"| {r['batch_size']:,} | {old} | {new} | {r['new_median'] / 2:,.0f} | {r['speedup']:.1f}x |")
+        lines.append(f"| {r['batch_size']:,} | {old} | {new} | {r['new_median'] / 2:,.0f} | {r['speedup']:.1f}x "
+                     f"| {r['new_cpu_median'] / 2:,.0f} |")
     return "\n".join(lines)
 
 

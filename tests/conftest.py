@@ -12,7 +12,9 @@ import numpy as np
 import pytest
 import torch
 
+import elmo.model.lstm as lstm_module
 from elmo import load_bilm_tf
+from elmo.model.config import BiLMConfig
 
 # Tests never write into the user's cache (downloads, warm states): a throwaway one per run,
 # inherited by the command-line tests' subprocesses.
@@ -140,3 +142,40 @@ def bfloat16_selected(monkeypatch):
 
     monkeypatch.setattr(elmo.inference.runtime, "cpu_has_bfloat16", lambda: True)
     monkeypatch.setenv(elmo.inference.runtime.BFLOAT16_CHECK_ENV, "0")
+
+
+# ------------------------------------------------ small models and texts the model tests share
+SENTENCES = [["The", "cat", "sat", "on", "the", "mat", "."], [], ["the", "the", "THE", "cat"], ["x" * 70]]
+
+
+def make_config(n_layers=2, skip=True, activation="relu", filters=((1, 4), (2, 8), (3, 8)), n_highway=1):
+    return BiLMConfig.from_dict({
+        "lstm": {"dim": 24, "projection_dim": 12, "n_layers": n_layers, "cell_clip": 3, "proj_clip": 3,
+                 "use_skip_connections": skip},
+        "char_cnn": {"embedding": {"dim": 4}, "filters": [list(f) for f in filters], "n_highway": n_highway,
+                     "activation": activation, "n_characters": 262, "max_characters_per_token": 50}})
+
+
+TEXT = [s.split() for s in [
+    "The committee will meet again next week to discuss the proposal .",
+    "It rained .", "", "東京 は 日本 の 首都 です 🍕",
+    "a " * 60, "prices rose by 3 percent in the first quarter , according to the report .",
+    "x" * 80 + " é" * 5, "The the THE the",
+]]
+
+
+@pytest.fixture(params=["bmm", "onednn"])
+def recurrent_kernel(request, monkeypatch):
+    """Runs a test with each kernel of the recurrent product: MKL's batched product (the small
+    sizes) and oneDNN (float32 weights of at least ONEDNN_MIN_RECURRENT_WEIGHT elements, here
+    forced down to every size)."""
+    if request.param == "onednn":
+        if not torch.backends.mkldnn.is_available():
+            pytest.skip("this PyTorch has no oneDNN")
+        monkeypatch.setattr(lstm_module, "ONEDNN_MIN_RECURRENT_WEIGHT", 0)
+    else:
+        monkeypatch.setattr(lstm_module, "ONEDNN_MIN_RECURRENT_WEIGHT", float("inf"))
+    return request.param
+
+
+LONG_LENGTHS = [[300, 17], [300, 300, 257, 129, 128, 40, 1, 0]]

@@ -136,6 +136,28 @@ def test_cli_train_with_gpus_zero(tmp_path):
     assert payload["tokens"] >= 4000
 
 
+def test_allennlp_drop_in_on_cuda_gives_the_fixtures_and_keeps_its_state_across_a_move():
+    from conftest import ALLENNLP, fixture_batches, top_as_fixture
+
+    from elmo.allennlp import Elmo, ElmoEmbedder, batch_to_ids
+
+    options, weights = str(ALLENNLP / "options.json"), str(ALLENNLP / "lm_weights.hdf5")
+    batches = fixture_batches("allennlp")
+    sentences = [s for batch, _ in batches for s in batch]
+    expected = [e for _, exp in batches for e in exp]
+    gpu = ElmoEmbedder(options, weights, cuda_device=0)  # stateful, batches of 3: the original's numbers
+    for array, want in zip(gpu.embed_sentences(sentences, batch_size=3), expected):
+        np.testing.assert_allclose(top_as_fixture(array), want, atol=1e-5, rtol=0)
+    ids = batch_to_ids([["The", "cat", "sat", "."], ["Dogs", "bark"]])
+    stay, move = Elmo(options, weights, 1, dropout=0.0), Elmo(options, weights, 1, dropout=0.0)
+    stay(ids)
+    move(ids)
+    move.cuda()  # the carried state moves with the module
+    out = move(ids)["elmo_representations"][0]
+    assert out.device.type == "cuda"
+    torch.testing.assert_close(out.cpu(), stay(ids)["elmo_representations"][0], rtol=0, atol=1e-5)
+
+
 # ------------------------------------------------------------------ CUDA graphs (issue 37)
 from elmo.inference.graphs import ROW_BUCKETS  # noqa: E402
 from elmo.inference.runtime import Runtime  # noqa: E402

@@ -370,7 +370,7 @@ class Embedder:
             self.runtime.reset_state()
             if frames:
                 with open(work.journal_path, "rb") as f:
-                    self.runtime.states.restore(self._decode_state(work.read_state(f, frames[-1])))
+                    self.runtime.states.carried = self._decode_state(work.read_state(f, frames[-1]))
         total: list[int | None] = [None]
         counter = threading.Thread(target=lambda: total.__setitem__(0, count_lines(input_path)), daemon=True)
         counter.start()

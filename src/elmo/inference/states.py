@@ -124,13 +124,17 @@ class StateKeeper:
 
     @property
     def carried(self) -> BiLMState | None:
-        """The state carried into the next batch in stateful mode (None before the first batch)."""
+        """The state each row hands to the same row of the next batch (stateful mode), or None
+        when nothing is carried (before the first batch, after :meth:`reset`, other modes)."""
         return self._carried
 
-    def restore(self, carried: BiLMState | None) -> None:
-        """Carry ``carried`` into the next batch (stateful mode): how a resumed run continues
-        where the interrupted one stopped."""
-        self._carried = carried
+    @carried.setter
+    def carried(self, state: BiLMState | None) -> None:
+        """Replace the carried state, e.g. one saved earlier (stateful mode only)."""
+        if state is not None and self.mode != "stateful":
+            raise ValueError(f"state: a {self.mode!r} policy carries no state between batches; "
+                             "only 'stateful' takes one")
+        self._carried = None if state is None else BiLMState(state.c.detach(), state.h.detach())
 
     def reset(self) -> None:
         """Forget carried state (stateful mode) and the warm state (after the weights change)."""

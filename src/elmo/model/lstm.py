@@ -282,7 +282,7 @@ def bilstm_inference(forward_layer: LstmLayer, backward_layer: LstmLayer, inputs
     cell state and nonlinearities stay float32. Same numbers as :func:`lstm_plain` in float32.
     ``weights`` are :func:`stack_directions`'s result, when the caller keeps them between calls.
 
-    Per layer-step (10 kernels on a GPU in float32, counted by tests/test_fast_paths.py): the
+    Per layer-step (10 kernels on a GPU in float32, counted by tests/test_graphs.py): the
     recurrent product with the input half added, :func:`lstm_cell_inplace` on the running rows'
     cell state, and the projection written straight into a time-major output buffer, which is
     the next step's ``h`` (in reduced precision, into a low-precision ``h`` copied out).

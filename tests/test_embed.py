@@ -1,12 +1,70 @@
-"""Awkward text that every embedding must survive (flair keeps a battery like this)."""
+"""The Embedder (elmo.inference.embed): the reference outputs in stateful mode, fast equals plain in
+every state mode, batches by token budget in input order, awkward sentences, layer selection."""
 
 import numpy as np
 import pytest
 import torch
-from conftest import load_fixture_model
+from conftest import (
+    TEXT,
+    fixture_batches,
+    load_fixture_model,
+    make_config,
+    top_as_fixture,
+)
 
-from elmo import Embedder
-from elmo.model.chars import BOS_IDS, EOS_IDS, batch_to_char_ids
+from elmo import BiLM, Embedder, batch_to_char_ids
+from elmo.model.chars import BOS_IDS, EOS_IDS
+
+TOLERANCE = 1e-5
+
+
+@pytest.mark.parametrize("name", ["allennlp", "bilm-tf"])
+def test_embedder_stateful_matches_reference(name):
+    """The same numbers through the public API: batches of 3 in input order, state by row."""
+    embedder = Embedder(load_fixture_model(name), state="stateful")
+    for batch, expected in fixture_batches(name):
+        arrays = embedder.embed_sentences(batch, layers="all", batch_size=3)
+        for array, want in zip(arrays, expected):
+            np.testing.assert_allclose(top_as_fixture(array), want, atol=TOLERANCE, rtol=0)
+
+
+def twin_embedders(config, **kwargs):
+    fast_model = BiLM(config, fast=True).eval()
+    plain_model = BiLM(config, fast=False).eval()
+    plain_model.load_state_dict(fast_model.state_dict())
+    return Embedder(fast_model, **kwargs), Embedder(plain_model, **kwargs)
+
+
+@pytest.mark.parametrize("state", ["warm", "reset", "stateful"])
+@pytest.mark.parametrize("kwargs", [dict(n_layers=1), dict(n_layers=2), dict(n_layers=3, skip=False),
+                                    dict(activation="tanh", filters=((1, 3), (4, 6), (6, 5)), n_highway=2)])
+def test_embedder_fast_equals_plain_in_every_state_mode(state, kwargs):
+    torch.manual_seed(1)
+    fast, plain = twin_embedders(make_config(**kwargs), state=state)
+    for _ in range(2):  # the second round checks carried state (stateful) and the memo
+        a = fast.embed_sentences(TEXT, batch_size=3)
+        b = plain.embed_sentences(TEXT, batch_size=3)
+        for x, y in zip(a, b):
+            np.testing.assert_allclose(x, y, atol=1e-5, rtol=0)
+
+
+def test_fixture_model_fast_equals_plain_on_awkward_text():
+    fast = Embedder(load_fixture_model("allennlp"))
+    plain_model = load_fixture_model("allennlp")
+    plain_model.fast = False
+    plain = Embedder(plain_model)
+    for x, y in zip(fast.embed_sentences(TEXT), plain.embed_sentences(TEXT)):
+        np.testing.assert_allclose(x, y, atol=1e-5, rtol=0)
+
+
+def test_token_budget_batches_keep_input_order():
+    embedder = Embedder(load_fixture_model("allennlp"), max_tokens=20)
+    sentences = [["w"] * n for n in (3, 9, 1, 7, 0, 5)]
+    batches = list(embedder._batches(sentences, batch_size=4))
+    assert sorted(i for b in batches for i in b) == list(range(6))
+    assert all(len(b) * (len(sentences[b[0]]) + 2) <= 20 or len(b) == 1 for b in batches)
+    arrays = embedder.embed_sentences(sentences, layers="top")
+    assert [a.shape[0] for a in arrays] == [3, 9, 1, 7, 0, 5]
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,110 @@
+"""The LSTM layer's fast paths (the training path and the inference kernel) against the per-timestep
+specification (``lstm_plain``), values and gradients, clipping inactive and active."""
+
+import pytest
+import torch
+from conftest import LONG_LENGTHS
+
+from elmo.model import lstm as lstm_module
+from elmo.model.lstm import (
+    GATE_CHUNK_STEPS,
+    MIN_ACTIVE_ROWS,
+    LstmLayer,
+    bilstm_inference,
+    lstm_fast,
+    lstm_plain,
+)
+
+
+@pytest.mark.parametrize("clip", [None, 0.5])
+def test_lstm_fast_matches_plain(clip):
+    layer = LstmLayer(6, 10, 5, cell_clip=clip, proj_clip=clip)
+    inputs = torch.randn(3, 7, 6)
+    mask = torch.tensor([[True] * 7, [True] * 4 + [False] * 3, [False] * 7])
+    state = (torch.randn(3, 10), torch.randn(3, 5))
+    plain_out, plain_state = lstm_plain(layer, inputs, mask, state)
+    fast_out, fast_state = lstm_fast(layer, inputs, mask, state)
+    torch.testing.assert_close(fast_out, plain_out, rtol=0, atol=1e-5)
+    for a, b in zip(fast_state, plain_state):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-5)
+
+
+def values_and_gradients(run, layer, inputs, mask, state):
+    """``run``'s outputs and final ``(c, h)``, and the gradients of a fixed random function of all
+    three with respect to the inputs, the initial state and every parameter of ``layer``."""
+    inputs, state = inputs.clone().requires_grad_(True), tuple(s.clone().requires_grad_(True) for s in state)
+    out, (c, h) = run(layer, inputs, mask, state)
+    generator = torch.Generator().manual_seed(0)
+    weights = [torch.randn(t.shape, generator=generator) for t in (out, c, h)]
+    total = sum((t * w).sum() for t, w in zip((out, c, h), weights))
+    grads = torch.autograd.grad(total, [inputs, *state, *layer.parameters()])
+    return [out.detach(), c.detach(), h.detach()], list(grads)
+
+
+@pytest.mark.parametrize("clip", [None, 0.5])
+def test_lstm_fast_full_window_matches_plain_values_and_gradients(clip):
+    """The branch LM training always takes: every timestep real, so no masking at all."""
+    torch.manual_seed(6)
+    layer = LstmLayer(6, 10, 5, cell_clip=clip, proj_clip=clip)
+    with torch.no_grad():
+        layer.bias.normal_()
+    inputs = torch.randn(3, 9, 6)
+    mask = torch.ones(3, 9, dtype=torch.bool)
+    state = (torch.randn(3, 10), torch.randn(3, 5))
+    plain_values, plain_grads = values_and_gradients(lstm_plain, layer, inputs, mask, state)
+    fast_values, fast_grads = values_and_gradients(lstm_fast, layer, inputs, mask, state)
+    for a, b in zip(fast_values, plain_values):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-5)
+    for a, b in zip(fast_grads, plain_grads):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+    assert all(g.abs().sum() > 0 for g in plain_grads)  # every gradient carries something to compare
+
+
+def test_recurrent_kernel_choice_by_size():
+    """The published original size (512 x 16384 state weight) takes oneDNN in float32; the small
+    size, any reduced precision and any GPU keep the batched product."""
+    original = LstmLayer(512, 4096, 512, cell_clip=3.0, proj_clip=3.0)
+    small = LstmLayer(128, 1024, 128, cell_clip=3.0, proj_clip=3.0)
+    assert lstm_module.use_onednn_recurrent(original, torch.float32) == torch.backends.mkldnn.is_available()
+    assert not lstm_module.use_onednn_recurrent(original, torch.bfloat16)
+    assert not lstm_module.use_onednn_recurrent(small, torch.float32)
+    weights = lstm_module.stack_directions(original, original, torch.float32)
+    assert (weights.state_onednn is not None) == torch.backends.mkldnn.is_available()
+
+
+@pytest.mark.parametrize("lengths", LONG_LENGTHS)
+def test_bilstm_inference_matches_plain_past_one_chunk(lengths, recurrent_kernel):
+    assert max(lengths) > 2 * GATE_CHUNK_STEPS  # the gates come in three chunks
+    assert min(map(len, LONG_LENGTHS)) < MIN_ACTIVE_ROWS < max(map(len, LONG_LENGTHS))
+    torch.manual_seed(8)
+    layers = [LstmLayer(6, 10, 5, cell_clip=3.0, proj_clip=3.0) for _ in range(2)]
+    batch, time = len(lengths), max(lengths)
+    lengths_tensor = torch.tensor(lengths)
+    mask = torch.arange(time).unsqueeze(0) < lengths_tensor.unsqueeze(1)
+    inputs = torch.randn(2, batch, time, 6) * mask[None, :, :, None]  # each direction's reading order
+    c, h = torch.randn(2, batch, 10), torch.randn(2, batch, 5)
+    with torch.no_grad():
+        expected = [lstm_plain(layers[d], inputs[d], mask, (c[d], h[d])) for d in (0, 1)]
+    out, final_c, final_h = bilstm_inference(layers[0], layers[1], inputs, lengths_tensor, c, h)
+    for d in (0, 1):
+        torch.testing.assert_close(out[d], expected[d][0], rtol=0, atol=1e-5)
+        torch.testing.assert_close(final_c[d], expected[d][1][0], rtol=0, atol=1e-5)
+        torch.testing.assert_close(final_h[d], expected[d][1][1], rtol=0, atol=1e-5)
+
+
+def test_gate_chunking_matches_plain_at_any_chunk_size(monkeypatch, recurrent_kernel):
+    """Chunks of 7 steps on short sentences: every chunk edge (and rows ending on one) is crossed."""
+    torch.manual_seed(10)
+    monkeypatch.setattr(lstm_module, "GATE_CHUNK_STEPS", 7)
+    layers = [LstmLayer(4, 6, 3, cell_clip=None, proj_clip=None) for _ in range(2)]
+    lengths = torch.tensor([23, 21, 14, 7, 6, 2])
+    time = int(lengths.max())
+    mask = torch.arange(time).unsqueeze(0) < lengths.unsqueeze(1)
+    inputs = torch.randn(2, len(lengths), time, 4) * mask[None, :, :, None]
+    c, h = torch.zeros(2, len(lengths), 6), torch.zeros(2, len(lengths), 3)
+    with torch.no_grad():
+        expected = [lstm_plain(layers[d], inputs[d], mask) for d in (0, 1)]
+    out, final_c, final_h = bilstm_inference(layers[0], layers[1], inputs, lengths, c, h)
+    for d in (0, 1):
+        torch.testing.assert_close(out[d], expected[d][0], rtol=0, atol=1e-5)
+        torch.testing.assert_close(final_h[d], expected[d][1][1], rtol=0, atol=1e-5)

@@ -1,0 +1,118 @@
+"""The inference runtime (elmo.inference.runtime): the same numbers as the plain biLM on long
+sentences and in any batch, its token memo and stacked weights following weight changes,
+bfloat16, bounded memory."""
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+from conftest import LONG_LENGTHS, TEXT, load_fixture_model, make_config
+
+from elmo import (
+    BiLM,
+    Embedder,
+    batch_to_char_ids,
+)
+from elmo.inference.runtime import Runtime
+from elmo.model.lstm import (
+    LstmLayer,
+    bilstm_inference,
+)
+
+
+def test_memo_is_dropped_when_weights_change():
+    torch.manual_seed(3)
+    model = BiLM(make_config()).eval()
+    embedder = Embedder(model, state="reset")
+    before = embedder.embed_sentences([["hello", "world"]])[0]
+    with torch.no_grad():
+        model.token_encoder.projection.weight.mul_(2.0)
+    after = embedder.embed_sentences([["hello", "world"]])[0]
+    fresh = Embedder(model, state="reset", token_memo=0).embed_sentences([["hello", "world"]])[0]
+    np.testing.assert_allclose(after, fresh, atol=1e-6, rtol=0)
+    assert np.abs(after - before).max() > 1e-3
+
+
+def test_bfloat16_stays_close_to_float32(bfloat16_selected):
+    model = load_fixture_model("allennlp")
+    reference = Embedder(model).embed_sentences(TEXT)
+    low = Embedder(model, precision="bfloat16").embed_sentences(TEXT)
+    worst = max(float(np.abs(a - b).max()) for a, b in zip(low, reference) if a.size)
+    scale = max(float(np.abs(b).max()) for b in reference if b.size)
+    assert 0 < worst < 0.05 * scale
+    with pytest.raises(ValueError, match="precision"):
+        Embedder(model, precision="int8")
+
+
+LONG_SENTENCE = """
+import json, resource, sys
+import torch
+from elmo import BiLM, Embedder
+from elmo.model.config import published_config
+model = BiLM(published_config("small")).eval()
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+words = [f"w{i % 997}" for i in range(10_000)]
+(vectors,) = Embedder(model, state="reset").embed_sentences([words], layers="top")
+after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+print(json.dumps({"shape": list(vectors.shape), "growth_mb": (after - before) / 1024}))
+"""
+
+
+def test_ten_thousand_token_sentence_has_bounded_memory():
+    out = subprocess.run([sys.executable, "-c", LONG_SENTENCE], capture_output=True, text=True, check=True)
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert result["shape"] == [10_000, 256]
+    assert result["growth_mb"] < 400, result
+
+
+def test_stacked_weights_follow_weight_changes():
+    torch.manual_seed(5)
+    model = BiLM(make_config()).eval()
+    ids, mask = batch_to_char_ids([["a", "b", "c"]])
+    runtime = Runtime(model)
+    with torch.no_grad():
+        before = runtime(ids, mask).layers
+        model.forward_layers[0].state_weight.mul_(1.5)
+        after = runtime(ids, mask).layers
+        plain = BiLM(make_config(), fast=False).eval()
+        plain.load_state_dict(model.state_dict())
+        torch.testing.assert_close(after, plain(ids, mask).layers, rtol=0, atol=1e-5)
+    assert (after - before).abs().max() > 1e-4
+
+
+@pytest.mark.parametrize("lengths", LONG_LENGTHS)
+def test_runtime_equals_plain_bilm_on_sentences_longer_than_one_chunk(lengths, recurrent_kernel):
+    """The whole inference path (both directions, two layers, skip connections, sorting and
+    restoring the rows) on 300-token sentences mixed with short and empty ones."""
+    torch.manual_seed(9)
+    config = make_config(n_layers=2)
+    fast, plain = BiLM(config, fast=True).eval(), BiLM(config, fast=False).eval()
+    plain.load_state_dict(fast.state_dict())
+    words = ["the", "cat", "sat", "on", "a", "mat", "Paris", "1984", "."]
+    sentences = [[words[(i * 7 + row) % len(words)] for i in range(n)] for row, n in enumerate(lengths)]
+    ids, mask = batch_to_char_ids(sentences)
+    with torch.no_grad():
+        a, b = Runtime(fast)(ids, mask), plain(ids, mask)
+    torch.testing.assert_close(a.layers, b.layers, rtol=0, atol=1e-5)
+    torch.testing.assert_close(a.state.c, b.state.c, rtol=0, atol=1e-5)
+    torch.testing.assert_close(a.state.h, b.state.h, rtol=0, atol=1e-5)
+
+
+def test_long_sentence_gives_the_same_bits_alone_and_in_a_batch(recurrent_kernel):
+    """MIN_ACTIVE_ROWS's promise: a sentence's outputs do not depend on its batch, to the bit,
+    whether it runs alone (padded up to MIN_ACTIVE_ROWS rows) or among others, in every chunk."""
+    torch.manual_seed(11)
+    layers = [LstmLayer(16, 32, 8, cell_clip=3.0, proj_clip=3.0) for _ in range(2)]
+    lengths = torch.tensor(LONG_LENGTHS[1])
+    time = int(lengths.max())
+    mask = torch.arange(time).unsqueeze(0) < lengths.unsqueeze(1)
+    inputs = torch.randn(2, len(lengths), time, 16) * mask[None, :, :, None]
+    c, h = torch.randn(2, len(lengths), 32), torch.randn(2, len(lengths), 8)
+    out, _, final_h = bilstm_inference(layers[0], layers[1], inputs, lengths, c, h)
+    for row, n in enumerate(lengths.tolist()):
+        alone, _, alone_h = bilstm_inference(layers[0], layers[1], inputs[:, row:row + 1, :max(n, 1)],
+                                             lengths[row:row + 1], c[:, row:row + 1], h[:, row:row + 1])
+        assert torch.equal(alone[:, 0, :n], out[:, row, :n]) and torch.equal(alone_h[:, 0], final_h[:, row]), row
