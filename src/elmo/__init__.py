@@ -17,8 +17,7 @@ from elmo.model.chars import batch_to_char_ids, tokenize
 from elmo.model.config import BiLMConfig, CharCNNConfig, ConfigError, LSTMConfig
 from elmo.model.scalar_mix import ScalarMix
 from elmo.model.weights import WeightsError, load_bilm_tf, save_bilm_tf
-
-__version__ = "0.1.0"
+from elmo.version import __version__ as __version__
 
 __all__ = [
     "BiLM", "BiLMConfig", "BiLMOutput", "BiLMState", "CharCNNConfig", "ConfigError", "DEFAULT_STATE",

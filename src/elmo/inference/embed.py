@@ -47,6 +47,7 @@ from elmo.inference.runtime import DEFAULT_PRECISION, DEFAULT_TOKEN_MEMO, Runtim
 from elmo.inference.states import DEFAULT_STATE
 from elmo.model.bilm import BiLM, BiLMState
 from elmo.model.chars import tokenize
+from elmo.version import __version__
 
 Layers = str | Sequence[int]
 # Sentences per batch, and padded tokens per batch (outside stateful mode): the defaults of the
@@ -243,7 +244,6 @@ class Embedder:
     def fingerprint(self, options: OutputOptions, batch_size: int, chunk_sentences: int,
                     shard: tuple[int, int]) -> dict:
         """What decides the vectors a run writes: a resumed run must match the interrupted one."""
-        from elmo import __version__
         from elmo.model.weights import weights_fingerprint
 
         cache = hashlib.sha256()
