@@ -381,7 +381,7 @@ def test_cli_progress_and_final_line(tmp_path):
 # ------------------------------------------------------------------------- layouts and reader
 @pytest.mark.parametrize("layout", ["allennlp", "packed"])
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
-@pytest.mark.parametrize("layers", ["all", "top", "average"])
+@pytest.mark.parametrize("layers", ["all", "top", "average", 1])
 def test_reader_over_every_layout(tmp_path, model, layout, dtype, layers):
     lines = corpus(25, seed=4)
     src = write_lines(tmp_path / "in.txt", lines)

@@ -117,3 +117,19 @@ def test_cache_vocab_then_embed_with_it(tmp_path):
     with h5py.File(plain, "r") as a, h5py.File(cached, "r") as b:
         np.testing.assert_allclose(a["0"][...], b["0"][...], atol=1e-5, rtol=0)
     assert main(["embed", str(src), str(tmp_path / "bf.hdf5"), *MODEL_ARGS, "--precision", "bfloat16"]) == 0
+
+
+def test_absurd_or_binary_options_get_one_line(tmp_path, capsys):
+    src = tmp_path / "in.txt"
+    src.write_text("a b\n")
+    options = json.loads((ALLENNLP / "options.json").read_text())
+    options["lstm"]["dim"] = 10**9
+    huge = tmp_path / "huge.json"
+    huge.write_text(json.dumps(options))
+    weights = str(ALLENNLP / "lm_weights.hdf5")
+    assert main(["embed", str(src), "--options", str(huge), "--weights", weights]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "huge.json: lstm.dim: 1000000000 makes a biLM of" in err and "GiB" in err
+    assert main(["embed", str(src), "--options", weights, "--weights", weights]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "lm_weights.hdf5: not an options.json: this is an HDF5 file" in err

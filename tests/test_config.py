@@ -32,7 +32,9 @@ def test_missing_clip_means_no_clipping():
     del options["lstm"]["cell_clip"]
     config = BiLMConfig.from_dict(options)
     assert config.lstm.cell_clip is None
-    assert "cell_clip" not in config.to_dict()["lstm"]
+    # Written as null, not left out: AllenNLP indexes options["lstm"]["cell_clip"] (issue 39).
+    assert config.to_dict()["lstm"]["cell_clip"] is None
+    assert BiLMConfig.from_dict(config.to_dict()) == config
 
 
 @pytest.mark.parametrize("edit, field", [
@@ -75,3 +77,44 @@ def test_file_errors_name_the_file(tmp_path):
     bad.write_text('{"lstm": {"dim": 8, "projection_dim": 4, "n_layers": 1}}')
     with pytest.raises(ConfigError, match=r"options.json: char_cnn: missing"):
         BiLMConfig.from_json(bad)
+
+
+@pytest.mark.parametrize("edit, field", [
+    (lambda o: o["lstm"].update(dim=10**9), "lstm.dim"),
+    (lambda o: o["lstm"].update(projection_dim=10**8), "lstm.projection_dim"),
+    (lambda o: o["lstm"].update(n_layers=10**7), "lstm.n_layers"),
+    (lambda o: o["char_cnn"].update(filters=[[1, 4], [2, 10**6]]), "char_cnn.filters"),
+    (lambda o: o["char_cnn"]["embedding"].update(dim=10**10), "char_cnn.embedding.dim"),
+])
+def test_absurd_sizes_are_refused_before_anything_is_allocated(edit, field):
+    options = json.loads((ALLENNLP / "options.json").read_text())
+    edit(options)
+    with pytest.raises(ConfigError) as caught:
+        BiLMConfig.from_dict(options)
+    message = str(caught.value)
+    assert message.startswith(f"{field}: ") and "\n" not in message
+    assert "parameters" in message and "float32" in message and "32 GiB" in message
+
+
+def test_size_check_runs_before_the_model_allocates():
+    from elmo import BiLM
+
+    config = BiLMConfig()
+    config.lstm.dim = 10**9  # set after construction: BiLM validates before its first tensor
+    with pytest.raises(ConfigError, match=r"^lstm\.dim: 1000000000 makes a biLM of 4\.62e\+12 parameters, 18\.5 TB"):
+        BiLM(config)
+    # The largest published model is far inside the bound.
+    from elmo.model.config import MAX_PARAMETER_BYTES, published_config
+
+    assert published_config("original").parameter_count() == 93_600_864
+    assert 4 * published_config("original").parameter_count() < MAX_PARAMETER_BYTES / 90
+
+
+def test_binary_options_file_is_named(tmp_path):
+    with pytest.raises(ConfigError, match=r"lm_weights\.hdf5: not an options\.json: this is an HDF5 file, not JSON "
+                                          r"text \(the weights file\?\)"):
+        BiLMConfig.from_json(ALLENNLP / "lm_weights.hdf5")
+    latin = tmp_path / "latin1.json"
+    latin.write_bytes('{"lstm": "caf\xe9"}'.encode("latin-1"))
+    with pytest.raises(ConfigError, match=r"latin1\.json: not an options\.json: byte 13 is not UTF-8 text"):
+        BiLMConfig.from_json(latin)

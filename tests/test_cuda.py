@@ -136,6 +136,205 @@ def test_cli_train_with_gpus_zero(tmp_path):
     assert payload["tokens"] >= 4000
 
 
+# ------------------------------------------------------------- issue 37: the training paths
+# Each of these compares a CUDA path with the CPU specification (float32, TF32 off: the fixture
+# above) or with the eager CUDA path, values and gradients.
+
+
+def _random_layers(n, input_dim, dim, proj, clip, seed):
+    torch.manual_seed(seed)
+    layers = [LstmLayer(input_dim, dim, proj, clip, clip) for _ in range(n)]
+    with torch.no_grad():
+        for layer in layers:
+            layer.bias.uniform_(-1.0, 1.0)
+    return layers
+
+
+def _spec_window(layers, inputs, lengths, c0, h0):
+    """lstm_plain per direction (CPU): outputs (n, batch, time, proj) and final (c, h)."""
+    time = inputs.shape[2]
+    mask = torch.arange(time).view(1, 1, time) < lengths.unsqueeze(-1)
+    runs = [lstm_plain(layer, inputs[d], mask[d], (c0[d], h0[d])) for d, layer in enumerate(layers)]
+    return torch.stack([o for o, _ in runs]), torch.stack([s[0] for _, s in runs]), torch.stack([s[1] for _, s in runs])
+
+
+@pytest.mark.parametrize("lengths", [[[30, 30, 30], [30, 30, 30]], [[30, 11, 0], [4, 30, 17]]])
+@pytest.mark.parametrize("compiled", [False, True])
+def test_fused_window_on_cuda_matches_the_cpu_specification(lengths, compiled):
+    """elmo.model.fused_lstm on the GPU (eager, and with the pointwise functions through
+    torch.compile, i.e. Triton) against lstm_plain on the CPU: outputs, final states and the
+    gradients of the inputs, the initial state and every weight, clipping active."""
+    import copy
+
+    from elmo.model.fused_lstm import lstm_fused
+
+    layers = _random_layers(2, 16, 24, 8, 0.5, seed=11)
+    lengths = torch.tensor(lengths)
+    torch.manual_seed(12)
+    inputs = torch.randn(2, 3, 30, 16, requires_grad=True)
+    c0, h0 = torch.randn(2, 3, 24, requires_grad=True), torch.randn(2, 3, 8, requires_grad=True)
+    weights = (torch.randn(2, 3, 30, 8), torch.randn(2, 3, 24), torch.randn(2, 3, 8))
+    cpu_params = [p for layer in layers for p in layer.parameters()]
+    spec = _spec_window(layers, inputs, lengths, c0, h0)
+    loss = sum((v * w).sum() for v, w in zip(spec, weights))
+    spec_grads = torch.autograd.grad(loss, [inputs, c0, h0, *cpu_params])
+
+    gpu_layers = [copy.deepcopy(layer).cuda() for layer in layers]
+    x, c, h = (t.detach().cuda().requires_grad_() for t in (inputs, c0, h0))
+    full = bool((lengths == 30).all())
+    out, (c_n, h_n) = lstm_fused(gpu_layers, x.transpose(1, 2), (c, h), None if full else lengths.cuda(), compiled=compiled)
+    values = (out.transpose(1, 2), c_n, h_n)
+    loss = sum((v * w.cuda()).sum() for v, w in zip(values, weights))
+    grads = torch.autograd.grad(loss, [x, c, h, *[p for layer in gpu_layers for p in layer.parameters()]])
+    for a, b in zip(values, spec):
+        torch.testing.assert_close(a.cpu(), b, rtol=0, atol=1e-5)
+    for a, b in zip(grads, spec_grads):
+        torch.testing.assert_close(a.cpu(), b, rtol=1e-4, atol=1e-5)
+
+
+def test_fused_window_on_cuda_under_bfloat16_stays_close():
+    """bf16 autocast on the GPU: within what bf16 allows of the float32 CPU specification, and no
+    further from it than the pre-#37 path under the same autocast."""
+    import copy
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parent.parent / "benchmarks"))
+    from legacy_paths import lstm_fast_legacy
+
+    from elmo.model.fused_lstm import lstm_fused
+
+    layers = _random_layers(2, 32, 48, 32, 3.0, seed=13)
+    torch.manual_seed(14)
+    inputs = torch.randn(2, 8, 20, 32)
+    weight = torch.randn(2, 8, 20, 32)
+    spec = torch.stack([lstm_plain(layers[d], inputs[d], torch.ones(8, 20, dtype=torch.bool))[0] for d in range(2)])
+    gpu = [copy.deepcopy(layer).cuda() for layer in layers]
+    x = inputs.cuda().requires_grad_()
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        fused = lstm_fused(gpu, x.transpose(1, 2))[0].transpose(1, 2)
+        legacy = torch.stack([lstm_fast_legacy(gpu[d], x[d], torch.ones(8, 20, dtype=torch.bool, device="cuda"))[0]
+                              for d in range(2)])
+    assert fused.dtype == torch.bfloat16
+    fused_error = (fused.float().cpu() - spec).abs().max()
+    assert fused_error < 0.05
+    assert fused_error <= 2.0 * (legacy.float().cpu() - spec).abs().max()
+    grads = torch.autograd.grad((fused.float() * weight.cuda()).sum(), [x, *gpu[0].parameters()])
+    assert all(torch.isfinite(g).all() and g.abs().sum() > 0 for g in grads)
+
+
+def _lm_batches(batch, unroll, vocab, seed, device):
+    generator = torch.Generator().manual_seed(seed)
+
+    def one():
+        ids = torch.randint(1, 262, (batch, unroll, 50), generator=generator)
+        ids[..., 8:] = 261
+        return {"char_ids": ids.to(device), "targets": torch.randint(0, vocab, (batch, unroll), generator=generator).to(device),
+                "mask": torch.ones(batch, unroll, dtype=torch.bool, device=device)}
+
+    return one(), one()
+
+
+def test_cuda_graph_of_the_training_window_equals_eager():
+    """LanguageModel.use_cuda_graphs: three training steps (dropout, sampled softmax, carried
+    state, Adagrad) with the LSTM window replayed from its graph, against the same steps eager: the
+    same losses and weights to float32 GEMM rounding."""
+    import copy
+
+    from elmo.model.lm import LanguageModel
+
+    config = load_fixture_model("allennlp").config
+    torch.manual_seed(15)
+    eager = LanguageModel(config, 40).cuda().train()
+    graphed = copy.deepcopy(eager)
+    graphed.use_cuda_graphs()
+    results = []
+    for model in (eager, graphed):
+        optimizer = torch.optim.Adagrad(model.parameters(), lr=0.2, initial_accumulator_value=1.0)
+        state = model.bilm.zero_state(4)
+        generator = torch.Generator().manual_seed(16)
+        torch.manual_seed(17)
+        losses = []
+        for step in range(3):
+            forward_batch, backward_batch = _lm_batches(4, 10, 40, step, "cuda")
+            nll_f, nll_b, state = model(forward_batch, backward_batch, state, dropout=0.1, n_samples=20,
+                                        generator=generator, full=True)
+            loss = 0.5 * (nll_f.mean() + nll_b.mean())
+            loss.backward()
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            losses.append(loss.item())
+        results.append((losses, [p.detach().cpu() for p in model.parameters()]))
+    assert len(graphed._graphs) == 1  # captured once, replayed after
+    np.testing.assert_allclose(results[1][0], results[0][0], rtol=1e-5, atol=1e-6)
+    for a, b in zip(results[1][1], results[0][1]):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+
+
+def test_cudnn_lstm_on_cuda_matches_the_cpu_specification():
+    """A cuDNN model's window through cuDNN against lstm_plain (no clipping) on the CPU."""
+    import copy
+
+    from elmo.model.cudnn_lstm import lstm_cudnn
+
+    layers = _random_layers(2, 16, 24, 8, None, seed=18)
+    torch.manual_seed(19)
+    inputs = torch.randn(2, 3, 30, 16, requires_grad=True)
+    c0, h0 = torch.randn(2, 3, 24), torch.randn(2, 3, 8)
+    spec = _spec_window(layers, inputs, torch.full((2, 3), 30), c0, h0)
+    weight = torch.randn(2, 3, 30, 8)
+    spec_grads = torch.autograd.grad((spec[0] * weight).sum(), [inputs, *layers[0].parameters()])
+    gpu = [copy.deepcopy(layer).cuda() for layer in layers]
+    x = inputs.detach().cuda().requires_grad_()
+    out, (c, h) = lstm_cudnn(gpu, x.transpose(1, 2), (c0.cuda(), h0.cuda()))
+    torch.testing.assert_close(out.transpose(1, 2).cpu(), spec[0], rtol=0, atol=1e-5)
+    torch.testing.assert_close(c.cpu(), spec[1], rtol=0, atol=1e-5)
+    grads = torch.autograd.grad((out.transpose(1, 2) * weight.cuda()).sum(), [x, *gpu[0].parameters()])
+    for a, b in zip(grads, spec_grads):
+        torch.testing.assert_close(a.cpu(), b, rtol=1e-4, atol=1e-5)
+
+
+TRAIN_WAYS = """
+import json, sys
+from elmo.training.train import Trainer, TrainSettings
+out, settings = sys.argv[1], json.loads(sys.argv[2])
+trainer = Trainer(TrainSettings(output=out, max_tokens=10 ** 9, **settings))
+losses = [0.5 * sum(trainer.train_step()) for _ in range(12)]
+print(json.dumps({"losses": losses, "graphs": len(trainer.model._graphs or {}),
+                  "weight": trainer.model.bilm.forward_layers[0].state_weight.detach().float().sum().item()}))
+"""
+
+
+@pytest.mark.parametrize("bf16", [False, True])
+def test_trainer_with_cuda_graphs_and_compiled_cells_trains_as_eager(tmp_path, bf16):
+    """The trainer's GPU options (--cuda-graphs, --compile-cells, each path) on real steps: every
+    way gives the same losses as the eager fused path, to float32 (or bf16) rounding, and learns."""
+    import json
+    import subprocess
+    import sys
+
+    # No dropout: on a GPU the fused path draws its masks in one call and the fast path per layer
+    # (F.dropout), so with dropout the fast path would train on other masks (the graph test above
+    # covers the graphed window with dropout).
+    base = dict(train=[str(CORPUS)], vocab=str(VOCAB), config="tiny", batch_size=8, unroll_steps=10, progress=False,
+                seed=3, device="cuda", bf16=bf16, deterministic=True, dropout=0.0)
+    ways = {"eager": {}, "graphs": {"cuda_graphs": True}, "compiled": {"compile_cells": True},
+            "graphs+compiled": {"cuda_graphs": True, "compile_cells": True}, "fast": {"lstm_path": "fast"}}
+    results = {}
+    for name, extra in ways.items():
+        done = subprocess.run([sys.executable, "-c", TRAIN_WAYS, str(tmp_path / name), json.dumps({**base, **extra})],
+                              capture_output=True, text=True)
+        assert done.returncode == 0, (name, done.stderr[-3000:])
+        results[name] = json.loads(done.stdout.strip().splitlines()[-1])
+    assert results["graphs"]["graphs"] == 1 and results["eager"]["graphs"] == 0
+    for name, result in results.items():
+        # bf16: the fast path computes its cell in bf16 (the fused one in float32); compiling fuses
+        # the pointwise arithmetic, which may round otherwise.
+        tolerance = (5e-2 if name == "fast" else 1e-2) if bf16 else 1e-4
+        np.testing.assert_allclose(result["losses"], results["eager"]["losses"], rtol=tolerance, err_msg=name)
+    assert results["eager"]["losses"][-1] < results["eager"]["losses"][0]
+
+
 def test_allennlp_drop_in_on_cuda_gives_the_fixtures_and_keeps_its_state_across_a_move():
     from conftest import ALLENNLP, fixture_batches, top_as_fixture
 
@@ -275,3 +474,15 @@ def test_cli_embed_with_cuda_graphs(tmp_path):
     with h5py.File(tmp_path / "eager.hdf5", "r") as a, h5py.File(tmp_path / "graphs.hdf5", "r") as b:
         for i in range(len(MANY)):
             np.testing.assert_allclose(a[str(i)][...], b[str(i)][...], rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("precision,atol", [("float32", 2e-5), ("float16", 5e-2)])
+def test_elmoformanylangs_model_on_cuda_matches_their_numbers(precision, atol):
+    """The dictionary scheme's fast path (word embedding, its own padding id) on the GPU."""
+    from test_manylangs import MODEL, SENTENCES, expected
+
+    from elmo.hub.manylangs import load_manylangs
+
+    got = Embedder(load_manylangs(MODEL), device="cuda", state="reset", precision=precision).embed_sentences(SENTENCES)
+    for a, b in zip(got, expected()):
+        np.testing.assert_allclose(a, b, rtol=0, atol=atol)

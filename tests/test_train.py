@@ -227,6 +227,33 @@ def test_sampled_loss_masks_accidental_hits():
     torch.testing.assert_close(loss.double(), torch.tensor(expected, dtype=torch.float64), rtol=0, atol=1e-6)
 
 
+def test_sampled_loss_under_bfloat16_autocast_keeps_float32_logits():
+    """Under autocast the product is bf16 but the bias, the correction and the loss stay float32:
+    the loss is as close to the float32 one as a bf16 product allows (the same product added in
+    bf16 would round every logit once more, by up to 2^-8 of it)."""
+    torch.manual_seed(1)
+    softmax = Softmax(300, 16)
+    with torch.no_grad():
+        softmax.bias.normal_(0.0, 4.0)
+    hidden, targets = torch.randn(40, 16), torch.randint(0, 300, (40,))
+    exact = softmax.sampled_loss(hidden, targets, 50, generator=torch.Generator().manual_seed(2))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        mixed = softmax.sampled_loss(hidden, targets, 50, generator=torch.Generator().manual_seed(2))
+    assert mixed.dtype == torch.float32
+    # What rounding only the product (h and w to bf16) gives, computed by hand in float64.
+    w, b = softmax.weight.detach(), softmax.bias.detach()
+    sample = log_uniform_sample(300, 50, "cpu", torch.Generator().manual_seed(2))
+    product = (hidden.bfloat16() @ w[sample[0]].bfloat16().t()).double()
+    sampled = product + (b[sample[0]] - torch.log(sample[1])).double()
+    hits = targets.unsqueeze(1) == sample[0].unsqueeze(0)
+    sampled = sampled.masked_fill(hits, -torch.inf)
+    true = (hidden.double() * w[targets].double()).sum(-1) + (b[targets] - torch.log(
+        expected_count(targets, 300, sample[2]))).double()
+    expected = torch.logaddexp(true, torch.logsumexp(sampled, dim=1)) - true
+    torch.testing.assert_close(mixed.double(), expected, rtol=0, atol=2e-3)
+    assert (mixed - exact).abs().max() > 0  # the product really ran in bf16
+
+
 # ---------------------------------------------------------------------------------- training
 def test_training_lowers_the_loss(tmp_path):
     result = train(tiny_settings(tmp_path / "run", max_tokens=4 * 10 * 60, log_every=20, checkpoint_every=60))

@@ -15,13 +15,14 @@ from elmo.inference.states import DEFAULT_STATE, STATE_MODES
 from elmo.model.bilm import BiLM, BiLMOutput, BiLMState
 from elmo.model.chars import batch_to_char_ids, tokenize
 from elmo.model.config import BiLMConfig, CharCNNConfig, ConfigError, LSTMConfig
+from elmo.model.dictionary import CharacterDictionary
 from elmo.model.scalar_mix import ScalarMix
 from elmo.model.weights import WeightsError, load_bilm_tf, save_bilm_tf
 from elmo.version import __version__ as __version__
 
 __all__ = [
-    "BiLM", "BiLMConfig", "BiLMOutput", "BiLMState", "CharCNNConfig", "ConfigError", "DEFAULT_STATE",
-    "Elmo", "ElmoOutput", "EmbedReport", "Embedder", "Embeddings", "LSTMConfig", "STATE_MODES", "ScalarMix",
-    "WeightsError", "batch_to_char_ids", "load_bilm_tf", "load_checkpoint", "load_model", "open_embeddings",
-    "save_bilm_tf", "save_checkpoint", "tokenize",
+    "BiLM", "BiLMConfig", "BiLMOutput", "BiLMState", "CharCNNConfig", "CharacterDictionary", "ConfigError",
+    "DEFAULT_STATE", "Elmo", "ElmoOutput", "EmbedReport", "Embedder", "Embeddings", "LSTMConfig", "STATE_MODES",
+    "ScalarMix", "WeightsError", "batch_to_char_ids", "load_bilm_tf", "load_checkpoint", "load_model",
+    "open_embeddings", "save_bilm_tf", "save_checkpoint", "tokenize",
 ]

@@ -1,4 +1,4 @@
-"""Small file helpers: atomic writes, transparent gzip reading and standard input."""
+"""Small file helpers: atomic writes (files and whole folders), transparent gzip reading and standard input."""
 
 from __future__ import annotations
 
@@ -7,10 +7,12 @@ import gzip
 import itertools
 import os
 import re
+import shutil
 import stat
 import sys
 import tempfile
 from collections.abc import Iterable, Iterator
+from pathlib import Path
 from typing import IO, TypeVar
 
 T = TypeVar("T")
@@ -82,6 +84,30 @@ def atomic_write_text(path: str | os.PathLike, text: str, make_parents: bool = F
     with atomic_path(path, make_parents) as tmp:
         with open(tmp, "w", encoding="utf-8") as f:
             f.write(text)
+
+
+def atomic_folder(output: str | os.PathLike, write, overwrite: bool = False) -> None:
+    """Run ``write(folder)`` into a fresh temporary folder beside ``output`` and rename it into
+    place, so ``output`` is either complete or untouched. An existing ``output`` is replaced only
+    with ``overwrite``."""
+    output = Path(output)
+    if output.exists() and not overwrite:
+        raise FileExistsError(f"{output}: already exists; pass --force (overwrite=True) to replace it")
+    if not output.parent.is_dir():
+        raise FileNotFoundError(f"{output}: the folder {output.parent} does not exist")
+    tmp = Path(tempfile.mkdtemp(prefix=f".{output.name}.", dir=output.parent))
+    try:
+        write(tmp)
+        if output.exists():
+            old = Path(tempfile.mkdtemp(prefix=f".{output.name}.old.", dir=output.parent))
+            os.replace(output, old / output.name)
+            os.replace(tmp, output)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(tmp, output)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
 
 
 def chunks(items: Iterable[T], size: int) -> Iterator[list[T]]:

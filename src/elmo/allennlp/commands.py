@@ -19,7 +19,8 @@ from typing import IO
 import numpy as np
 import torch
 
-from elmo.allennlp.modules import ALLENNLP_STATE, _ElmoBiLm, batch_to_ids
+from elmo.allennlp.modules import ALLENNLP_STATE, _ElmoBiLm
+from elmo.hub.archives import looks_like_model
 from elmo.inference.runtime import resolve_device
 from elmo.model.bilm import remove_boundaries
 
@@ -40,18 +41,22 @@ class ElmoEmbedder:
     per sentence, stateful by default as AllenNLP's was.
 
     ``cuda_device``: -1 for the CPU, else the GPU's index. ``state`` switches to this library's
-    deterministic ``"warm"`` (or ``"reset"``) policy. ``elmo_bilm`` is the
+    deterministic ``"warm"`` (or ``"reset"``) policy. ``options_file`` may also be a whole model
+    (an NLPL ``.zip``, an ELMoForManyLangs folder) with ``weight_file`` left out; a protein ELMo
+    such as SeqVec embeds ``embed_sentence(list(sequence))``, one token per residue. ``elmo_bilm`` is the
     :class:`~elmo.allennlp.modules._ElmoBiLm` it runs (``elmo_bilm._elmo_lstm.reset_states()``
     forgets the carried state).
     """
 
     def __init__(self, options_file: str | os.PathLike = DEFAULT_OPTIONS_FILE,
-                 weight_file: str | os.PathLike = DEFAULT_WEIGHT_FILE, cuda_device: int = -1, *,
+                 weight_file: str | os.PathLike | None = DEFAULT_WEIGHT_FILE, cuda_device: int = -1, *,
                  state: str = ALLENNLP_STATE):
         if isinstance(cuda_device, bool) or not isinstance(cuda_device, int):
             raise ValueError(f"cuda_device: expected -1 (CPU) or a GPU index, got {cuda_device!r}")
         device = resolve_device("cpu" if cuda_device < 0 else f"cuda:{cuda_device}", torch.device("cpu"))
-        self.elmo_bilm = _ElmoBiLm(options_file, weight_file, state=state).eval().to(device)
+        if weight_file == DEFAULT_WEIGHT_FILE and looks_like_model(options_file):
+            weight_file = None  # ElmoEmbedder("model.zip"): the archive alone, not the default weights beside it
+        self.elmo_bilm = _ElmoBiLm(options_file, weight_file, state=state, _any_characters=True).eval().to(device)
         self.cuda_device = cuda_device
 
     def _empty(self) -> np.ndarray:
@@ -64,7 +69,8 @@ class ElmoEmbedder:
             raise TypeError("batch: expected a list of token lists, e.g. [['Hello', 'world']]")
         rows = [list(sentence) for sentence in batch]
         with torch.no_grad():
-            layers, mask = self.elmo_bilm._layers(batch_to_ids(rows), words=rows)
+            ids, _ = self.elmo_bilm.bilm.characters.batch(rows)  # batch_to_ids for a bilm-tf model
+            layers, mask = self.elmo_bilm._layers(ids, words=rows)
         return remove_boundaries(layers, mask)
 
     def embed_sentence(self, sentence: list[str]) -> np.ndarray:

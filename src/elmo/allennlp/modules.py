@@ -44,17 +44,35 @@ def batch_to_ids(batch: list[list[str]]) -> torch.Tensor:
     return batch_to_char_ids(batch)[0]
 
 
-def load_bilm(options_file: str | os.PathLike, weight_file: str | os.PathLike) -> BiLM:
+def load_bilm(options_file: str | os.PathLike, weight_file: str | os.PathLike | None = None) -> BiLM:
     """The biLM of an ``options_file`` + ``weight_file`` pair as AllenNLP took them: local paths,
     or the URLs of the published models (fetched once into the download cache), both through
-    :func:`elmo.hub.load_model`."""
+    :func:`elmo.hub.load_model`. A model archive or folder (an NLPL ``.zip``, an ELMoForManyLangs
+    model) may stand alone as ``options_file``, with ``weight_file`` left out (or the same path)."""
+    from elmo.hub.archives import looks_like_model
+
+    options = os.fspath(options_file)
+    if not options.startswith(("http://", "https://", "s3://")) and looks_like_model(options):
+        if weight_file is not None and os.fspath(weight_file) != options:
+            raise ValueError(f"weight_file: {options} is a whole model (archive or folder); leave weight_file out")
+        return load_model(options)
+    if weight_file is None:
+        raise ValueError(f"weight_file: needed with {options} (or pass a model archive or folder alone)")
     return load_model((options_file, weight_file))
 
 
-def _check_char_ids(inputs: Any, where: str = "inputs") -> torch.Tensor:
-    if not isinstance(inputs, torch.Tensor) or inputs.dim() != 3 or inputs.shape[-1] != MAX_CHARS:
+def _byte_scheme_only(bilm: BiLM, where: str | os.PathLike) -> BiLM:
+    """``bilm``, if it reads the byte ids that :func:`batch_to_ids` makes (every bilm-tf model)."""
+    if bilm.config.char_cnn.characters != "bytes":
+        raise ValueError(f"{where}: this model reads its own character dictionary (ELMoForManyLangs), not the byte "
+                         f"ids of batch_to_ids that AllenNLP's modules take; use ElmoEmbedder or elmo.Embedder")
+    return bilm
+
+
+def _check_char_ids(inputs: Any, where: str = "inputs", width: int = MAX_CHARS) -> torch.Tensor:
+    if not isinstance(inputs, torch.Tensor) or inputs.dim() != 3 or inputs.shape[-1] != width:
         shape = tuple(inputs.shape) if isinstance(inputs, torch.Tensor) else type(inputs).__name__
-        raise ValueError(f"{where}: expected character ids (batch, timesteps, {MAX_CHARS}) from batch_to_ids, "
+        raise ValueError(f"{where}: expected character ids (batch, timesteps, {width}) from batch_to_ids, "
                          f"got {shape}")
     return inputs
 
@@ -72,7 +90,7 @@ class _ElmoCharacterEncoder(nn.Module):
     def __init__(self, options_file: str | os.PathLike, weight_file: str | os.PathLike,
                  requires_grad: bool = False):
         super().__init__()
-        self._setup(load_bilm(options_file, weight_file), requires_grad)
+        self._setup(_byte_scheme_only(load_bilm(options_file, weight_file), options_file), requires_grad)
 
     @classmethod
     def _of(cls, bilm: BiLM, requires_grad: bool) -> "_ElmoCharacterEncoder":
@@ -215,9 +233,11 @@ class _ElmoBiLm(nn.Module):
 
     def __init__(self, options_file: str | os.PathLike, weight_file: str | os.PathLike,
                  requires_grad: bool = False, vocab_to_cache: list[str] | None = None, *,
-                 state: str = ALLENNLP_STATE):
+                 state: str = ALLENNLP_STATE, _any_characters: bool = False):
         super().__init__()
         bilm = load_bilm(options_file, weight_file)
+        if not _any_characters:  # ElmoEmbedder makes its ids with the model's own scheme
+            _byte_scheme_only(bilm, options_file)
         for p in bilm.parameters():
             p.requires_grad_(requires_grad)
         self._token_embedder = _ElmoCharacterEncoder._of(bilm, requires_grad)
@@ -289,7 +309,7 @@ class _ElmoBiLm(nn.Module):
             elif inputs is None:
                 raise ValueError(f"word_inputs: an id is outside vocab_to_cache ({len(self._vocab)} words, ids 1 to "
                                  f"{len(self._vocab) - 1}) and no character ids were passed to fall back on")
-        inputs = _check_char_ids(inputs)
+        inputs = _check_char_ids(inputs, width=self.bilm.characters.width)
         mask = (inputs > 0).any(dim=-1)
 
         # With requires_grad, the biLM's own forward under autograd, so that gradients reach its weights.

@@ -14,7 +14,8 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", default=None, metavar="NAME|PATH",
                         help=f"a named model ({', '.join(model_names())}; default {DEFAULT_MODEL!r}, the one shipped "
                              "in the package; published ones are downloaded once into the cache) or a published "
-                             "model's URL, an exported model folder, a training run directory or a checkpoint .pt")
+                             "model's URL, an exported model folder, a training run directory, a checkpoint .pt, "
+                             "an NLPL archive (.zip) or folder, or an ELMoForManyLangs model (folder or .zip)")
     parser.add_argument("--options", help="options.json of a biLM (with --weights, instead of --model)")
     parser.add_argument("--weights", help="weights.hdf5 of a biLM (with --options, instead of --model)")
     parser.add_argument("--cache-dir", help="where published models are downloaded (default: $ELMO_CACHE "

@@ -52,8 +52,9 @@ def add_parser(parser: argparse.ArgumentParser) -> None:
                              "and options, which is checked); starts afresh when there is none, and does nothing "
                              "when the output is already complete")
     add_model_arguments(parser)
-    parser.add_argument("--layers", default="all", choices=["all", "top", "average"],
-                        help="all: (layers, tokens, dim) per sentence; top or average: (tokens, dim)")
+    parser.add_argument("--layers", default="all", type=parse_layers, metavar="all|top|average|N",
+                        help="all: (layers, tokens, dim) per sentence; top, average or one layer index N (0: the "
+                             "token layer; ELMoForManyLangs' output_layer -1 is average): (tokens, dim)")
     parser.add_argument("--layout", default=DEFAULT_LAYOUT, choices=LAYOUTS,
                         help="allennlp: one dataset per line plus sentence_to_index (the allennlp elmo layout); "
                              "packed: one (tokens, layers, dim) array plus offsets, for millions of lines")
@@ -136,6 +137,20 @@ def placement(args: argparse.Namespace) -> tuple[tuple[int, int], str, int | Non
     if threads is not None and threads < 1:
         raise ValueError(f"--threads: must be at least 1, got {threads}")
     return shard, device, threads, local_rank
+
+
+def parse_layers(value: str) -> str | int:
+    """``--layers``: a named selection, or a layer index (0 the token layer, 1.. the LSTM layers)."""
+    if value in ("all", "top", "average"):
+        return value
+    try:
+        index = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected all, top, average or a layer index, got {value!r}") from None
+    if index < 0:
+        raise argparse.ArgumentTypeError(f"a layer index counts from 0 (the token layer), got {index}; "
+                                         f"ELMoForManyLangs' -1 is 'average' here")
+    return index
 
 
 def run(args: argparse.Namespace) -> int:

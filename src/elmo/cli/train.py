@@ -9,6 +9,7 @@ import socket
 import sys
 
 from elmo.devices import DEVICES
+from elmo.model.bilm import DEFAULT_LSTM_PATH, LSTM_PATHS
 from elmo.training.train import (
     CPU_MAX_BATCH,
     DEFAULT_PRESET,
@@ -89,6 +90,16 @@ def add_common(parser: argparse.ArgumentParser, source: str = "the --config pres
     parser.add_argument("--deterministic", action="store_true",
                         help="reproducible GPU kernels, so that runs repeat and resume bit for bit (slower; "
                              "default: the GPU's fast kernels, whose results drift slightly run to run)")
+    parser.add_argument("--lstm-path", choices=LSTM_PATHS,
+                        help="how the LSTM trains: the per-timestep specification (plain), one direction and layer "
+                             "at a time (fast), or both directions of a layer as one fused autograd Function over "
+                             f"the window (fused); the same model and numbers (default: {DEFAULT_LSTM_PATH})")
+    parser.add_argument("--compile-cells", action="store_true",
+                        help="the fused path's pointwise functions through torch.compile: one kernel each on a GPU "
+                             "(default: eager)")
+    parser.add_argument("--cuda-graphs", action="store_true",
+                        help="capture the LSTM of each full training window (forward and backward) in a CUDA graph "
+                             "and replay it (GPU, one process, fused path; default: eager launches)")
     parser.add_argument("--gpus", help="comma-separated GPU ids: one process per GPU on this machine, DDP "
                                        "(default: none, one process on --device)")
     parser.add_argument("--processes", type=int, default=1,

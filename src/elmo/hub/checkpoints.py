@@ -31,6 +31,7 @@ import torch
 from elmo.fileio import atomic_path
 from elmo.model.bilm import BiLM
 from elmo.model.config import BiLMConfig, ConfigError
+from elmo.model.dictionary import CharacterDictionary, DictionaryError
 from elmo.model.lm import LanguageModel
 from elmo.model.softmax import Softmax
 from elmo.model.vocab import Vocabulary
@@ -103,9 +104,11 @@ def read_checkpoint(path: str | os.PathLike, formats: Mapping[str, int], what: s
     return payload
 
 
-def bilm_from_state(path: str | os.PathLike, config: dict, state_dict: dict) -> BiLM:
+def bilm_from_state(path: str | os.PathLike, config: dict, state_dict: dict, characters: dict | None = None) -> BiLM:
     """A biLM from a checkpoint's config and state dict, refusing NaN weights and a state dict that
-    does not fit the config (errors name ``path``)."""
+    does not fit the config (errors name ``path``). ``characters``: the payload of the model's
+    character dictionary (:meth:`CharacterDictionary.to_payload`), for a model that reads one
+    (ELMoForManyLangs')."""
     try:
         config = BiLMConfig.from_dict(config)
     except ConfigError as e:
@@ -113,7 +116,13 @@ def bilm_from_state(path: str | os.PathLike, config: dict, state_dict: dict) -> 
     for name, tensor in state_dict.items():
         if torch.is_tensor(tensor) and tensor.is_floating_point():
             check_finite(tensor.detach().cpu().float(), f"{path}: parameter '{name}'")
-    model = BiLM(config)
+    dictionary = None
+    if config.char_cnn.characters == "dictionary":
+        try:
+            dictionary = CharacterDictionary.from_payload(characters, os.fspath(path))
+        except DictionaryError as e:
+            raise WeightsError(str(e)) from None
+    model = BiLM(config, characters=dictionary)
     try:
         missing, unexpected = model.load_state_dict(state_dict, strict=False)
     except RuntimeError as e:  # a tensor of the wrong shape
@@ -132,8 +141,8 @@ def bilm_of_payload(path: str | os.PathLike, payload: dict) -> BiLM:
         raise WeightsError(f"{path}: an incomplete checkpoint (no {', '.join(missing)})")
     if payload["format"] == TRAIN_FORMAT:
         state = {key[len("bilm."):]: value for key, value in payload["model"].items() if key.startswith("bilm.")}
-        return bilm_from_state(path, payload["config"], state)
-    return bilm_from_state(path, payload["config"], payload["state_dict"])
+        return bilm_from_state(path, payload["config"], state, payload.get("characters"))
+    return bilm_from_state(path, payload["config"], payload["state_dict"], payload.get("characters"))
 
 
 def save_checkpoint(model: BiLM, path: str | os.PathLike, **extra) -> None:
@@ -142,6 +151,8 @@ def save_checkpoint(model: BiLM, path: str | os.PathLike, **extra) -> None:
     ``--model`` option read it."""
     payload = {"format": NATIVE_FORMAT, "version": NATIVE_VERSION, "config": model.config.to_dict(),
                "state_dict": model.state_dict(), **extra}
+    if isinstance(model.characters, CharacterDictionary):  # plain strings and ints: weights_only reads them
+        payload["characters"] = model.characters.to_payload()
     with atomic_path(path) as tmp:
         torch.save(payload, tmp)
 

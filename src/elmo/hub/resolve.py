@@ -13,7 +13,10 @@ A model source is any of:
   ``softmax_weights.hdf5`` and ``vocab.txt``, which make it a language model too);
 * a training run directory (``elmo train`` writes one): its newest readable checkpoint;
 * a checkpoint file (``.pt``): :func:`elmo.save_checkpoint`'s ``elmo-bilm`` or a training run's
-  ``elmo-train`` (:mod:`elmo.hub.checkpoints`).
+  ``elmo-train`` (:mod:`elmo.hub.checkpoints`);
+* a model archive (``.zip``) or folder in another tool's layout: the NLPL repository's ELMo
+  archives (bilm-tf layout: ``model.hdf5``, ``options.json``, ``vocab.txt.gz``) and
+  ELMoForManyLangs models (:mod:`elmo.hub.archives`, :mod:`elmo.hub.manylangs`).
 
 Resolving is two steps. :func:`locate` says what a source names without reading or downloading
 anything (so a config can be checked before a run starts); :func:`load_model` and
@@ -28,6 +31,13 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from elmo.hub.archives import (
+    ModelFolder,
+    is_manylangs,
+    language_model_of_folder,
+    load_bilm_tf_folder,
+    looks_like_model,
+)
 from elmo.hub.checkpoints import (
     NATIVE_FORMAT,
     NATIVE_VERSION,
@@ -42,6 +52,7 @@ from elmo.hub.checkpoints import (
     load_latest_train_checkpoint,
     read_checkpoint,
 )
+from elmo.hub.manylangs import load_manylangs
 from elmo.hub.pretrained import (
     DEFAULT_MODEL,
     PUBLISHED,
@@ -69,7 +80,9 @@ class Location:
     * ``"files"``: ``path`` is ``options.json`` and ``weights`` its ``weights.hdf5``; ``folder``, when
       they came as a folder, may also hold the softmax and vocabulary of a language model;
     * ``"run"``: ``path`` is a training run directory;
-    * ``"checkpoint"``: ``path`` is a checkpoint file, and ``payload`` its contents once read.
+    * ``"checkpoint"``: ``path`` is a checkpoint file, and ``payload`` its contents once read;
+    * ``"archive"``: ``path`` is a model archive (``.zip``) or folder in another tool's layout (an
+      NLPL archive, an ELMoForManyLangs model), read by :mod:`elmo.hub.archives`.
     """
 
     kind: str
@@ -121,9 +134,12 @@ def locate(source: ModelSource = None) -> Location:
         return Location("run", text, path=path)
     if path.is_file() and path.suffix == ".pt":
         return Location("checkpoint", text, path=path)
+    if looks_like_model(path):
+        return Location("archive", text, path=path)
     if path.exists():
-        raise ValueError(f"{text}: not a model: expected a folder with options.json and weights.hdf5, a training "
-                         f"run directory (with checkpoints/) or a checkpoint .pt file")
+        raise ValueError(f"{text}: not a model: expected a folder with options.json and weights.hdf5 (or a zip "
+                         f"archive of one, as the NLPL repository's), an ELMoForManyLangs model, a training run "
+                         f"directory (with checkpoints/) or a checkpoint .pt file")
     raise ValueError(f"{text}: neither a model name ({', '.join(model_names())}) nor an existing path")
 
 
@@ -147,6 +163,16 @@ def _local(location: Location, cache_dir: str | os.PathLike | None, progress: bo
     return location
 
 
+def load_model_folder(path: str | os.PathLike) -> BiLM:
+    """The biLM of a model archive (``.zip``) or folder in another tool's layout, in eval mode: an
+    NLPL archive (bilm-tf layout) or an ELMoForManyLangs model. Errors name the archive or folder
+    and the member at fault."""
+    with ModelFolder(path) as folder:
+        if is_manylangs(folder):
+            return load_manylangs(folder).eval()
+        return load_bilm_tf_folder(folder)
+
+
 def load_model(source: ModelSource | Location = None, *, cache_dir: str | os.PathLike | None = None,
                progress: bool = True) -> BiLM:
     """The biLM that ``source`` names (see the module's list), in eval mode, float32.
@@ -157,6 +183,8 @@ def load_model(source: ModelSource | Location = None, *, cache_dir: str | os.Pat
     location = _local(source if isinstance(source, Location) else locate(source), cache_dir, progress)
     if location.kind == "checkpoint":
         return bilm_of_payload(location.path, location.payload).eval()
+    if location.kind == "archive":
+        return load_model_folder(location.path)
     return load_bilm_tf(location.path, location.weights).eval()
 
 
@@ -178,11 +206,17 @@ def load_language_model_with_origin(source: ModelSource | Location = None, *,
             raise ValueError(f"{location.path}: a biLM checkpoint (elmo.save_checkpoint) holds no softmax or "
                              f"vocabulary; a language model is a training run or checkpoint, or an exported folder")
         return language_model_of_payload(location.path, location.payload)
+    if location.kind == "archive":
+        return language_model_of_folder(location.path)
     folder = location.folder
     if folder is None:
         raise ValueError(f"{location.source}: a biLM without its softmax and vocabulary; a language model is a "
                          f"training run or checkpoint, or an exported folder (elmo export)")
     missing = [name for name in (SOFTMAX_FILE, VOCAB_FILE) if not (folder / name).is_file()]
+    if missing == [SOFTMAX_FILE] or (SOFTMAX_FILE in missing and (folder / "vocab.txt.gz").is_file()):
+        # A vocabulary without a softmax: an NLPL model unpacked (or AllenNLP's files beside their
+        # vocabulary); the softmax starts from random weights, as for the archive itself.
+        return language_model_of_folder(folder)
     if missing:
         raise FileNotFoundError(f"{folder}: neither a run directory with checkpoints nor an exported model "
                                 f"(missing {', '.join(missing)})")
@@ -198,4 +232,4 @@ def load_language_model(source: ModelSource | Location = None, **options) -> tup
 
 
 __all__ = ["Location", "MODEL_FORMATS", "ModelSource", "load_language_model", "load_language_model_with_origin",
-           "load_model", "locate"]
+           "load_model", "load_model_folder", "locate"]

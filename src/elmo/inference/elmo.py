@@ -17,7 +17,6 @@ from elmo.hub.resolve import ModelSource, load_model
 from elmo.inference.runtime import DEFAULT_PRECISION, Runtime
 from elmo.inference.states import DEFAULT_STATE
 from elmo.model.bilm import BiLM
-from elmo.model.chars import batch_to_char_ids
 from elmo.model.scalar_mix import ScalarMix
 
 
@@ -99,7 +98,8 @@ class Elmo(ElmoMixes):
         """Build on any model source :func:`elmo.hub.load_model` takes: ``"default"`` (packaged),
         a published name or URL, downloaded and cached (``"small"``, ``"medium"``, ``"original"``,
         ``"original-5.5b"``), an ``(options, weights)`` pair, an exported folder, a training run
-        directory or a checkpoint file."""
+        directory, a checkpoint file, an NLPL archive (``.zip``) or folder, or an ELMoForManyLangs
+        model (see ``docs/other-models.md``)."""
         return cls(load_model(name, cache_dir=cache_dir, progress=progress), **kwargs)
 
     @classmethod
@@ -142,13 +142,14 @@ class Elmo(ElmoMixes):
         return out.layers, out.mask
 
     def forward(self, char_ids: torch.Tensor, mask: torch.Tensor | None = None) -> ElmoOutput:
-        """``char_ids``: ``(batch, time, 50)`` from :func:`~elmo.model.chars.batch_to_char_ids`."""
+        """``char_ids``: ``(batch, time, width)`` from ``bilm.characters.batch(sentences)``
+        (:func:`~elmo.model.chars.batch_to_char_ids` for every bilm-tf model)."""
         return self.mix(*self.layers(char_ids, mask))
 
     def embed(self, sentences: Sequence[Sequence[str]]) -> ElmoOutput:
         """Convenience: tokenized sentences in, mixed vectors out."""
         device = next(self.bilm.parameters()).device
-        ids, mask = batch_to_char_ids(sentences)
+        ids, mask = self.bilm.characters.batch(sentences)
         return self(ids.to(device), mask.to(device))
 
 

@@ -49,7 +49,7 @@ from elmo.model.bilm import BiLM, BiLMState
 from elmo.model.chars import tokenize
 from elmo.version import __version__
 
-Layers = str | Sequence[int]
+Layers = str | int | Sequence[int]
 # Sentences per batch, and padded tokens per batch (outside stateful mode): the defaults of the
 # Embedder, of elmo embed and of a task config's [bilm] section.
 DEFAULT_BATCH_SIZE = 64
@@ -89,7 +89,8 @@ def select_layers(layers: np.ndarray, which: Layers) -> np.ndarray:
     """Pick from one sentence's ``(L+1, n_tokens, dim)`` activations.
 
     ``"all"`` -> ``(L+1, n, dim)``; ``"top"`` -> ``(n, dim)``; ``"average"`` -> ``(n, dim)``;
-    a list of indices -> ``(len(list), n, dim)``.
+    one index -> ``(n, dim)`` (0: the token layer); a list of indices -> ``(len(list), n, dim)``.
+    ELMoForManyLangs' ``output_layer`` 0, 1, 2 are the indices; its -1 is ``"average"``.
     """
     if isinstance(which, str):
         if which == "all":
@@ -99,6 +100,8 @@ def select_layers(layers: np.ndarray, which: Layers) -> np.ndarray:
         if which == "average":
             return layers.mean(axis=0)
         raise ValueError(f"layers: expected 'all', 'top', 'average' or a list of indices, got {which!r}")
+    if isinstance(which, int) and not isinstance(which, bool):
+        return select_layers(layers, [which])[0]
     indices = list(which)
     for i in indices:
         if not -layers.shape[0] <= i < layers.shape[0]:
@@ -144,7 +147,8 @@ class Embedder:
         """Load any model source :func:`elmo.hub.load_model` takes: ``"default"`` (packaged), a
         published name or URL, downloaded and cached (``"small"``, ``"medium"``, ``"original"``,
         ``"original-5.5b"``), an ``(options, weights)`` pair, an exported folder, a training run
-        directory or a checkpoint file."""
+        directory, a checkpoint file, an NLPL archive (``.zip``) or folder, or an ELMoForManyLangs
+        model (see ``docs/other-models.md``)."""
         return cls(load_model(name, cache_dir=cache_dir, progress=progress), **kwargs)
 
     @property
@@ -294,7 +298,7 @@ class Embedder:
             raise ValueError(f"batch_size: must be at least 1, got {batch_size}")
         if max_line_tokens < 1:
             raise ValueError(f"max_line_tokens: must be at least 1, got {max_line_tokens}")
-        options = OutputOptions(layout, tuple(layers) if not isinstance(layers, str) else layers, dtype, compression)
+        options = OutputOptions(layout, layers if isinstance(layers, (str, int)) else tuple(layers), dtype, compression)
         n_layers, dim = self.model.config.lstm.n_layers + 1, 2 * self.model.config.lstm.projection_dim
         token_shape = options.token_shape(n_layers, dim)
         rank, world = check_shard(shard)

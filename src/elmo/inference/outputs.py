@@ -60,11 +60,12 @@ WRITE_BUFFER_BYTES = 16 << 20
 @dataclass(frozen=True)
 class OutputOptions:
     """How vectors are stored: ``layout`` (:data:`LAYOUTS`), ``layers`` (``"all"``, ``"top"``,
-    ``"average"`` or a list of layer indices), ``dtype`` (``"float32"``, ``"float16"``) and
+    ``"average"``, one layer index (0: the token layer; stored ``(tokens, dim)``) or a list of
+    indices), ``dtype`` (``"float32"``, ``"float16"``) and
     ``compression`` (``"none"``, ``"gzip"``, ``"lzf"``)."""
 
     layout: str = DEFAULT_LAYOUT
-    layers: str | tuple[int, ...] = "all"
+    layers: str | int | tuple[int, ...] = "all"
     dtype: str = DEFAULT_DTYPE
     compression: str = "none"
 
@@ -80,6 +81,8 @@ class OutputOptions:
         if isinstance(self.layers, str):
             if self.layers not in LAYER_NAMES:
                 raise ValueError(f"layers: expected 'all', 'top', 'average' or a list of indices, got {self.layers!r}")
+        elif isinstance(self.layers, (int, np.integer)) and not isinstance(self.layers, bool):
+            object.__setattr__(self, "layers", int(self.layers))
         else:
             object.__setattr__(self, "layers", tuple(int(i) for i in self.layers))
 
@@ -87,6 +90,10 @@ class OutputOptions:
         """The shape of one token's stored vectors for a biLM with ``n_layers`` (L+1) layers."""
         if isinstance(self.layers, str):
             return (n_layers, dim) if self.layers == "all" else (dim,)
+        if isinstance(self.layers, int):
+            if not -n_layers <= self.layers < n_layers:
+                raise ValueError(f"layers: index {self.layers} out of range; the biLM has {n_layers} layers")
+            return (dim,)
         for i in self.layers:
             if not -n_layers <= i < n_layers:
                 raise ValueError(f"layers: index {i} out of range; the biLM has {n_layers} layers")
@@ -102,6 +109,8 @@ class OutputOptions:
                 picked = token_major.mean(axis=1)
             else:
                 picked = token_major
+        elif isinstance(self.layers, int):
+            picked = token_major[:, self.layers]
         else:
             picked = token_major[:, list(self.layers)]
         return np.ascontiguousarray(picked, dtype=DTYPES[self.dtype])
@@ -114,7 +123,8 @@ class OutputOptions:
         return {}
 
     def describe(self) -> dict:
-        return {"layout": self.layout, "layers": self.layers if isinstance(self.layers, str) else list(self.layers),
+        return {"layout": self.layout,
+                "layers": self.layers if isinstance(self.layers, (str, int)) else list(self.layers),
                 "dtype": self.dtype, "compression": self.compression}
 
 

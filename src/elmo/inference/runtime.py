@@ -45,7 +45,6 @@ from elmo.model.bilm import (
     remove_boundaries,
     reverse_within_length,
 )
-from elmo.model.chars import BOS_TOKEN, EOS_TOKEN, batch_to_char_ids
 from elmo.model.config import BiLMConfig
 from elmo.model.encoder import encode_fast, encode_words_fast
 from elmo.model.lstm import (
@@ -55,6 +54,10 @@ from elmo.model.lstm import (
     stack_directions,
 )
 from elmo.model.weights import weights_fingerprint
+
+# Keys of the sentence markers in the token memo: not strings, so that no input token (a literal
+# "<S>", or "<bos>" for a dictionary model) can stand for them.
+BOS_KEY, EOS_KEY = ("sentence marker", "begin"), ("sentence marker", "end")
 
 # Precision of the matrix products on the fast path; states and nonlinearities stay float32.
 PRECISIONS = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -269,7 +272,7 @@ class Runtime:
     def run_batch(self, rows: Sequence[Sequence[str]]) -> BiLMOutput:
         """One batch of token lists through :meth:`step`."""
         rows = [list(r) for r in rows]
-        ids, mask = batch_to_char_ids(rows)
+        ids, mask = self.model.characters.batch(rows)
         return self.step(ids, mask, words=rows)
 
     def reset_state(self) -> None:
@@ -301,7 +304,7 @@ class Runtime:
         memo = self._memo_for_current_weights() if self.token_memo_size > 0 else {}
         found, missing = {}, {}
         for sentence in rows:
-            for word in (BOS_TOKEN, *sentence, EOS_TOKEN):
+            for word in (BOS_KEY, *sentence, EOS_KEY):
                 if word in found or word in missing:
                     continue
                 vector = self.cache.get(word)
@@ -313,8 +316,13 @@ class Runtime:
                     found[word] = vector
         if missing:
             words = list(missing)
-            word_ids, _ = batch_to_char_ids([[w] for w in words])
-            vectors = encode_words_fast(self.model.token_encoder, word_ids[:, 0].to(self.device), self.dtype)
+            characters = self.model.characters
+            marker_ids = {BOS_KEY: characters.bos_ids, EOS_KEY: characters.eos_ids}
+            texts = [w for w in words if w not in marker_ids]
+            word_ids = characters.batch([[w] for w in texts])[0][:, 0] if texts else None
+            by_word = dict(zip(texts, word_ids)) if texts else {}
+            rows_ids = torch.stack([torch.as_tensor(marker_ids[w]) if w in marker_ids else by_word[w] for w in words])
+            vectors = encode_words_fast(self.model.token_encoder, rows_ids.to(self.device), self.dtype)
             for word, vector in zip(words, vectors):
                 found[word] = vector
                 if self.token_memo_size > 0:
@@ -324,7 +332,7 @@ class Runtime:
         positions = torch.zeros(ids.shape[0], ids.shape[1] + 2, dtype=torch.long)
         keep = torch.zeros(ids.shape[0], ids.shape[1] + 2, 1)
         for i, sentence in enumerate(rows):
-            row = [index[BOS_TOKEN], *(index[w] for w in sentence), index[EOS_TOKEN]]
+            row = [index[BOS_KEY], *(index[w] for w in sentence), index[EOS_KEY]]
             positions[i, :len(row)] = torch.tensor(row)
             keep[i, :len(row)] = 1.0
         return table[positions.to(self.device)] * keep.to(self.device)
@@ -335,7 +343,7 @@ class Runtime:
         advanced together, no step computed for a finished sentence."""
         model = self.model
         batch = char_ids.shape[0]
-        ids, full_mask = add_boundaries(char_ids, mask)
+        ids, full_mask = add_boundaries(char_ids, mask, model.characters.bos_ids, model.characters.eos_ids)
         if tokens is None:
             tokens = encode_fast(model.token_encoder, ids, full_mask, self.dtype)
         if state is None:
@@ -394,7 +402,7 @@ def compute_warm_state(model: BiLM | Runtime, sentences: list[list[str]] | None 
     state = runtime.zero_state(1)
     total_c, total_h = torch.zeros_like(state.c), torch.zeros_like(state.h)
     for sentence in sentences:
-        ids, mask = batch_to_char_ids([sentence])
+        ids, mask = runtime.model.characters.batch([sentence])
         state = runtime.forward(ids, mask, state).state
         total_c += state.c
         total_h += state.h
@@ -406,6 +414,8 @@ def warm_state_key(runtime: Runtime) -> str:
     precision and the kind of device it is computed in, and the procedure's version."""
     parts = [weights_fingerprint(runtime.model), hashlib.sha256(warmup_text()).hexdigest(), runtime.precision,
              runtime.device.type, str(WARM_STATE_VERSION)]
+    if runtime.model.characters.fingerprint():  # a dictionary model: its dictionaries decide its tokens too
+        parts.append(runtime.model.characters.fingerprint())
     return hashlib.sha256(":".join(parts).encode()).hexdigest()
 
 

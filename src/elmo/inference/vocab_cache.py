@@ -10,6 +10,7 @@ model.
 
 from __future__ import annotations
 
+import hashlib
 import os
 from collections.abc import Sequence
 
@@ -19,9 +20,16 @@ import torch
 
 from elmo.fileio import atomic_path
 from elmo.model.bilm import BiLM
-from elmo.model.chars import batch_to_char_ids
 from elmo.model.encoder import encode_words_fast
 from elmo.model.weights import weights_fingerprint
+
+
+def encoder_fingerprint(model: BiLM) -> str:
+    """What decides a token's vector: the token encoder's weights, and for a dictionary model
+    (ELMoForManyLangs') its dictionaries too. Byte-scheme fingerprints are those of earlier caches."""
+    fingerprint = weights_fingerprint(model.token_encoder)
+    extra = model.characters.fingerprint()
+    return fingerprint if not extra else hashlib.sha256(f"{fingerprint}:{extra}".encode()).hexdigest()
 
 
 @torch.inference_mode()
@@ -29,7 +37,7 @@ def compute_token_vectors(model: BiLM, words: Sequence[str], chunk: int = 4096) 
     """Token vectors ``(len(words), projection_dim)`` float32, computed with the fast encoder."""
     out = np.zeros((len(words), model.config.lstm.projection_dim), dtype=np.float32)
     for start in range(0, len(words), chunk):
-        ids, _ = batch_to_char_ids([[w] for w in words[start:start + chunk]])
+        ids, _ = model.characters.batch([[w] for w in words[start:start + chunk]])
         vectors = encode_words_fast(model.token_encoder, ids[:, 0].to(next(model.parameters()).device))
         out[start:start + len(vectors)] = vectors.cpu().numpy()
     return out
@@ -42,7 +50,7 @@ def save_vocab_cache(model: BiLM, words: Sequence[str], path: str | os.PathLike)
     with atomic_path(path) as tmp, h5py.File(tmp, "w") as f:
         f["embedding"] = vectors
         f.create_dataset("words", data=unique, dtype=h5py.string_dtype())
-        f.attrs["fingerprint"] = weights_fingerprint(model.token_encoder)
+        f.attrs["fingerprint"] = encoder_fingerprint(model)
     return len(unique)
 
 
@@ -52,7 +60,7 @@ def load_vocab_cache(path: str | os.PathLike, model: BiLM) -> dict[str, torch.Te
         for name in ("embedding", "words"):
             if name not in f:
                 raise ValueError(f"{path}: not a vocabulary cache (no '{name}' dataset)")
-        if f.attrs.get("fingerprint") != weights_fingerprint(model.token_encoder):
+        if f.attrs.get("fingerprint") != encoder_fingerprint(model):
             raise ValueError(f"{path}: this cache was computed with a different model's token encoder")
         words = [w.decode("utf-8") if isinstance(w, bytes) else w for w in f["words"][...]]
         vectors = torch.from_numpy(np.asarray(f["embedding"][...], dtype=np.float32))

@@ -158,3 +158,36 @@ def batch_to_char_ids(batch: Sequence[Sequence[str]]) -> tuple[torch.Tensor, tor
     if words:
         ids[mask] = _TABLE.lookup(words)  # row-major order of the mask is the order of ``words``
     return torch.from_numpy(ids), torch.from_numpy(mask)
+
+
+class ByteCharacters:
+    """The bilm-tf character scheme as an object: what a :class:`~elmo.model.bilm.BiLM` uses to
+    turn tokens into the ids its token encoder reads. Every published bilm-tf/AllenNLP model uses
+    it; :class:`elmo.model.dictionary.CharacterDictionary` is the other scheme (ELMoForManyLangs').
+
+    ``width``: ids per token (50); ``pad_id``: the id of a padding slot inside a word; ``bos_ids``
+    and ``eos_ids``: the ``(width,)`` ids of the sentence boundary tokens.
+    """
+
+    kind = "bytes"
+    width = MAX_CHARS
+    pad_id = PAD_CHAR + 1
+    bos_ids = BOS_IDS
+    eos_ids = EOS_IDS
+
+    def batch(self, batch: Sequence[Sequence[str]]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Ids ``(batch, time, 50)`` and mask ``(batch, time)``: :func:`batch_to_char_ids`."""
+        return batch_to_char_ids(batch)
+
+    def fingerprint(self) -> str:
+        """What besides the weights decides a token's vector: nothing for this fixed scheme."""
+        return ""
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, ByteCharacters)
+
+    def __hash__(self) -> int:
+        return hash(self.kind)
+
+
+BYTES = ByteCharacters()

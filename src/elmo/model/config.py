@@ -6,7 +6,15 @@ The original implementation describes a model with a nested JSON object::
 
 :class:`BiLMConfig` mirrors it field for field, so ``BiLMConfig.from_dict(d).to_dict() == d`` for
 every options file the original wrote. Unknown or inconsistent fields raise :class:`ConfigError`
-with the dotted name of the field at fault.
+with the dotted name of the field at fault, and a model too large to allocate is refused here,
+before anything is allocated (:data:`MAX_PARAMETER_BYTES`).
+
+Two extension keys of ``char_cnn``, never written for a bilm-tf model, describe the
+ELMoForManyLangs token encoder (:mod:`elmo.model.dictionary`): ``"characters": "dictionary"``
+(characters looked up in the model's own dictionary instead of UTF-8 bytes; ``n_characters`` is
+then the dictionary's size) and ``"word_embedding": {"dim": D, "n_words": N}`` (a word embedding
+concatenated before the projection). They appear only in this library's native checkpoints:
+bilm-tf and AllenNLP have no place for them (see ``docs/other-models.md``).
 """
 
 from __future__ import annotations
@@ -22,6 +30,17 @@ class ConfigError(ValueError):
 
 
 ACTIVATIONS = ("relu", "tanh")
+# How tokens become character ids: bilm-tf's UTF-8 bytes, or a dictionary kept with the model.
+CHARACTER_SCHEMES = ("bytes", "dictionary")
+# The largest biLM this library builds, in float32 bytes of parameters. The largest published ELMo
+# (2x4096_512) holds 93.6M parameters, 0.37 GB; 32 GiB is 90 times that, more than any GPU of
+# 2026 trains in float32 with its optimizer state. Above it an options file is taken for a typo
+# (lstm.dim of 10**9 would need 64 EB) and refused with one line instead of a failed allocation.
+MAX_PARAMETER_BYTES = 32 * 2**30
+# Leading bytes of the binary files most often given where options.json belongs.
+_BINARY_KINDS = {b"\x89HDF\r\n\x1a\n": "an HDF5 file", b"PK\x03\x04": "a zip archive (a PyTorch file or a model archive?)",
+                 b"\x80": "a Python pickle (a PyTorch file?)", b"\x1f\x8b": "a gzip file"}
+_BINARY_SIGNATURES = tuple(_BINARY_KINDS)
 # bilm-tf trains with 261 character ids (0..260) and its inference code adds 1 so that 0 can be
 # padding, which makes 262. Files in the wild carry either number; the model is the same.
 VALID_N_CHARACTERS = (261, 262)
@@ -37,6 +56,9 @@ class CharCNNConfig:
     activation: str = "relu"
     n_characters: int = 262
     max_characters_per_token: int = 50
+    characters: str = "bytes"  # see CHARACTER_SCHEMES and the module docstring
+    word_dim: int = 0  # width of the word embedding beside the CNN (dictionary models only); 0: none
+    n_words: int = 0  # rows of that word embedding
 
     @property
     def n_filters(self) -> int:
@@ -44,9 +66,17 @@ class CharCNNConfig:
         return sum(n for _, n in self.filters)
 
 
+# Values of ``options["lstm"]["backend"]``, an extension key of ours (bilm-tf and AllenNLP read the
+# lstm section by name and ignore it). Absent (None): bilm-tf's cell, clipping as the options say.
+# "cudnn": a model trained with torch's LSTM kernel (cuDNN on a GPU), which has no clipping: the
+# same cell with cell_clip and proj_clip null, so every reader computes it as it is written.
+LSTM_BACKENDS = ("cudnn",)
+
+
 @dataclass
 class LSTMConfig:
-    """The two LSTM stacks: ``options["lstm"]``. ``cell_clip``/``proj_clip`` of None mean no clipping."""
+    """The two LSTM stacks: ``options["lstm"]``. ``cell_clip``/``proj_clip`` of None mean no clipping.
+    ``backend``: None, or ``"cudnn"`` for a model trained with torch's LSTM kernel (no clipping)."""
 
     dim: int = 1024
     projection_dim: int = 128
@@ -54,6 +84,7 @@ class LSTMConfig:
     cell_clip: float | None = 3.0
     proj_clip: float | None = 3.0
     use_skip_connections: bool = True
+    backend: str | None = None
 
 
 # Top-level training fields of bilm-tf's options.json, plus the few of our own. Every one is
@@ -113,21 +144,35 @@ class BiLMConfig:
     @classmethod
     def from_json(cls, path: str | os.PathLike) -> "BiLMConfig":
         """Read an ``options.json`` file; errors name the file and the field."""
+        with open(path, "rb") as f:
+            return cls.from_bytes(f.read(), os.fspath(path))
+
+    @classmethod
+    def from_bytes(cls, data: bytes, where: str) -> "BiLMConfig":
+        """Parse the bytes of an ``options.json`` (a file, or an archive member); errors name
+        ``where``. A binary file (a weights file given as options, say) is named as such."""
+        if data.startswith(_BINARY_SIGNATURES) or b"\0" in data[:4096]:
+            kind = next((name for sig, name in _BINARY_KINDS.items() if data.startswith(sig)), "a binary file")
+            raise ConfigError(f"{where}: not an options.json: this is {kind}, not JSON text"
+                              f"{' (the weights file?)' if kind.startswith('an HDF5') else ''}")
         try:
-            with open(path, encoding="utf-8") as f:
-                options = json.load(f)
+            options = json.loads(data.decode("utf-8"))
+        except UnicodeDecodeError as e:
+            raise ConfigError(f"{where}: not an options.json: byte {e.start} is not UTF-8 text") from None
         except json.JSONDecodeError as e:
-            raise ConfigError(f"{path}: not valid JSON (line {e.lineno}, column {e.colno}): {e.msg}") from e
+            raise ConfigError(f"{where}: not valid JSON (line {e.lineno}, column {e.colno}): {e.msg}") from e
         try:
             return cls.from_dict(options)
         except ConfigError as e:
-            raise ConfigError(f"{path}: {e}") from e
+            raise ConfigError(f"{where}: {e}") from e
 
     # ----------------------------------------------------------------------------- writing
     def to_dict(self) -> dict[str, Any]:
         """The ``options.json`` object, in the original's layout."""
         cnn = self.char_cnn
-        lstm = {k: v for k, v in asdict(self.lstm).items() if v is not None}
+        # No clipping is written as null: AllenNLP indexes both keys (bilm-tf reads them with .get).
+        # Other unset fields (extension keys) are left out.
+        lstm = {k: v for k, v in asdict(self.lstm).items() if v is not None or k in ("cell_clip", "proj_clip")}
         options: dict[str, Any] = {
             "lstm": lstm,
             "char_cnn": {
@@ -139,6 +184,10 @@ class BiLMConfig:
                 "max_characters_per_token": cnn.max_characters_per_token,
             },
         }
+        if cnn.characters != "bytes":  # extension keys: see the module docstring
+            options["char_cnn"]["characters"] = cnn.characters
+        if cnn.word_dim:
+            options["char_cnn"]["word_embedding"] = {"dim": cnn.word_dim, "n_words": cnn.n_words}
         options.update(self.training)
         return options
 
@@ -165,12 +214,28 @@ class BiLMConfig:
             raise ConfigError(f"char_cnn.n_highway: must be >= 0, got {cnn.n_highway}")
         if cnn.activation not in ACTIVATIONS:
             raise ConfigError(f"char_cnn.activation: must be one of {ACTIVATIONS}, got {cnn.activation!r}")
-        if cnn.n_characters not in VALID_N_CHARACTERS:
-            raise ConfigError(f"char_cnn.n_characters: must be 261 or 262 (the bilm-tf byte "
-                              f"scheme), got {cnn.n_characters}")
-        if cnn.max_characters_per_token != 50:
-            raise ConfigError("char_cnn.max_characters_per_token: the character id scheme is "
-                              f"fixed at 50 slots, got {cnn.max_characters_per_token}")
+        if cnn.characters not in CHARACTER_SCHEMES:
+            raise ConfigError(f"char_cnn.characters: must be one of {CHARACTER_SCHEMES}, got {cnn.characters!r}")
+        if cnn.characters == "bytes":
+            if cnn.n_characters not in VALID_N_CHARACTERS:
+                raise ConfigError(f"char_cnn.n_characters: must be 261 or 262 (the bilm-tf byte "
+                                  f"scheme), got {cnn.n_characters}")
+            if cnn.max_characters_per_token != 50:
+                raise ConfigError("char_cnn.max_characters_per_token: the character id scheme is "
+                                  f"fixed at 50 slots, got {cnn.max_characters_per_token}")
+            if cnn.word_dim:
+                raise ConfigError("char_cnn.word_embedding: a word embedding needs a word dictionary, which only "
+                                  "'dictionary' models carry (char_cnn.characters)")
+        else:
+            _positive("char_cnn.n_characters", cnn.n_characters)
+            if cnn.max_characters_per_token < 3:
+                raise ConfigError(f"char_cnn.max_characters_per_token: needs room for both markers and a "
+                                  f"character, got {cnn.max_characters_per_token}")
+        if cnn.word_dim:
+            _positive("char_cnn.word_embedding.dim", cnn.word_dim)
+            _positive("char_cnn.word_embedding.n_words", cnn.n_words)
+        elif cnn.word_dim != 0:
+            raise ConfigError(f"char_cnn.word_embedding.dim: must be >= 0, got {cnn.word_dim}")
         _positive("lstm.dim", lstm.dim)
         _positive("lstm.projection_dim", lstm.projection_dim)
         _positive("lstm.n_layers", lstm.n_layers)
@@ -178,6 +243,13 @@ class BiLMConfig:
             value = getattr(lstm, name)
             if value is not None and value <= 0:
                 raise ConfigError(f"lstm.{name}: must be positive, got {value}")
+        if lstm.backend is not None and lstm.backend not in LSTM_BACKENDS:
+            raise ConfigError(f"lstm.backend: expected {' or '.join(LSTM_BACKENDS)} (or no backend key), "
+                              f"got {lstm.backend!r}")
+        if lstm.backend == "cudnn" and (lstm.cell_clip is not None or lstm.proj_clip is not None):
+            raise ConfigError(f"lstm.backend: cudnn (torch's LSTM kernel) has no clipping, but cell_clip is "
+                              f"{lstm.cell_clip} and proj_clip {lstm.proj_clip}; set both to null for a cuDNN "
+                              f"model, or drop the backend key to train with clipping")
         if "dropout" in self.training and not 0 <= self.training["dropout"] < 1:
             raise ConfigError(f"dropout: must be in [0, 1), got {self.training['dropout']}")
         if self.training.get("bidirectional") is False:
@@ -187,6 +259,25 @@ class BiLMConfig:
                 _positive(name, self.training[name])
         if self.training.get("n_negative_samples_batch", 0) < 0:  # 0 means the full softmax
             raise ConfigError("n_negative_samples_batch: must be >= 0 (0: full softmax)")
+        self._check_size()
+
+    def parameter_count(self) -> int:
+        """Parameters of the biLM these options describe (token encoder and both LSTM stacks,
+        without a softmax), computed without allocating anything."""
+        return sum(_parameter_terms(self).values())
+
+    def _check_size(self) -> None:
+        """Refuse options whose model would not fit :data:`MAX_PARAMETER_BYTES`, naming the size
+        field that makes it so (the one whose reduction to 1 shrinks the model most)."""
+        n = self.parameter_count()
+        if 4 * n <= MAX_PARAMETER_BYTES:
+            return
+        shrunk = {name: sum(_parameter_terms(self, {name: 1}).values()) for name in _SIZE_FIELDS}
+        culprit = min(shrunk, key=shrunk.get)
+        raise ConfigError(f"{culprit}: {_field_value(self, culprit)} makes a biLM of {n:.3g} parameters, "
+                          f"{_bytes(4 * n)} in float32; elmo refuses biLMs above {MAX_PARAMETER_BYTES / 2**30:g} GiB "
+                          f"(the largest published ELMo has 93.6M parameters, 0.37 GB), so this is taken "
+                          f"for a mistake")
 
     @property
     def output_dim(self) -> int:
@@ -197,6 +288,52 @@ class BiLMConfig:
     def n_output_layers(self) -> int:
         """Number of biLM layers an ELMo mix sees: the token layer plus one per LSTM layer."""
         return self.lstm.n_layers + 1
+
+
+# Size fields, by their dotted names in options.json, that the size check may blame.
+_SIZE_FIELDS = ("lstm.dim", "lstm.projection_dim", "lstm.n_layers", "char_cnn.embedding.dim", "char_cnn.filters",
+                "char_cnn.n_highway", "char_cnn.n_characters", "char_cnn.word_embedding.dim",
+                "char_cnn.word_embedding.n_words")
+
+
+def _field_value(config: BiLMConfig, name: str) -> Any:
+    cnn, lstm = config.char_cnn, config.lstm
+    return {"lstm.dim": lstm.dim, "lstm.projection_dim": lstm.projection_dim, "lstm.n_layers": lstm.n_layers,
+            "char_cnn.embedding.dim": cnn.embedding_dim, "char_cnn.filters": f"{cnn.n_filters} filters",
+            "char_cnn.n_highway": cnn.n_highway, "char_cnn.n_characters": cnn.n_characters,
+            "char_cnn.word_embedding.dim": cnn.word_dim, "char_cnn.word_embedding.n_words": cnn.n_words}[name]
+
+
+def _parameter_terms(config: BiLMConfig, override: dict[str, int] | None = None) -> dict[str, int]:
+    """Parameter counts of the biLM's parts, with the size fields in ``override`` replaced
+    (``"char_cnn.filters": 1`` makes every filter count 1). Python integers: no overflow."""
+    o = override or {}
+    cnn, lstm = config.char_cnn, config.lstm
+    dim, proj, layers = (o.get(f"lstm.{k}", getattr(lstm, k)) for k in ("dim", "projection_dim", "n_layers"))
+    char_dim = o.get("char_cnn.embedding.dim", cnn.embedding_dim)
+    filters = [(w, o.get("char_cnn.filters", n)) for w, n in cnn.filters]
+    n_filters = sum(n for _, n in filters)
+    n_highway = o.get("char_cnn.n_highway", cnn.n_highway)
+    n_chars = 262 if cnn.characters == "bytes" else o.get("char_cnn.n_characters", cnn.n_characters) + 1
+    word_dim = o.get("char_cnn.word_embedding.dim", cnn.word_dim)
+    n_words = o.get("char_cnn.word_embedding.n_words", cnn.n_words) + 1 if word_dim else 0
+    projection_in = n_filters + word_dim
+    return {
+        "char_embedding": n_chars * char_dim,
+        "convolutions": sum(n * (char_dim * w + 1) for w, n in filters),
+        "highways": n_highway * 2 * (n_filters * n_filters + n_filters),
+        "word_embedding": n_words * word_dim,
+        "projection": projection_in * proj + proj,
+        # per direction and layer: input and state weights, bias, projection
+        "lstm": 2 * layers * (4 * dim * (proj + proj) + 4 * dim + dim * proj),
+    }
+
+
+def _bytes(n: int) -> str:
+    for unit, size in (("EB", 1e18), ("PB", 1e15), ("TB", 1e12), ("GB", 1e9), ("MB", 1e6)):
+        if n >= size:
+            return f"{n / size:.3g} {unit}"
+    return f"{n} bytes"
 
 
 def _check_type(name: str, value: Any, expected: type | tuple[type, ...]) -> None:
@@ -231,9 +368,12 @@ def _take(section: str, d: Any, allowed: dict[str, type | tuple[type, ...]], req
 
 def _char_cnn_from_dict(d: Any) -> CharCNNConfig:
     d = _take("char_cnn", d, {"embedding": dict, "filters": list, "n_highway": int, "activation": str,
-                              "n_characters": int, "max_characters_per_token": int},
+                              "n_characters": int, "max_characters_per_token": int, "characters": str,
+                              "word_embedding": dict},
               {"embedding", "filters", "n_highway", "n_characters"})
     embedding = _take("char_cnn.embedding", d["embedding"], {"dim": int}, {"dim"})
+    words = _take("char_cnn.word_embedding", d.get("word_embedding", {"dim": 0, "n_words": 0}),
+                  {"dim": int, "n_words": int}, {"dim", "n_words"})
     filters = []
     for i, pair in enumerate(d["filters"]):
         if (not isinstance(pair, (list, tuple)) or len(pair) != 2
@@ -242,17 +382,18 @@ def _char_cnn_from_dict(d: Any) -> CharCNNConfig:
         filters.append((pair[0], pair[1]))
     return CharCNNConfig(embedding_dim=embedding["dim"], filters=filters, n_highway=d["n_highway"],
                          activation=d.get("activation", "relu"), n_characters=d["n_characters"],
-                         max_characters_per_token=d.get("max_characters_per_token", 50))
+                         max_characters_per_token=d.get("max_characters_per_token", 50),
+                         characters=d.get("characters", "bytes"), word_dim=words["dim"], n_words=words["n_words"])
 
 
 def _lstm_from_dict(d: Any) -> LSTMConfig:
     number = (int, float)
     d = _take("lstm", d, {"dim": int, "projection_dim": int, "n_layers": int, "cell_clip": number,
-                          "proj_clip": number, "use_skip_connections": bool},
+                          "proj_clip": number, "use_skip_connections": bool, "backend": str},
               {"dim", "projection_dim", "n_layers"})
     return LSTMConfig(dim=d["dim"], projection_dim=d["projection_dim"], n_layers=d["n_layers"],
                       cell_clip=d.get("cell_clip"), proj_clip=d.get("proj_clip"),
-                      use_skip_connections=d.get("use_skip_connections", False))
+                      use_skip_connections=d.get("use_skip_connections", False), backend=d.get("backend"))
 
 
 # Training presets, one options.json each under resources/presets/: the architecture and the

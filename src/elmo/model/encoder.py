@@ -1,20 +1,27 @@
 """Token encoder: characters -> char embeddings -> n-gram convolutions with max-pool -> highway
 layers -> linear projection. Gives a context-independent vector to any string.
 
+One option serves the ELMoForManyLangs models (``char_cnn.characters == "dictionary"``): their
+character ids come from the model's dictionary, and a word embedding (``word_dim``) may be
+concatenated before the projection, which they always have. Their ids then hold the word id in
+column 0 and the character ids after it (:mod:`elmo.model.dictionary`).
+
 This is the readable reference implementation; the fast path (issue 4) is tested against it.
 """
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 from torch import nn
 
-from elmo.model.chars import MAX_CHARS, PAD_CHAR
+from elmo.model.chars import PAD_CHAR
 from elmo.model.config import CharCNNConfig
 
-PAD_ID = PAD_CHAR + 1  # the id of a padding slot inside a word (after the +1 shift)
+PAD_ID = PAD_CHAR + 1  # the id of a padding slot inside a word (after the +1 shift), byte scheme
 # Buckets of real-slot counts: short words are convolved over short character windows.
-LENGTH_BUCKETS = (6, 8, 10, 12, 16, 24, 32, MAX_CHARS)
+LENGTH_BUCKETS = (6, 8, 10, 12, 16, 24, 32)
 # Elements of one convolution output per chunk (float32: 4 bytes each): bounds peak memory.
 CONV_CHUNK_ELEMENTS = 1 << 23
 
@@ -42,57 +49,148 @@ class TokenEncoder(nn.Module):
     """Character CNN token encoder.
 
     ``output_dim`` is the LSTM projection dim. As in bilm-tf, the final projection exists only when
-    the number of filters differs from it (every published model has one).
+    its input width differs from it (every published model has one); ELMoForManyLangs' encoder
+    always has one. ``pad_id`` is the id of a padding slot inside a word (:data:`PAD_ID` for the
+    byte scheme; a dictionary model's own).
     """
 
-    def __init__(self, config: CharCNNConfig, output_dim: int):
+    def __init__(self, config: CharCNNConfig, output_dim: int, pad_id: int = PAD_ID):
         super().__init__()
         self.config = config
+        dictionary = config.characters == "dictionary"
         # Row 0 is the padding id (a token slot with no token); it stays zero.
-        self.char_embedding = nn.Embedding(262, config.embedding_dim, padding_idx=0)
+        n_rows = config.n_characters + 1 if dictionary else 262
+        self.char_embedding = nn.Embedding(n_rows, config.embedding_dim, padding_idx=0)
         self.convs = nn.ModuleList(nn.Conv1d(config.embedding_dim, n, width) for width, n in config.filters)
         n_filters = config.n_filters
         self.highways = nn.ModuleList(Highway(n_filters) for _ in range(config.n_highway))
-        self.projection = nn.Linear(n_filters, output_dim) if n_filters != output_dim else None
+        self.word_embedding = nn.Embedding(config.n_words + 1, config.word_dim, padding_idx=0) if config.word_dim else None
+        projection_in = n_filters + config.word_dim
+        self.projection = nn.Linear(projection_in, output_dim) if projection_in != output_dim or dictionary else None
         self.activation = torch.tanh if config.activation == "tanh" else torch.relu
         self.output_dim = output_dim
+        self.pad_id = pad_id
+        self.n_slots = config.max_characters_per_token
+
+    def split_ids(self, ids: torch.Tensor) -> tuple[torch.Tensor | None, torch.Tensor]:
+        """``ids`` ``(..., width)`` -> word ids ``(...)`` (None without a word embedding) and
+        character ids ``(..., n_slots)``."""
+        if self.word_embedding is None:
+            return None, ids
+        return ids[..., 0], ids[..., 1:]
 
     def forward(self, char_ids: torch.Tensor) -> torch.Tensor:
-        """``char_ids``: ``(batch, time, 50)`` int64 -> token vectors ``(batch, time, output_dim)``."""
-        batch, time, n_chars = char_ids.shape
-        chars = self.char_embedding(char_ids.reshape(batch * time, n_chars))  # (B*T, 50, char_dim)
-        chars = chars.transpose(1, 2)  # (B*T, char_dim, 50): Conv1d wants channels first
-        # VALID convolution over all 50 slots, max over positions, then the activation.
+        """``char_ids``: ``(batch, time, width)`` int64 -> token vectors ``(batch, time, output_dim)``."""
+        batch, time, _ = char_ids.shape
+        word_ids, char_ids = self.split_ids(char_ids)
+        chars = self.char_embedding(char_ids.reshape(batch * time, self.n_slots))  # (B*T, slots, char_dim)
+        chars = chars.transpose(1, 2)  # (B*T, char_dim, slots): Conv1d wants channels first
+        # VALID convolution over all slots, max over positions, then the activation.
         pooled = [conv(chars).max(dim=2).values for conv in self.convs]  # each (B*T, n_filters_i)
-        x = self.activation(torch.cat(pooled, dim=1))  # (B*T, n_filters)
+        words = word_ids.reshape(batch * time) if word_ids is not None else None
+        return self.head(torch.cat(pooled, dim=1), words).reshape(batch, time, self.output_dim)
+
+    def head(self, pooled: torch.Tensor, word_ids: torch.Tensor | None = None) -> torch.Tensor:
+        """What follows the max-pool: ``(n, n_filters)`` pooled features -> the activation, the
+        highway layers and the projection -> ``(n, output_dim)``; ``word_ids`` ``(n,)`` for a model
+        with a word embedding (ELMoForManyLangs: [word vector; CNN output] into the projection)."""
+        x = self.activation(pooled)
         for highway in self.highways:
             x = highway(x)
+        if word_ids is not None:
+            x = torch.cat([self.word_embedding(word_ids), x], dim=1)
         if self.projection is not None:
-            x = self.projection(x)  # (B*T, output_dim)
-        return x.reshape(batch, time, self.output_dim)
+            x = self.projection(x)
+        return x
+
+class Words(NamedTuple):
+    """The distinct tokens of a batch, for :func:`encode_distinct`.
+
+    ``distinct``: ``(n, width)`` their ids, ordered by group; ``inverse``: the batch's shape without
+    the last axis, each position's row of ``distinct``; ``groups``: ``(stop, longest)`` per group of
+    consecutive rows of similar length (each group runs from the previous one's ``stop``), with the
+    most real slots (begin-of-word to end-of-word) of any of its tokens, which bounds the slots its
+    convolutions read. Plain Python numbers, known where the ids were made."""
+
+    distinct: torch.Tensor
+    inverse: torch.Tensor
+    groups: tuple[tuple[int, int], ...]
+
+    def to(self, device: torch.device | str, non_blocking: bool = False) -> "Words":
+        return Words(self.distinct.to(device, non_blocking=non_blocking),
+                     self.inverse.to(device, non_blocking=non_blocking), self.groups)
 
 
-def encode_distinct(encoder: TokenEncoder, char_ids: torch.Tensor) -> torch.Tensor:
-    """Same result as ``encoder(char_ids)``, running the CNN once per distinct token of the batch.
+def distinct_words(char_ids: torch.Tensor, pad_id: int = PAD_ID, word_column: bool = False) -> Words:
+    """The distinct tokens of ``char_ids`` ``(..., width)``, grouped by length (:class:`Words`), with
+    ``distinct[inverse] == char_ids``. Where the ids are made on the host, computing this there
+    spares the device the synchronisations it needs (how many tokens, how long). ``pad_id`` and
+    ``word_column`` are the encoder's (:attr:`TokenEncoder.pad_id`, a word id in column 0)."""
+    width = char_ids.shape[-1]
+    n_slots = width - 1 if word_column else width
+    distinct, inverse = torch.unique(char_ids.reshape(-1, width), dim=0, return_inverse=True)
+    n_real = (distinct[:, 1:] if word_column else distinct) != pad_id
+    n_real = n_real.sum(dim=1)
+    buckets = tuple(b for b in LENGTH_BUCKETS if b < n_slots) + (n_slots,)
+    bucket = torch.bucketize(n_real, torch.tensor(buckets, device=n_real.device))
+    order = torch.argsort(bucket, stable=True)
+    rank = torch.empty_like(order)
+    rank[order] = torch.arange(len(order), device=order.device)
+    counts = torch.bincount(bucket, minlength=len(buckets)).tolist()
+    longest = torch.zeros(len(buckets), dtype=n_real.dtype, device=n_real.device).scatter_reduce(
+        0, bucket, n_real, reduce="amax").tolist()
+    groups, stop = [], 0
+    for count, most in zip(counts, longest):
+        if count:
+            stop += count
+            groups.append((stop, most))
+    return Words(distinct[order], rank[inverse].view(char_ids.shape[:-1]), tuple(groups))
 
-    ``char_ids``: ``(batch, time, 50)`` -> ``(batch, time, output_dim)``. Natural text repeats
+
+def encode_distinct(encoder: TokenEncoder, char_ids: torch.Tensor, words: Words | None = None) -> torch.Tensor:
+    """Same result as ``encoder(char_ids)`` (to float rounding, values and gradients), running the
+    CNN once per distinct token of the batch and only over the character slots a token's real
+    characters reach.
+
+    ``char_ids``: ``(..., time, width)`` -> ``(..., time, output_dim)``. Natural text repeats
     words a lot (a batch of 64 x 20 tokens has ~600 distinct ones), and the CNN dominates the
-    token encoder's cost. Gradients flow through the gather to the shared computation.
+    token encoder's cost; most words fill a handful of the slots, and the windows of padding
+    alone all give the same value (:func:`padding_window_constants`), which joins the max-pool as
+    one constant. Gradients flow through the gather to the shared computation.
+    ``words``: :func:`distinct_words` of ``char_ids``, when the caller has it (None: computed here,
+    which on a GPU waits for the device).
     """
-    batch, time, n_chars = char_ids.shape
-    distinct, inverse = torch.unique(char_ids.reshape(-1, n_chars), dim=0, return_inverse=True)
-    vectors = encoder(distinct.unsqueeze(0))[0]  # (n_distinct, output_dim)
-    return vectors[inverse].reshape(batch, time, -1)
+    if words is None:
+        words = distinct_words(char_ids, encoder.pad_id, encoder.word_embedding is not None)
+    word_ids, distinct = encoder.split_ids(words.distinct)
+    constants = padding_window_constants(encoder)
+    widths = [conv.kernel_size[0] for conv in encoder.convs]
+    n_slots = encoder.n_slots
+    pooled, start = [], 0
+    for stop, longest in words.groups:
+        ids = distinct[start:stop]
+        span = min(n_slots, longest + max(widths) - 1)  # the slots any window touching a real one reaches
+        chars = encoder.char_embedding(ids[:, :span]).transpose(1, 2)  # (k, char_dim, span)
+        n_real = (ids != encoder.pad_id).sum(dim=1, keepdim=True)
+        features = []
+        for conv, width, constant in zip(encoder.convs, widths, constants):
+            best = conv(chars).max(dim=2).values
+            # Only words with an all-padding window in the full slots take the constant into the max.
+            features.append(torch.where(n_real <= n_slots - width, torch.maximum(best, constant), best))
+        pooled.append(torch.cat(features, dim=1))
+        start = stop
+    vectors = encoder.head(torch.cat(pooled), word_ids)  # (n_distinct, output_dim)
+    return vectors[words.inverse]
 
 
 def padding_window_constants(encoder: TokenEncoder, dtype: torch.dtype = torch.float32) -> list[torch.Tensor]:
     """For each convolution, its output on a window made only of padding slots: ``(n_filters,)``.
 
     Every word has such windows after its end-of-word marker, and they give the same value for
-    every word, so the max over all 50 positions is the max over the windows that touch real
+    every word, so the max over all positions is the max over the windows that touch real
     characters and this constant.
     """
-    pad = encoder.char_embedding.weight[PAD_ID].to(dtype)  # (char_dim,)
+    pad = encoder.char_embedding.weight[encoder.pad_id].to(dtype)  # (char_dim,)
     out = []
     for conv in encoder.convs:
         weight = conv.weight.to(dtype)  # (n_filters, char_dim, width)
@@ -102,23 +200,24 @@ def padding_window_constants(encoder: TokenEncoder, dtype: torch.dtype = torch.f
 
 def _cnn_on_real_slots(encoder: TokenEncoder, ids: torch.Tensor, n_real: torch.Tensor, constants: list[torch.Tensor],
                        dtype: torch.dtype) -> torch.Tensor:
-    """Pooled CNN features ``(n, n_filters)`` of tokens ``ids`` ``(n, 50)`` whose real slots
+    """Pooled CNN features ``(n, n_filters)`` of tokens ``ids`` ``(n, slots)`` whose real slots
     (begin-of-word to end-of-word) number at most ``n_real.max()``."""
     widths = [conv.kernel_size[0] for conv in encoder.convs]
-    span = min(MAX_CHARS, int(n_real.max()) + max(widths) - 1)  # slots any real-touching window reaches
+    n_slots = encoder.n_slots
+    span = min(n_slots, int(n_real.max()) + max(widths) - 1)  # slots any real-touching window reaches
     chars = encoder.char_embedding(ids[:, :span]).to(dtype).transpose(1, 2)  # (n, char_dim, span)
     pooled = []
     for conv, width, constant in zip(encoder.convs, widths, constants):
         values = nn.functional.conv1d(chars, conv.weight.to(dtype), conv.bias.to(dtype))  # (n, filters, span-width+1)
         best = values.max(dim=2).values
-        # Only words with an all-padding window in the full 50 slots take the constant into the max.
-        has_padding_window = (n_real <= MAX_CHARS - width).unsqueeze(1)
+        # Only words with an all-padding window in the full slots take the constant into the max.
+        has_padding_window = (n_real <= n_slots - width).unsqueeze(1)
         pooled.append(torch.where(has_padding_window, torch.maximum(best, constant), best).float())
     return torch.cat(pooled, dim=1)
 
 
 def encode_words_fast(encoder: TokenEncoder, ids: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
-    """Token vectors ``(n, output_dim)`` for ``n`` *distinct, real* tokens ``ids`` ``(n, 50)``.
+    """Token vectors ``(n, output_dim)`` for ``n`` *distinct, real* tokens ``ids`` ``(n, width)``.
 
     Equal to ``encoder(ids)`` up to float rounding, but convolves each word only over the
     windows that touch its characters (grouped in length buckets) and works in chunks, so memory
@@ -129,29 +228,36 @@ def encode_words_fast(encoder: TokenEncoder, ids: torch.Tensor, dtype: torch.dty
     out = ids.new_zeros((n, encoder.output_dim), dtype=torch.float32)
     if n == 0:
         return out
-    n_real = (ids != PAD_ID).sum(dim=1)  # begin-of-word .. end-of-word
+    word_ids, ids = encoder.split_ids(ids)
+    n_real = (ids != encoder.pad_id).sum(dim=1)  # begin-of-word .. end-of-word
     constants = padding_window_constants(encoder, dtype)
-    bucket_of = torch.bucketize(n_real, torch.tensor(LENGTH_BUCKETS, device=ids.device))
+    buckets = tuple(b for b in LENGTH_BUCKETS if b < encoder.n_slots) + (encoder.n_slots,)
+    bucket_of = torch.bucketize(n_real, torch.tensor(buckets, device=ids.device))
     max_filters = max(conv.out_channels for conv in encoder.convs)
     for bucket in bucket_of.unique().tolist():
         members = torch.nonzero(bucket_of == bucket).squeeze(1)
-        span = min(MAX_CHARS, LENGTH_BUCKETS[bucket] + 10)
+        span = min(encoder.n_slots, buckets[bucket] + 10)
         chunk = max(1, CONV_CHUNK_ELEMENTS // (max_filters * span))
         for start in range(0, len(members), chunk):
             rows = members[start:start + chunk]
             features = _cnn_on_real_slots(encoder, ids[rows], n_real[rows], constants, dtype)
-            out[rows] = _highway_and_projection(encoder, encoder.activation(features), dtype)
+            words = word_ids[rows] if word_ids is not None else None
+            out[rows] = _highway_and_projection(encoder, encoder.activation(features), dtype, words)
     return out
 
 
-def _highway_and_projection(encoder: TokenEncoder, x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """The encoder after pooling, with the matrix products in ``dtype`` and the rest in float32."""
+def _highway_and_projection(encoder: TokenEncoder, x: torch.Tensor, dtype: torch.dtype,
+                            word_ids: torch.Tensor | None = None) -> torch.Tensor:
+    """The encoder after pooling, with the matrix products in ``dtype`` and the rest in float32;
+    ``word_ids`` ``(n,)`` for a model with a word embedding."""
     for highway in encoder.highways:
         x_low = x.to(dtype)
         gate = torch.sigmoid(nn.functional.linear(x_low, highway.carry.weight.to(dtype), highway.carry.bias.to(dtype)).float())
         transformed = torch.relu(nn.functional.linear(x_low, highway.transform.weight.to(dtype),
                                                       highway.transform.bias.to(dtype)).float())
         x = gate * transformed + (1.0 - gate) * x
+    if word_ids is not None:
+        x = torch.cat([encoder.word_embedding.weight[word_ids].float(), x], dim=1)
     if encoder.projection is not None:
         x = nn.functional.linear(x.to(dtype), encoder.projection.weight.to(dtype), encoder.projection.bias.to(dtype)).float()
     return x
@@ -159,11 +265,11 @@ def _highway_and_projection(encoder: TokenEncoder, x: torch.Tensor, dtype: torch
 
 def encode_fast(encoder: TokenEncoder, char_ids: torch.Tensor, mask: torch.Tensor,
                 dtype: torch.dtype = torch.float32) -> torch.Tensor:
-    """Token vectors ``(batch, time, output_dim)`` for ``char_ids`` ``(batch, time, 50)``,
+    """Token vectors ``(batch, time, output_dim)`` for ``char_ids`` ``(batch, time, width)``,
     running the encoder once per distinct real token and never on padding (zero there)."""
     batch, time, n_chars = char_ids.shape
     out = char_ids.new_zeros((batch, time, encoder.output_dim), dtype=torch.float32)
-    real = char_ids[mask]  # (n_real, 50)
+    real = char_ids[mask]  # (n_real, width)
     if real.shape[0] == 0:
         return out
     distinct, inverse = torch.unique(real, dim=0, return_inverse=True)

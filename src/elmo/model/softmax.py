@@ -45,14 +45,44 @@ class Softmax(nn.Module):
         corrected by ``-log(expected count)``, and a negative that equals a row's target is masked
         out ("accidental hit"), as in TensorFlow.
         """
-        sampled, sampled_count, tries = log_uniform_sample(self.vocab_size, n_samples, hidden.device, generator)
-        true_count = expected_count(targets, self.vocab_size, tries)
-        true_logits = (hidden * self.weight[targets]).sum(-1) + self.bias[targets] - torch.log(true_count)
-        sampled_logits = hidden @ self.weight[sampled].t() + self.bias[sampled] - torch.log(sampled_count)
-        hits = targets.unsqueeze(1) == sampled.unsqueeze(0)
-        sampled_logits = sampled_logits.masked_fill(hits, torch.finfo(sampled_logits.dtype).min)
-        logits = torch.cat([true_logits.unsqueeze(1), sampled_logits], dim=1).float()
-        return -torch.log_softmax(logits, dim=1)[:, 0]
+        sample = log_uniform_sample(self.vocab_size, n_samples, hidden.device, generator)
+        return self.sampled_losses([hidden], [targets], [sample])[0]
+
+    def sampled_losses(self, hidden: list[torch.Tensor], targets: list[torch.Tensor],
+                       samples: list[tuple[torch.Tensor, torch.Tensor, int]],
+                       rows: tuple[torch.Tensor, torch.Tensor] | None = None) -> list[torch.Tensor]:
+        """:meth:`sampled_loss` for several groups of rows (the two directions), each with its own
+        negatives (:func:`log_uniform_sample`'s result): ``hidden[k]`` ``(n_k, dim)``, ``targets[k]``
+        ``(n_k,)`` -> NLL ``(n_k,)`` per group. The softmax rows of every group's targets and
+        negatives are gathered in one index: its gradient is one scatter into one zero-filled
+        ``(vocab, dim)`` tensor, where a gather per use would make one such tensor each.
+
+        ``rows``: ``(weights, index)``: the weight rows to use, a tensor ``(k, dim)`` (a leaf whose
+        gradient the caller wants compact) and, for the ids in order (group 0's targets, its
+        negatives, group 1's targets, ...), their row in it."""
+        ids = torch.cat([t for group in zip(targets, (s[0] for s in samples)) for t in group])
+        weights = self.weight[ids] if rows is None else rows[0][rows[1]]
+        biases = self.bias[ids]
+        losses, start = [], 0
+        for h, wanted, (sampled, sampled_count, tries) in zip(hidden, targets, samples):
+            n, k = len(wanted), len(sampled)
+            true_w, true_b = weights[start:start + n], biases[start:start + n]
+            sampled_w, sampled_b = weights[start + n:start + n + k], biases[start + n:start + n + k]
+            start += n + k
+            true_count = expected_count(wanted, self.vocab_size, tries)
+            true_logits = (h * true_w).sum(-1) + true_b - torch.log(true_count)
+            correction = sampled_b - torch.log(sampled_count)
+            if torch.is_autocast_enabled(h.device.type):
+                # The product comes out in the autocast dtype; the float32 bias keeps the sum float32.
+                sampled_logits = h @ sampled_w.t() + correction
+            else:  # the bias joins the product's kernel: no (n, k) pass for it
+                sampled_logits = torch.addmm(correction, h, sampled_w.t())
+            hits = wanted.unsqueeze(1) == sampled.unsqueeze(0)
+            sampled_logits = sampled_logits.masked_fill(hits, torch.finfo(sampled_logits.dtype).min)
+            # -log_softmax([true, sampled])[0], without copying the logits into one (n, k + 1) tensor.
+            true_logits = true_logits.float()
+            losses.append(torch.logaddexp(true_logits, torch.logsumexp(sampled_logits.float(), dim=1)) - true_logits)
+        return losses
 
 
 def log_uniform_probability(ids: torch.Tensor, vocab_size: int) -> torch.Tensor:
@@ -101,5 +131,9 @@ def log_uniform_sample(vocab_size: int, n_samples: int, device: torch.device | s
             tries += len(chunk)
             if n_found >= n_samples:
                 break
-    sampled = torch.cat(seen)[:n_samples].to(device)
-    return sampled, expected_count(sampled, vocab_size, tries), tries
+    sampled = torch.cat(seen)[:n_samples]
+    counts = expected_count(sampled, vocab_size, tries)
+    if torch.device(device).type == "cuda":
+        # From pinned memory the copies do not wait for the work already queued on the GPU.
+        return sampled.pin_memory().to(device, non_blocking=True), counts.pin_memory().to(device, non_blocking=True), tries
+    return sampled.to(device), counts.to(device), tries

@@ -59,16 +59,23 @@ class Vocabulary:
         Raises ValueError naming the file and line of an empty, duplicate or whitespace-holding
         word, and naming the file when ``<S>``, ``</S>`` or ``<UNK>`` is missing.
         """
+        return cls.from_lines(read_lines(path), os.fspath(path))
+
+    @classmethod
+    def from_lines(cls, lines: Iterable[str], source: str) -> Vocabulary:
+        """:meth:`from_file` for lines read elsewhere (an archive member); errors name ``source``
+        and the line."""
+        path = source
         words: list[str] = []
         line_numbers: list[int] = []
-        for number, line in enumerate(read_lines(path), start=1):
+        for number, line in enumerate(lines, start=1):
             word = line.strip()
             if word == MAX_TERM_ID:
                 continue
             words.append(word)
             line_numbers.append(number)
         vocab = cls.__new__(cls)
-        vocab._init(words, where=lambda i: f"{path}:{line_numbers[i]}", source=os.fspath(path))
+        vocab._init(words, where=lambda i: f"{path}:{line_numbers[i]}", source=path)
         return vocab
 
     def save(self, path: str | os.PathLike) -> None:

@@ -7,6 +7,7 @@ convention is undone here and nowhere else. (This library's own ``.pt`` checkpoi
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 from collections.abc import Iterator
 
@@ -104,31 +105,79 @@ def load_bilm_tf(options_file: str | os.PathLike, weights_file: str | os.PathLik
     Accepts float16 or float32 datasets and always gives a float32 model. A missing or mis-shaped
     dataset raises :class:`WeightsError` naming it and the shape the options call for.
     """
-    config = BiLMConfig.from_json(options_file)
+    return bilm_from_hdf5(BiLMConfig.from_json(options_file), weights_file, options_label=os.fspath(options_file))
+
+
+def bilm_from_hdf5(config: BiLMConfig, weights_file: str | os.PathLike, *, options_label: str = "the options",
+                   weights_label: str | None = None) -> BiLM:
+    """:func:`load_bilm_tf` for a config already read (from an archive member, say). Errors name
+    ``weights_label`` (default: the file's path) and ``options_label``."""
+    if config.char_cnn.characters != "bytes":
+        raise WeightsError(f"{options_label}: char_cnn.characters is {config.char_cnn.characters!r}: the bilm-tf layout "
+                           f"holds only byte-scheme models (load a dictionary model from its ELMoForManyLangs folder "
+                           f"or a native checkpoint)")
+    label = weights_label or os.fspath(weights_file)
     model = BiLM(config)
     written: set[int] = set()
     try:
         fin = h5py.File(weights_file, "r")
     except OSError as e:
-        raise WeightsError(f"{weights_file}: cannot open as HDF5 ({e})") from e
+        raise WeightsError(f"{label}: cannot open as HDF5 ({e})") from e
     with fin, torch.no_grad():
         for name, shape, param, conversion in _tf_datasets(model):
             written.add(id(param))
             if name not in fin:
-                raise WeightsError(f"{weights_file}: dataset '{name}' is missing "
-                                   f"(expected shape {shape} from {options_file})")
+                raise WeightsError(f"{label}: dataset '{name}' is missing "
+                                   f"(expected shape {shape} from {options_label})")
             dataset = fin[name]
             if not isinstance(dataset, h5py.Dataset) or tuple(dataset.shape) != shape:
                 got = tuple(dataset.shape) if isinstance(dataset, h5py.Dataset) else "a group"
-                raise WeightsError(f"{weights_file}: dataset '{name}' has shape {got}, but "
-                                   f"{options_file} needs {shape}")
+                raise WeightsError(f"{label}: dataset '{name}' has shape {got}, but "
+                                   f"{options_label} needs {shape}")
             array = dataset[...]
-            check_finite(array, f"{weights_file}: dataset '{name}'")
+            check_finite(array, f"{label}: dataset '{name}'")
             param.copy_(_tf_to_torch(array, conversion, param))
     unset = [name for name, p in model.named_parameters() if id(p) not in written]
     if unset:  # pragma: no cover - _tf_datasets covers every parameter of a BiLM
         raise AssertionError(f"parameters not in the bilm-tf layout: {unset}")
     return model
+
+
+def bilm_tf_problems(model: BiLM) -> list[str]:
+    """Why ``model`` has no exact place in the bilm-tf/AllenNLP layout; empty when it has one.
+
+    Each reason names the part of the model and what the readers' code does instead (bilm-tf's
+    ``BidirectionalLanguageModelGraph``, AllenNLP's ``_ElmoCharacterEncoder``/``_ElmoBiLm``).
+    """
+    config, problems = model.config, []
+    cnn, lstm = config.char_cnn, config.lstm
+    if cnn.word_dim:
+        problems.append(f"word embedding: each token's input to the projection is a {cnn.word_dim}-dim word vector "
+                        f"({cnn.n_words} words) beside the CNN's {cnn.n_filters} filters; bilm-tf's options.json has "
+                        f"no word-embedding input, and AllenNLP builds its projection as "
+                        f"Linear({cnn.n_filters}, {lstm.projection_dim}), which cannot hold these weights")
+    if cnn.characters != "bytes":
+        problems.append(f"characters: the model reads its own dictionary of {len(model.characters.chars)} "
+                        f"Unicode characters; bilm-tf and AllenNLP read UTF-8 bytes (ids 0-261), where a "
+                        f"non-ASCII character is several ids")
+    return problems
+
+
+def bilm_tf_reader_notes(config: BiLMConfig) -> list[str]:
+    """Which of the other readers of the bilm-tf layout cannot load a model of ``config`` exactly,
+    and why (from their loaders' code): the layout holds it, but a reader builds another network."""
+    cnn, lstm = config.char_cnn, config.lstm
+    notes = []
+    if not lstm.use_skip_connections:
+        notes.append("AllenNLP refuses biLMs without residual connections (_ElmoBiLm: 'We only support pretrained "
+                     "biLMs with residual connections'); bilm-tf reads it")
+    if lstm.projection_dim >= lstm.dim:
+        notes.append(f"bilm-tf builds its LSTM without a projection when projection_dim ({lstm.projection_dim}) is "
+                     f"not below dim ({lstm.dim}), so it would ignore W_P_0 and compute other numbers")
+    if cnn.n_filters < lstm.projection_dim:
+        notes.append(f"bilm-tf asserts n_filters > projection_dim for its token projection ({cnn.n_filters} filters, "
+                     f"projection_dim {lstm.projection_dim})")
+    return notes
 
 
 def save_bilm_tf(model: BiLM, output_dir: str | os.PathLike, *, weights_name: str = "weights.hdf5",
@@ -138,6 +187,9 @@ def save_bilm_tf(model: BiLM, output_dir: str | os.PathLike, *, weights_name: st
     ``dtype`` may be ``"float16"`` to halve the file; :func:`load_bilm_tf` restores float32.
     Returns the two paths.
     """
+    problems = bilm_tf_problems(model)
+    if problems:
+        raise WeightsError("this model has no place in the bilm-tf layout: " + "; ".join(problems))
     os.makedirs(output_dir, exist_ok=True)
     arrays: dict[str, np.ndarray] = {}
     for name, shape, param, conversion in _tf_datasets(model):
@@ -155,13 +207,25 @@ def save_bilm_tf(model: BiLM, output_dir: str | os.PathLike, *, weights_name: st
         elif conversion == "lstm_h":
             arrays[name][-value.shape[1]:] = value.T
         assert arrays[name].shape == shape, (name, arrays[name].shape, shape)
+    if model.token_encoder.projection is None:
+        # bilm-tf has no projection when the filters already have the LSTM's width, but AllenNLP
+        # always builds one and reads CNN_proj: an identity gives it the same numbers, and bilm-tf
+        # (and this library) never look at the extra datasets.
+        n = model.config.char_cnn.n_filters
+        arrays["CNN_proj/W_proj"] = np.eye(n, dtype=np.float32)
+        arrays["CNN_proj/b_proj"] = np.zeros(n, dtype=np.float32)
     weights_path = os.path.join(output_dir, weights_name)
     with atomic_path(weights_path) as tmp:
         with h5py.File(tmp, "w") as fout:
             for name, array in arrays.items():
                 fout.create_dataset(name, data=array.astype(dtype))
     options_path = os.path.join(output_dir, options_name)
-    model.config.to_json(options_path)
+    options = model.config.to_dict()
+    # bilm-tf's inference code refuses any other value (its training uses 261; the model is the same).
+    options["char_cnn"]["n_characters"] = 262
+    from elmo.fileio import atomic_write_text
+
+    atomic_write_text(options_path, json.dumps(options, indent=2) + "\n")
     return options_path, weights_path
 
 

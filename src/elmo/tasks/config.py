@@ -76,8 +76,9 @@ class DataConfig:
 @dataclass
 class BiLMSource:
     """Which biLM gives the ELMo layers: any model source :func:`elmo.hub.load_model` takes (a
-    model name, a folder with ``options.json`` + ``weights.hdf5``, a training run directory or a
-    checkpoint file), and how it embeds (the :class:`~elmo.inference.embed.Embedder`'s defaults)."""
+    model name, a folder with ``options.json`` + ``weights.hdf5``, a training run directory, a
+    checkpoint file, an NLPL ``.zip`` or an ELMoForManyLangs model), and how it embeds (the
+    :class:`~elmo.inference.embed.Embedder`'s defaults)."""
 
     model: str = DEFAULT_MODEL
     state: str = DEFAULT_STATE

@@ -28,6 +28,7 @@ from dataclasses import asdict, dataclass, fields
 
 import torch
 import torch.distributed as dist
+from torch.optim.adagrad import adagrad
 from tqdm import tqdm
 
 from elmo.devices import DEFAULT_DEVICE, resolve_device
@@ -40,9 +41,11 @@ from elmo.hub.checkpoints import (
     save_train_checkpoint,
 )
 from elmo.hub.resolve import load_language_model_with_origin
-from elmo.model.bilm import BiLMState
+from elmo.model.bilm import DEFAULT_LSTM_PATH, LSTM_PATHS, BiLMState
 from elmo.model.config import PRESETS, BiLMConfig, ConfigError, preset_config
-from elmo.model.lm import LanguageModel
+from elmo.model.encoder import distinct_words
+from elmo.model.lm import LanguageModel, predicted
+from elmo.model.softmax import log_uniform_sample
 from elmo.model.vocab import Vocabulary
 from elmo.training.data import (
     LMBatcher,
@@ -125,7 +128,8 @@ FIXED_ON_RESUME = (("batch_size", "batch_size", "--batch-size"), ("unroll_steps"
 # --config, the hyperparameters above, --seed, --vocab, the training data -- is the run's.
 CHANGEABLE_ON_RESUME = ("--checkpoint-every", "--keep-checkpoints", "--log-every", "--heldout", "--eval-every",
                         "--eval-targets", "--device", "--bf16/--no-bf16", "--prefetch", "--deterministic", "--gpus",
-                        "--processes", "--no-progress", "--max-tokens/--epochs (Adagrad)")
+                        "--processes", "--no-progress", "--lstm-path", "--compile-cells", "--cuda-graphs",
+                        "--max-tokens/--epochs (Adagrad)")
 
 
 def _check_count(option: str, value: int | None, least: int) -> None:
@@ -169,6 +173,9 @@ class TrainSettings:
     bf16: bool | None = None  # None: on for CUDA, off on CPU
     prefetch: int | None = None  # batches built ahead in a thread; 0: none; None: 2 on CUDA, 0 on CPU
     deterministic: bool = False  # reproducible GPU kernels (see use_deterministic_kernels)
+    lstm_path: str | None = None  # how the LSTM trains (elmo.model.bilm.LSTM_PATHS); None: the default
+    compile_cells: bool = False  # the fused path's pointwise functions through torch.compile
+    cuda_graphs: bool = False  # the LSTM of each full window as a CUDA graph (LanguageModel.use_cuda_graphs)
     resume: bool = False
     progress: bool = True
 
@@ -211,7 +218,14 @@ class TrainSettings:
             raise ValueError(f"--dropout: must be at least 0 and below 1, got {self.dropout}")
         if self.eval_every and not self.heldout:
             raise ValueError(f"--eval-every {self.eval_every}: there is nothing to evaluate on; give --heldout shards")
-        resolve_device(self.device, option="--device")
+        if self.lstm_path is not None and self.lstm_path not in LSTM_PATHS:
+            raise ValueError(f"--lstm-path: expected {', '.join(LSTM_PATHS)}, got {self.lstm_path!r}")
+        device = resolve_device(self.device, option="--device")
+        if self.cuda_graphs:
+            if device.type != "cuda":
+                raise ValueError(f"--cuda-graphs: CUDA graphs need a GPU; --device is {self.device}")
+            if (self.lstm_path or DEFAULT_LSTM_PATH) != "fused":
+                raise ValueError(f"--cuda-graphs captures the fused LSTM path, not --lstm-path {self.lstm_path}")
 
 
 def load_config_spec(spec: str) -> BiLMConfig:
@@ -406,13 +420,24 @@ class Trainer:
                              f"step {payload['step']}")
 
         torch.manual_seed(self.seed + self.ctx.rank)  # dropout masks differ per rank
-        self.model = LanguageModel(config, len(vocab))
+        self.model = LanguageModel(config, len(vocab), lstm_path=s.lstm_path, compile_cells=s.compile_cells)
         if init_model is not None:
             self.model.load_state_dict(init_model.state_dict())
         self.model.to(self.ctx.device)
+        if s.cuda_graphs:
+            if self.ctx.world > 1:
+                raise ValueError("--cuda-graphs: runs one process only (the graphs are not captured under DDP)")
+            self.model.use_cuda_graphs()
         self.ddp = (torch.nn.parallel.DistributedDataParallel(self.model) if self.ctx.world > 1 else self.model)
         self.optimizer = self._optimizer()
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, self._schedule)
+        # Whether the softmax weight's Adagrad step updates only the rows a step used (the targets
+        # and negatives of a sampled softmax): the dense step's numbers, since its update of a row
+        # without gradient is exactly nothing (the sum gains 0, the weight moves by 0), without a
+        # (vocab, dim) gradient, sum and square root per step. One process only (DDP all-reduces
+        # dense gradients), Adagrad only (AdamW moves every row). An attribute, so a benchmark of
+        # the dense step can turn it off.
+        self.sparse_softmax = (t["optimizer"] == "adagrad" and self.ctx.world == 1 and self._n_samples() > 0)
         # Negatives are shared by the whole (global) batch: every rank draws the same ones.
         self.sampler = torch.Generator().manual_seed(self.seed + 7919)
 
@@ -655,29 +680,82 @@ class Trainer:
     # ------------------------------------------------------------------------------ loop
     def _autocast(self):
         bf16 = self.settings.bf16 if self.settings.bf16 is not None else self.ctx.device.type == "cuda"
-        return torch.autocast(self.ctx.device.type, dtype=torch.bfloat16, enabled=bf16)
+        # CUDA graphs cannot hold autocast's cached weight casts (the fused path casts its own).
+        return torch.autocast(self.ctx.device.type, dtype=torch.bfloat16, enabled=bf16,
+                              cache_enabled=not self.settings.cuda_graphs)
 
     def train_step(self) -> tuple[float, float]:
         """One optimizer step. Returns the forward and backward mean NLL of this rank's rows."""
+        nll_f, nll_b = self._step()
+        return float(nll_f), float(nll_b)
+
+    def _step(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """One optimizer step; the forward and backward mean NLL stay on the device (detached), so
+        that nothing in the step waits for the device: whether the window is full, its distinct
+        words, the negatives and the softmax rows in play come from the host, and the losses are
+        read only when logged."""
         t = self.config.training
-        batches = []
-        for batcher in self.batchers:
-            batch = batcher.next_batch()
-            batches.append({k: v.to(self.ctx.device, non_blocking=True) for k, v in batch.items()})
+        batches = [batcher.next_batch() for batcher in self.batchers]
+        full = all(bool(batch["mask"].all()) for batch in batches)  # host tensors: no device sync
+        encoder = self.model.bilm.token_encoder
+        words = distinct_words(torch.stack([batch["char_ids"] for batch in batches]), encoder.pad_id,
+                               encoder.word_embedding is not None)
+        n_samples = self._n_samples()
+        samples = [log_uniform_sample(len(self.vocab), n_samples, "cpu", self.sampler)
+                   for _ in batches] if n_samples else None
+        rows = None
+        if samples is not None and self.sparse_softmax:
+            wanted = predicted(torch.stack([batch["targets"] for batch in batches]),
+                               torch.stack([batch["mask"] for batch in batches]), full)
+            ids = torch.cat([wanted[0], samples[0][0], wanted[1], samples[1][0]])
+            rows = torch.unique(ids, return_inverse=True)  # the softmax rows in play, and where each id is
+        device = self.ctx.device
+        move = (lambda x: x.pin_memory().to(device, non_blocking=True)) if device.type == "cuda" else (lambda x: x)
+        batches = [{k: v.to(device, non_blocking=True) for k, v in batch.items()} for batch in batches]
+        words = words.to(device, non_blocking=True)
+        if samples is not None:
+            samples = [(move(ids), move(counts), tries) for ids, counts, tries in samples]
+        softmax_rows = None
+        if rows is not None:
+            rows = tuple(move(x) for x in rows)
+            # A leaf of the rows in play: the weight's gradient lands there, (rows, dim) and not
+            # (vocab, dim), and the Adagrad step updates those rows only (see _sparse_softmax_step).
+            softmax_rows = (self.model.softmax.weight.detach()[rows[0]].requires_grad_(), rows[1])
         self.model.train()
         with self._autocast():
             nll_f, nll_b, self.state = self.ddp(batches[0], batches[1], self.state, dropout=t["dropout"],
-                                                n_samples=self._n_samples(), generator=self.sampler)
+                                                full=full, words=words, samples=samples, softmax_rows=softmax_rows)
         loss = 0.5 * (nll_f.mean() + nll_b.mean())
         scale = self.unroll_steps if t["optimizer"] == "adagrad" else 1.0
         (loss * scale).backward()
-        torch.nn.utils.clip_grad_norm_(self.model.parameters(), t["all_clip_norm_val"])
-        self.optimizer.step()
+        if softmax_rows is None:
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), t["all_clip_norm_val"])
+            self.optimizer.step()
+        else:
+            softmax_weight = self.model.softmax.weight
+            others = [p for p in self.model.parameters() if p is not softmax_weight]
+            torch.nn.utils.clip_grad_norm_([*others, softmax_rows[0]], t["all_clip_norm_val"])
+            self.optimizer.step()  # the softmax weight has no gradient: Adagrad leaves it to us
+            self._sparse_softmax_step(rows[0], softmax_rows[0].grad)
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
         self.step += 1
         self.tokens += self.tokens_per_step
-        return float(nll_f.detach().mean()), float(nll_b.detach().mean())
+        return nll_f.detach().mean(), nll_b.detach().mean()
+
+    def _sparse_softmax_step(self, rows: torch.Tensor, grad: torch.Tensor) -> None:
+        """Adagrad on the softmax weight's ``rows`` ``(k,)`` with their gradient ``(k, dim)``:
+        torch's own Adagrad arithmetic on those rows, with the optimizer's step count and sums."""
+        weight = self.model.softmax.weight
+        group = self.optimizer.param_groups[0]
+        state = self.optimizer.state[weight]
+        with torch.no_grad():
+            values, sums = weight[rows], state["sum"][rows]
+            adagrad([values], [grad], [sums], [state["step"]], foreach=group["foreach"],
+                    lr=group["lr"], weight_decay=group["weight_decay"], lr_decay=group["lr_decay"],
+                    eps=group["eps"], maximize=group["maximize"])
+            weight.index_copy_(0, rows, values)
+            state["sum"].index_copy_(0, rows, sums)
 
     def _n_samples(self) -> int:
         n = self.config.training["n_negative_samples_batch"]
@@ -696,22 +774,22 @@ class Trainer:
         metrics_path = os.path.join(s.output, "metrics.csv")
         self.session_start = window_start = time.monotonic()
         window_tokens = 0
-        sums, n = [0.0, 0.0], 0
+        sums, n = None, 0  # the window's summed losses, on the device until a row is logged
         last: dict = {}
         bar = tqdm(total=self.max_steps, initial=self.step, unit="step", disable=not (s.progress and self.ctx.main),
                    dynamic_ncols=True)
         while self.step < self.max_steps:
-            f, b = self.train_step()
-            sums[0] += f
-            sums[1] += b
+            step_losses = torch.stack(self._step()).double()  # summed as the Python floats were
+            sums = step_losses if sums is None else sums + step_losses
             n += 1
             window_tokens += self.tokens_per_step
             bar.update(1)
             evaluate_now = s.heldout and s.eval_every and (self.step % s.eval_every == 0 or self.step == self.max_steps)
             if self.step % s.log_every == 0 or self.step == self.max_steps or evaluate_now:
+                forward_sum, backward_sum = sums.tolist()  # the one wait for the device per logged row
                 elapsed = time.monotonic() - window_start
-                row = {"step": self.step, "tokens": self.tokens, "loss": 0.5 * (sums[0] + sums[1]) / n,
-                       "forward_perplexity": math.exp(sums[0] / n), "backward_perplexity": math.exp(sums[1] / n),
+                row = {"step": self.step, "tokens": self.tokens, "loss": 0.5 * (forward_sum + backward_sum) / n,
+                       "forward_perplexity": math.exp(forward_sum / n), "backward_perplexity": math.exp(backward_sum / n),
                        "learning_rate": self.scheduler.get_last_lr()[0],
                        "tokens_per_second": window_tokens / max(elapsed, 1e-9),
                        "elapsed_seconds": self.elapsed_seconds()}
@@ -722,7 +800,7 @@ class Trainer:
                 bar.set_postfix(loss=f"{row['loss']:.3f}", ppl=f"{math.exp(row['loss']):.1f}",
                                 tok_s=f"{row['tokens_per_second']:.0f}")
                 last = row
-                sums, n, window_start, window_tokens = [0.0, 0.0], 0, time.monotonic(), 0
+                sums, n, window_start, window_tokens = None, 0, time.monotonic(), 0
             if self.step % s.checkpoint_every == 0 or self.step == self.max_steps:
                 self.save_checkpoint()
         bar.close()
