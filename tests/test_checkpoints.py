@@ -174,7 +174,7 @@ def test_embed_file_round_trip(allennlp_model, tmp_path):
     text = tmp_path / "in.txt"
     text.write_text("\n".join(" ".join(s) for s in SENTENCES) + "\n")
     embedder = Embedder(allennlp_model)
-    assert embedder.embed_file(text, tmp_path / "out.hdf5") == 2
+    assert embedder.embed_file(text, tmp_path / "out.hdf5").sentences == 2
     for got, want in zip(load_embeddings(tmp_path / "out.hdf5"), embedder.embed_sentences(SENTENCES)):
         np.testing.assert_array_equal(got, want)
     with h5py.File(tmp_path / "other.hdf5", "w") as f:

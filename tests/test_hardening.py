@@ -69,9 +69,9 @@ def test_embed_file_api_reads_a_pipe_once(tmp_path, text_file):
     fifo = tmp_path / "fifo"
     os.mkfifo(fifo)
     writer = subprocess.Popen(["sh", "-c", f"cat {text_file} > {fifo}"])
-    n = Embedder(load_fixture_model("allennlp")).embed_file(fifo, tmp_path / "out.hdf5")
+    report = Embedder(load_fixture_model("allennlp")).embed_file(fifo, tmp_path / "out.hdf5")
     writer.wait()
-    assert n == 4
+    assert report.sentences == 4
     assert len(read_hdf5(tmp_path / "out.hdf5")[0]) == 4
 
 

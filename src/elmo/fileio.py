@@ -8,6 +8,7 @@ import itertools
 import os
 import re
 import shutil
+import stat
 import sys
 import tempfile
 from collections.abc import Iterable, Iterator
@@ -127,16 +128,57 @@ def open_text(path: str | os.PathLike) -> IO[bytes]:
     return open(path, "rb")
 
 
-def read_lines(path: str | os.PathLike) -> Iterator[str]:
+def read_lines(path: str | os.PathLike, max_bytes: int | None = None) -> Iterator[str]:
     """Yield the lines of a UTF-8 text file (plain or ``.gz``; ``"-"`` for standard input)
     without their line endings, reading the file once, as a stream (pipes work).
 
-    Raises ValueError naming the file and 1-based line number of a line that is not valid UTF-8.
+    Raises ValueError naming the file and 1-based line number of a line that is not valid UTF-8,
+    or, with ``max_bytes``, of a line longer than that (found before the whole line is held:
+    memory stays bounded even when a file has no line breaks).
     """
     with open_text(path) as f:
-        for number, raw in enumerate(f, start=1):
+        lines = f if max_bytes is None else _bounded_lines(f, max_bytes, path)
+        for number, raw in enumerate(lines, start=1):
             try:
                 line = raw.decode("utf-8")
             except UnicodeDecodeError as e:
                 raise ValueError(f"{path}:{number}: not valid UTF-8 ({e.reason} at byte {e.start})") from None
             yield line.rstrip("\r\n")
+
+
+def _bounded_lines(f: IO[bytes], max_bytes: int, path: str | os.PathLike) -> Iterator[bytes]:
+    """The raw lines of ``f``, refusing one of more than ``max_bytes`` bytes (line break excluded)."""
+    number = 0
+    while raw := f.readline(max_bytes + 2):
+        number += 1
+        if len(raw.rstrip(b"\r\n")) > max_bytes:
+            raise ValueError(f"{path}:{number}: the line is longer than {max_bytes:,} bytes, the limit for one line")
+        yield raw
+
+
+def is_regular_file(path: str | os.PathLike) -> bool:
+    """Whether ``path`` is a regular file (which can be read twice), not standard input, a pipe or a device."""
+    path = os.fspath(path)
+    if path == STDIN:
+        return False
+    try:
+        return stat.S_ISREG(os.stat(path).st_mode)
+    except OSError:
+        return False
+
+
+def count_lines(path: str | os.PathLike) -> int | None:
+    """The number of lines :func:`read_lines` will yield for a regular file (plain or ``.gz``),
+    counted in one extra pass over it; None for standard input, a pipe or anything else that
+    can be read only once, and for a file that cannot be read."""
+    if not is_regular_file(path):
+        return None
+    count, last = 0, b"\n"
+    try:
+        with open_text(path) as f:
+            while block := f.read(1 << 20):
+                count += block.count(b"\n")
+                last = block[-1:]
+    except (OSError, EOFError, gzip.BadGzipFile):
+        return None
+    return count + (last != b"\n")

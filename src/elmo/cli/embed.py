@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 import numpy as np
+import torch
 
 from elmo.cli.common import add_model_arguments, model_from_args
 from elmo.devices import DEFAULT_DEVICE, DEVICES
@@ -13,14 +15,25 @@ from elmo.fileio import STDIN, chunks, read_lines
 from elmo.inference.embed import (
     DEFAULT_BATCH_SIZE,
     DEFAULT_MAX_TOKENS,
+    MAX_LINE_TOKENS,
     Embedder,
     check_output,
+    check_sharding,
+)
+from elmo.inference.outputs import (
+    COMPRESSIONS,
+    DEFAULT_COMPRESSION,
+    DEFAULT_DTYPE,
+    DEFAULT_LAYOUT,
+    DTYPES,
+    LAYOUTS,
 )
 from elmo.inference.runtime import DEFAULT_PRECISION, PRECISIONS
 from elmo.inference.states import DEFAULT_STATE, STATE_MODES
 
 HELP = ("Embed a file of sentences (one per line, tokens split on whitespace) into HDF5, "
-        "or print a summary of the vectors when no output file is given.")
+        "or print a summary of the vectors when no output file is given. Resumable (--resume), "
+        "shardable (--shard, or under torchrun).")
 
 PREVIEW_VALUES = 4
 # Sentences embedded together when printing: output starts early and memory stays bounded.
@@ -30,17 +43,32 @@ PRINT_CHUNK = 1024
 def add_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("input", help="text file, one sentence per line (plain or .gz); '-' reads standard input")
     parser.add_argument("output", nargs="?",
-                        help="HDF5 file to write; without it (or with '-'), print each token's vector "
-                             "(first values and norm) to standard output")
-    parser.add_argument("--force", action="store_true", help="replace an existing output file")
+                        help="HDF5 file to write (a folder of shards when sharded); without it (or with '-'), "
+                             "print each token's vector (first values and norm) to standard output")
+    parser.add_argument("--force", action="store_true",
+                        help="replace an existing output file (and discard an interrupted run's work file)")
+    parser.add_argument("--resume", action="store_true",
+                        help="continue an interrupted run from its work file OUTPUT.partial/ (same input, model "
+                             "and options, which is checked); starts afresh when there is none, and does nothing "
+                             "when the output is already complete")
     add_model_arguments(parser)
     parser.add_argument("--layers", default="all", type=parse_layers, metavar="all|top|average|N",
                         help="all: (layers, tokens, dim) per sentence; top, average or one layer index N (0: the "
                              "token layer; ELMoForManyLangs' output_layer -1 is average): (tokens, dim)")
+    parser.add_argument("--layout", default=DEFAULT_LAYOUT, choices=LAYOUTS,
+                        help="allennlp: one dataset per line plus sentence_to_index (the allennlp elmo layout); "
+                             "packed: one (tokens, layers, dim) array plus offsets, for millions of lines")
+    parser.add_argument("--dtype", default=DEFAULT_DTYPE, choices=list(DTYPES),
+                        help="stored type of the vectors (float16 halves the file)")
+    parser.add_argument("--compression", default=DEFAULT_COMPRESSION, choices=COMPRESSIONS,
+                        help="HDF5 compression of the vectors, with byte shuffle (lzf: fast; gzip: smaller)")
     parser.add_argument("--batch-size", type=int, default=DEFAULT_BATCH_SIZE, help="sentences per batch")
     parser.add_argument("--state", default=DEFAULT_STATE, choices=STATE_MODES,
                         help="LSTM state policy; 'stateful' reproduces allennlp elmo exactly")
-    parser.add_argument("--device", default=DEFAULT_DEVICE, help=f"torch device: {DEVICES}")
+    # None, not DEFAULT_DEVICE: under torchrun the default is each rank's own GPU.
+    parser.add_argument("--device", default=None,
+                        help=f"torch device: {DEVICES}; under torchrun, the default and 'cuda' mean "
+                             f"cuda:LOCAL_RANK where CUDA is available (default: {DEFAULT_DEVICE})")
     parser.add_argument("--precision", default=DEFAULT_PRECISION, choices=list(PRECISIONS),
                         help="matrix products in this precision (bfloat16: fast on CPUs with AVX-512 BF16 or AMX; "
                              "float16: GPUs); states stay float32")
@@ -49,7 +77,66 @@ def add_parser(parser: argparse.ArgumentParser) -> None:
                              "(fewer kernel launches; the same vectors to float rounding)")
     parser.add_argument("--vocab-cache", help="token vectors from elmo cache-vocab (other words use the CNN)")
     parser.add_argument("--max-tokens", type=int, default=DEFAULT_MAX_TOKENS,
-                        help="padded tokens per batch (not in stateful mode, where batches are --batch-size lines)")
+                        help="padded tokens per batch (not in stateful mode, where batches are --batch-size lines); "
+                             "a longer line runs alone, in windows of this many tokens")
+    parser.add_argument("--max-line-tokens", type=int, default=MAX_LINE_TOKENS,
+                        help="refuse a line of more tokens (or of more than 64 bytes per token), naming it")
+    parser.add_argument("--shard", metavar="RANK/WORLD",
+                        help="embed only lines n with n %% WORLD == RANK into OUTPUT/shard-RANK-of-WORLD.hdf5 "
+                             "(default: torchrun's RANK and WORLD_SIZE when run under torchrun)")
+    parser.add_argument("--threads", type=int,
+                        help="CPU threads (default: all cores, shared among the processes torchrun starts on "
+                             "this machine)")
+    parser.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                        help="progress bar with sentences/s and ETA (default: only on a terminal)")
+
+
+def launcher() -> dict[str, int] | None:
+    """torchrun's RANK, WORLD_SIZE, LOCAL_RANK and LOCAL_WORLD_SIZE, or None outside torchrun."""
+    if "WORLD_SIZE" not in os.environ or "RANK" not in os.environ:
+        return None
+    try:
+        values = {key: int(os.environ[key]) for key in ("RANK", "WORLD_SIZE")}
+        values["LOCAL_RANK"] = int(os.environ.get("LOCAL_RANK", 0))
+        values["LOCAL_WORLD_SIZE"] = int(os.environ.get("LOCAL_WORLD_SIZE", 1))
+    except ValueError:
+        raise ValueError("RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE: torchrun's variables must be integers") from None
+    return values
+
+
+def parse_shard(text: str) -> tuple[int, int]:
+    try:
+        rank, world = (int(x) for x in text.split("/"))
+    except ValueError:
+        raise ValueError(f"--shard: expected RANK/WORLD (e.g. 0/4), got {text!r}") from None
+    if world < 1 or not 0 <= rank < world:
+        raise ValueError(f"--shard: rank {rank} of {world}: expected 0 <= RANK < WORLD")
+    return rank, world
+
+
+def placement(args: argparse.Namespace) -> tuple[tuple[int, int], str, int | None, int]:
+    """The shard (rank, world), device, thread count and progress-bar row of this process:
+    from --shard/--device/--threads, else from torchrun's variables."""
+    env = launcher()
+    if args.shard is not None:
+        shard = parse_shard(args.shard)
+    elif env is not None:
+        shard = (env["RANK"], env["WORLD_SIZE"])
+    else:
+        shard = (0, 1)
+    local_rank = env["LOCAL_RANK"] if env else 0
+    local_world = env["LOCAL_WORLD_SIZE"] if env else 1
+    device = args.device
+    if env is not None and device in (None, "cuda"):
+        device = f"cuda:{local_rank}" if torch.cuda.is_available() else ("cuda" if device else "cpu")
+    device = device or DEFAULT_DEVICE
+    threads = args.threads
+    if threads is None and env is not None and device == "cpu":
+        # torchrun sets OMP_NUM_THREADS=1 for every process; the cores are shared instead.
+        threads = max(1, len(os.sched_getaffinity(0)) // max(1, local_world))
+    if threads is not None and threads < 1:
+        raise ValueError(f"--threads: must be at least 1, got {threads}")
+    return shard, device, threads, local_rank
 
 
 def parse_layers(value: str) -> str | int:
@@ -71,22 +158,37 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"--batch-size: must be at least 1, got {args.batch_size}")
     if args.max_tokens < 1:
         raise ValueError(f"--max-tokens: must be at least 1, got {args.max_tokens}")
-    if args.cuda_graphs and not args.device.startswith("cuda"):
-        raise ValueError(f"--cuda-graphs: CUDA graphs need a GPU; pass --device cuda (got --device {args.device})")
+    if args.max_line_tokens < 1:
+        raise ValueError(f"--max-line-tokens: must be at least 1, got {args.max_line_tokens}")
+    shard, device, threads, local_rank = placement(args)
+    if args.cuda_graphs and not device.startswith("cuda"):
+        raise ValueError(f"--cuda-graphs: CUDA graphs need a GPU; pass --device cuda (got --device {device})")
     to_stdout = args.output is None or args.output == STDIN
     if not to_stdout:
-        check_output(args.input, args.output, args.force)  # before the model loads: fail fast
-    elif args.force:
-        raise ValueError("--force: there is no output file to replace when printing to standard output")
-    embedder = Embedder(model_from_args(args), state=args.state, device=args.device, precision=args.precision,
+        # Fail fast, before the model loads.
+        check_sharding(args.input, *shard, args.state)
+        if shard[1] == 1:
+            check_output(args.input, args.output, args.force or args.resume)
+    else:
+        if args.force or args.resume:
+            raise ValueError(f"{'--force' if args.force else '--resume'}: there is no output file when printing "
+                             "to standard output")
+        if shard[1] > 1:
+            raise ValueError("a sharded run writes files: give an output folder")
+    if threads is not None:
+        torch.set_num_threads(threads)
+    embedder = Embedder(model_from_args(args), state=args.state, device=device, precision=args.precision,
                         vocab_cache=args.vocab_cache, max_tokens=args.max_tokens, batch_size=args.batch_size,
                         cuda_graphs=args.cuda_graphs)
     if to_stdout:
         print_vectors(embedder, args.input, args.layers)
         return 0
-    n = embedder.embed_file(args.input, args.output, layers=args.layers, batch_size=args.batch_size,
-                            overwrite=args.force)
-    print(f"wrote {n} sentences to {args.output}", file=sys.stderr)
+    report = embedder.embed_file(args.input, args.output, layers=args.layers, batch_size=args.batch_size,
+                                 overwrite=args.force, layout=args.layout, dtype=args.dtype,
+                                 compression=args.compression, resume=args.resume, shard=shard,
+                                 max_line_tokens=args.max_line_tokens, progress=args.progress,
+                                 progress_position=local_rank)
+    print(f"elmo embed: {report}", file=sys.stderr)
     return 0
 
 

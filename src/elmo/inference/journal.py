@@ -1,0 +1,359 @@
+"""The work file of a resumable ``elmo embed``: what has been embedded so far, safe against a
+kill at any moment.
+
+An HDF5 file being written is not safe to kill: the library keeps part of the file's structure in
+memory and writes it back at times of its own, so a file cut off mid-run may not open at all. So
+the vectors first go, one batch at a time, into an append-only journal, and the output file is
+written from the journal once every line has been embedded (then renamed into place, so that it
+appears only complete). The work file is the folder ``OUTPUT.partial/`` beside the output:
+
+* ``work.json``: the run's fingerprint (model, options, shard), checked by a resumed run;
+* ``journal.bin``: one frame per batch: a header (the chunk of input it comes from and that
+  chunk's SHA-256, the batch's place in it), each sentence's line number, token count and text,
+  its vectors in the stored dtype, the carried LSTM state in stateful mode, and a CRC-32;
+* ``synced``: how far the journal is known to be on disk (``fsync``), at most a few seconds old;
+* ``lock``: held while a process writes the folder, so two runs cannot write one output.
+
+A frame counts once it is whole. A kill leaves at most one partial frame at the end, which a
+resumed run cuts off; after a power loss, frames past ``synced`` are also checked against their
+CRC. The folder is removed once the output is in place.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import struct
+import time
+import zlib
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from elmo.fileio import atomic_write_text
+
+WORK_SUFFIX = ".partial"
+WORK_NAMES = frozenset({"work.json", "journal.bin", "synced", "lock"})
+WORK_FORMAT = "elmo-embed-work"
+WORK_VERSION = 1
+
+MAGIC = b"ELMB"
+END = b"BMLE"
+# magic, chunk, batch, sentences, last batch of its chunk, text bytes, vector bytes, state bytes, chunk SHA-256
+HEADER = struct.Struct("<4sQII?3xQQQ32s")
+TRAILER = struct.Struct("<I4s")  # CRC-32 of header and payload, end marker
+# The journal is forced to disk (fsync) at most this often: a kill loses at most one batch
+# whatever this is; a power loss loses at most the last few seconds.
+SYNC_SECONDS = 5.0
+READ_PIECE_BYTES = 8 << 20
+
+
+class WorkFileError(ValueError):
+    """A work file that cannot be continued (another run's, or damaged)."""
+
+
+@dataclass
+class Frame:
+    """Where one batch's frame lies in the journal, and what it holds."""
+
+    offset: int
+    chunk: int
+    batch: int
+    sentences: int
+    last: bool
+    text_bytes: int
+    vector_bytes: int
+    state_bytes: int
+    digest: bytes
+    tokens: int = 0
+
+    @property
+    def meta_offset(self) -> int:
+        return self.offset + HEADER.size
+
+    @property
+    def text_offset(self) -> int:
+        return self.meta_offset + 24 * self.sentences
+
+    @property
+    def vector_offset(self) -> int:
+        return self.text_offset + self.text_bytes
+
+    @property
+    def state_offset(self) -> int:
+        return self.vector_offset + self.vector_bytes
+
+    @property
+    def end(self) -> int:
+        return self.state_offset + self.state_bytes + TRAILER.size
+
+
+def chunk_digest(lines: Iterable[str]) -> bytes:
+    """SHA-256 of a chunk of input lines: a resumed run checks it reads the same input."""
+    digest = hashlib.sha256()
+    for line in lines:
+        digest.update(line.encode("utf-8", "surrogatepass"))
+        digest.update(b"\n")
+    return digest.digest()
+
+
+def _fields_that_differ(old: dict, new: dict) -> list[str]:
+    return [f"{k}: the interrupted run had {old.get(k)!r}, this one has {new.get(k)!r}"
+            for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k)]
+
+
+class WorkFolder:
+    """The work file ``OUTPUT.partial/`` of the output ``output``."""
+
+    def __init__(self, output: str | os.PathLike):
+        self.output = os.fspath(output)
+        self.path = self.output + WORK_SUFFIX
+        self.journal_path = os.path.join(self.path, "journal.bin")
+        self.info_path = os.path.join(self.path, "work.json")
+        self.synced_path = os.path.join(self.path, "synced")
+        self._lock_fd: int | None = None
+
+    def exists(self) -> bool:
+        return os.path.isdir(self.path)
+
+    def check_ours(self) -> None:
+        """Refuse a folder at our path that is not an elmo embed work file (a user's folder that
+        happens to have this name), so that it is never taken over or deleted. One of ours holds
+        only the files named above (and the temporaries of their atomic writes); its ``work.json``,
+        where readable, says what it is."""
+        names = sorted(os.listdir(self.path))
+        strays = [n for n in names if n not in WORK_NAMES
+                  and not (n.endswith(".tmp") and n.split(".", 1)[0] in {"work", "synced"})]
+        if strays:
+            shown = ", ".join(strays[:3]) + (", ..." if len(strays) > 3 else "")
+            raise WorkFileError(f"{self.path}: in the way of the work file of {self.output}, and not an elmo embed "
+                                f"work file (it holds {shown}); move it away or choose another output")
+        try:
+            info = json.loads(Path(self.info_path).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return  # ours by its names, damaged or still being made: open() says which
+        if not isinstance(info, dict) or info.get("format") != WORK_FORMAT:
+            raise WorkFileError(f"{self.path}: in the way of the work file of {self.output}, and not an elmo embed "
+                                "work file (its work.json is another program's); move it away or choose another "
+                                "output")
+
+    def is_empty(self) -> bool:
+        """Whether the journal holds nothing (a run that failed before its first batch)."""
+        return not os.path.exists(self.journal_path) or os.path.getsize(self.journal_path) == 0
+
+    # ---------------------------------------------------------------------------- lifecycle
+    def create(self, fingerprint: dict, about: dict) -> None:
+        """A new, empty work folder for a run with this fingerprint (``about``: informative only)."""
+        os.mkdir(self.path)
+        self.lock()
+        atomic_write_text(self.info_path, json.dumps({"format": WORK_FORMAT, "version": WORK_VERSION,
+                                                      "fingerprint": fingerprint, **about}, indent=1))
+        open(self.journal_path, "wb").close()
+
+    def open(self, fingerprint: dict) -> None:
+        """Take over an interrupted run's folder, refusing it when its fingerprint differs."""
+        self.check_ours()
+        self.lock()
+        try:
+            info = json.loads(Path(self.info_path).read_text(encoding="utf-8"))
+        except (OSError, ValueError) as e:
+            raise WorkFileError(f"{self.path}: not a readable work file ({e}); remove it (or pass --force) "
+                                "to start over") from None
+        if not isinstance(info, dict) or info.get("format") != WORK_FORMAT or info.get("version") != WORK_VERSION:
+            raise WorkFileError(f"{self.path}: not an elmo embed work file of version {WORK_VERSION}; remove it "
+                                "(or pass --force) to start over")
+        differences = _fields_that_differ(info.get("fingerprint", {}), fingerprint)
+        if differences:
+            raise WorkFileError(f"{self.path}: this work file is from a run with other settings, so resuming would "
+                                f"mix two kinds of vectors ({'; '.join(differences)}). Rerun with the interrupted "
+                                "run's model and options, or pass --force to start over")
+        if not os.path.exists(self.journal_path):
+            open(self.journal_path, "wb").close()
+
+    def lock(self) -> None:
+        """Hold the folder's lock for as long as this process lives (released by the OS at exit,
+        however it ends)."""
+        if self._lock_fd is not None:
+            return
+        fd = os.open(os.path.join(self.path, "lock"), os.O_RDWR | os.O_CREAT, 0o666)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise WorkFileError(f"{self.output}: another elmo embed is writing this output right now "
+                                f"(it holds {self.path}/lock)") from None
+        self._lock_fd = fd
+
+    def release(self) -> None:
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
+
+    def remove(self) -> None:
+        """Delete the folder (after the output is in place, or to start over)."""
+        if not self.exists():
+            return
+        if self._lock_fd is None:
+            self.lock()  # never delete a folder another process is writing
+        shutil.rmtree(self.path)
+        self.release()
+
+    # -------------------------------------------------------------------------------- reading
+    def scan(self) -> list[Frame]:
+        """The whole frames of the journal, in order; a partial or damaged tail is cut off."""
+        try:
+            synced = int(Path(self.synced_path).read_text().strip() or 0)
+        except (OSError, ValueError):
+            synced = 0
+        frames: list[Frame] = []
+        with open(self.journal_path, "r+b") as f:
+            size = os.fstat(f.fileno()).st_size
+            position = 0
+            while position + HEADER.size <= size:
+                f.seek(position)
+                fields = HEADER.unpack(f.read(HEADER.size))
+                if fields[0] != MAGIC:
+                    break
+                frame = Frame(position, *fields[1:])
+                if frame.end > size:
+                    break
+                f.seek(frame.end - TRAILER.size)
+                crc, end = TRAILER.unpack(f.read(TRAILER.size))
+                if end != END or (frame.end > synced and crc != self._crc(f, frame)):
+                    break
+                self._check_order(frames, frame)
+                f.seek(frame.meta_offset + 8 * frame.sentences)
+                frame.tokens = int(np.fromfile(f, dtype="<i8", count=frame.sentences).sum())
+                frames.append(frame)
+                position = frame.end
+            if position < synced:  # only a torn tail may be cut: what was known on disk must be whole
+                raise WorkFileError(f"{self.journal_path}: damaged at byte {position:,}, before the {synced:,} bytes "
+                                    f"known to be on disk; remove {self.path} (or pass --force) to start over")
+            if position < size:
+                f.truncate(position)
+        return frames
+
+    @staticmethod
+    def _crc(f, frame: Frame) -> int:
+        f.seek(frame.offset)
+        crc, left = 0, frame.end - TRAILER.size - frame.offset
+        while left > 0:
+            piece = f.read(min(left, READ_PIECE_BYTES))
+            if not piece:
+                return -1
+            crc = zlib.crc32(piece, crc)
+            left -= len(piece)
+        return crc
+
+    def _check_order(self, frames: list[Frame], frame: Frame) -> None:
+        previous = frames[-1] if frames else None
+        if previous is None:
+            expected = (0, 0)
+        elif previous.last:
+            expected = (previous.chunk + 1, 0)
+        else:
+            expected = (previous.chunk, previous.batch + 1)
+        if (frame.chunk, frame.batch) != expected:
+            raise WorkFileError(f"{self.journal_path}: damaged: batch {frame.batch} of chunk {frame.chunk} where "
+                                f"batch {expected[1]} of chunk {expected[0]} belongs; remove {self.path} (or pass "
+                                "--force) to start over")
+
+    def read_meta(self, f, frame: Frame) -> tuple[np.ndarray, np.ndarray, list[str]]:
+        """A frame's line numbers, token counts and texts (from the journal open as ``f``)."""
+        f.seek(frame.meta_offset)
+        meta = np.fromfile(f, dtype="<i8", count=3 * frame.sentences).reshape(3, frame.sentences)
+        data = f.read(frame.text_bytes)
+        ends = np.cumsum(meta[2])
+        texts = [data[e - n:e].decode("utf-8") for e, n in zip(ends.tolist(), meta[2].tolist())]
+        return meta[0], meta[1], texts
+
+    def read_state(self, f, frame: Frame) -> bytes:
+        f.seek(frame.state_offset)
+        return f.read(frame.state_bytes)
+
+    @staticmethod
+    def read_vectors(f, offset: int, rows: int, token_shape: tuple[int, ...], dtype: np.dtype,
+                     piece_rows: int) -> Iterator[np.ndarray]:
+        """``rows`` token vectors from ``offset``, in pieces of at most ``piece_rows`` rows."""
+        width = int(np.prod(token_shape))
+        done = 0
+        if rows == 0:
+            yield np.empty((0, *token_shape), dtype=dtype)
+            return
+        while done < rows:
+            n = min(piece_rows, rows - done)
+            f.seek(offset + done * width * dtype.itemsize)
+            piece = np.fromfile(f, dtype=dtype, count=n * width)
+            if piece.size != n * width:
+                raise WorkFileError(f"journal ends inside a frame at byte {offset}")
+            yield piece.reshape(n, *token_shape)
+            done += n
+
+    # -------------------------------------------------------------------------------- writing
+    @contextlib.contextmanager
+    def appender(self) -> Iterator["JournalAppender"]:
+        with open(self.journal_path, "ab") as f:
+            appender = JournalAppender(f, self.synced_path)
+            try:
+                yield appender
+            finally:
+                appender.sync()
+
+
+class JournalAppender:
+    """Appends whole frames to the journal; a frame interrupted by an exception is removed again."""
+
+    def __init__(self, f, synced_path: str):
+        self.f, self.synced_path = f, synced_path
+        self.last_sync = time.monotonic()
+
+    def append(self, *, chunk: int, batch: int, last: bool, digest: bytes, line_numbers: list[int],
+               n_tokens: list[int], texts: list[str], vectors: Iterable[np.ndarray], vector_bytes: int,
+               state: bytes = b"") -> Frame:
+        """Write one batch's frame; ``vectors`` are the sentences' rows in order, in pieces, of
+        ``vector_bytes`` in all (a long sentence arrives piece by piece and is never held whole)."""
+        encoded = [t.encode("utf-8", "surrogatepass") for t in texts]
+        text = b"".join(encoded)
+        start = self.f.tell()
+        frame = Frame(start, chunk, batch, len(texts), last, len(text), vector_bytes, len(state), digest,
+                      int(sum(n_tokens)))
+        meta = np.asarray([line_numbers, n_tokens, [len(e) for e in encoded]], dtype="<i8").reshape(3, -1)
+        try:
+            crc = 0
+            for part in (HEADER.pack(MAGIC, chunk, batch, len(texts), last, len(text), vector_bytes, len(state),
+                                     digest), meta.tobytes(), text):
+                self.f.write(part)
+                crc = zlib.crc32(part, crc)
+            written = 0
+            for piece in vectors:
+                data = np.ascontiguousarray(piece).reshape(-1).view(np.uint8)
+                self.f.write(data)
+                crc = zlib.crc32(data, crc)
+                written += data.nbytes
+            if written != vector_bytes:
+                raise RuntimeError(f"journal: a batch brought {written} bytes of vectors, {vector_bytes} announced")
+            self.f.write(state)
+            crc = zlib.crc32(state, crc)
+            self.f.write(TRAILER.pack(crc, END))
+            self.f.flush()  # the frame is now in the operating system's hands: a kill cannot lose it
+        except BaseException:
+            self.f.flush()
+            self.f.truncate(start)
+            self.f.seek(start)
+            raise
+        if time.monotonic() - self.last_sync >= SYNC_SECONDS:
+            self.sync()
+        return frame
+
+    def sync(self) -> None:
+        """Force the journal to disk and record how far it is there (for a power loss)."""
+        self.f.flush()
+        os.fsync(self.f.fileno())
+        atomic_write_text(self.synced_path, str(self.f.tell()))
+        self.last_sync = time.monotonic()
