@@ -3,6 +3,8 @@ import functools
 import http.server
 import json
 import os
+import random
+import sys
 import tempfile
 import threading
 from pathlib import Path
@@ -14,6 +16,7 @@ import torch
 
 import elmo.model.lstm as lstm_module
 from elmo import load_bilm_tf
+from elmo.inference import journal
 from elmo.model.config import BiLMConfig
 
 # Tests never write into the user's cache (downloads, warm states): a throwaway one per run,
@@ -179,3 +182,56 @@ def recurrent_kernel(request, monkeypatch):
 
 
 LONG_LENGTHS = [[300, 17], [300, 300, 257, 129, 128, 40, 1, 0]]
+
+
+# ------------------------------------------------ corpora and checks the embedding tests share
+EMBED_CLI = [sys.executable, "-m", "elmo.cli.main", "embed"]
+
+
+FIXTURE_MODEL_ARGS = ["--options", str(ALLENNLP / "options.json"), "--weights", str(ALLENNLP / "lm_weights.hdf5")]
+
+
+EMBED_WORDS = ("the cat sat on mat . , bank river raised rates we and of to in is was naïve café über "
+         "Zürich 東京 a-b 3.14 'quoted' (x)").split()
+
+
+def corpus(n: int, seed: int = 0, longest: int = 25) -> list[str]:
+    """``n`` lines of varied length, with empty lines and repeats."""
+    rng = random.Random(seed)
+    lines = [" ".join(rng.choice(EMBED_WORDS) for _ in range(rng.randint(0, longest))) for _ in range(n)]
+    for i in range(0, n, 17):
+        lines[i] = lines[i // 2]  # repeated lines
+    return lines
+
+
+def write_lines(path, lines):
+    path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    return path
+
+
+def assert_same(a, b, exact=True):
+    assert len(a) == len(b)
+    for i, (x, y) in enumerate(zip(a, b)):
+        assert x.shape == y.shape, i
+        if exact:
+            assert np.array_equal(x, y), f"sentence {i} differs"
+        else:
+            np.testing.assert_allclose(x, y, rtol=0, atol=1e-6, err_msg=f"sentence {i}")
+
+
+class Interrupt(Exception):
+    pass
+
+
+def interrupt_after(monkeypatch, frames: int):
+    """Make the journal stop (as a kill would) once ``frames`` batches are in it."""
+    original = journal.JournalAppender.append
+    count = [0]
+
+    def append(self, **kwargs):
+        if count[0] == frames:
+            raise Interrupt
+        count[0] += 1
+        return original(self, **kwargs)
+
+    monkeypatch.setattr(journal.JournalAppender, "append", append)

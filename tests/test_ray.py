@@ -6,8 +6,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import ALLENNLP
-from test_bulk_embed import MODEL, corpus, write_lines
+from conftest import ALLENNLP, FIXTURE_MODEL_ARGS, corpus, write_lines
 
 from elmo import open_embeddings
 from elmo.cli.main import main
@@ -33,7 +32,7 @@ def cluster():
 def elmo_embed(tmp_path, lines, layers):
     src = write_lines(tmp_path / "in.txt", lines)
     out = tmp_path / f"{layers}.hdf5"
-    assert main(["embed", str(src), str(out), *MODEL, "--layers", layers]) == 0
+    assert main(["embed", str(src), str(out), *FIXTURE_MODEL_ARGS, "--layers", layers]) == 0
     with open_embeddings(out) as vectors:
         return list(vectors)
 

@@ -1,0 +1,66 @@
+"""Lines too long for one batch (elmo.inference.long_lines): embedded in windows with the numbers
+of the whole sentence, streamed from a file, refused past the bound with their line number."""
+
+import random
+import subprocess
+
+import numpy as np
+import pytest
+from conftest import (
+    EMBED_CLI,
+    EMBED_WORDS,
+    FIXTURE_MODEL_ARGS,
+    corpus,
+    load_fixture_model,
+    write_lines,
+)
+
+from elmo import Embedder, open_embeddings
+
+
+@pytest.fixture(scope="module")
+def model():
+    return load_fixture_model("allennlp")
+
+
+def test_a_long_sentence_in_windows_equals_it_whole(model):
+    rng = random.Random(7)
+    sentence = [rng.choice(EMBED_WORDS) for _ in range(300)]
+    whole = Embedder(model, max_tokens=10_000).embed_sentence(sentence)
+    windowed = Embedder(model, max_tokens=128).embed_sentence(sentence)  # 3 windows
+    np.testing.assert_allclose(windowed, whole, rtol=0, atol=1e-5)
+    reset = Embedder(model, max_tokens=10_000, state="reset").embed_sentence(sentence)
+    np.testing.assert_allclose(Embedder(model, max_tokens=200, state="reset").embed_sentence(sentence), reset,
+                               rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("layout", ["allennlp", "packed"])
+def test_a_file_with_a_long_line_streams_it_in_windows(tmp_path, model, layout):
+    lines = corpus(12, seed=8)
+    rng = random.Random(9)
+    lines[5] = " ".join(rng.choice(EMBED_WORDS) for _ in range(300))
+    src = write_lines(tmp_path / "in.txt", lines)
+    Embedder(model, max_tokens=128).embed_file(src, tmp_path / "out.hdf5", layout=layout, layers="all")
+    expected = Embedder(model, max_tokens=10_000).embed_sentences(lines)
+    with open_embeddings(tmp_path / "out.hdf5") as got:
+        assert got[5].shape == (3, 300, 32)
+        for a, b in zip(got, expected):
+            np.testing.assert_allclose(a, b, rtol=0, atol=1e-5)
+
+
+def test_too_long_lines_are_refused_with_their_line_number(tmp_path, model):
+    lines = ["short one", "a b c d e f", "ok"]
+    src = write_lines(tmp_path / "in.txt", lines)
+    embedder = Embedder(model, max_tokens=4)
+    with pytest.raises(ValueError, match=r"in.txt:2: 6 tokens, more than the limit of 5 for one line"):
+        embedder.embed_file(src, tmp_path / "out.hdf5", max_line_tokens=5)
+    src.write_text("x\n" + "y" * 1000 + "\n")  # refused before it is split: 64 bytes per token allowed
+    with pytest.raises(ValueError, match=r"in.txt:2: the line is longer than 320 bytes"):
+        embedder.embed_file(src, tmp_path / "out.hdf5", max_line_tokens=5, overwrite=True)
+    write_lines(src, lines)
+    with pytest.raises(ValueError, match=r"in.txt:2: 6 tokens; stateful mode .* --state warm or reset"):
+        Embedder(model, max_tokens=4, state="stateful").embed_file(src, tmp_path / "out.hdf5", overwrite=True)
+    assert not (tmp_path / "out.hdf5").exists()
+    result = subprocess.run([*EMBED_CLI, str(src), str(tmp_path / "o.hdf5"), *FIXTURE_MODEL_ARGS, "--max-line-tokens", "3"],
+                            capture_output=True, text=True)
+    assert result.returncode == 2 and "in.txt:2: 6 tokens, more than the limit of 3" in result.stderr
