@@ -106,9 +106,14 @@ def run_section(name: str, args: argparse.Namespace, work: str, limit: float, pa
         part.unlink()  # a record of an earlier run must not pass for this one's
     command = [sys.executable, str(Path(__file__)), "--section", name, "--part", str(part), "--device", args.device,
                "--work", work, "--limit", str(limit)] + (["--quick"] if args.quick else [])
+    env = dict(os.environ)
+    if args.device == "cpu" and args.quick:
+        # The CPU check runs the code, it measures nothing: one thread, since torch's threads
+        # beside another busy process spin so long that a section took 100 s instead of 6.
+        env.setdefault("OMP_NUM_THREADS", "1")
     start = time.monotonic()
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                               start_new_session=True, cwd=ROOT)
+                               start_new_session=True, cwd=ROOT, env=env)
     try:
         output, _ = process.communicate(timeout=limit)
         status = "ok" if process.returncode == 0 else "failed"
