@@ -52,7 +52,7 @@ from elmo.tasks.readers import (
     PathLike,
     numbered_lines,
     sick_rows,
-    tokenize_text,
+    sick_sentences,
 )
 
 
@@ -86,10 +86,7 @@ def read_sick(path: PathLike, split: str) -> list[SentencePair]:
             raise DatasetError(path, number, f"unknown entailment_label {fields['entailment_label']!r}")
         if not wanted:
             continue
-        premise, hypothesis = tokenize_text(fields["sentence_A"]), tokenize_text(fields["sentence_B"])
-        for name, tokens in (("sentence_A", premise), ("sentence_B", hypothesis)):
-            if not tokens:
-                raise DatasetError(path, number, f"empty {name}")
+        premise, hypothesis = sick_sentences(path, number, fields)
         # SNLI's lower-case spelling, so that a SICK model can be scored on SNLI.
         pairs.append(SentencePair(premise=premise, hypothesis=hypothesis, label=fields["entailment_label"].lower()))
     if not pairs:

@@ -218,5 +218,15 @@ def sick_rows(path: PathLike, split: str, columns: Sequence[str]) -> Iterator[tu
         yield number, values, values["SemEval_set"] == wanted
 
 
+def sick_sentences(path: PathLike, number: int, fields: dict[str, str]) -> tuple[list[str], list[str]]:
+    """The two sentences of a row of :func:`sick_rows` (``sentence_A``, ``sentence_B``), tokenized
+    by :func:`tokenize_text`; an empty one raises :class:`DatasetError` naming the line."""
+    premise, hypothesis = tokenize_text(fields["sentence_A"]), tokenize_text(fields["sentence_B"])
+    for name, tokens in (("sentence_A", premise), ("sentence_B", hypothesis)):
+        if not tokens:
+            raise DatasetError(path, number, f"empty {name}")
+    return premise, hypothesis
+
+
 __all__ = ["DatasetError", "PathLike", "SICK_SPLITS", "conll2012_blocks", "numbered_lines", "sick_rows", "tokenize_text",
            "tokenize_with_offsets", "zip_member_lines"]

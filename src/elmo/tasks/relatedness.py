@@ -32,7 +32,7 @@ from elmo.tasks.base import Evaluation, ModelSettings, Split, Task, TokenBatch
 from elmo.tasks.entailment import ESIM, pair_sides, pair_split
 from elmo.tasks.features import TokenFeatures, WordVocab
 from elmo.tasks.integration import TaskElmo
-from elmo.tasks.readers import DatasetError, PathLike, sick_rows, tokenize_text
+from elmo.tasks.readers import DatasetError, PathLike, sick_rows, sick_sentences
 
 LOWEST, HIGHEST = 1, 5  # SICK's rating scale
 
@@ -62,10 +62,7 @@ def read_sick_relatedness(path: PathLike, split: str) -> list[ScoredPair]:
             raise DatasetError(path, number, f"relatedness_score {text!r} is not a number from {LOWEST} to {HIGHEST}")
         if not wanted:
             continue
-        premise, hypothesis = tokenize_text(fields["sentence_A"]), tokenize_text(fields["sentence_B"])
-        for name, tokens in (("sentence_A", premise), ("sentence_B", hypothesis)):
-            if not tokens:
-                raise DatasetError(path, number, f"empty {name}")
+        premise, hypothesis = sick_sentences(path, number, fields)
         pairs.append(ScoredPair(premise, hypothesis, score))
     if not pairs:
         raise DatasetError(path, 1, f"no pairs with SemEval_set {split.upper()}")
