@@ -30,7 +30,7 @@ def machine() -> dict:
             "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None}
 
 
-def time_process(command: list[str], env: dict) -> float:
+def time_process(command: list[str], env: dict | None = None) -> float:
     """Wall-clock seconds of one whole process; its standard output is discarded, and a failure
     stops the benchmark with the command's standard error."""
     start = time.perf_counter()

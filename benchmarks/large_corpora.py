@@ -47,7 +47,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from common import write_results  # noqa: E402
+from common import time_process, write_results  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ELMO = [sys.executable, "-m", "elmo.cli.main"]
@@ -71,15 +71,6 @@ def take_lines(source: str, n: int, destination: str) -> int:
 
 def spread(values: list[float]) -> dict:
     return {"median": statistics.median(values), "min": min(values), "max": max(values), "runs": values}
-
-
-def timed(command: list[str], env: dict | None = None) -> float:
-    start = time.perf_counter()
-    done = subprocess.run(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
-    seconds = time.perf_counter() - start
-    if done.returncode != 0:
-        raise SystemExit(f"{' '.join(command)} failed ({done.returncode}):\n{done.stderr[-3000:]}")
-    return seconds
 
 
 def model_args(args) -> list[str]:
@@ -192,7 +183,7 @@ def bench_processes(args, work: str) -> dict:
     for _ in range(args.repeats):
         for name, command in configs.items():
             out = os.path.join(work, "out")
-            times[name].append(timed(command(out)))
+            times[name].append(time_process(command(out)))
             remove(out)
     return report_rates(times, args.sentences, tokens, "processes")
 
@@ -239,7 +230,7 @@ def bench_ray(args, work: str) -> dict:
     for _ in range(args.repeats):
         for name, command in configs.items():
             out = os.path.join(work, "out")
-            times[name].append(timed(command(out), env))
+            times[name].append(time_process(command(out), env))
             remove(out)
     return report_rates(times, args.sentences, tokens, "path")
 
@@ -258,8 +249,8 @@ def bench_resume(args, work: str) -> dict:
     startup_command = [*ELMO, "embed", one_line, os.path.join(work, "one.hdf5"), "--force", *model_args(args)]
     uninterrupted, interrupted, lost, committed, startup = [], [], [], [], []
     for _ in range(args.repeats):
-        startup.append(timed(startup_command))
-        uninterrupted.append(timed(command))
+        startup.append(time_process(startup_command))
+        uninterrupted.append(time_process(command))
         size = os.path.getsize(out)
         remove(out)
         # Killed once the journal holds about half of the vectors (the output's size, near enough).
@@ -274,7 +265,7 @@ def bench_resume(args, work: str) -> dict:
         process.wait()
         killed_after = time.perf_counter() - start
         committed.append(sum(f.sentences for f in WorkFolder(out).scan()))
-        resumed = timed(command + ["--resume"])
+        resumed = time_process(command + ["--resume"])
         interrupted.append(killed_after + resumed)
         lost.append(killed_after + resumed - uninterrupted[-1])
         remove(out)
