@@ -319,8 +319,7 @@ class Runtime:
             characters = self.model.characters
             marker_ids = {BOS_KEY: characters.bos_ids, EOS_KEY: characters.eos_ids}
             texts = [w for w in words if w not in marker_ids]
-            word_ids = characters.batch([[w] for w in texts])[0][:, 0] if texts else None
-            by_word = dict(zip(texts, word_ids)) if texts else {}
+            by_word = dict(zip(texts, characters.batch([[w] for w in texts])[0][:, 0])) if texts else {}
             rows_ids = torch.stack([torch.as_tensor(marker_ids[w]) if w in marker_ids else by_word[w] for w in words])
             vectors = encode_words_fast(self.model.token_encoder, rows_ids.to(self.device), self.dtype)
             for word, vector in zip(words, vectors):
