@@ -6,14 +6,16 @@ import torch
 from conftest import LONG_LENGTHS
 
 from elmo.model import lstm as lstm_module
+from elmo.model.blocks import ROW_BLOCK
 from elmo.model.lstm import (
     GATE_CHUNK_STEPS,
-    MIN_ACTIVE_ROWS,
     LstmLayer,
     bilstm_inference,
     lstm_fast,
     lstm_plain,
 )
+
+pytestmark = pytest.mark.exactness
 
 
 @pytest.mark.parametrize("clip", [None, 0.5])
@@ -75,7 +77,7 @@ def test_recurrent_kernel_choice_by_size():
 @pytest.mark.parametrize("lengths", LONG_LENGTHS)
 def test_bilstm_inference_matches_plain_past_one_chunk(lengths, recurrent_kernel):
     assert max(lengths) > 2 * GATE_CHUNK_STEPS  # the gates come in three chunks
-    assert min(map(len, LONG_LENGTHS)) < MIN_ACTIVE_ROWS < max(map(len, LONG_LENGTHS))
+    assert min(map(len, LONG_LENGTHS)) < ROW_BLOCK < max(map(len, LONG_LENGTHS))  # one block and several
     torch.manual_seed(8)
     layers = [LstmLayer(6, 10, 5, cell_clip=3.0, proj_clip=3.0) for _ in range(2)]
     batch, time = len(lengths), max(lengths)

@@ -84,6 +84,7 @@ def test_stacked_weights_follow_weight_changes():
 
 
 @pytest.mark.parametrize("lengths", LONG_LENGTHS)
+@pytest.mark.exactness
 def test_runtime_equals_plain_bilm_on_sentences_longer_than_one_chunk(lengths, recurrent_kernel):
     """The whole inference path (both directions, two layers, skip connections, sorting and
     restoring the rows) on 300-token sentences mixed with short and empty ones."""
@@ -101,12 +102,14 @@ def test_runtime_equals_plain_bilm_on_sentences_longer_than_one_chunk(lengths, r
     torch.testing.assert_close(a.state.h, b.state.h, rtol=0, atol=1e-5)
 
 
+@pytest.mark.exactness
 def test_long_sentence_gives_the_same_bits_alone_and_in_a_batch(recurrent_kernel):
-    """MIN_ACTIVE_ROWS's promise: a sentence's outputs do not depend on its batch, to the bit,
-    whether it runs alone (padded up to MIN_ACTIVE_ROWS rows) or among others, in every chunk."""
+    """The row blocks' promise (elmo.model.blocks): a sentence's outputs do not depend on its
+    batch, to the bit, whether it runs alone (one padded block) or among others (in any block,
+    at any position), in every chunk."""
     torch.manual_seed(11)
     layers = [LstmLayer(16, 32, 8, cell_clip=3.0, proj_clip=3.0) for _ in range(2)]
-    lengths = torch.tensor(LONG_LENGTHS[1])
+    lengths = torch.tensor(LONG_LENGTHS[2])
     time = int(lengths.max())
     mask = torch.arange(time).unsqueeze(0) < lengths.unsqueeze(1)
     inputs = torch.randn(2, len(lengths), time, 16) * mask[None, :, :, None]

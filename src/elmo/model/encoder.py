@@ -16,14 +16,13 @@ from typing import NamedTuple
 import torch
 from torch import nn
 
+from elmo.model.blocks import WORD_BLOCK
 from elmo.model.chars import PAD_CHAR
 from elmo.model.config import CharCNNConfig
 
 PAD_ID = PAD_CHAR + 1  # the id of a padding slot inside a word (after the +1 shift), byte scheme
 # Buckets of real-slot counts: short words are convolved over short character windows.
 LENGTH_BUCKETS = (6, 8, 10, 12, 16, 24, 32)
-# Elements of one convolution output per chunk (float32: 4 bytes each): bounds peak memory.
-CONV_CHUNK_ELEMENTS = 1 << 23
 
 
 class Highway(nn.Module):
@@ -199,12 +198,12 @@ def padding_window_constants(encoder: TokenEncoder, dtype: torch.dtype = torch.f
 
 
 def _cnn_on_real_slots(encoder: TokenEncoder, ids: torch.Tensor, n_real: torch.Tensor, constants: list[torch.Tensor],
-                       dtype: torch.dtype) -> torch.Tensor:
+                       dtype: torch.dtype, span: int) -> torch.Tensor:
     """Pooled CNN features ``(n, n_filters)`` of tokens ``ids`` ``(n, slots)`` whose real slots
-    (begin-of-word to end-of-word) number at most ``n_real.max()``."""
+    (begin-of-word to end-of-word) number at most ``span - max width + 1``: the convolutions run
+    over the first ``span`` slots, which every window touching a real slot lies in."""
     widths = [conv.kernel_size[0] for conv in encoder.convs]
     n_slots = encoder.n_slots
-    span = min(n_slots, int(n_real.max()) + max(widths) - 1)  # slots any real-touching window reaches
     chars = encoder.char_embedding(ids[:, :span]).to(dtype).transpose(1, 2)  # (n, char_dim, span)
     pooled = []
     for conv, width, constant in zip(encoder.convs, widths, constants):
@@ -220,9 +219,13 @@ def encode_words_fast(encoder: TokenEncoder, ids: torch.Tensor, dtype: torch.dty
     """Token vectors ``(n, output_dim)`` for ``n`` *distinct, real* tokens ``ids`` ``(n, width)``.
 
     Equal to ``encoder(ids)`` up to float rounding, but convolves each word only over the
-    windows that touch its characters (grouped in length buckets) and works in chunks, so memory
-    stays bounded however many words come in. ``dtype`` may be ``torch.bfloat16`` (or float16 on
-    GPU) for the convolutions and matrix products; the result is float32.
+    windows that touch its characters (grouped in length buckets). Words run in blocks of exactly
+    :data:`~elmo.model.blocks.WORD_BLOCK` (the last one of a bucket padded with copies of its
+    first word) over a slot span fixed by the bucket, so every convolution and product has a
+    shape that the model and the word's bucket decide: a word's vector is the same bits whatever
+    other words are encoded with it (:mod:`elmo.model.blocks`), and memory stays bounded however
+    many words come in. ``dtype`` may be ``torch.bfloat16`` (or float16 on GPU) for the
+    convolutions and matrix products; the result is float32.
     """
     n = ids.shape[0]
     out = ids.new_zeros((n, encoder.output_dim), dtype=torch.float32)
@@ -233,17 +236,23 @@ def encode_words_fast(encoder: TokenEncoder, ids: torch.Tensor, dtype: torch.dty
     constants = padding_window_constants(encoder, dtype)
     buckets = tuple(b for b in LENGTH_BUCKETS if b < encoder.n_slots) + (encoder.n_slots,)
     bucket_of = torch.bucketize(n_real, torch.tensor(buckets, device=ids.device))
-    max_filters = max(conv.out_channels for conv in encoder.convs)
+    widest = max(conv.kernel_size[0] for conv in encoder.convs)
     for bucket in bucket_of.unique().tolist():
         members = torch.nonzero(bucket_of == bucket).squeeze(1)
-        span = min(encoder.n_slots, buckets[bucket] + 10)
-        chunk = max(1, CONV_CHUNK_ELEMENTS // (max_filters * span))
-        for start in range(0, len(members), chunk):
-            rows = members[start:start + chunk]
-            features = _cnn_on_real_slots(encoder, ids[rows], n_real[rows], constants, dtype)
-            words = word_ids[rows] if word_ids is not None else None
-            out[rows] = _highway_and_projection(encoder, encoder.activation(features), dtype, words)
+        span = min(encoder.n_slots, buckets[bucket] + widest - 1)  # the slots any window touching a real one reaches
+        for start in range(0, len(members), WORD_BLOCK):
+            rows = members[start:start + WORD_BLOCK]
+            block = pad_rows_with_first(rows, WORD_BLOCK)
+            features = _cnn_on_real_slots(encoder, ids[block], n_real[block], constants, dtype, span)
+            words = word_ids[block] if word_ids is not None else None
+            vectors = _highway_and_projection(encoder, encoder.activation(features), dtype, words)
+            out[rows] = vectors[:len(rows)]
     return out
+
+
+def pad_rows_with_first(rows: torch.Tensor, count: int) -> torch.Tensor:
+    """The indices ``rows`` ``(k,)``, ``1 <= k <= count``, followed by copies of the first up to ``count``."""
+    return torch.cat([rows, rows[:1].expand(count - len(rows))]) if len(rows) < count else rows
 
 
 def _highway_and_projection(encoder: TokenEncoder, x: torch.Tensor, dtype: torch.dtype,

@@ -22,6 +22,8 @@ from typing import NamedTuple
 import torch
 from torch import nn
 
+from elmo.model.blocks import GATE_BLOCK, ROW_BLOCK, in_blocks, pad_rows, padded
+
 FORGET_BIAS = 1.0
 
 State = tuple[torch.Tensor, torch.Tensor]  # (c (batch, dim), h (batch, projection_dim))
@@ -155,10 +157,6 @@ def _fast_step(layer: LstmLayer, x_gates: torch.Tensor, state: State) -> State:
 
 # Timesteps whose input gates are precomputed at once: bounds memory on very long sentences.
 GATE_CHUNK_STEPS = 128
-# Batched products of fewer than 4 rows take another BLAS kernel whose rounding differs in the
-# last bits; with at least 4 rows a row's result does not depend on how many others there are.
-# Keeping 4 rows in every product makes a sentence's vectors independent of its batch.
-MIN_ACTIVE_ROWS = 4
 
 
 def _tanh(x: torch.Tensor) -> torch.Tensor:
@@ -239,11 +237,12 @@ def stack_directions(forward_layer: LstmLayer, backward_layer: LstmLayer, dtype:
 
 
 def lstm_cell_inplace(gates: torch.Tensor, c: torch.Tensor, cell_clip: float | None, doubled_j: bool,
-                      c_out: torch.Tensor | None = None, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+                      c_out: torch.Tensor | None = None, dtype: torch.dtype = torch.float32,
+                      q_out: torch.Tensor | None = None) -> torch.Tensor:
     """The cell's pointwise part, for gates computed with :class:`StackedWeights` (forget bias
     included; ``j`` doubled where ``doubled_j``): writes the new, clipped cell state into ``c_out``
     (default: ``c`` itself, in place) and returns ``sigmoid(o) * tanh(c_new)`` ``(..., dim)`` in
-    ``dtype``, the projection's input. ``c``: ``(..., dim)``; ``gates`` ``(..., 4*dim)`` float32 is
+    ``dtype``, the projection's input (written into ``q_out`` where given). ``c``: ``(..., dim)``; ``gates`` ``(..., 4*dim)`` float32 is
     overwritten.
 
     Few kernels: one sigmoid over all four gates, ``c * f + i * tanh(j)`` as one multiply and one
@@ -259,6 +258,8 @@ def lstm_cell_inplace(gates: torch.Tensor, c: torch.Tensor, cell_clip: float | N
     c = torch.mul(c, f, out=c if c_out is None else c_out).addcmul_(i, tanh_j)
     if cell_clip is not None:
         c.clamp_(-cell_clip, cell_clip)
+    if q_out is not None:
+        return torch.mul(o, tanh(c), out=q_out)
     if dtype == torch.float32:
         return o * tanh(c)
     return torch.mul(o, tanh(c), out=torch.empty(o.shape, dtype=dtype, device=o.device))
@@ -266,7 +267,8 @@ def lstm_cell_inplace(gates: torch.Tensor, c: torch.Tensor, cell_clip: float | N
 
 def _recurrent_gates(x_gates: torch.Tensor, h: torch.Tensor, weights: StackedWeights) -> torch.Tensor:
     """``x_gates + h W_h`` ``(2, rows, 4*dim)`` float32, for the input half ``x_gates`` (float32)
-    and the state ``h`` ``(2, rows, proj)`` in the products' precision."""
+    and the state ``h`` ``(2, rows, proj)`` in the products' precision, as one product (the
+    static-shape chunks of CUDA graphs)."""
     if weights.state_onednn is not None:
         gates = x_gates.new_empty(x_gates.shape)
         for d in range(2):
@@ -277,15 +279,47 @@ def _recurrent_gates(x_gates: torch.Tensor, h: torch.Tensor, weights: StackedWei
     return torch.add(x_gates, torch.bmm(h, weights.state))  # float32 + low precision: float32
 
 
-def _input_gates(x: torch.Tensor, weights: StackedWeights, dtype: torch.dtype) -> torch.Tensor:
+def _recurrent_gates_in_blocks(x_gates: torch.Tensor, h: torch.Tensor, weights: StackedWeights, rows: int,
+                               gates: torch.Tensor) -> torch.Tensor:
+    """``x_gates + h W_h`` for the first ``rows`` rows (a multiple of
+    :data:`~elmo.model.blocks.ROW_BLOCK`), one product per block of rows, written into ``gates``
+    ``(2, >= rows, 4*dim)`` float32 and returned as its first ``rows`` rows. ``x_gates`` and ``h``
+    as in :func:`_recurrent_gates`, with at least ``rows`` rows."""
+    for start in range(0, rows, ROW_BLOCK):
+        block = slice(start, start + ROW_BLOCK)
+        _recurrent_gates_into(x_gates[:, block], h[:, block], weights, gates[:, block])
+    return gates[:, :rows]
+
+
+def _recurrent_gates_into(x_gates: torch.Tensor, h: torch.Tensor, weights: StackedWeights, out: torch.Tensor) -> None:
+    """:func:`_recurrent_gates` of one block, written into ``out``."""
+    if weights.state_onednn is not None:
+        for d in range(2):
+            torch.add(x_gates[d], onednn_linear(h[d], *weights.state_onednn[d]), out=out[d])
+    elif h.dtype == torch.float32:
+        torch.baddbmm(x_gates, h, weights.state, out=out)
+    else:
+        torch.add(x_gates, torch.bmm(h, weights.state), out=out)  # float32 + low precision: float32
+
+
+def _input_gates(x: torch.Tensor, weights: StackedWeights, dtype: torch.dtype, block: int | None = GATE_BLOCK,
+                 ) -> torch.Tensor:
     """The input half of the gates ``(2, rows, 4*dim)`` float32 for ``x`` ``(2, rows, input_dim)``,
-    with the bias (which the oneDNN recurrent product adds instead)."""
+    with the bias (which the oneDNN recurrent product adds instead), in blocks of ``block`` rows
+    (None: one product, for the static shapes of CUDA graphs)."""
     x = x.to(dtype)
+    width = weights.input.shape[-1]
     if weights.state_onednn is not None:
         # The bias joins in the recurrent product's kernel: adding it here would first copy it
         # into every row of this product.
-        return torch.bmm(x, weights.input).float()
-    return torch.baddbmm(weights.bias.to(dtype), x, weights.input).float()
+        if block is None:
+            return torch.bmm(x, weights.input).float()
+        return in_blocks(x, block, lambda part, out: torch.bmm(part, weights.input, out=out), width, dim=1).float()
+    bias = weights.bias.to(dtype)
+    if block is None:
+        return torch.baddbmm(bias, x, weights.input).float()
+    return in_blocks(x, block, lambda part, out: torch.baddbmm(bias, part, weights.input, out=out), width,
+                     dim=1).float()
 
 
 @torch.inference_mode()
@@ -297,60 +331,71 @@ def bilstm_inference(forward_layer: LstmLayer, backward_layer: LstmLayer, inputs
 
     ``inputs``: ``(2, batch, time, input_dim)``: index 0 the forward reading order, 1 the
     backward one (each row already reversed within its length). Rows must be sorted by
-    ``lengths`` ``(batch,)``, longest first: at step ``t`` only the rows still running are
-    computed, so no work goes to padding. ``c`` ``(2, batch, dim)`` and ``h`` ``(2, batch, proj)``
-    are the initial states. Returns ``outputs`` ``(2, batch, time, proj)`` (zero at padding) and
-    the final ``(c, h)``. Matrix products run in ``dtype`` (bfloat16/float16 for speed); the
-    cell state and nonlinearities stay float32. Same numbers as :func:`lstm_plain` in float32.
-    ``weights`` are :func:`stack_directions`'s result, when the caller keeps them between calls.
+    ``lengths`` ``(batch,)``, longest first: at step ``t`` only the blocks holding rows still
+    running are computed, so little work goes to padding. ``c`` ``(2, batch, dim)`` and ``h``
+    ``(2, batch, proj)`` are the initial states. Returns ``outputs`` ``(2, batch, time, proj)``
+    (zero at padding) and the final ``(c, h)``. Matrix products run in ``dtype`` (bfloat16/float16
+    for speed); the cell state and nonlinearities stay float32. Same numbers as
+    :func:`lstm_plain` in float32. ``weights`` are :func:`stack_directions`'s result, when the
+    caller keeps them between calls.
 
-    Per layer-step (10 kernels on a GPU in float32, counted by tests/test_graphs.py): the
-    recurrent product with the input half added, :func:`lstm_cell_inplace` on the running rows'
-    cell state, and the projection written straight into a time-major output buffer, which is
-    the next step's ``h`` (in reduced precision, into a low-precision ``h`` copied out).
+    Every matrix product runs on row blocks of a fixed size (:mod:`elmo.model.blocks`): the
+    recurrent product and the projection on :data:`~elmo.model.blocks.ROW_BLOCK` rows, the input
+    half of the gates on :data:`~elmo.model.blocks.GATE_BLOCK` (row, step) pairs, so a row's
+    numbers never depend on the other rows, on any CPU. Per layer-step: the recurrent products,
+    the input half added, :func:`lstm_cell_inplace` on the running rows' cell state, and the
+    projections written into a time-major output buffer, which is the next step's ``h`` (in
+    reduced precision, into a low-precision ``h`` copied out).
     """
     _, batch, time, input_dim = inputs.shape
-    if batch < MIN_ACTIVE_ROWS:  # pad with empty rows: see MIN_ACTIVE_ROWS
-        extra = MIN_ACTIVE_ROWS - batch
-        outputs, c, h = bilstm_inference(
-            forward_layer, backward_layer, nn.functional.pad(inputs, (0, 0, 0, 0, 0, extra)),
-            nn.functional.pad(lengths, (0, extra)), nn.functional.pad(c, (0, 0, 0, extra)),
-            nn.functional.pad(h, (0, 0, 0, extra)), dtype, weights)
-        return outputs[:, :batch], c[:, :batch], h[:, :batch]
     dim, proj = forward_layer.dim, forward_layer.projection_dim
     weights = weights if weights is not None else stack_directions(forward_layer, backward_layer, dtype)
     cell_clip, proj_clip = forward_layer.cell_clip, forward_layer.proj_clip
     low = dtype != torch.float32  # (oneDNN runs float32 only)
-    c = c.clone()
-    outputs = inputs.new_zeros((time, 2, batch, proj), dtype=torch.float32)  # time-major
+    # Rows in whole blocks: the products read the rows of the last, partial block too (finished
+    # rows and padding are computed there, never stored).
+    rows_total = padded(batch, ROW_BLOCK)
+    inputs = pad_rows(inputs, rows_total, dim=1)
+    c = pad_rows(c, rows_total, dim=1).clone()
+    outputs = inputs.new_zeros((time, 2, rows_total, proj), dtype=torch.float32)  # time-major
+    gates = inputs.new_empty((2, rows_total, 4 * dim), dtype=torch.float32)
+    q = inputs.new_zeros((2, rows_total, dim), dtype=dtype)  # the projection's input
     # The state h the products read: a view of the last step's outputs in float32; its own
     # buffer in reduced precision, which the projection writes and its clip clips exactly.
-    h_prev = h.to(dtype, copy=True) if low else h
+    h_prev = pad_rows(h, rows_total, dim=1)
+    if low:
+        h_prev = h_prev.to(dtype, copy=True)
     # running[t] = number of rows whose sentence is longer than t (rows are sorted).
     running = (lengths.unsqueeze(0) > torch.arange(time, device=lengths.device).unsqueeze(1)).sum(1).tolist()
     for start in range(0, time, GATE_CHUNK_STEPS):
         stop = min(time, start + GATE_CHUNK_STEPS)
         if running[start] == 0:
             break
-        rows = max(running[start], MIN_ACTIVE_ROWS)
+        rows = padded(running[start], ROW_BLOCK)
         x = inputs[:, :rows, start:stop].transpose(1, 2).reshape(2, -1, input_dim)  # time-major
         x_gates = _input_gates(x, weights, dtype).view(2, stop - start, rows, 4 * dim)
         for t in range(start, stop):
             n = running[t]
             if n == 0:
                 break
-            # Compute at least MIN_ACTIVE_ROWS rows (finished ones are computed, never stored).
-            m = max(n, MIN_ACTIVE_ROWS)
-            gates = _recurrent_gates(x_gates[:, t - start, :m], h_prev[:, :m], weights)
-            q = lstm_cell_inplace(gates[:, :n], c[:, :n], cell_clip, weights.doubled_j, dtype=dtype)
-            out = h_prev[:, :n] if low else outputs[t, :, :n]
-            torch.bmm(q, weights.projection, out=out)
+            m = padded(n, ROW_BLOCK)  # the blocks holding the running rows
+            step_gates = _recurrent_gates_in_blocks(x_gates[:, t - start], h_prev, weights, m, gates)
+            # Only the running rows' cells advance; the other rows of their block keep an earlier q
+            # (projected with the block, never stored).
+            lstm_cell_inplace(step_gates[:, :n], c[:, :n], cell_clip, weights.doubled_j, dtype=dtype, q_out=q[:, :n])
+            out = h_prev if low else outputs[t]
+            for block in range(0, m, ROW_BLOCK):
+                torch.bmm(q[:, block:block + ROW_BLOCK], weights.projection, out=out[:, block:block + ROW_BLOCK])
             if proj_clip is not None:
-                out.clamp_(-proj_clip, proj_clip)  # exact in reduced precision too (a bound or the value)
+                out[:, :m].clamp_(-proj_clip, proj_clip)  # exact in reduced precision too (a bound or the value)
             if low:
-                outputs[t, :, :n] = out
+                outputs[t, :, :n] = out[:, :n]
             else:
                 h_prev = outputs[t]
+    if not low:  # finished rows of a partial block were computed at each step: zero, as padding is
+        running_rows = pad_rows(lengths, rows_total).unsqueeze(0) > torch.arange(time, device=lengths.device).unsqueeze(1)
+        outputs.mul_(running_rows.view(time, 1, rows_total, 1))
+    outputs, c = outputs[:, :, :batch], c[:, :batch]
     # A row's final h is its output at its last step (its initial h when it is empty).
     last = (lengths - 1).clamp(min=0)
     final_h = outputs[last, :, torch.arange(batch, device=lengths.device)].transpose(0, 1)  # (2, batch, proj)
@@ -381,7 +426,7 @@ def bilstm_static_chunk(layers: Sequence[tuple[LstmLayer, LstmLayer]], weights: 
     for index, ((forward_layer, _), stacked) in enumerate(zip(layers, weights)):
         stacked = stacked._replace(state_onednn=None)
         dim, cell_clip, proj_clip = forward_layer.dim, forward_layer.cell_clip, forward_layer.proj_clip
-        x_gates = _input_gates(x.transpose(0, 1).reshape(2, steps * rows, -1), stacked, dtype)
+        x_gates = _input_gates(x.transpose(0, 1).reshape(2, steps * rows, -1), stacked, dtype, block=None)
         x_gates = x_gates.view(2, steps, rows, 4 * dim)
         c_l, out = c[index], outputs[index]
         # In reduced precision the state is carried in that precision (rows that never run in the

@@ -1,0 +1,78 @@
+"""Matrix products in row blocks of a fixed size: batch independence by construction.
+
+A BLAS or oneDNN kernel picks its code path (micro-kernel, blocking, threading, vector width)
+from the shapes it is asked about, and different paths round differently in the last bits. Which
+paths exist and where their thresholds lie differ between CPUs and libraries (MKL takes other
+paths on Intel than on AMD), so no padding rule measured on one CPU makes a row's result
+independent of the other rows on every CPU. Asking every product the same question does: each
+product of the inference path runs on blocks of exactly ``block`` rows (the last one padded), so
+the kernel that computes a row, and its rounding, is decided by the model's sizes and these
+constants alone, never by the batch. A row's position inside its block does not choose a kernel:
+every row of a block goes through the same call.
+
+The constants are the only shapes the inference path asks for (``tests/test_blocks.py`` records
+every product of a run and checks it):
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from torch import nn
+
+# Rows of one recurrent product (LSTM state -> gates) and of one projection (cell -> h): a batch
+# is computed in blocks of this many rows; a single sentence computes one block. 16 measured the
+# best compromise on the development CPU between one sentence alone (where every padded row is
+# work) and batches of 64 (where smaller blocks read the weights more often): docs/speed.md.
+ROW_BLOCK = 16
+# Rows of one input-gate product: (row, timestep) pairs, all known before the recurrence runs.
+GATE_BLOCK = 64
+# Words of one character-CNN block (convolutions, highway layers and projection).
+WORD_BLOCK = 16
+
+
+def padded(rows: int, block: int) -> int:
+    """``rows`` rounded up to a whole number of blocks (at least one)."""
+    return max(1, -(-rows // block)) * block
+
+
+def pad_rows(x: torch.Tensor, rows: int, dim: int = 0) -> torch.Tensor:
+    """``x`` with zero rows appended along ``dim`` up to ``rows`` (``x`` itself when it has them)."""
+    extra = rows - x.shape[dim]
+    if extra <= 0:
+        return x
+    shape = list(x.shape)
+    shape[dim] = extra
+    return torch.cat([x, x.new_zeros(shape)], dim=dim)
+
+
+def in_blocks(x: torch.Tensor, block: int, product: Callable[[torch.Tensor, torch.Tensor], object],
+              width: int, dtype: torch.dtype | None = None, dim: int = 0) -> torch.Tensor:
+    """A row-wise matrix product of ``x`` in blocks of exactly ``block`` rows along ``dim`` (the
+    last block padded with zero rows), cut back to ``x``'s rows: ``(..., rows, width)``.
+
+    ``product(part, out)`` writes the product of ``part`` ``(..., block, k)`` into ``out``
+    ``(..., block, width)`` (of ``dtype``, default ``x``'s), for instance ``torch.bmm(part, w,
+    out=out)``. Every call gets a block of the same shape, so each row's result is that of the
+    same kernel whatever else is in ``x``."""
+    rows = x.shape[dim]
+    total = padded(rows, block)
+    x = pad_rows(x, total, dim)
+    shape = list(x.shape)
+    shape[-1] = width
+    out = x.new_empty(shape, dtype=dtype or x.dtype)
+    for start in range(0, total, block):
+        product(x.narrow(dim, start, block), out.narrow(dim, start, block))
+    return out.narrow(dim, 0, rows) if total != rows else out
+
+
+def linear_in_blocks(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, block: int) -> torch.Tensor:
+    """``F.linear(x, weight, bias)`` ``(rows, out)`` for ``x`` ``(rows, in)``, in blocks of ``block`` rows."""
+    weight_t = weight.t()
+    if bias is None:
+        return in_blocks(x, block, lambda part, out: torch.mm(part, weight_t, out=out), weight.shape[0])
+    return in_blocks(x, block, lambda part, out: torch.addmm(bias, part, weight_t, out=out), weight.shape[0])
+
+
+__all__ = ["GATE_BLOCK", "ROW_BLOCK", "WORD_BLOCK", "in_blocks", "linear_in_blocks", "pad_rows", "padded"]

@@ -1,0 +1,138 @@
+"""Batch independence by construction (elmo.model.blocks): every matrix product and convolution of
+the inference path is asked the same question whatever the batch.
+
+BLAS and oneDNN choose their kernels (and so their rounding) from the shapes they are given, and
+where their thresholds lie differs between CPUs: comparing outputs on one CPU cannot show that a
+sentence's vectors are independent of its batch on another. These tests record the shape of
+every product the inference path runs (PyTorch's dispatch hook sees each one) and check that the
+shapes never depend on batch composition, length mix, the token memo or where a run resumed,
+which holds, or fails, on any CPU alike.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from conftest import corpus, load_fixture_model
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from elmo import Embedder
+from elmo.model.blocks import GATE_BLOCK, ROW_BLOCK, WORD_BLOCK
+
+pytestmark = pytest.mark.exactness
+
+aten = torch.ops.aten
+# Where each product's rows are: (argument index, dimension).
+ROWS_AT = {aten.mm: (0, 0), aten.addmm: (1, 0), aten.linear: (0, 0), aten.matmul: (0, -2), aten.bmm: (0, 1),
+           aten.baddbmm: (1, 1), aten.conv1d: (0, 0), aten.convolution: (0, 0), aten.mkldnn_linear: (0, 0)}
+# Products whose operands are the model's weights alone (no rows of a batch).
+MODEL_ONLY = {aten.einsum}
+
+
+class ProductShapes(TorchDispatchMode):
+    """Records ``(op, operand shapes)`` of every matrix product and convolution dispatched."""
+
+    def __init__(self):
+        super().__init__()
+        self.shapes: set[tuple] = set()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        packet = func.overloadpacket
+        if packet in ROWS_AT or packet in MODEL_ONLY:
+            operands = args[1] if packet is aten.einsum else args
+            self.shapes.add((packet.__name__, tuple(tuple(a.shape) for a in operands if isinstance(a, torch.Tensor))))
+        return func(*args, **(kwargs or {}))
+
+
+def product_shapes(run) -> set[tuple]:
+    with ProductShapes() as recorder:
+        run()
+    assert recorder.shapes, "no product was recorded: the hook saw nothing"
+    return recorder.shapes
+
+
+def rows_of(shape: tuple) -> int | None:
+    name, operands = shape
+    at = {packet.__name__: where for packet, where in ROWS_AT.items()}.get(name)
+    if at is None:
+        return None
+    index, dim = at
+    return operands[index][dim]
+
+
+LINES = [line.split() for line in corpus(60, seed=3, longest=30) if line.split()]
+TARGET = LINES[7]
+
+
+def embedder(**kwargs) -> Embedder:
+    return Embedder(load_fixture_model("allennlp"), **kwargs)
+
+
+def alone(**kwargs):
+    return lambda: embedder(**kwargs).embed_sentences([TARGET])
+
+
+def in_a_batch(**kwargs):
+    return lambda: embedder(**kwargs).embed_sentences(LINES[:40], batch_size=40)
+
+
+KERNELS = [pytest.param({}, id="float32"), pytest.param({"token_memo": 0}, id="no-memo"),
+           pytest.param({"precision": "bfloat16"}, id="bfloat16")]
+
+
+@pytest.mark.parametrize("options", KERNELS)
+def test_every_product_runs_on_whole_blocks(options, recurrent_kernel, bfloat16_selected):
+    """Alone, in a batch of 40 (several row blocks) or of 5, every product has exactly a block's rows."""
+    shapes = set()
+    for run in (alone(**options), in_a_batch(**options),
+                lambda: embedder(**options).embed_sentences(LINES[:5], batch_size=5)):
+        shapes |= product_shapes(run)
+    rows = {rows_of(shape) for shape in shapes} - {None}
+    assert rows <= {ROW_BLOCK, GATE_BLOCK, WORD_BLOCK}, sorted(s for s in shapes if rows_of(s) not in
+                                                               {None, ROW_BLOCK, GATE_BLOCK, WORD_BLOCK})
+
+
+LSTM_PRODUCTS = {"bmm", "baddbmm", "mkldnn_linear"}
+
+
+def split(shapes: set[tuple]) -> tuple[set[tuple], set[tuple]]:
+    """The LSTM's products and the character CNN's (convolutions, highway, projection)."""
+    lstm = {s for s in shapes if s[0] in LSTM_PRODUCTS}
+    return lstm, shapes - lstm
+
+
+@pytest.mark.parametrize("options", KERNELS)
+def test_a_sentence_meets_the_same_products_alone_and_in_any_batch(options, recurrent_kernel, bfloat16_selected):
+    """The products that one sentence's embedding runs are the same alone, among other sentences
+    (in another block, at another position), after the memo has seen its words, and when a run
+    resumes at it (a fresh embedder, its lines from there on)."""
+    alone(**options)()  # the warm state, computed once outside the recording
+    reference_lstm, reference_cnn = split(product_shapes(alone(**options)))
+    warm = embedder(**options)
+    warm.embed_sentences(LINES[:40], batch_size=40)
+    runs = [("in a batch", lambda: embedder(**options).embed_sentences(LINES[:8] + [TARGET], batch_size=9)),
+            ("resumed", lambda: embedder(**options).embed_sentences(LINES[7:40], batch_size=40)),
+            ("memo has its words", lambda: warm.embed_sentences([TARGET]))]
+    for label, run in runs:
+        lstm, cnn = split(product_shapes(run))
+        assert lstm == reference_lstm, label
+        if label == "memo has its words" and options.get("token_memo", 1):
+            assert not cnn, label  # its words are looked up, not encoded
+        else:  # other sentences' words may add other length buckets; none of its own is missing
+            assert reference_cnn <= cnn, label
+
+
+def test_vectors_are_the_same_bits_alone_in_any_batch_and_resumed():
+    """The consequence, checked on this CPU: a sentence's vectors to the bit, whatever its batch
+    (sizes 1, 3, 16, 17 and 40: one row block, a partial one, two), its position, the memo's
+    contents and where the run started."""
+    reference = embedder(token_memo=0).embed_sentences([TARGET])[0]
+    shared = embedder()
+    for batch_size in (1, 3, 16, 17, 40):
+        got = embedder().embed_sentences(LINES[:40], batch_size=batch_size)[LINES.index(TARGET)]
+        assert np.array_equal(got, reference), batch_size
+    shared.embed_sentences(LINES[20:40])
+    assert np.array_equal(shared.embed_sentences(LINES[:40])[LINES.index(TARGET)], reference)
+    resumed = embedder().embed_sentences(LINES[LINES.index(TARGET):40])[0]
+    assert np.array_equal(resumed, reference)
