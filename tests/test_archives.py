@@ -104,6 +104,7 @@ def test_weights_extracted_once_under_a_content_fingerprint(tmp_path):
         assert c.local_file("model.hdf5") != path_a
 
 
+@pytest.mark.exactness
 def test_every_entry_point_takes_an_archive(tmp_path, reference):
     from elmo.allennlp import ElmoEmbedder
     from elmo.hub import locate

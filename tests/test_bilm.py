@@ -20,6 +20,8 @@ from elmo import (
 )
 from elmo.inference.runtime import Runtime
 
+pytestmark = pytest.mark.exactness
+
 
 @pytest.mark.parametrize("kwargs", [dict(n_layers=1), dict(n_layers=3, skip=False), dict(activation="tanh"),
                                     dict(filters=((2, 3), (7, 5)), n_highway=2)])

@@ -1,11 +1,14 @@
 """The character CNN token encoder: its distinct-word path and padding shortcut against the plain
 encoder, values and gradients."""
 
+import pytest
 import torch
 from conftest import SENTENCES, TEXT, make_config
 
 from elmo import BiLM, batch_to_char_ids
 from elmo.model.encoder import encode_distinct, encode_fast, encode_words_fast
+
+pytestmark = pytest.mark.exactness
 
 
 def test_encode_distinct_matches_encoder_and_gradients():

@@ -101,6 +101,7 @@ def test_packed_float16_is_a_quarter_of_allennlp_float32_or_less(tmp_path, model
 
 
 @pytest.mark.parametrize("layout", ["allennlp", "packed"])
+@pytest.mark.exactness
 def test_shards_read_back_as_the_one_process_output(tmp_path, model, layout):
     lines = corpus(45, seed=5)
     src = write_lines(tmp_path / "in.txt", lines)
