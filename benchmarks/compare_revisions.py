@@ -36,7 +36,7 @@ with torch.no_grad():
         if name.endswith("bias"):
             p.uniform_(-0.1, 0.1)
 lines = [line.split() for line in open({text!r}, encoding="utf-8") if line.strip()][:{n}]
-embedder = Embedder(model)
+embedder = Embedder(model, precision={precision!r})
 embedder.embed_sentences(lines[:2])
 start = time.perf_counter()
 embedder.embed_sentences(lines)
@@ -61,14 +61,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sentences", type=int, default=1000)
     parser.add_argument("--size", default="small")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--precision", default="float32", help="float32 or bfloat16 (run even where the "
+                        "runtime would measure it slower: ELMO_BFLOAT16_CHECK=0)")
     parser.add_argument("--output", default="results/benchmarks/compare_revisions.json")
     args = parser.parse_args(argv)
     runs: dict[str, list[dict]] = {"before": [], "after": []}
     for _ in range(args.rounds):
         for side in ("before", "after"):
             src = os.path.abspath(getattr(args, side))
-            code = ONE.format(src=src, size=args.size, text=args.text, n=args.sentences)
-            out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+            code = ONE.format(src=src, size=args.size, text=args.text, n=args.sentences, precision=args.precision)
+            out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                                 env={**os.environ, "ELMO_BFLOAT16_CHECK": "0"})
             runs[side].append(json.loads(out.stdout.strip().splitlines()[-1]))
     summary = {side: {key: statistics.median(r[key] for r in rows) for key in rows[0]} for side, rows in runs.items()}
     print(f"{'checkout':<8} {'tokens/s (batch 64)':>20} {'20-token latency':>17}   median of {args.rounds}")
@@ -76,7 +79,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{side:<8} {values['tokens_per_second']:>20.0f} {values['latency_20_tokens_ms']:>14.1f} ms")
     ratio = summary["after"]["tokens_per_second"] / summary["before"]["tokens_per_second"]
     print(f"after / before throughput: {ratio:.3f}")
-    write_results(args.output, {"before": args.before, "after": args.after, "size": args.size, "runs": runs,
+    write_results(args.output, {"before": args.before, "after": args.after, "size": args.size,
+                                "precision": args.precision, "runs": runs,
                                 "median": summary, "throughput_ratio": ratio})
     return 0
 
