@@ -238,3 +238,64 @@ def interrupt_after(monkeypatch, frames: int):
         return original(self, **kwargs)
 
     monkeypatch.setattr(journal.JournalAppender, "append", append)
+
+
+# ------------------------------------------------------------------ hostile archives, measured
+# Loads an archive in a fresh process whose files may not grow past a limit (RLIMIT_FSIZE: a write
+# past it fails with EFBIG instead of killing the process) and reports the error and how far the
+# load raised the process's peak resident memory. A genuine model is loaded first, into another
+# cache, so that every module and allocator pool is already in place when the peak is read.
+BOUNDED_LOAD = r"""
+import json, os, resource, signal, sys
+import elmo.hub.archives as archives
+from elmo.hub import load_model
+warm, archive, margin, fsize, cache = sys.argv[1:6]
+archives.BOUND_MARGIN = int(margin)
+os.environ["ELMO_CACHE"] = cache + "-warm"
+load_model(warm)
+os.environ["ELMO_CACHE"] = cache
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+resource.setrlimit(resource.RLIMIT_FSIZE, (int(fsize), int(fsize)))
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+try:
+    load_model(archive)
+    error = None
+except Exception as e:
+    error = f"{type(e).__name__}: {e}"
+after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+print(json.dumps({"error": error, "peak_growth": (after - before) * 1024}))
+"""
+
+
+def bounded_load(warm, archive, cache, margin: int, fsize: int) -> dict:
+    """``{"error": ..., "peak_growth": bytes}`` of loading ``archive`` as :data:`BOUNDED_LOAD` does,
+    with ``archives.BOUND_MARGIN`` set to ``margin`` and files limited to ``fsize`` bytes."""
+    import subprocess
+
+    done = subprocess.run([sys.executable, "-c", BOUNDED_LOAD, str(warm), str(archive), str(margin), str(fsize),
+                           str(cache)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def zip_with_bomb(path, members: dict, name: str, head: bytes, size: int):
+    """A zip of ``members`` plus member ``name``: ``head`` then zeros, ``size`` bytes in all
+    (deflated to about a thousandth of that), streamed so the test never holds it whole."""
+    import zipfile
+
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as z:
+        for member, data in members.items():
+            z.writestr(member, data)
+        with z.open(name, "w", force_zip64=True) as f:
+            f.write(head)
+            left = size - len(head)
+            while left:
+                f.write(bytes(min(left, 2**20)))
+                left -= min(left, 2**20)
+    return path
+
+
+def cache_files(cache) -> list[str]:
+    """Everything under a cache folder, folders included (a refusal must leave none of it)."""
+    cache = Path(cache)
+    return sorted(p.relative_to(cache).as_posix() for p in cache.rglob("*")) if cache.exists() else []

@@ -3,17 +3,19 @@
 import gzip
 import json
 import os
+import re
 import shutil
 import stat
 import warnings
 import zipfile
+import zlib
 
 import h5py
 import numpy as np
 import pytest
-from conftest import ALLENNLP, FIXTURES
+from conftest import ALLENNLP, FIXTURES, bounded_load, cache_files, zip_with_bomb
 
-from elmo import ConfigError, Elmo, Embedder, WeightsError, load_bilm_tf
+from elmo import BiLMConfig, ConfigError, Elmo, Embedder, WeightsError, load_bilm_tf
 from elmo.cli.main import main
 from elmo.hub import load_model
 from elmo.hub.archives import ArchiveError, ModelFolder, read_model_vocabulary
@@ -245,7 +247,7 @@ def test_a_damaged_member_fails_its_crc(tmp_path, monkeypatch):
     ("bad options", r"no\.zip:options\.json: lstm\.dim: must be a positive integer"),
     ("wrong shape", r"no\.zip:model\.hdf5: dataset 'CNN/W_cnn_0' has shape \(1, 1, 4, 5\), but .*no\.zip:options\.json needs"),
     ("two weights", r"no\.zip: 2 candidate weights files"),
-    ("weights not hdf5", r"no\.zip:model\.hdf5: cannot open as HDF5"),
+    ("weights not hdf5", r"no\.zip:model\.hdf5: not an HDF5 file \(it starts with b'\\x80\\x02 a pic'\)"),
     ("options not json", r"no\.zip:options\.json: not valid JSON \(line 1, column 21\)"),
     ("nan weights", r"no\.zip:model\.hdf5: dataset 'CNN/W_cnn_0' .*NaN"),
     ("not a zip", r"no\.zip: not a readable zip archive"),
@@ -485,3 +487,149 @@ def test_allennlp_elmo_module_takes_an_archive_as_both_files(tmp_path):
     manylangs = str(FIXTURES / "manylangs" / "model")
     with pytest.raises(ValueError, match=r"manylangs/model: this model reads its own character dictionary"):
         AllenElmo(manylangs, manylangs, 1)
+
+
+# ------------------------------------------------------------------------------ hostile archives
+def _crc_table() -> list[int]:
+    table = []
+    for i in range(256):
+        c = i
+        for _ in range(8):
+            c = (c >> 1) ^ 0xEDB88320 if c & 1 else c >> 1
+        table.append(c)
+    return table
+
+
+def force_crc(data: bytes, offset: int, target: int) -> bytes:
+    """``data`` with its 4 bytes at ``offset`` chosen so that its CRC-32 is ``target`` (CRC-32 is
+    linear: anyone can do this, which is why it cannot name content)."""
+    table = _crc_table()
+    by_top = {entry >> 24: i for i, entry in enumerate(table)}  # the top bytes are all different
+    # The register the CRC must hold after the 4 bytes: run it backwards from the target over the rest.
+    reg = target ^ 0xFFFFFFFF
+    for byte in reversed(data[offset + 4:]):
+        j = by_top[reg >> 24]
+        reg = (((reg ^ table[j]) << 8) & 0xFFFFFFFF) | ((j ^ byte) & 0xFF)
+    picks = []  # the table entry each of the 4 bytes must select to get there
+    for _ in range(4):
+        j = by_top[reg >> 24]
+        picks.append(j)
+        reg = ((reg ^ table[j]) << 8) & 0xFFFFFFFF
+    reg = zlib.crc32(data[:offset]) ^ 0xFFFFFFFF
+    patch = bytearray()
+    for j in reversed(picks):
+        patch.append((reg ^ j) & 0xFF)
+        reg = (reg >> 8) ^ table[j]
+    return data[:offset] + bytes(patch) + data[offset + 4:]
+
+
+def forged_weights(tmp_path) -> bytes:
+    """The fixture's weights with every value changed (+1), then 4 bytes of one weight chosen so
+    that the file has the genuine file's CRC-32 and size."""
+    genuine = (ALLENNLP / "lm_weights.hdf5").read_bytes()
+    path = tmp_path / "forged.hdf5"
+    shutil.copy(ALLENNLP / "lm_weights.hdf5", path)
+    with h5py.File(path, "r+") as f:
+        names = []
+        f.visititems(lambda name, item: names.append(name) if isinstance(item, h5py.Dataset) else None)
+        for name in names:
+            f[name][...] = f[name][...] + 1.0
+        start = f["CNN_high_1/W_transform"].id.get_offset()  # contiguous float32 data, near the end
+    data = path.read_bytes()
+    for offset in range(start, start + 4 * 124 * 124, 4):  # a patch that reads as a modest float
+        forged = force_crc(data, offset, zlib.crc32(genuine))
+        value = np.frombuffer(forged[offset:offset + 4], np.float32)[0]
+        if np.isfinite(value) and abs(value) < 4:
+            break
+    assert len(forged) == len(genuine) and zlib.crc32(forged) == zlib.crc32(genuine) and forged != genuine
+    return forged
+
+
+def test_a_member_forged_to_another_archives_crc_and_size_never_stands_in_for_it(tmp_path, monkeypatch, reference):
+    """The attack of issue 45: an archive whose weights have the genuine member's CRC-32 and size
+    (every weight different) is loaded first in a shared cache; the genuine archive still gives
+    the genuine numbers, because the cache is addressed by SHA-256."""
+    monkeypatch.setenv("ELMO_CACHE", str(tmp_path / "cache"))
+    forged = zip_with(tmp_path / "crafted.zip", {"options.json": good_members()["options.json"],
+                                                  "model.hdf5": forged_weights(tmp_path)})
+    genuine = nlpl_zip(tmp_path / "genuine.zip")
+    with zipfile.ZipFile(forged) as a, zipfile.ZipFile(genuine) as b:
+        assert (a.getinfo("model.hdf5").CRC, a.getinfo("model.hdf5").file_size) == \
+            (b.getinfo("model.hdf5").CRC, b.getinfo("model.hdf5").file_size)
+    crafted = Embedder.from_pretrained(str(forged), state="reset").embed_sentences(SENTENCES)
+    assert not np.allclose(crafted[0], reference[0])  # the forged weights do load, and differ
+    assert_same(Embedder.from_pretrained(str(genuine), state="reset").embed_sentences(SENTENCES), reference)
+    assert len(fingerprint_folder_files(tmp_path / "cache")) == 2  # one extraction each
+
+
+def test_an_extraction_keyed_by_crc_is_never_trusted(tmp_path, monkeypatch, reference):
+    """Caches written before the SHA-256 keys held weights under a key of CRC-32 and size: forged
+    weights planted there (a crafted archive loaded by an older elmo) are never read."""
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("ELMO_CACHE", str(cache))
+    genuine = nlpl_zip(tmp_path / "genuine.zip")
+    with zipfile.ZipFile(genuine) as z:
+        info = z.getinfo("model.hdf5")
+    import hashlib
+
+    old_key = hashlib.sha256(f"{info.CRC:08x}:{info.file_size}".encode()).hexdigest()[:24]
+    planted = cache / "archives" / old_key / "model.hdf5"
+    planted.parent.mkdir(parents=True)
+    planted.write_bytes(forged_weights(tmp_path))
+    assert_same(Embedder.from_pretrained(str(genuine), state="reset").embed_sentences(SENTENCES), reference)
+    assert planted.read_bytes() != (ALLENNLP / "lm_weights.hdf5").read_bytes()  # left alone, and unused
+
+
+OPTIONS_PARAMETERS = 105_124  # the AllenNLP fixture's options: a biLM of this many parameters
+
+
+def test_weights_past_what_the_options_need_are_refused_before_a_byte_is_written(tmp_path, monkeypatch):
+    import elmo.hub.archives as archives
+
+    assert BiLMConfig.from_json(ALLENNLP / "options.json").parameter_count() == OPTIONS_PARAMETERS
+    monkeypatch.setattr(archives, "BOUND_MARGIN", 2**16)  # the bound: 4 bytes x 1.25 a parameter + 64 KiB
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("ELMO_CACHE", str(cache))
+    bomb = zip_with_bomb(tmp_path / "bomb.zip", {"options.json": good_members()["options.json"]}, "model.hdf5",
+                         archives.HDF5_SIGNATURE, 64 * 2**20)
+    with pytest.raises(ArchiveError) as caught:
+        load_model(str(bomb))
+    bound = int(4 * OPTIONS_PARAMETERS * 1.25) + 2**16
+    assert str(caught.value) == (f"{bomb}:model.hdf5: declares {64 * 2**20:,} bytes, more than the {bound:,} that a "
+                                 f"model of {bomb}:options.json can need ({OPTIONS_PARAMETERS:,} parameters); "
+                                 f"refusing it as a possible zip bomb")
+    assert cache_files(cache) == []
+    # The genuine weights are far inside the same bound.
+    assert_same(Embedder.from_pretrained(str(nlpl_zip(tmp_path / "m.zip")), state="reset").embed_sentences(SENTENCES),
+                Embedder(load_bilm_tf(ALLENNLP / "options.json", ALLENNLP / "lm_weights.hdf5"),
+                         state="reset").embed_sentences(SENTENCES))
+
+
+def test_weights_that_are_not_hdf5_are_refused_at_their_first_bytes(tmp_path, monkeypatch):
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("ELMO_CACHE", str(cache))
+    archive = zip_with_bomb(tmp_path / "magic.zip", {"options.json": good_members()["options.json"]}, "model.hdf5",
+                            b"\x80\x02 a pickle", 8 * 2**20)
+    with pytest.raises(ArchiveError, match=r"magic\.zip:model\.hdf5: not an HDF5 file \(it starts with "
+                                           r"b'\\x80\\x02 a pic'\); refusing it before reading further"):
+        load_model(str(archive))
+    assert cache_files(cache) == []
+
+
+def test_a_bomb_at_the_bound_is_bounded_on_disk_and_in_memory_and_leaves_nothing(tmp_path):
+    """In a process whose files cannot grow past the bound: a member past it is refused without
+    writing (no 'File too large'), one exactly at it is extracted, refused by h5py and removed;
+    neither raises the peak memory by more than a few MB."""
+    margin = 4 * 2**20
+    bound = int(4 * OPTIONS_PARAMETERS * 1.25) + margin
+    options = {"options.json": good_members()["options.json"]}
+    warm = nlpl_zip(tmp_path / "warm.zip")
+    for size, expected in ((64 * 2**20, "ArchiveError: .*bomb.zip:model.hdf5: declares 67,108,864 bytes, more than "
+                                        f"the {bound:,} that a model of"),
+                           (bound, "WeightsError: .*bomb.zip:model.hdf5: cannot open as HDF5")):
+        bomb = zip_with_bomb(tmp_path / "bomb.zip", options, "model.hdf5", b"\x89HDF\r\n\x1a\n", size)
+        cache = tmp_path / f"cache-{size}"
+        result = bounded_load(warm, bomb, cache, margin, fsize=bound)
+        assert re.match(expected, result["error"]), result
+        assert result["peak_growth"] < 16 * 2**20, result
+        assert cache_files(cache) == []

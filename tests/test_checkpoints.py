@@ -1,9 +1,12 @@
 """Whatever the public API saves, the same API loads: one round trip per public save function,
 and the one checkpoint reader's one-line errors (damaged, foreign, code, newer, another kind)."""
 
+import os
 import pickle
+import re
 import subprocess
 import sys
+from pathlib import Path
 
 import h5py
 import numpy as np
@@ -202,7 +205,8 @@ def _bad_files(tmp_path, allennlp_model):
     cases.append((garbage, "garbage.pt: not a readable elmo checkpoint: damaged or not a checkpoint"))
     evil = tmp_path / "evil.pt"
     torch.save({"format": NATIVE_FORMAT, "version": 1, "payload": _Evil()}, evil)
-    cases.append((evil, "evil.pt: not a readable elmo checkpoint: it holds Python objects (print)"))
+    cases.append((evil, "evil.pt: not a readable elmo checkpoint: it holds Python objects that elmo never runs (its pickle imports "
+                        "builtins.print)"))
     foreign = tmp_path / "foreign.pt"
     torch.save({"weights": torch.zeros(2)}, foreign)
     cases.append((foreign, "foreign.pt: not an elmo checkpoint (no format marker"))
@@ -281,3 +285,38 @@ def test_the_packaged_model_is_a_language_model_too():
     assert len(vocab) == 50_000 and model.softmax.weight.shape == (50_000, 128)
     assert origin == {"path": str(packaged_model_dir())}
     assert_same_parameters(model.bilm, load_model())
+
+
+# ------------------------------------------------------------------ code in a checkpoint, by class
+class _System:
+    def __reduce__(self):
+        return (os.system, ("echo this must never run",))
+
+
+@pytest.mark.parametrize("writer", ["torch zip", "torch legacy", "pickle protocol 2", "pickle protocol 5"])
+@pytest.mark.parametrize("payload,name", [(_Evil, "builtins.print"), (_System, f"{os.system.__module__}.system")])
+def test_a_checkpoint_that_would_run_code_is_named_by_elmos_own_check(tmp_path, writer, payload, name):
+    """Whatever the serialisation and whatever torch's wording, one line saying the file holds
+    Python objects elmo never runs and naming the first global; torch's advice to load it with
+    weights_only off is never passed on."""
+    path = tmp_path / "evil.pt"
+    content = {"format": NATIVE_FORMAT, "version": 1, "payload": payload()}
+    if writer.startswith("torch"):
+        torch.save(content, path, _use_new_zipfile_serialization=writer == "torch zip")
+    else:
+        path.write_bytes(pickle.dumps(content, protocol=int(writer[-1])))
+    with pytest.raises(WeightsError) as caught:
+        load_checkpoint(path)
+    assert str(caught.value) == (f"{path}: not a readable elmo checkpoint: it holds Python objects that elmo never "
+                                 f"runs (its pickle imports {name}); a file elmo writes holds only tensors and plain "
+                                 f"data")
+
+
+def test_no_message_suggests_loading_with_weights_only_off():
+    """Neither elmo's messages nor its docs pass on torch's advice (it would run the file's code)."""
+    root = Path(__file__).resolve().parent.parent
+    pattern = re.compile(r"weights_only\W{0,3}(=|set to|to)\W{0,3}False", re.IGNORECASE)
+    offenders = [str(path.relative_to(root)) for folder in ("src", "docs") for path in (root / folder).rglob("*")
+                 if path.suffix in (".py", ".md") and pattern.search(path.read_text(encoding="utf-8"))]
+    offenders += [str(p.relative_to(root)) for p in root.glob("*.md") if pattern.search(p.read_text(encoding="utf-8"))]
+    assert offenders == []

@@ -4,6 +4,7 @@ layers, conversion, and every way their files can be malformed."""
 import io
 import json
 import pickle
+import re
 import shutil
 import warnings
 import zipfile
@@ -12,7 +13,7 @@ import h5py
 import numpy as np
 import pytest
 import torch
-from conftest import FIXTURES
+from conftest import FIXTURES, bounded_load, cache_files, zip_with_bomb
 
 from elmo import (
     BiLM,
@@ -254,7 +255,7 @@ class Boom:
 
 
 @pytest.mark.parametrize("case,expected", [
-    ("code", r"token_embedder\.pkl: holds something other than tensors .*exec"),
+    ("code", r"token_embedder\.pkl: holds Python objects that elmo never runs \(its pickle imports builtins\.exec\)"),
     ("not a dict", r"token_embedder\.pkl: expected a state dict .*got list"),
     ("not torch", r"encoder\.pkl: not a PyTorch file \(it starts with b'\\x89HDF"),
     ("truncated", r"encoder\.pkl: not a readable PyTorch file: damaged or truncated \(EOFError"),
@@ -358,7 +359,7 @@ def test_code_in_a_zipped_pickle_is_refused_too(tmp_path):
         buffer = io.BytesIO()
         pickle.dump({"w": Boom()}, buffer)
         z.writestr("encoder.pkl", buffer.getvalue())
-    with pytest.raises(ManyLangsError, match=r"m\.zip:encoder\.pkl: holds something other than tensors"):
+    with pytest.raises(ManyLangsError, match=r"m\.zip:encoder\.pkl: holds Python objects that elmo never runs \(its pickle imports builtins\.exec\)"):
         load_model(str(archive))
 
 
@@ -410,3 +411,71 @@ def test_training_encoder_over_distinct_words_equals_the_encoder_for_dictionary_
     for a, b in zip(torch.autograd.grad((grouped * weight).sum(), params),
                     torch.autograd.grad((plain * weight).sum(), params)):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+
+
+# ------------------------------------------------------------------------------- hostile archives
+def test_member_parameters_are_what_the_state_dicts_hold():
+    from elmo.hub.manylangs import member_parameters
+
+    arch = json.loads((MODEL / "cnn_tiny.json").read_text())
+    rows = {name: max(parse_dictionary((MODEL / name).read_text(encoding="utf-8"), name).values()) + 1
+            for name in ("char.dic", "word.dic")}
+    counts = member_parameters(arch, rows["char.dic"], rows["word.dic"])
+    for name in ("token_embedder.pkl", "encoder.pkl"):
+        assert counts[name] == sum(t.numel() for t in torch.load(MODEL / name, weights_only=True).values()), name
+
+
+def released_zip(path, replace: dict[str, bytes] | None = None):
+    """The fixture model zipped, its members replaced by ``replace``."""
+    replace = replace or {}
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as z:
+        for member in sorted(MODEL.iterdir()):
+            if member.name not in replace:
+                z.write(member, member.name)
+        for name, data in replace.items():
+            z.writestr(name, data)
+    return path
+
+
+class Evil:
+    """Pickles as a call of print: pickling it runs nothing, unpickling it would print."""
+
+    def __reduce__(self):
+        return (print, ("this must never run",))
+
+
+@pytest.mark.parametrize("zip_format", [True, False])
+def test_code_in_a_state_dict_is_named_by_elmos_own_check(tmp_path, zip_format):
+    buffer = io.BytesIO()
+    torch.save({"w": torch.zeros(2), "evil": Evil()}, buffer, _use_new_zipfile_serialization=zip_format)
+    archive = released_zip(tmp_path / "m.zip", {"token_embedder.pkl": buffer.getvalue()})
+    with pytest.raises(ManyLangsError) as caught:
+        load_model(str(archive))
+    message = str(caught.value)
+    assert message.startswith(f"{archive}:token_embedder.pkl: holds Python objects that elmo never runs (its pickle "
+                              f"imports builtins.print)")
+    assert "\n" not in message and "weights_only" not in message and "safe_globals" not in message
+
+
+@pytest.mark.parametrize("case", ["past the bound", "at the bound", "not a pickle"])
+def test_a_state_dict_bomb_is_read_from_a_bounded_stream(tmp_path, case):
+    """A zipped .pkl member past what the architecture and dictionaries need is refused before it
+    is read; one at the bound is read (memory: at most twice the bound) and refused as damaged;
+    one that does not start as a pickle is refused at its first bytes."""
+    margin = 16 * 2**20
+    parameters = sum(t.numel() for t in torch.load(MODEL / "encoder.pkl", weights_only=True).values())
+    bound = int(4 * parameters * 1.25) + margin
+    size, head = {"past the bound": (512 * 2**20, b"\x80\x02"), "at the bound": (bound, b"\x80\x02"),
+                  "not a pickle": (bound, b"\x89HDF\r\n\x1a\n")}[case]
+    members = {p.name: p.read_bytes() for p in MODEL.iterdir() if p.name != "encoder.pkl"}
+    bomb = zip_with_bomb(tmp_path / "bomb.zip", members, "encoder.pkl", head, size)
+    result = bounded_load(MODEL, bomb, tmp_path / "cache", margin, fsize=2**30)
+    expected = {"past the bound": rf"ArchiveError: .*bomb\.zip:encoder\.pkl: declares 536,870,912 bytes, more than "
+                                  rf"the {bound:,} that encoder\.pkl of the architecture in .* can need",
+                "at the bound": r"ManyLangsError: .*bomb\.zip:encoder\.pkl: not a readable PyTorch file: damaged",
+                "not a pickle": r"ArchiveError: .*bomb\.zip:encoder\.pkl: not a PyTorch file \(it starts with "
+                                r"b'\\x89HDF"}[case]
+    assert re.match(expected, result["error"]), result
+    assert "weights_only" not in result["error"]
+    assert result["peak_growth"] < (2 * bound + 16 * 2**20 if case == "at the bound" else 16 * 2**20), result
+    assert cache_files(tmp_path / "cache") == []

@@ -4,19 +4,29 @@ archives (bilm-tf layout) and ELMoForManyLangs models (:mod:`elmo.hub.manylangs`
 An NLPL ELMo archive holds ``options.json``, the weights as ``model.hdf5`` (or ``weights.hdf5``,
 or AllenNLP's ``*_weights.hdf5``) and often ``vocab.txt`` or ``vocab.txt.gz``, at its root or in
 one folder. :class:`ModelFolder` reads either form the same way. Small members are read from the
-archive; an HDF5 weights file, which h5py must seek in, is extracted once into the cache under a
-fingerprint of its content (the archive's CRC-32 and size of the member), so a second archive
-with the same weights reuses it.
+archive; an HDF5 weights file, which h5py must seek in, is extracted once into the cache under
+the SHA-256 of its bytes (computed while streaming them), so a second archive with the same
+weights reuses it, and no archive can place its bytes where another archive's are looked up.
+(Zip's own CRC-32 only guards the transfer: four chosen bytes give any content any CRC-32.)
 
 An archive is refused as a whole, with an error naming it and the member, when a member's path
 escapes its folder (absolute, a drive letter or ``..``), when a member is a symbolic link, or when
 the archive expands past :func:`max_archive_bytes` (a zip bomb; the bound is far above any ELMo).
+Each member is then read as a stream, bounded by what the format needs: the weights by what a
+model of the archive's options can hold (:func:`member_bound`: 4 bytes a parameter, times
+:data:`BOUND_FACTOR`, plus :data:`BOUND_MARGIN`), text members by :data:`MAX_TEXT_BYTES`; its
+first bytes must be the format's signature (HDF5's for weights), and reading stops the moment the
+bound is passed. A refused member leaves nothing in the cache: the weights are streamed once
+through SHA-256 without writing anything, and only a member that passed every check is written
+(and removed again when the weights inside it are refused).
 """
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import hashlib
+import io
 import os
 import re
 import shutil
@@ -44,6 +54,15 @@ MANYLANGS_NAMES = ("config.json", "encoder.pkl", "token_embedder.pkl")
 _JUNK = re.compile(r"(^|/)(__MACOSX/|\.DS_Store$)")
 _COPY_CHUNK = 1 << 20
 
+HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
+# A model's member holds at most what its options need: 4 bytes (float32) a parameter, times this
+# factor, plus this margin for the container's own structures (HDF5 headers and B-trees, a
+# pickle's names). The published ELMo weights are 4.0 bytes a parameter plus a few kilobytes.
+BOUND_FACTOR = 1.25
+BOUND_MARGIN = 16 * 2**20
+# Options, vocabularies and dictionaries: a vocabulary of a million words is about 10 MB.
+MAX_TEXT_BYTES = 256 * 2**20
+
 
 class ArchiveError(ValueError):
     """A model archive or folder is unusable; the message names it and the member at fault."""
@@ -58,6 +77,91 @@ def max_archive_bytes() -> int:
         return int(value)
     except ValueError:
         raise ArchiveError(f"${MAX_ARCHIVE_BYTES_ENV}: expected a number of bytes, got {value!r}") from None
+
+
+def member_bound(parameters: int) -> int:
+    """The most bytes a member holding ``parameters`` weights may expand to (see
+    :data:`BOUND_FACTOR`), and never past :func:`max_archive_bytes`."""
+    return min(int(4 * parameters * BOUND_FACTOR) + BOUND_MARGIN, max_archive_bytes())
+
+
+def _file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(_COPY_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _remove_empty_folders(folder: Path, stop: Path) -> None:
+    """Remove ``folder`` and its parents up to (not including) ``stop``, while they are empty."""
+    while folder != stop and stop in folder.parents:
+        try:
+            folder.rmdir()
+        except OSError:  # not empty (another archive's extraction), or gone
+            return
+        folder = folder.parent
+
+
+class _CheckedReader:
+    """A member's bytes as a file-like ``read``: its SHA-256 computed on the way, its first bytes
+    checked against ``magic`` before any more is read, and an error the moment more than
+    ``limit`` bytes have come (``why`` says where the bound comes from, for the message)."""
+
+    def __init__(self, folder: "ModelFolder", name: str, limit: int, why: str, magic: tuple[bytes, ...],
+                 kind: str):
+        self.folder, self.name, self.limit, self.why = folder, name, limit, why
+        self.sha256 = hashlib.sha256()
+        self.count = 0
+        size = folder.size(name)
+        if size > limit:  # the declared size: zipfile never reads past it
+            raise self._too_big(declared=size)
+        member = folder._member(name)
+        self._raw = None
+        self._raw = self._guard(lambda: open(member, "rb") if isinstance(member, Path) else folder._zip.open(member))
+        self._pending = b""
+        if magic:
+            head = self._guard(lambda: self._raw.read(max(len(m) for m in magic)))
+            if not head.startswith(magic):
+                self.close()
+                raise ArchiveError(f"{folder.label(name)}: not {kind} (it starts with {head[:8]!r}); refusing it "
+                                   f"before reading further")
+            self._pending = head
+
+    def _too_big(self, declared: int | None = None) -> ArchiveError:
+        amount = f"declares {declared:,} bytes" if declared is not None else f"expands past {self.limit:,} bytes"
+        return ArchiveError(f"{self.folder.label(self.name)}: {amount}, more than the {self.limit:,} that {self.why}; "
+                            f"refusing it as a possible zip bomb")
+
+    def _guard(self, read):
+        try:
+            return read()
+        except (zipfile.BadZipFile, OSError, EOFError, zlib.error) as e:  # bad CRC, truncated or bad deflate data
+            self.close()
+            raise ArchiveError(f"{self.folder.label(self.name)}: cannot be read from the archive ({e})") from None
+
+    def read(self, n: int = -1) -> bytes:
+        room = self.limit + 1 - self.count  # one byte past the bound is enough to refuse
+        n = room if n is None or n < 0 else min(n, room)
+        data, self._pending = self._pending[:n], self._pending[n:]
+        if len(data) < n:
+            data += self._guard(lambda: self._raw.read(n - len(data)))
+        self.count += len(data)
+        if self.count > self.limit:
+            self.close()
+            raise self._too_big()
+        self.sha256.update(data)
+        return data
+
+    def close(self) -> None:
+        if self._raw is not None:
+            self._raw.close()
+
+    def __enter__(self) -> "_CheckedReader":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
 
 def _escapes(name: str) -> bool:
@@ -76,6 +180,7 @@ class ModelFolder:
         self.path = Path(path)
         self._zip: zipfile.ZipFile | None = None
         self._members: dict[str, zipfile.ZipInfo | Path] = {}
+        self._extracted: dict[str, tuple[Path, Path]] = {}  # name -> (extracted file, the folder it was made in)
         if self.path.is_dir():
             self._members = {p.name: p for p in sorted(self.path.iterdir()) if p.is_file()}
         elif self.path.is_file():
@@ -155,25 +260,33 @@ class ModelFolder:
         member = self._member(name)
         return member.stat().st_size if isinstance(member, Path) else member.file_size
 
-    def read_bytes(self, name: str) -> bytes:
-        """The whole member (bounded by the archive check); errors name archive and member."""
-        member = self._member(name)
-        if isinstance(member, Path):
-            return member.read_bytes()
-        try:
-            with self._zip.open(member) as f:  # zipfile stops at the declared size and checks the CRC
-                return f.read()
-        except (zipfile.BadZipFile, OSError, EOFError, zlib.error) as e:  # a damaged member: bad CRC, truncated data
-            raise ArchiveError(f"{self.label(name)}: cannot be read from the archive ({e})") from None
+    def read_bytes(self, name: str, limit: int | None = None, why: str = "", magic: tuple[bytes, ...] = (),
+                   kind: str = "") -> bytes:
+        """The whole member, read as a stream and refused once past ``limit`` bytes (default
+        :data:`MAX_TEXT_BYTES`; ``why`` names the bound's origin in the message) or when it does
+        not start with one of ``magic`` (``kind`` names the format). Errors name archive and member."""
+        if limit is None:
+            limit, why = MAX_TEXT_BYTES, "elmo reads for a text member (options, vocabulary, dictionary)"
+        # One growing buffer, whose value is taken without a copy: memory holds the member once.
+        buffer = io.BytesIO()
+        with _CheckedReader(self, name, limit, why, magic, kind) as reader:
+            while chunk := reader.read(_COPY_CHUNK):
+                buffer.write(chunk)
+        return buffer.getvalue()
 
     def read_text(self, name: str) -> str:
-        """A UTF-8 member (``.gz`` members are decompressed); errors name archive and member."""
+        """A UTF-8 member (``.gz`` members are decompressed, to at most :data:`MAX_TEXT_BYTES`);
+        errors name archive and member."""
         data = self.read_bytes(name)
         if name.endswith(".gz"):
             try:
-                data = gzip.decompress(data)
+                with gzip.GzipFile(fileobj=io.BytesIO(data)) as f:
+                    data = f.read(MAX_TEXT_BYTES + 1)
             except (OSError, EOFError) as e:
                 raise ArchiveError(f"{self.label(name)}: not a readable gzip file ({e})") from None
+            if len(data) > MAX_TEXT_BYTES:
+                raise ArchiveError(f"{self.label(name)}: expands past the {MAX_TEXT_BYTES:,} bytes elmo reads for a "
+                                   f"text member; refusing it as a possible gzip bomb")
         try:
             return data.decode("utf-8")
         except UnicodeDecodeError as e:
@@ -186,27 +299,55 @@ class ModelFolder:
             lines.pop()
         return lines
 
-    def local_file(self, name: str) -> Path:
+    def local_file(self, name: str, limit: int | None = None, why: str = "", magic: tuple[bytes, ...] = (),
+                   kind: str = "") -> Path:
         """A path on disk holding the member: the file itself in a folder; for an archive, a copy
-        extracted once into ``$ELMO_CACHE/archives/<fingerprint>/``, where ``fingerprint`` comes
-        from the member's CRC-32 and size (its content), so any archive holding the same bytes
-        shares it. The copy is written atomically and its size checked on every use."""
+        extracted once into ``$ELMO_CACHE/archives/<sha256>/``, the SHA-256 of the member's bytes,
+        so any archive holding the same bytes shares it and no other bytes are ever found there.
+
+        The member is streamed twice at most: once through SHA-256 alone (nothing written), which
+        finds a copy already there (whose own SHA-256 is checked on every use), then, for a new
+        one, into a temporary file renamed into place. Both passes refuse it past ``limit``
+        bytes (default :func:`max_archive_bytes`) or without one of the signatures ``magic``, as
+        :meth:`read_bytes` does; a refusal or an interruption leaves nothing in the cache."""
         member = self._member(name)
         if isinstance(member, Path):
             return member
         from elmo.hub.download import default_cache_dir
 
-        fingerprint = hashlib.sha256(f"{member.CRC:08x}:{member.file_size}".encode()).hexdigest()[:24]
-        target = default_cache_dir() / "archives" / fingerprint / Path(member.filename).name
-        if target.is_file() and target.stat().st_size == member.file_size:
+        if limit is None:
+            limit, why = max_archive_bytes(), f"${MAX_ARCHIVE_BYTES_ENV} allows"
+        with _CheckedReader(self, name, limit, why, magic, kind) as reader:
+            while reader.read(_COPY_CHUNK):
+                pass
+        key = reader.sha256.hexdigest()
+        target = default_cache_dir() / "archives" / key / Path(member.filename).name
+        if target.is_file() and _file_sha256(target) == key:
+            self._extracted[name] = (target, target.parent)
             return target
+        made_from = next(folder for folder in target.parents if folder.exists())  # what a refusal leaves
         try:
-            with atomic_path(target, make_parents=True) as tmp, self._zip.open(member) as src, open(tmp, "wb") as dst:
-                # zipfile stops at the member's declared size and checks its CRC at the end.
+            with atomic_path(target, make_parents=True) as tmp, open(tmp, "wb") as dst, \
+                    _CheckedReader(self, name, limit, why, magic, kind) as src:
                 shutil.copyfileobj(src, dst, _COPY_CHUNK)
-        except (zipfile.BadZipFile, EOFError, zlib.error) as e:  # a damaged member: bad CRC, bad deflate data
-            raise ArchiveError(f"{self.label(name)}: cannot be read from the archive ({e})") from None
+                if src.sha256.hexdigest() != key:
+                    raise ArchiveError(f"{self.label(name)}: changed while it was read (SHA-256 {key[:12]}... then "
+                                       f"{src.sha256.hexdigest()[:12]}...); refusing it")
+        except BaseException:
+            _remove_empty_folders(target.parent, made_from)
+            raise
+        self._extracted[name] = (target, made_from)
         return target
+
+    def discard(self, name: str) -> None:
+        """Remove what :meth:`local_file` extracted for ``name`` (its content was refused), and
+        the folders that extraction made, when they are left empty; nothing for a folder's own
+        files."""
+        target, made_from = self._extracted.pop(name, (None, None))
+        if target is not None:
+            with contextlib.suppress(FileNotFoundError):
+                target.unlink()
+            _remove_empty_folders(target.parent, made_from)
 
     def find(self, names: tuple[str, ...], suffix: str | None = None, what: str = "file") -> str | None:
         """The first of ``names`` present; else the one member ending in ``suffix`` (AllenNLP's
@@ -269,8 +410,16 @@ def load_bilm_tf_folder(folder: ModelFolder):
                            f"(expected the bilm-tf layout of NLPL archives, or an ELMoForManyLangs model: "
                            f"{', '.join(MANYLANGS_NAMES)}, char.dic, word.dic)")
     config = BiLMConfig.from_bytes(folder.read_bytes(options), folder.label(options))
-    return bilm_from_hdf5(config, folder.local_file(weights), options_label=folder.label(options),
-                          weights_label=folder.label(weights)).eval()
+    # The options say how large the weights can be: a bigger member is refused while streaming.
+    parameters = config.parameter_count()
+    path = folder.local_file(weights, limit=member_bound(parameters), magic=(HDF5_SIGNATURE,), kind="an HDF5 file",
+                             why=f"a model of {folder.label(options)} can need ({parameters:,} parameters)")
+    try:
+        return bilm_from_hdf5(config, path, options_label=folder.label(options),
+                              weights_label=folder.label(weights)).eval()
+    except Exception:
+        folder.discard(weights)  # refused weights leave nothing in the cache
+        raise
 
 
 def language_model_of_folder(path: str | os.PathLike):
@@ -311,7 +460,8 @@ def read_model_vocabulary(path: str | os.PathLike) -> tuple[list[str], str] | No
         return [w for w in words if w], folder.label(name)
 
 
-__all__ = ["ArchiveError", "MAX_ARCHIVE_BYTES", "ModelFolder", "is_manylangs", "language_model_of_folder",
+__all__ = ["ArchiveError", "BOUND_FACTOR", "BOUND_MARGIN", "HDF5_SIGNATURE", "MAX_ARCHIVE_BYTES", "MAX_TEXT_BYTES",
+           "ModelFolder", "member_bound", "is_manylangs", "language_model_of_folder",
            "load_bilm_tf_folder",
            "looks_like_model", "max_archive_bytes", "options_member", "read_model_vocabulary", "vocab_member",
            "weights_member"]

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import os
 import pickle
-import re
 import warnings
 import zipfile
 from collections.abc import Mapping
@@ -29,6 +28,7 @@ import numpy as np
 import torch
 
 from elmo.fileio import atomic_path
+from elmo.hub.pickles import torch_reason, unsafe_global
 from elmo.model.bilm import BiLM
 from elmo.model.config import BiLMConfig, ConfigError
 from elmo.model.dictionary import CharacterDictionary, DictionaryError
@@ -74,20 +74,20 @@ def read_checkpoint(path: str | os.PathLike, formats: Mapping[str, int], what: s
     library), is another program's or another kind of elmo file, or was written by a newer version.
     ``what`` names the expected kind in the messages ("training checkpoint", ...).
     """
+    # elmo's own check first: a file whose pickle imports anything outside PyTorch's tensor
+    # rebuilding is named as such, whatever torch's wording (torch.load below still refuses it).
+    found = unsafe_global(path) if os.path.isfile(path) else None
+    if found is not None:
+        raise WeightsError(f"{path}: not a readable {what}: it holds Python objects that elmo never runs (its pickle "
+                           f"imports {found}); a file elmo writes holds only tensors and plain data")
     try:
         payload = torch.load(path, map_location=map_location, weights_only=True)
     except FileNotFoundError:
         raise
     except pickle.UnpicklingError as e:
-        found = re.search(r"Unsupported global: GLOBAL (\S+)", str(e))
-        if found:
-            raise WeightsError(f"{path}: not a readable {what}: it holds Python objects ({found.group(1)}), which "
-                               f"elmo never unpickles (a file elmo writes holds only tensors and plain data)") from None
-        detail = re.search(r"WeightsUnpickler error:\s*([^\n]+)", str(e))
-        raise WeightsError(f"{path}: not a readable {what}: damaged or not a checkpoint "
-                           f"({detail.group(1).strip() if detail else _first_line(e)})") from None
+        raise WeightsError(f"{path}: not a readable {what}: damaged or not a checkpoint ({torch_reason(e)})") from None
     except (RuntimeError, EOFError, OSError, ValueError, zipfile.BadZipFile) as e:
-        raise WeightsError(f"{path}: not a readable {what}: damaged or truncated ({_first_line(e)})") from None
+        raise WeightsError(f"{path}: not a readable {what}: damaged or truncated ({torch_reason(e)})") from None
     marker = payload.get("format") if isinstance(payload, dict) else None
     if not isinstance(marker, str):
         raise WeightsError(f"{path}: not an elmo checkpoint (no format marker: another program's file)")

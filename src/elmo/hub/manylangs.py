@@ -31,7 +31,6 @@ from __future__ import annotations
 import io
 import json
 import os
-import pickle
 import re
 import warnings
 from collections import OrderedDict
@@ -40,7 +39,8 @@ from pathlib import Path
 import torch
 
 from elmo.fileio import atomic_path, atomic_write_text
-from elmo.hub.archives import ArchiveError, ModelFolder
+from elmo.hub.archives import MAX_ARCHIVE_BYTES_ENV, ArchiveError, ModelFolder, max_archive_bytes, member_bound
+from elmo.hub.pickles import UnsafePickleError, check_pickle, torch_reason
 from elmo.model.bilm import BiLM
 from elmo.model.config import BiLMConfig, CharCNNConfig, ConfigError, LSTMConfig
 from elmo.model.dictionary import (
@@ -76,25 +76,30 @@ def _first_line(error: BaseException) -> str:
     return f"{type(error).__name__}: {lines[0][:200]}" if lines else type(error).__name__
 
 
-def load_tensors(folder: ModelFolder, name: str) -> dict[str, torch.Tensor]:
+def load_tensors(folder: ModelFolder, name: str, limit: int | None = None, why: str = "") -> dict[str, torch.Tensor]:
     """A state dict from a ``.pkl`` member, read with ``weights_only=True``: tensors and plain
-    containers only. Anything else is refused with an error naming the file, never unpickled."""
+    containers only. The member is read as a stream, refused when it does not start as a pickle
+    or PyTorch's zip format, or once past ``limit`` bytes (default :func:`max_archive_bytes`;
+    ``why`` says where the bound comes from), so memory holds at most the member's bytes and then
+    its tensors. A pickle that imports anything outside PyTorch's tensor rebuilding
+    (:mod:`elmo.hub.pickles`) is refused with an error naming the file and the global, never
+    unpickled."""
     label = folder.label(name)
-    data = folder.read_bytes(name)
-    if not data.startswith((b"\x80", b"PK\x03\x04")):  # a pickle's PROTO opcode, or PyTorch's zip format
-        raise ManyLangsError(f"{label}: not a PyTorch file (it starts with {data[:8]!r})")
+    if limit is None:
+        limit, why = max_archive_bytes(), f"${MAX_ARCHIVE_BYTES_ENV} allows"
+    # a pickle's PROTO opcode, or PyTorch's zip format
+    data = folder.read_bytes(name, limit=limit, why=why, magic=(b"\x80", b"PK\x03\x04"), kind="a PyTorch file")
+    try:
+        check_pickle(data, label)
+    except UnsafePickleError as e:
+        raise ManyLangsError(str(e)) from None
     try:
         with warnings.catch_warnings():  # torch remarks on pickle protocols; the refusal below says enough
             warnings.simplefilter("ignore")
             payload = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError as e:
-        found = re.search(r"(Unsupported (global|operand)[^\n]*|GLOBAL [^\s]+)", str(e))
-        if found:
-            raise ManyLangsError(f"{label}: holds something other than tensors ({found.group(0).strip()}); it was not "
-                                 f"unpickled (a file that can run code is never loaded)") from None
-        raise ManyLangsError(f"{label}: not a readable PyTorch file: damaged or truncated ({_first_line(e)})") from None
     except Exception as e:  # torch raises several types for files that are not its own
-        raise ManyLangsError(f"{label}: not a readable PyTorch file: damaged or truncated ({_first_line(e)})") from None
+        raise ManyLangsError(f"{label}: not a readable PyTorch file: damaged or truncated ({torch_reason(e)})") from None
+    del data
     if not isinstance(payload, dict) or not all(isinstance(k, str) and torch.is_tensor(v) for k, v in payload.items()):
         raise ManyLangsError(f"{label}: expected a state dict (parameter names -> tensors), got "
                              f"{type(payload).__name__}")
@@ -250,15 +255,50 @@ def _check_tensors(folder: ModelFolder, name: str, tensors: dict[str, torch.Tens
                              f"cnn token embedder and elmo encoder)")
 
 
-def _read_dictionary(folder: ModelFolder, name: str, rows: int, what: str) -> dict[str, int]:
+def _read_dictionary(folder: ModelFolder, name: str) -> dict[str, int]:
     entries = parse_dictionary(folder.read_text(name), folder.label(name))
     if not entries:
         raise ManyLangsError(f"{folder.label(name)}: empty")
+    return entries
+
+
+def _check_rows(folder: ModelFolder, name: str, entries: dict[str, int], rows: int, what: str) -> None:
     token, largest = max(entries.items(), key=lambda item: item[1])
     if largest >= rows:
         raise ManyLangsError(f"{folder.label(name)}: id {largest} of {token!r} is outside the {what} of "
                              f"token_embedder.pkl ({rows} rows)")
-    return entries
+
+
+def _rows(entries: dict[str, int] | None) -> int:
+    return max(entries.values()) + 1 if entries else 0
+
+
+def member_parameters(arch: dict | None, n_chars: int, n_words: int) -> dict[str, int]:
+    """How many parameters each state dict of a model of ``arch`` (their architecture file;
+    their published one when None) holds, for dictionaries of ``n_chars`` and ``n_words`` rows:
+    what bounds the members' sizes before they are read. A size the file does not give as a
+    number counts as the published one (:func:`build_config` names it later)."""
+    def entry(section: str, key: str):
+        value = arch.get(section) if isinstance(arch, dict) else None
+        return value.get(key) if isinstance(value, dict) else None
+
+    def size(section: str, key: str) -> int:
+        value = entry(section, key)
+        ok = isinstance(value, int) and not isinstance(value, bool) and value >= 0
+        return value if ok else PUBLISHED_ARCHITECTURE[section][key]
+
+    filters = entry("token_embedder", "filters")
+    if not (isinstance(filters, list) and all(isinstance(f, list) and len(f) == 2 and
+                                              all(isinstance(v, int) and v >= 0 for v in f) for f in filters)):
+        filters = PUBLISHED_ARCHITECTURE["token_embedder"]["filters"]
+    char_dim, word_dim = size("token_embedder", "char_dim"), size("token_embedder", "word_dim")
+    n_highway = size("token_embedder", "n_highway")
+    dim, proj, layers = size("encoder", "dim"), size("encoder", "projection_dim"), size("encoder", "n_layers")
+    n = sum(count for _, count in filters)
+    embedder = (n_chars * char_dim + n_words * word_dim + sum(count * (char_dim * width + 1) for width, count in filters)
+                + n_highway * (2 * n * n + 2 * n) + proj * (n + word_dim) + proj)
+    encoder = 2 * layers * (2 * 4 * dim * proj + 4 * dim + proj * dim)
+    return {"token_embedder.pkl": embedder, "encoder.pkl": encoder}
 
 
 def load_manylangs(source: ModelFolder | str | os.PathLike) -> BiLM:
@@ -273,18 +313,29 @@ def load_manylangs(source: ModelFolder | str | os.PathLike) -> BiLM:
             raise ArchiveError(f"{folder.label(name)}: missing; an ELMoForManyLangs model holds config.json, "
                                f"char.dic, word.dic, token_embedder.pkl and encoder.pkl")
     arch = read_architecture(folder)
-    embedder, encoder = load_tensors(folder, "token_embedder.pkl"), load_tensors(folder, "encoder.pkl")
+    # The architecture and the dictionaries say how large the state dicts can be: a member past
+    # that is refused while it is read, before it fills memory.
+    chars = _read_dictionary(folder, "char.dic")
+    words = _read_dictionary(folder, "word.dic") if folder.has("word.dic") else None
+    counts = member_parameters(arch, _rows(chars), _rows(words))
+    origin = f"the architecture in {folder.label('config.json')}" if arch is not None else \
+        "ELMoForManyLangs' published architecture"
+    embedder, encoder = (load_tensors(folder, name, member_bound(counts[name]),
+                                      f"{name} of {origin} with {folder.label('char.dic')} can need "
+                                      f"({counts[name]:,} parameters)")
+                         for name in ("token_embedder.pkl", "encoder.pkl"))
     where = folder.label("config.json") if arch is None else "the architecture file named by " + folder.label("config.json")
     config = build_config(arch, embedder, encoder, where)
     for name, expected in _expected_tensors(config).items():
         _check_tensors(folder, name, embedder if name == "token_embedder.pkl" else encoder, expected)
     cnn = config.char_cnn
-    chars = _read_dictionary(folder, "char.dic", cnn.n_characters, "character embedding")
-    words = None
+    _check_rows(folder, "char.dic", chars, cnn.n_characters, "character embedding")
     if cnn.word_dim:
-        if not folder.has("word.dic"):
+        if words is None:
             raise ArchiveError(f"{folder.label('word.dic')}: missing; the model has a word embedding")
-        words = _read_dictionary(folder, "word.dic", cnn.n_words, "word embedding")
+        _check_rows(folder, "word.dic", words, cnn.n_words, "word embedding")
+    else:
+        words = None  # their loader reads word.dic only for a word embedding
     try:
         characters = CharacterDictionary(chars, words, cnn.max_characters_per_token,
                                          where_chars=folder.label("char.dic"), where_words=folder.label("word.dic"))
@@ -406,4 +457,4 @@ def save_manylangs(model: BiLM, output_dir: str | os.PathLike) -> None:
 
 
 __all__ = ["ManyLangsError", "PUBLISHED_ARCHITECTURE", "architecture_of", "build_config", "load_manylangs",
-           "load_tensors", "manylangs_problems", "read_architecture", "save_manylangs"]
+           "load_tensors", "manylangs_problems", "member_parameters", "read_architecture", "save_manylangs"]

@@ -117,13 +117,13 @@ def bilm_from_hdf5(config: BiLMConfig, weights_file: str | os.PathLike, *, optio
                            f"holds only byte-scheme models (load a dictionary model from its ELMoForManyLangs folder "
                            f"or a native checkpoint)")
     label = weights_label or os.fspath(weights_file)
-    model = BiLM(config)
-    written: set[int] = set()
     try:
         fin = h5py.File(weights_file, "r")
     except OSError as e:
         raise WeightsError(f"{label}: cannot open as HDF5 ({e})") from e
+    written: set[int] = set()
     with fin, torch.no_grad():
+        model = BiLM(config)  # allocated once the file is known to be HDF5: a bad file costs no model
         for name, shape, param, conversion in _tf_datasets(model):
             written.add(id(param))
             if name not in fin:
