@@ -236,6 +236,28 @@ def test_garbled_frames_past_the_synced_mark_in_the_last_frame_and_in_two_places
         out.unlink()
 
 
+def test_a_resume_interrupted_after_refilling_a_garbled_frame_resumes_again(tmp_path, model, interrupted):
+    # The garbled bytes stay in the journal, skipped; the batch's new frame lies at its end.
+    src, root, saved = interrupted
+    out = tmp_path / "out.hdf5"
+    work = WorkFolder(out)
+    shutil.copytree(saved["packed"], work.path)
+    frames = work.scan()
+    garble(work.journal_path, *GARBLES["vectors"](frames[5]))
+    embedder = Embedder(model, batch_size=4, token_memo=0)
+    with pytest.MonkeyPatch.context() as patch:
+        interrupt_after(patch, 2)  # the garbled batch again, and the next new one
+        with pytest.raises(Interrupt):
+            embedder.embed_file(src, out, layout="packed", chunk_sentences=16, resume=True)
+    assert [(f.chunk, f.batch) for f in work.scan()] == sorted({(f.chunk, f.batch) for f in frames} | {(2, 2)})
+    assert len(work.damage) == 1 and work.damage[0].offset == frames[5].offset
+    with pytest.warns(UserWarning, match=rf"bytes {frames[5].offset:,}\.\..*their sentences were embedded again "
+                                         "by an earlier resume"):
+        report = embedder.embed_file(src, out, layout="packed", chunk_sentences=16, resume=True)
+    assert report.reembedded == 0 and report.resumed == sum(f.sentences for f in frames) + 4
+    assert_uninterrupted(root, out, "packed")
+
+
 def test_stateful_a_garbled_frame_is_embedded_again_with_every_batch_after_it(tmp_path, model):
     # Each batch carries on from the state the one before ended in, so what follows a garbled
     # frame is embedded again too, from the state the last good frame carries: bit for bit.
