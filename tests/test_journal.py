@@ -3,13 +3,17 @@ a cut frame costs its batch only, the stateful state carried across, other setti
 refused, a foreign or damaged work file refused naming it, the input never overwritten, pipes
 read once."""
 
+import json
 import os
 import shutil
 import signal
+import struct
 import subprocess
 import threading
 import time
+import warnings
 
+import h5py
 import numpy as np
 import pytest
 from conftest import (
@@ -140,6 +144,214 @@ def test_a_frame_cut_anywhere_costs_that_batch_only(tmp_path, monkeypatch, model
         out.unlink()
 
 
+# Garbled frames: where the bytes go in the sixth frame (chunk 1, batch 1) of an interrupted run
+# whose every frame is known to be on disk (synced), and what is written there. Each would have
+# been copied (or refused without need) before frames were verified ahead of reuse.
+GARBLES = {
+    "magic": lambda f: (f.offset, b"XXXX"),
+    "chunk and batch": lambda f: (f.offset + 4, struct.pack("<QI", 7, 3)),
+    "vector length": lambda f: (f.offset + 32, struct.pack("<Q", 1 << 40)),
+    "line number": lambda f: (f.meta_offset, struct.pack("<q", 0)),
+    "text": lambda f: (f.text_offset, b"ZZZZZZZZ"),
+    "vectors": lambda f: (f.vector_offset + 64, np.full(4, 1e30, dtype="<f4").tobytes()),
+    "crc": lambda f: (f.end - 8, b"\x00\x11\x22\x33"),
+    "end marker": lambda f: (f.end - 4, b"XXXX"),
+}
+
+
+def garble(path, offset: int, data: bytes) -> None:
+    with open(path, "r+b") as f:
+        f.seek(offset)
+        assert f.read(len(data)) != data, "the garbling must change the bytes"
+        f.seek(offset)
+        f.write(data)
+
+
+@pytest.fixture(scope="module")
+def interrupted(tmp_path_factory, model):
+    """An uninterrupted output of 60 lines (batches of 4, chunks of 16) in both layouts, and the
+    work file of a run of each stopped after 10 of its 15 batches, everything synced."""
+    root = tmp_path_factory.mktemp("garbled")
+    src = write_lines(root / "in.txt", corpus(60, seed=20))
+    saved = {}
+    for layout in ("packed", "allennlp"):
+        embedder = Embedder(model, batch_size=4, token_memo=0)
+        embedder.embed_file(src, root / f"ref-{layout}.hdf5", layout=layout, chunk_sentences=16)
+        out = root / "out.hdf5"
+        with pytest.MonkeyPatch.context() as patch:
+            interrupt_after(patch, 10)
+            with pytest.raises(Interrupt):
+                embedder.embed_file(src, out, layout=layout, chunk_sentences=16)
+        shutil.move(WorkFolder(out).path, root / f"saved-{layout}.partial")
+        saved[layout] = root / f"saved-{layout}.partial"
+    return src, root, saved
+
+
+def resume_garbled(tmp_path, model, interrupted, layout: str, damage: dict[int, str], synced_at: int | None = None):
+    """Resume the interrupted run after garbling frames (index -> kind of GARBLES); returns the
+    report, the warnings, the frames as they were and the output's path."""
+    src, root, saved = interrupted
+    out = tmp_path / "out.hdf5"
+    work = WorkFolder(out)
+    shutil.copytree(saved[layout], work.path)
+    frames = work.scan()
+    assert [(f.chunk, f.batch) for f in frames] == [(c, b) for c in range(3) for b in range(4)][:10]
+    assert int(open(work.synced_path).read()) == frames[-1].end
+    for index, kind in damage.items():
+        garble(work.journal_path, *GARBLES[kind](frames[index]))
+    if synced_at is not None:
+        journal.atomic_write_text(work.synced_path, str(synced_at))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        report = Embedder(model, batch_size=4, token_memo=0).embed_file(src, out, layout=layout, chunk_sentences=16,
+                                                                        resume=True)
+    return report, [str(w.message) for w in caught], frames, out
+
+
+def assert_uninterrupted(root, out, layout: str) -> None:
+    """The resumed output is the uninterrupted one: vectors bit for bit (no token memo), texts,
+    and in the allennlp layout its sentence_to_index."""
+    with open_embeddings(root / f"ref-{layout}.hdf5") as ref, open_embeddings(out) as got:
+        assert_same(ref, got)
+        assert [got.text(i) for i in range(len(got))] == [ref.text(i) for i in range(len(ref))]
+    if layout == "allennlp":
+        with h5py.File(root / f"ref-{layout}.hdf5", "r") as ref, h5py.File(out, "r") as got:
+            assert json.loads(got["sentence_to_index"][0]) == json.loads(ref["sentence_to_index"][0])
+
+
+@pytest.mark.parametrize("kind", sorted(GARBLES))
+def test_a_garbled_frame_before_the_synced_mark_is_embedded_again_never_copied(tmp_path, model, interrupted, kind):
+    report, caught, frames, out = resume_garbled(tmp_path, model, interrupted, "packed", {5: kind})
+    assert_uninterrupted(interrupted[1], out, "packed")
+    sixth = frames[5]
+    committed = sum(f.sentences for f in frames)
+    # Only the garbled frame's lines are embedded again (the frames after it are still used), and
+    # the user is told, in one line naming where.
+    assert report.sentences == 60 and len(caught) == 1, caught
+    assert caught[0].startswith(f"{WorkFolder(out).journal_path}: bytes {sixth.offset:,}..") and \
+        f"{sixth.sentences} sentences embedded again from the input" in caught[0], caught[0]
+    assert report.resumed == committed - sixth.sentences and report.reembedded == sixth.sentences
+
+
+@pytest.mark.parametrize("kind", ["text", "line number"])
+def test_garbled_text_never_reaches_the_sentence_to_index(tmp_path, model, interrupted, kind):
+    report, caught, frames, out = resume_garbled(tmp_path, model, interrupted, "allennlp", {2: kind})
+    assert_uninterrupted(interrupted[1], out, "allennlp")
+    assert report.reembedded == frames[2].sentences and len(caught) == 1, caught
+
+
+def test_garbled_frames_past_the_synced_mark_in_the_last_frame_and_in_two_places(tmp_path, model, interrupted):
+    # Past the synced mark (a power loss): the frame is embedded again, and the whole frames after
+    # it are kept (they used to be cut off and embedded again too).
+    first_frames = WorkFolder(interrupted[1] / "saved-packed").scan()
+    committed = sum(f.sentences for f in first_frames)
+    report, caught, frames, out = resume_garbled(tmp_path, model, interrupted, "packed", {5: "vectors"},
+                                                 synced_at=first_frames[5].offset)
+    assert report.resumed == committed - frames[5].sentences and report.reembedded == frames[5].sentences
+    assert_uninterrupted(interrupted[1], out, "packed")
+    out.unlink()
+    # The last frame (nothing whole after it), and two frames at once.
+    for damage in ({9: "vectors"}, {9: "magic"}, {2: "text", 7: "chunk and batch"}):
+        report, caught, frames, out = resume_garbled(tmp_path, model, interrupted, "packed", damage)
+        lost = sum(frames[i].sentences for i in damage)
+        assert report.resumed == committed - lost and report.reembedded == lost, damage
+        assert len(caught) == 1 and f"{lost} sentences embedded again" in caught[0], caught
+        assert_uninterrupted(interrupted[1], out, "packed")
+        out.unlink()
+
+
+def test_a_resume_interrupted_after_refilling_a_garbled_frame_resumes_again(tmp_path, model, interrupted):
+    # The garbled bytes stay in the journal, skipped; the batch's new frame lies at its end.
+    src, root, saved = interrupted
+    out = tmp_path / "out.hdf5"
+    work = WorkFolder(out)
+    shutil.copytree(saved["packed"], work.path)
+    frames = work.scan()
+    garble(work.journal_path, *GARBLES["vectors"](frames[5]))
+    embedder = Embedder(model, batch_size=4, token_memo=0)
+    with pytest.MonkeyPatch.context() as patch:
+        interrupt_after(patch, 2)  # the garbled batch again, and the next new one
+        with pytest.raises(Interrupt):
+            embedder.embed_file(src, out, layout="packed", chunk_sentences=16, resume=True)
+    assert [(f.chunk, f.batch) for f in work.scan()] == sorted({(f.chunk, f.batch) for f in frames} | {(2, 2)})
+    assert len(work.damage) == 1 and work.damage[0].offset == frames[5].offset
+    with pytest.warns(UserWarning, match=rf"bytes {frames[5].offset:,}\.\..*their sentences were embedded again "
+                                         "by an earlier resume"):
+        report = embedder.embed_file(src, out, layout="packed", chunk_sentences=16, resume=True)
+    assert report.reembedded == 0 and report.resumed == sum(f.sentences for f in frames) + 4
+    assert_uninterrupted(root, out, "packed")
+
+
+def test_stateful_a_garbled_frame_is_embedded_again_with_every_batch_after_it(tmp_path, model):
+    # Each batch carries on from the state the one before ended in, so what follows a garbled
+    # frame is embedded again too, from the state the last good frame carries: bit for bit.
+    src = write_lines(tmp_path / "in.txt", corpus(40, seed=21))
+    kwargs = dict(layout="packed", chunk_sentences=8)
+
+    def fresh():
+        return Embedder(model, batch_size=4, state="stateful", token_memo=0)
+
+    fresh().embed_file(src, tmp_path / "ref.hdf5", **kwargs)
+    out = tmp_path / "out.hdf5"
+    work = WorkFolder(out)
+    with pytest.MonkeyPatch.context() as patch:
+        interrupt_after(patch, 7)
+        with pytest.raises(Interrupt):
+            fresh().embed_file(src, out, **kwargs)
+    saved = tmp_path / "saved.partial"
+    shutil.copytree(work.path, saved)
+    frames = work.scan()
+    assert len(frames) == 7 and all(f.sentences == 4 and f.state_bytes > 0 for f in frames)
+    # The fourth frame's vectors (three whole frames after it), and the state the last frame hands on.
+    for frame, offset, again in ((frames[3], frames[3].vector_offset + 64, 16),
+                                 (frames[6], frames[6].state_offset + 8, 4)):
+        shutil.rmtree(work.path, ignore_errors=True)
+        shutil.copytree(saved, work.path)
+        garble(work.journal_path, offset, np.full(4, 1e30, dtype="<f4").tobytes())
+        with pytest.warns(UserWarning, match=rf"bytes {frame.offset:,}\.\..* {again} sentences embedded again"):
+            report = fresh().embed_file(src, out, resume=True, **kwargs)
+        with open_embeddings(tmp_path / "ref.hdf5") as ref, open_embeddings(out) as got:
+            assert_same(ref, got)
+        assert report.resumed == 28 - again and report.reembedded == again
+        out.unlink()
+
+
+def test_cli_a_garbled_frame_is_one_warning_line_and_a_second_frame_for_a_batch_is_refused(tmp_path, capsys, model):
+    src = write_lines(tmp_path / "in.txt", corpus(30, seed=22))
+    out = tmp_path / "out.hdf5"
+    work = WorkFolder(out)
+    argv = ["embed", str(src), str(out), *FIXTURE_MODEL_ARGS, "--layout", "packed", "--batch-size", "4"]
+    with pytest.MonkeyPatch.context() as patch:
+        interrupt_after(patch, 4)
+        with pytest.raises(Interrupt):
+            Embedder(model, batch_size=4).embed_file(src, out, layout="packed")
+    saved = tmp_path / "saved.partial"
+    shutil.copytree(work.path, saved)
+    frames = work.scan()
+    garble(work.journal_path, *GARBLES["vectors"](frames[1]))
+    capsys.readouterr()
+    assert main(argv + ["--resume"]) == 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[0] == (f"elmo embed: warning: {work.journal_path}: bytes {frames[1].offset:,}..{frames[1].end:,} are "
+                      f"damaged (they fail the journal's CRC-32 check) and were not copied; {frames[1].sentences} "
+                      "sentences embedded again from the input"), err
+    assert err[-1].startswith("elmo embed: wrote 30 sentences") and len(err) == 2, err
+    out.unlink()
+    # A second whole frame for a batch the journal already holds: which one is right cannot be
+    # told, so the resume is refused naming the byte, and the journal is left as it was.
+    shutil.copytree(saved, work.path)
+    with open(work.journal_path, "r+b") as f:
+        f.seek(frames[1].offset)
+        copy = f.read(frames[1].end - frames[1].offset)
+        f.seek(0, os.SEEK_END)
+        f.write(copy)
+    size = os.path.getsize(work.journal_path)
+    line = one_error_line(capsys, argv + ["--resume"])
+    assert f"{work.journal_path}: damaged at byte {frames[-1].end:,}: a second frame for batch 1 of chunk 0" in line \
+        and "--force" in line, line
+    assert os.path.getsize(work.journal_path) == size and not out.exists()
+
+
 def test_stateful_resume_carries_the_state_across_the_interruption(tmp_path, monkeypatch, model):
     lines = corpus(40, seed=2)
     src = write_lines(tmp_path / "in.txt", lines)
@@ -248,7 +460,8 @@ def test_a_foreign_or_damaged_work_file_is_refused_in_one_line_naming_it(tmp_pat
         f.truncate(20)
     line = one_error_line(capsys, argv + ["--resume"])
     assert line.startswith(f"elmo embed: error: {work.path}: not a readable work file (") and "--force" in line
-    # Its journal damaged before the point known to be on disk: refused, and the journal kept as it was.
+    # Its journal damaged before the point known to be on disk: the damaged frame is embedded
+    # again, with one warning line (see the garbled-frame tests below for every part of a frame).
     shutil.rmtree(work.path)
     shutil.copytree(saved, work.path)
     frames = work.scan()
@@ -256,12 +469,19 @@ def test_a_foreign_or_damaged_work_file_is_refused_in_one_line_naming_it(tmp_pat
     with open(work.journal_path, "r+b") as f:
         f.seek(frames[2].offset)
         f.write(b"XXXX")  # the third frame's magic
-    size = os.path.getsize(work.journal_path)
-    line = one_error_line(capsys, argv + ["--resume"])
-    assert f"{work.journal_path}: damaged at byte {frames[2].offset:,}, before the {frames[-1].end:,} bytes " \
-           f"known to be on disk; remove {work.path} (or pass --force)" in line, line
-    assert os.path.getsize(work.journal_path) == size
-    # --force starts over from a damaged work file of ours.
+    capsys.readouterr()
+    assert main(argv + ["--resume"]) == 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 2 and err[0].startswith(f"elmo embed: warning: {work.journal_path}: bytes "
+                                               f"{frames[2].offset:,}..{frames[3].offset:,} are damaged"), err
+    assert f"{frames[2].sentences} sentences embedded again" in err[0], err
+    with open_embeddings(out) as got:
+        assert_same(got, embedder.embed_sentences(corpus(30, seed=10)), exact=False)
+    out.unlink()
+    # A damaged work file of ours that cannot be continued: --force starts over from it.
+    shutil.copytree(saved, work.path)
+    with open(work.info_path, "r+b") as f:
+        f.truncate(20)
     capsys.readouterr()
     assert main(argv + ["--force"]) == 0
     assert not os.path.exists(work.path)

@@ -9,6 +9,7 @@ import json
 import os
 import threading
 import time
+import warnings
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
@@ -338,11 +339,13 @@ class Embedder:
             else:
                 work.create(fingerprint, about)
             try:
-                frames = work.scan()
+                # Every frame is verified (CRC-32) before it is reused; a damaged one is embedded again.
+                frames = work.scan(chained=self.state == "stateful")
                 resumed = sum(f.sentences for f in frames)
-                self._embed_into_journal(input_path, work, frames, options, token_shape, batch_size, chunk, rank,
-                                         world, max_line_tokens, progress, progress_position)
-                frames = work.scan()
+                appended, again = self._embed_into_journal(input_path, work, frames, options, token_shape, batch_size,
+                                                           chunk, rank, world, max_line_tokens, progress,
+                                                           progress_position)
+                frames = sorted(frames + appended, key=lambda f: (f.chunk, f.batch))
                 writing = time.perf_counter()
                 with atomic_path(target) as tmp, h5py.File(tmp, "w") as fout:
                     writer = create_writer(fout, options, token_shape)
@@ -361,14 +364,23 @@ class Embedder:
         finally:
             work.release()
         return EmbedReport(target, writer.sentences, writer.tokens, os.path.getsize(target), resumed,
-                           time.perf_counter() - started, write_seconds=writing)
+                           time.perf_counter() - started, write_seconds=writing, reembedded=again)
 
     def _embed_into_journal(self, input_path, work: WorkFolder, frames: list[Frame], options: OutputOptions,
                             token_shape: tuple[int, ...], batch_size: int, chunk: int, rank: int, world: int,
-                            max_line_tokens: int, progress: bool | None, position: int) -> None:
-        """Embed every line not yet in the journal, batch by batch, one frame per batch."""
-        digests = {f.chunk: f.digest for f in frames}
-        last_frames = {f.chunk: f for f in frames}  # each chunk's last batch done
+                            max_line_tokens: int, progress: bool | None, position: int) -> tuple[list[Frame], int]:
+        """Embed every line not yet in the journal (``frames``: its verified frames, sorted),
+        batch by batch, one frame per batch. Returns the frames appended, and how many of their
+        sentences were embedded again because the journal's frame for them was damaged (the
+        user is warned, in one line)."""
+        done_batches: dict[int, dict[int, Frame]] = {}  # chunk -> batch -> its frame
+        for frame in frames:
+            done_batches.setdefault(frame.chunk, {})[frame.batch] = frame
+        # Lost to damage: the batches damaged headers name, those missing between whole frames,
+        # and the first ones appended over a damaged end.
+        lost = set().union(*(d.lost() for d in work.damage))
+        frontier = (frames[-1].chunk, frames[-1].batch) if frames else (-1, -1)
+        lost_tail_bytes, again = work.lost_tail_bytes, 0
         row_bytes = int(np.prod(token_shape)) * np.dtype(DTYPES[options.dtype]).itemsize
         if self.state == "stateful":
             self.runtime.reset_state()
@@ -391,12 +403,13 @@ class Embedder:
             started = time.perf_counter()
             for c, block in enumerate(chunks(lines, chunk)):
                 digest = chunk_digest(line for _, line in block)
-                if c in digests and digests[c] != digest:
+                have = done_batches.get(c, {})
+                if any(f.digest != digest for f in have.values()):
                     raise ValueError(f"{input_path}: lines {block[0][0] + 1}..{block[-1][0] + 1} differ from those the "
                                      f"interrupted run embedded (its work file {work.path}): resume only with the "
                                      "same input, or start over with --force (overwrite=True)")
-                if c in last_frames and last_frames[c].last:
-                    continue
+                if have and have[max(have)].last and len(have) == max(have) + 1:
+                    continue  # complete
                 texts = [line.strip() for _, line in block]
                 tokenized = [tokenize(t) for t in texts]
                 for (number, _), tokens in zip(block, tokenized):
@@ -409,17 +422,16 @@ class Embedder:
                                          "padded tokens per row: raise --max-tokens, or use --state warm or reset, "
                                          "which embed long lines in windows")
                 batches = list(self._batches(tokenized, batch_size))
-                skip = 0
-                if c in last_frames:  # the chunk the interrupted run was in: its batches come again, alike
-                    skip = last_frames[c].batch + 1
-                    if skip >= len(batches) or last_frames[c].sentences != len(batches[skip - 1]):
+                # A chunk the interrupted run was in: its batches come again, alike.
+                for b, frame in have.items():
+                    if b >= len(batches) or frame.sentences != len(batches[b]) or frame.last != (b == len(batches) - 1):
                         raise ValueError(f"{work.path}: its batches do not match this run's for lines "
                                          f"{block[0][0] + 1}..{block[-1][0] + 1}; start over with --force")
                 for b, indices in enumerate(batches):
                     if bar.total is None and total[0] is not None:
                         bar.total = shard_lines(total[0], rank, world)
                         bar.refresh()
-                    if b < skip:
+                    if b in have:
                         continue
                     rows = [tokenized[i] for i in indices]
                     n_tokens = [len(r) for r in rows]
@@ -431,11 +443,16 @@ class Embedder:
                     if self.state == "stateful":
                         carried = self.runtime.states.carried
                         state = (carried.c.float().cpu().numpy().tobytes() + carried.h.float().cpu().numpy().tobytes())
-                    journal.append(chunk=c, batch=b, last=b == len(batches) - 1, digest=digest,
-                                   line_numbers=[block[i][0] for i in indices], n_tokens=n_tokens,
-                                   texts=[texts[i] for i in indices], vectors=pieces,
-                                   vector_bytes=sum(n_tokens) * row_bytes,
-                                   state=state)
+                    frame = journal.append(chunk=c, batch=b, last=b == len(batches) - 1, digest=digest,
+                                           line_numbers=[block[i][0] for i in indices], n_tokens=n_tokens,
+                                           texts=[texts[i] for i in indices], vectors=pieces,
+                                           vector_bytes=sum(n_tokens) * row_bytes,
+                                           state=state)
+                    if (c, b) in lost or (c, b) < frontier:
+                        again += len(indices)
+                    elif lost_tail_bytes > 0:
+                        again += len(indices)
+                        lost_tail_bytes -= frame.end - frame.offset
                     bar.update(len(indices))
                     tokens_done += sum(n_tokens)
                     bar.set_postfix_str(f"{tokens_done / max(1e-9, time.perf_counter() - started):,.0f} tok/s",
@@ -443,6 +460,9 @@ class Embedder:
             if bar.total is None:
                 bar.total = bar.n
                 bar.refresh()
+        if work.damage:
+            warnings.warn(work.damage_report(again), stacklevel=3)
+        return journal.frames, again
 
     def _decode_state(self, data: bytes) -> BiLMState:
         lstm = self.model.config.lstm
@@ -460,7 +480,8 @@ class EmbedReport:
     """What :meth:`Embedder.embed_file` wrote: ``sentences``, ``tokens`` and ``bytes`` (the file's
     size) at ``path``; ``resumed``: sentences taken over from an interrupted run; ``seconds``: the
     whole call, of which ``write_seconds`` writing the output from the work file;
-    ``already_complete``: the output was already there, complete, from the same settings."""
+    ``already_complete``: the output was already there, complete, from the same settings;
+    ``reembedded``: sentences embedded again because their frame in the work file was damaged."""
 
     path: str
     sentences: int
@@ -470,6 +491,7 @@ class EmbedReport:
     seconds: float = 0.0
     already_complete: bool = False
     write_seconds: float = 0.0
+    reembedded: int = 0
 
     def __str__(self) -> str:
         done = "already complete: " if self.already_complete else "wrote "
@@ -491,6 +513,9 @@ def write_from_journal(work: WorkFolder, frames: list[Frame], writer, token_shap
                 stop += 1
                 if stop == len(frames):
                     raise RuntimeError(f"{work.journal_path}: the last chunk is not complete")
+            if [(f.chunk, f.batch) for f in frames[start:stop + 1]] != [(frames[start].chunk, b)
+                                                                         for b in range(stop + 1 - start)]:
+                raise RuntimeError(f"{work.journal_path}: chunk {frames[start].chunk} is not complete")
             sentences = []
             for frame in frames[start:stop + 1]:
                 numbers, n_tokens, texts = work.read_meta(f, frame)
