@@ -24,7 +24,11 @@ CONTINUES=()
 MODEL=src/elmo/resources/model
 OUT=results/pretraining
 mkdir -p "$OUT"
-elmo export "$RUN" --output "$MODEL" --dtype float16
+# The package's model folder also holds MODEL_CARD.md, and elmo export replaces only a folder it
+# made holding nothing else: export beside it, then copy the model's four files in.
+EXPORTED=$(mktemp -d)/model
+elmo export "$RUN" --output "$EXPORTED" --dtype float16
+cp "$EXPORTED"/{options.json,weights.hdf5,softmax_weights.hdf5,vocab.txt} "$MODEL"/
 python experiments/write_warm_state.py "$MODEL"  # the first embed skips the warm-up run
 python experiments/pretrain_curve.py "$RUN" "${CONTINUES[@]}" --output "$OUT" --figure docs/pretraining/curve.png
 for set in wikitext2-test ptb-test wiki-heldout; do

@@ -1,5 +1,6 @@
 import contextlib
 import functools
+import gzip
 import http.server
 import json
 import os
@@ -299,3 +300,20 @@ def cache_files(cache) -> list[str]:
     """Everything under a cache folder, folders included (a refusal must leave none of it)."""
     cache = Path(cache)
     return sorted(p.relative_to(cache).as_posix() for p in cache.rglob("*")) if cache.exists() else []
+
+
+def damaged_gzips(folder):
+    """``{kind: path}``: a truncated .gz (a download cut short), one with corrupt deflate data,
+    one whose checksum fails, and a file named .gz that is not gzip; each of 2,000 lines."""
+    data = gzip.compress("".join(f"line {i} of a corpus\n" for i in range(2000)).encode(), mtime=0)
+    middle = len(data) // 2
+    corrupt = bytearray(data)
+    corrupt[middle:middle + 64] = bytes(64)  # a run of zeros inside the deflate stream
+    checksum = bytearray(data)
+    checksum[-8] ^= 0xFF  # the CRC-32 in the trailer
+    paths = {}
+    for kind, content in (("truncated", data[:middle]), ("corrupt", bytes(corrupt)), ("checksum", bytes(checksum)),
+                          ("not-gzip", b"plain text\n" * 10)):
+        paths[kind] = folder / f"{kind}.txt.gz"
+        paths[kind].write_bytes(content)
+    return paths

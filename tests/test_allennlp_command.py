@@ -2,6 +2,7 @@
 HDF5 layout in each mode, its refusals and its (stateful) numbers."""
 
 import json
+import os
 import subprocess
 import sys
 
@@ -191,3 +192,37 @@ def test_the_migration_pages_command_example_runs(tmp_path):
     with h5py.File(out, "r") as f:
         assert set(f.keys()) == {*map(str, range(len(lines))), "sentence_to_index"}
         assert f["0"].shape == (len(lines[0].split()), 32)
+
+
+def test_offline_error_names_this_commands_own_options(text, tmp_path, capsys, monkeypatch):
+    """Issue 45: the error suggested --options/--weights, which this command does not take."""
+    import socket
+
+    monkeypatch.setenv("ELMO_ALLOW_HTTP", "1")
+    monkeypatch.setenv("ELMO_CACHE", str(tmp_path / "cache"))
+    with socket.socket() as s:  # a port nothing listens on any more: as offline
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    monkeypatch.setenv("ELMO_MODELS_URL", f"http://127.0.0.1:{port}")  # where the default model is fetched
+    assert main(["elmo", str(text), str(tmp_path / "out.hdf5"), "--all"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"python -m elmo.allennlp elmo: error: could not download http://127.0.0.1:{port}/"), err
+    assert err.count("\n") == 2, err  # the reason, then how to install the file by hand
+    assert "(or pass local paths as --options-file and --weight-file, to load files from elsewhere)" in err, err
+    assert "--options/--weights" not in err and "from_files" not in err
+    assert not (tmp_path / "out.hdf5").exists()
+
+
+def test_a_folder_as_output_is_refused_before_anything_is_embedded(text, tmp_path, capsys, monkeypatch):
+    (tmp_path / "out").mkdir()
+    monkeypatch.setattr(ElmoEmbedder, "embed_sentences", lambda *a, **k: pytest.fail("embedded first"))
+    assert main(["elmo", str(text), str(tmp_path / "out"), "--top", *MODEL]) == 2
+    err = capsys.readouterr().err
+    assert err == (f"python -m elmo.allennlp elmo: error: {tmp_path / 'out'}: a folder is in the way of the output "
+                   "file; give a file name\n")
+    assert os.listdir(tmp_path / "out") == []
+    # An existing file is replaced, as AllenNLP did.
+    (tmp_path / "old.hdf5").write_bytes(b"an earlier output")
+    monkeypatch.undo()
+    assert main(["elmo", str(text), str(tmp_path / "old.hdf5"), "--top", *MODEL]) == 0
+    assert h5py.is_hdf5(tmp_path / "old.hdf5")

@@ -147,7 +147,7 @@ def test_cli_embed_vocab_cache_and_convert(tmp_path, reference):
             np.testing.assert_allclose(f[str(i)][...], reference[i], atol=1e-5)
     # elmo convert writes the archive out as a plain bilm-tf folder, vocabulary included.
     assert main(["convert", str(archive), str(tmp_path / "plain")]) == 0
-    assert sorted(os.listdir(tmp_path / "plain")) == ["options.json", "vocab.txt", "weights.hdf5"]
+    assert sorted(os.listdir(tmp_path / "plain")) == [".elmo-owner", "options.json", "vocab.txt", "weights.hdf5"]
     assert_same(Embedder.from_pretrained(str(tmp_path / "plain"), state="reset").embed_sentences(SENTENCES), reference)
 
 

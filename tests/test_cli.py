@@ -1,15 +1,19 @@
-"""``elmo embed`` end to end, as a user runs it."""
+"""``elmo embed`` end to end, as a user runs it; and what every writing command does with what is
+in the way of its output (folders it did not make, folders and devices where a file goes), and
+the command line's own checks (torchrun's variables, --shard values)."""
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 
 import h5py
 import numpy as np
 import pytest
-from conftest import ALLENNLP, fixture_batches, top_as_fixture
+from conftest import ALLENNLP, FIXTURES, fixture_batches, load_fixture_model, top_as_fixture
 
+from elmo import Embedder
 from elmo.cli.main import main
 
 MODEL_ARGS = ["--options", str(ALLENNLP / "options.json"), "--weights", str(ALLENNLP / "lm_weights.hdf5")]
@@ -133,3 +137,132 @@ def test_absurd_or_binary_options_get_one_line(tmp_path, capsys):
     assert main(["embed", str(src), "--options", weights, "--weights", weights]) == 2
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "lm_weights.hdf5: not an options.json: this is an HDF5 file" in err
+
+
+# ----------------------------------------------------------- what is in the way of an output
+def _one_line(capsys) -> str:
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    return err[0]
+
+
+def test_embed_refuses_a_folder_or_a_device_as_output_before_embedding(tmp_path, capsys, monkeypatch):
+    src = tmp_path / "in.txt"
+    src.write_text("a few words\nand more\n")
+    (tmp_path / "out").mkdir()
+    os.mkfifo(tmp_path / "fifo.hdf5")
+    import elmo.inference.embed
+
+    def no_embedding(*args, **kwargs):
+        raise AssertionError("embedded before the output was checked")
+
+    monkeypatch.setattr(elmo.inference.embed.Embedder, "_embed_into_journal", no_embedding)
+    for flags in ([], ["--force"]):
+        assert main(["embed", str(src), str(tmp_path / "out"), *MODEL_ARGS, *flags]) == 2
+        line = _one_line(capsys)
+        assert f"{tmp_path / 'out'}: a folder is in the way of the output file" in line, line
+        assert main(["embed", str(src), str(tmp_path / "fifo.hdf5"), *MODEL_ARGS, *flags]) == 2
+        line = _one_line(capsys)
+        assert "fifo.hdf5: not a regular file" in line or ("--force" not in flags and "already exists" in line), line
+    # The same through the Python API, which the command goes through.
+    with pytest.raises(IsADirectoryError, match="a folder is in the way"):
+        Embedder(load_fixture_model("allennlp")).embed_file(src, tmp_path / "out", overwrite=True)
+    assert sorted(os.listdir(tmp_path)) == ["fifo.hdf5", "in.txt", "out"]  # no .partial left behind
+    assert os.listdir(tmp_path / "out") == []
+
+
+def test_sharded_embed_writes_only_into_a_folder_it_made(tmp_path, capsys):
+    src = tmp_path / "in.txt"
+    src.write_text("one\ntwo\nthree\n")
+    user = tmp_path / "mine"
+    user.mkdir()
+    (user / "notes.txt").write_text("keep me")
+    assert main(["embed", str(src), str(user), *MODEL_ARGS, "--shard", "0/2"]) == 2
+    line = _one_line(capsys)
+    assert f"{user}: a folder elmo did not make (it holds notes.txt" in line and "choose another output" in line, line
+    assert os.listdir(user) == ["notes.txt"]
+    out = tmp_path / "shards"
+    for rank in (0, 1):
+        assert main(["embed", str(src), str(out), *MODEL_ARGS, "--shard", f"{rank}/2"]) == 0
+    assert sorted(os.listdir(out)) == [".elmo-owner", "manifest.json", "shard-00000-of-00002.hdf5",
+                                       "shard-00001-of-00002.hdf5"]
+
+
+def test_torchrun_variables_half_set_are_refused(tmp_path, capsys, monkeypatch):
+    src = tmp_path / "in.txt"
+    src.write_text("x\n")
+    monkeypatch.delenv("RANK", raising=False)
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    assert main(["embed", str(src), str(tmp_path / "o.hdf5"), *MODEL_ARGS]) == 2
+    assert _one_line(capsys) == ("elmo embed: error: WORLD_SIZE=2 is set but RANK is not: torchrun sets both for each "
+                                 "process; set RANK too, or unset WORLD_SIZE to run one process")
+    monkeypatch.setenv("WORLD_SIZE", "1")  # one process, whatever else: as without torchrun
+    assert main(["embed", str(src), str(tmp_path / "o.hdf5"), *MODEL_ARGS]) == 0
+    assert not (tmp_path / "o.hdf5.partial").exists()
+
+
+@pytest.mark.parametrize("shard, message", [("-1/2", "--shard: rank -1 of 2: expected 0 <= RANK < WORLD"),
+                                            ("-0/2x", "--shard: expected RANK/WORLD (e.g. 0/4), got '-0/2x'")])
+def test_a_shard_value_starting_with_a_dash_gets_the_shard_check(tmp_path, capsys, shard, message):
+    src = tmp_path / "in.txt"
+    src.write_text("x\n")
+    assert main(["embed", str(src), str(tmp_path / "out"), *MODEL_ARGS, "--shard", shard]) == 2
+    assert _one_line(capsys) == f"elmo embed: error: {message}"
+
+
+def test_cache_vocab_replaces_a_file_only_with_force_and_never_a_folder(tmp_path, capsys):
+    words = tmp_path / "words.txt"
+    words.write_text("the\ncat\n")
+    cache = tmp_path / "cache.hdf5"
+    cache.write_bytes(b"someone's file")
+    assert main(["cache-vocab", str(words), str(cache), *MODEL_ARGS]) == 2
+    assert f"{cache}: already exists; pass --force" in _one_line(capsys)
+    assert cache.read_bytes() == b"someone's file"
+    assert main(["cache-vocab", str(words), str(cache), *MODEL_ARGS, "--force"]) == 0
+    assert h5py.is_hdf5(cache)
+    capsys.readouterr()
+    (tmp_path / "folder").mkdir()
+    assert main(["cache-vocab", str(words), str(tmp_path / "folder"), *MODEL_ARGS, "--force"]) == 2
+    assert f"{tmp_path / 'folder'}: a folder is in the way of the output file" in _one_line(capsys)
+
+
+@pytest.mark.parametrize("to", ["bilm-tf", "manylangs"])
+def test_convert_force_never_replaces_a_folder_holding_a_users_file(tmp_path, capsys, to):
+    if to == "bilm-tf":
+        source = tmp_path / "model"
+        source.mkdir()
+        shutil.copy(ALLENNLP / "options.json", source / "options.json")
+        shutil.copy(ALLENNLP / "lm_weights.hdf5", source / "weights.hdf5")
+    else:
+        source = FIXTURES / "manylangs" / "model"
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "notes.txt").write_text("keep me")
+    argv = ["convert", str(source), str(out), "--to", to, "--force"]
+    assert main(argv) == 2
+    line = _one_line(capsys)
+    assert line.startswith(f"elmo convert: error: {out}: a folder elmo did not make (it holds notes.txt"), line
+    assert os.listdir(out) == ["notes.txt"]
+    os.remove(out / "notes.txt")
+    assert main(argv) == 0  # an empty folder: nothing to lose
+    capsys.readouterr()
+    written = sorted(os.listdir(out))
+    assert ".elmo-owner" in written
+    assert main(argv[:-1]) == 2 and "already exists; pass --force" in _one_line(capsys)
+    assert main(argv) == 0  # one elmo made: replaced
+    capsys.readouterr()
+    assert sorted(os.listdir(out)) == written
+    # ... but not once it holds anything else.
+    (out / "notes.txt").write_text("keep me")
+    assert main(argv) == 2
+    assert f"{out}: holds notes.txt, which elmo did not write there" in _one_line(capsys)
+    assert (out / "notes.txt").read_text() == "keep me"
+    # A folder written before the marker existed, holding only what elmo writes there: recognised.
+    os.remove(out / "notes.txt")
+    os.remove(out / ".elmo-owner")
+    assert main(argv) == 0
+    capsys.readouterr()
+    assert sorted(os.listdir(out)) == written
+    # A native checkpoint is a file: a folder in its place is refused, before the model loads.
+    assert main(["convert", str(source), str(out), "--to", "elmo", "--force"]) == 2
+    assert f"{out}: a folder is in the way of the checkpoint file" in _one_line(capsys)

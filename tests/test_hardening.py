@@ -11,12 +11,13 @@ import h5py
 import numpy as np
 import pytest
 import torch
-from conftest import ALLENNLP, load_fixture_model
+from conftest import ALLENNLP, damaged_gzips, load_fixture_model
+from test_train import VOCAB
 
 from elmo import Elmo, Embedder, WeightsError, load_bilm_tf
 from elmo.cli.main import EXIT_INTERRUPTED, main
 from elmo.fileio import atomic_path, atomic_write_text, remove_stale_temporaries
-from elmo.hub.checkpoints import load_checkpoint, save_checkpoint
+from elmo.hub.checkpoints import load_checkpoint, load_softmax, save_checkpoint
 from elmo.inference.runtime import Runtime
 
 CLI = [sys.executable, "-m", "elmo.cli.main"]
@@ -155,6 +156,14 @@ def test_sentences_that_are_not_text_are_rejected_clearly():
         embedder.embed_sentence([1, 2, 3])
 
 
+@pytest.mark.parametrize("sentences", [{"a": 1}, {"the cat": "sat"}, {"a", "b"}, b"bytes"])
+def test_a_mapping_or_set_of_sentences_is_refused_naming_its_type(sentences):
+    """Issue 45: embed_sentences({"a": 1}) embedded the dict's key."""
+    with pytest.raises(TypeError, match=rf"sentences: expected a list of sentences \(strings or token lists\), "
+                                        rf"got {type(sentences).__name__}$"):
+        Embedder(load_fixture_model("allennlp")).embed_sentences(sentences)
+
+
 # ------------------------------------------------------------------------ models never mutated
 def test_embedder_never_changes_the_model_it_was_handed(bfloat16_selected):  # the bfloat16 copy too
     model = load_fixture_model("allennlp").train()  # a caller's model, mid-training
@@ -197,6 +206,32 @@ def _copy_fixture(tmp_path):
     shutil.copy(ALLENNLP / "options.json", options)
     shutil.copy(ALLENNLP / "lm_weights.hdf5", weights)
     return options, weights
+
+
+def test_a_weights_dataset_of_strings_is_refused_naming_it(tmp_path):
+    """Issue 45: strings of the right shape gave a TypeError from np.isfinite."""
+    options, weights = _copy_fixture(tmp_path)
+    name = "RNN_0/RNN/MultiRNNCell/Cell1/LSTMCell/W_P_0"
+    with h5py.File(weights, "r+") as f:
+        shape = f[name].shape
+        del f[name]
+        f.create_dataset(name, data=np.full(shape, "0.5", dtype=object), dtype=h5py.string_dtype())
+    with pytest.raises(WeightsError) as error:
+        load_bilm_tf(options, weights)
+    assert str(error.value).startswith(f"{weights}: dataset '{name}' holds variable-length strings, "
+                                       "not numbers"), error.value
+    text = tmp_path / "in.txt"
+    text.write_text("a b\n")
+    result = run_cli("embed", text, "--options", options, "--weights", weights)
+    assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
+    assert f"{weights}: dataset '{name}' holds" in result.stderr
+    # A softmax file of fixed-length strings, the same.
+    softmax = tmp_path / "softmax.hdf5"
+    with h5py.File(softmax, "w") as f:
+        f["softmax/W"] = np.full((5, 16), b"x")
+        f["softmax/b"] = np.zeros(5, dtype=np.float32)
+    with pytest.raises(WeightsError, match=r"softmax.hdf5: dataset 'softmax/W' holds byte strings \(\|S1\), not num"):
+        load_softmax(softmax, 5, 16)
 
 
 @pytest.mark.parametrize("bad", [np.nan, np.inf])
@@ -266,6 +301,29 @@ def test_empty_inputs_of_prepare_and_vocab_are_refused(tmp_path):
     result = run_cli("vocab", empty, words, "--output", tmp_path / "vocab.txt")
     assert result.returncode == 0 and f"warning: {empty}: no tokens in this file" in result.stderr
     assert (tmp_path / "vocab.txt").read_text().split() == ["<S>", "</S>", "<UNK>", "a", "b"]
+
+
+READING_COMMANDS = {
+    "embed": lambda src, tmp: ["embed", src, tmp / "out.hdf5", *FIXTURE_MODEL],
+    "prepare": lambda src, tmp: ["prepare", src, "--output", tmp / "prepared"],
+    "vocab": lambda src, tmp: ["vocab", src, "--output", tmp / "vocab.txt"],
+    "train": lambda src, tmp: ["train", "--train", src, "--vocab", VOCAB, "--output", tmp / "run", "--no-progress"],
+}
+
+
+@pytest.mark.parametrize("kind", ["truncated", "corrupt"])
+@pytest.mark.parametrize("command", list(READING_COMMANDS))
+def test_a_damaged_gz_input_is_one_line_naming_the_file(tmp_path, capsys, command, kind):
+    """Issue 45: a truncated or corrupt .gz (a half-downloaded corpus) gave a traceback (EOFError,
+    zlib.error) in embed, prepare, vocab and train."""
+    source = damaged_gzips(tmp_path)[kind]
+    before = sorted(os.listdir(tmp_path))
+    assert main([str(a) for a in READING_COMMANDS[command](source, tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err, err
+    assert err.startswith(f"elmo {command}: error: {source}: not readable as gzip ("), err
+    assert "read up to byte" in err and "truncated or corrupt" in err, err
+    assert sorted(os.listdir(tmp_path)) == before  # no output, no work file, no run directory
 
 
 def test_bad_device_is_one_clear_line(text_file):

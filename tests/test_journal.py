@@ -576,3 +576,43 @@ def test_cli_progress_and_final_line(tmp_path):
     assert result.stderr.strip().splitlines()[-1] == (
         f"elmo embed: wrote 30 sentences, {tokens:,} tokens, {size:,} bytes ({size / 2**20:,.1f} MiB) to "
         f"{tmp_path / 'o.hdf5'}")
+
+
+def test_force_never_deletes_a_partial_folder_elmo_cannot_show_it_made(tmp_path, capsys, model):
+    """Issue 45: --force removed a foreign OUT.partial/ holding only a user's journal.bin, or only
+    a work.json that is not JSON (names elmo's work file also uses). Only a folder with elmo's
+    marker, or one made before the marker whose work.json says it is elmo's, is taken over or
+    deleted."""
+    src = write_lines(tmp_path / "in.txt", corpus(12, seed=13))
+    out = tmp_path / "out.hdf5"
+    work = WorkFolder(out)
+    argv = ["embed", str(src), str(out), *FIXTURE_MODEL_ARGS, "--batch-size", "4"]
+    for name, content in (("journal.bin", b"the user's own journal"), ("work.json", b"not json {")):
+        os.mkdir(work.path)
+        (tmp_path / "out.hdf5.partial" / name).write_bytes(content)
+        for flags in (["--force"], ["--resume"], []):
+            line = one_error_line(capsys, argv + flags)
+            assert line.startswith(f"elmo embed: error: {work.path}: in the way of the work file of {out}, and not an "
+                                   f"elmo embed work file (it holds {name}, without elmo's marker"), line
+        assert os.listdir(work.path) == [name] and (tmp_path / "out.hdf5.partial" / name).read_bytes() == content
+        shutil.rmtree(work.path)
+    assert not out.exists()
+    # An empty one has nothing to lose: not resumable, but started over by --force.
+    os.mkdir(work.path)
+    assert "not a readable work file" in one_error_line(capsys, argv + ["--resume"])
+    assert main(argv + ["--force"]) == 0 and not os.path.exists(work.path)
+    os.remove(out)
+    # A work file of ours carries the marker (with a random id) from the moment it exists ...
+    embedder = Embedder(model, batch_size=4)
+    with pytest.MonkeyPatch.context() as patch:
+        interrupt_after(patch, 1)
+        with pytest.raises(Interrupt):
+            embedder.embed_file(src, out)
+    assert sorted(os.listdir(work.path)) == [".elmo-owner", "journal.bin", "lock", "synced", "work.json"]
+    # ... and one made before the marker existed is still recognised, by its work.json: resumed.
+    os.remove(os.path.join(work.path, ".elmo-owner"))
+    capsys.readouterr()
+    assert main(argv + ["--resume"]) == 0, capsys.readouterr().err
+    assert not os.path.exists(work.path)
+    with open_embeddings(out) as got:
+        assert_same(got, embedder.embed_sentences(corpus(12, seed=13)), exact=False)

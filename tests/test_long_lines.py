@@ -64,3 +64,20 @@ def test_too_long_lines_are_refused_with_their_line_number(tmp_path, model):
     result = subprocess.run([*EMBED_CLI, str(src), str(tmp_path / "o.hdf5"), *FIXTURE_MODEL_ARGS, "--max-line-tokens", "3"],
                             capture_output=True, text=True)
     assert result.returncode == 2 and "in.txt:2: 6 tokens, more than the limit of 3" in result.stderr
+
+
+def test_the_progress_bar_moves_within_a_long_line(tmp_path, model, capsys):
+    """Issue 45: a 20,000-token line showed a bar stuck at 0/1 for 40 s. The bar now moves by the
+    fraction of the line embedded, window by window, with its tokens shown."""
+    src = write_lines(tmp_path / "in.txt", ["short line first", " ".join(["word"] * 1_000)])
+    capsys.readouterr()
+    Embedder(model, max_tokens=128).embed_file(src, tmp_path / "out.hdf5", progress=True)
+    states = [s.strip() for s in capsys.readouterr().err.replace("\r", "\n").splitlines() if s.strip()]
+    bars = [(s.split("|")[2].split("/")[0].strip(), s) for s in states if s.count("|") >= 2]
+    within = [(count, s) for count, s in bars if "." in count]  # the bar's count within the long line
+    assert len(within) >= 5 and all("of 1,000 tokens" in s for _, s in within), states  # one per window of 128
+    fractions = [float(count) for count, _ in within]
+    # Within one line (whichever batch comes first): fractions of it, rising through it.
+    assert fractions == sorted(fractions) and int(fractions[0]) == int(fractions[-1]), fractions
+    assert 0 < fractions[0] % 1 < 0.2 and fractions[-1] % 1 > 0.9, fractions
+    assert bars[-1][0] == "2", states  # whole lines count at the end

@@ -159,7 +159,8 @@ def test_long_article_without_blank_lines_streams_to_one_split(tmp_path, monkeyp
     paragraphs = [f"Paragraph number p{i} of one long article. It goes on." for i in range(40)]
     raw = tmp_path / "raw.txt"
     write_articles(raw, [paragraphs])
-    stats = prepare_corpus([raw], tmp_path / "out", heldout_fraction=0.5)
+    with pytest.warns(UserWarning, match="has no shard"):  # one article: the other split is empty
+        stats = prepare_corpus([raw], tmp_path / "out", heldout_fraction=0.5)
     split = "train" if stats["train"]["articles"] else "heldout"
     assert stats[split]["articles"] == 1 and stats[split]["paragraphs"] == 40
     lines = read_split(tmp_path / "out", split)
@@ -261,3 +262,21 @@ def test_wrapped_text_keeps_its_sentences_whole(tmp_path):
 def test_unwrap_streams_text_without_blank_lines(monkeypatch):
     monkeypatch.setattr(prepare, "MAX_WRAPPED_PARAGRAPH_CHARS", 10)
     assert list(prepare.unwrap(["abcd", "efgh", "ijkl", "mn", "", "op"])) == ["abcd efgh ijkl", "mn", "op"]
+
+
+def test_a_heldout_fraction_that_gives_no_heldout_shard_is_said(tmp_path, capsys):
+    """Issue 45: a single-article corpus made no held-out shard and said nothing, so the README's
+    next command (elmo evaluate --data 'OUT/heldout/*.txt') matched no file."""
+    raw = tmp_path / "raw.txt"
+    raw.write_text("One article only. It has two sentences.\nAnd a second paragraph here.\n")
+    fraction = next(f for f in (0.02, 0.2, 0.5) if not prepare._is_heldout(
+        ["One article only. It has two sentences.", "And a second paragraph here."], f))
+    assert main(["prepare", str(raw), "--output", str(tmp_path / "out"), "--heldout-fraction", str(fraction)]) == 0
+    err = capsys.readouterr().err
+    assert (f"elmo prepare: warning: heldout_fraction (--heldout-fraction) {fraction}: every sentence went to train "
+            f"and {tmp_path / 'out' / 'heldout'}/ has no shard: articles go whole to one split (by a hash of their "
+            "text), and the input has 1 article(s); separate articles with a blank line") in err, err
+    assert not list((tmp_path / "out").glob("heldout/*.txt")) and list((tmp_path / "out").glob("train/*.txt"))
+    # No fraction asked for: nothing to say.
+    assert main(["prepare", str(raw), "--output", str(tmp_path / "plain")]) == 0
+    assert "warning" not in capsys.readouterr().err

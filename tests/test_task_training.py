@@ -658,3 +658,30 @@ def test_an_old_run_of_before_one_home_per_task_still_evaluates(ner_config, tmp_
     with pytest.raises(TaskConfigError, match=r"best.pt: model.max_span_width, modelling_layers, predicate_dim: "
                                               r"unknown field\(s\) of TaggingSettings"):
         evaluate_task(tmp_path / "run", str(tmp_path / "dev.txt"), progress=False)
+
+
+def test_a_folder_that_is_not_a_task_run_is_refused_as_output(ner_config, tmp_path, capsys, monkeypatch):
+    """Issue 45 (one ownership rule for every writing command): task train writes only into a new
+    or empty folder, or a task run elmo made (an old one is recognised by its config.json)."""
+    import elmo.tasks.training
+
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "config.json").write_text('{"my": "config"}')
+    (mine / "best.pt").write_bytes(b"my own model")
+    monkeypatch.setattr(elmo.tasks.training, "load_splits", lambda config: pytest.fail("loaded the data first"))
+    for flags in ([], ["--resume"]):
+        assert main(["task", "train", str(ner_config), "--output", str(mine), "--no-progress", *flags]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and err.startswith(f"elmo task: error: {mine}: a folder elmo did not make (it "
+                                                       "holds best.pt, config.json and no .elmo-owner"), err
+    assert (mine / "best.pt").read_bytes() == b"my own model"
+    assert (mine / "config.json").read_text() == '{"my": "config"}'
+    monkeypatch.undo()
+    # A run made before runs were marked: recognised by its task config, and resumed.
+    assert main(["task", "train", str(ner_config), "--no-progress", "--epochs", "1"]) == 0
+    run = tmp_path / "run"
+    (run / ".elmo-owner").unlink()
+    assert main(["task", "train", str(ner_config), "--no-progress", "--epochs", "2", "--resume"]) == 0
+    assert [h["epoch"] for h in json.loads((run / "metrics.json").read_text())["history"]] == [1, 2]
+    assert (run / ".elmo-owner").is_file()

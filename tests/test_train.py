@@ -432,7 +432,8 @@ def trained_run(tmp_path_factory):
 def test_export_loads_with_the_weights_loader_and_embeds(trained_run, tmp_path):
     out = tmp_path / "exported"
     subprocess.run([*CLI, "export", str(trained_run), "--output", str(out)], check=True, capture_output=True)
-    assert sorted(os.listdir(out)) == ["options.json", "softmax_weights.hdf5", "vocab.txt", "weights.hdf5"]
+    assert sorted(os.listdir(out)) == [".elmo-owner", "options.json", "softmax_weights.hdf5", "vocab.txt",
+                                       "weights.hdf5"]
     bilm = load_bilm_tf(out / "options.json", out / "weights.hdf5")
     model, _ = load_language_model(trained_run)
     for key, value in model.bilm.state_dict().items():

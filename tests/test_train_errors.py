@@ -1,7 +1,9 @@
 """Training refuses what it cannot do, in one line naming the option and the value: bad settings
-(before any file is written), and on --resume any setting that would change the run."""
+(before any file is written), on --resume any setting that would change the run, and an output
+folder elmo did not make (train, finetune, export)."""
 
 import argparse
+import os
 import shutil
 
 import pytest
@@ -190,3 +192,73 @@ def test_resume_before_the_first_checkpoint_keeps_the_started_settings(tmp_path)
         Trainer(tiny_settings(tmp_path / "run", resume=True))
     resumed = Trainer(TrainSettings(train=[str(CORPUS)], vocab=str(VOCAB), output=str(tmp_path / "run"), resume=True))
     assert (resumed.unroll_steps, resumed.batch_size, resumed.seed, resumed.max_steps) == (5, 4, 1, 40)
+
+
+# ------------------------------------------------------------ only into folders elmo made
+def _user_folder(tmp_path):
+    """A folder of a user's own files, two of them with names a run directory also has."""
+    folder = tmp_path / "mine"
+    folder.mkdir()
+    (folder / "options.json").write_text('{"my": "options"}')
+    (folder / "metrics.csv").write_text("my,own,header\n1,2,3\n")
+    return folder, {p.name: p.read_bytes() for p in folder.iterdir()}
+
+
+@pytest.mark.parametrize("verb", ["train", "finetune"])
+@pytest.mark.parametrize("resume", [False, True])
+def test_a_folder_that_is_not_a_run_is_refused_as_output(verb, resume, finished_run, tmp_path, capsys):
+    """Issue 45: train --output into an existing folder overwrote the user's options.json and
+    appended rows under their own metrics.csv header."""
+    folder, before = _user_folder(tmp_path)
+    source = ["--vocab", str(VOCAB)] if verb == "train" else [str(finished_run)]
+    code, err = _cli(capsys, verb, *source, "--train", str(CORPUS), "--output", str(folder), "--no-progress",
+                     "--batch-size", "4", "--max-tokens", "40", *(["--resume"] if resume else []))
+    assert code == 2 and err.count("\n") == 1, err
+    assert err.startswith(f"elmo {verb}: error: {folder}: a folder elmo did not make (it holds metrics.csv, "
+                          "options.json and no .elmo-owner of elmo's) is in the way of the training run"), err
+    assert "choose another --output" in err
+    assert {p.name: p.read_bytes() for p in folder.iterdir()} == before
+
+
+def test_a_run_directory_is_marked_and_one_from_before_the_marker_still_resumes(finished_run, tmp_path):
+    assert (finished_run / ".elmo-owner").is_file()
+    run = _copy(finished_run, tmp_path)
+    (run / ".elmo-owner").unlink()  # a run made before runs were marked: recognised by its train_settings.json
+    (run / "checkpoints" / "step-000000010.pt").unlink()
+    train(tiny_settings(run, resume=True, max_tokens=4 * 10 * STEPS))
+    for key, value in final_parameters(finished_run).items():
+        assert torch.equal(value, final_parameters(run)[key]), key
+    assert (run / ".elmo-owner").is_file()  # marked now
+    # An empty folder is nothing to lose: a new run goes there.
+    (tmp_path / "empty").mkdir()
+    Trainer(tiny_settings(tmp_path / "empty"))
+    assert (tmp_path / "empty" / ".elmo-owner").is_file()
+
+
+def test_export_replaces_only_an_export_elmo_made(finished_run, tmp_path, capsys):
+    out = tmp_path / "model"
+    out.mkdir()
+    (out / "weights.hdf5").write_bytes(b"the user's weights")
+    (out / "README.md").write_text("the user's notes")
+    for flags in ([], ["--force"]):
+        code, err = _cli(capsys, "export", str(finished_run), "--output", str(out), *flags)
+        assert code == 2 and err.count("\n") == 1, err
+        assert f"{out}: a folder elmo did not make (it holds README.md, weights.hdf5" in err
+    assert (out / "weights.hdf5").read_bytes() == b"the user's weights"
+    fresh = tmp_path / "fresh"
+    assert _cli(capsys, "export", str(finished_run), "--output", str(fresh))[0] == 0
+    assert sorted(os.listdir(fresh)) == [".elmo-owner", "options.json", "softmax_weights.hdf5", "vocab.txt",
+                                         "weights.hdf5"]
+    code, err = _cli(capsys, "export", str(finished_run), "--output", str(fresh))
+    assert code == 2 and f"{fresh}: already exists; pass --force" in err
+    assert _cli(capsys, "export", str(finished_run), "--output", str(fresh), "--force")[0] == 0
+
+
+def test_world_size_without_rank_is_refused_in_one_line(tmp_path, capsys, monkeypatch):
+    monkeypatch.delenv("RANK", raising=False)
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    code, err = _cli(capsys, "train", "--vocab", str(VOCAB), "--train", str(CORPUS), "--output", str(tmp_path / "r"),
+                     "--no-progress")
+    assert code == 2 and err == ("elmo train: error: WORLD_SIZE=2 is set but RANK is not: torchrun sets both for each "
+                                 "process; set RANK too, or unset WORLD_SIZE to run one process\n")
+    assert not (tmp_path / "r").exists()

@@ -1,17 +1,21 @@
-"""Small file helpers: atomic writes (files and whole folders), transparent gzip reading and standard input."""
+"""Small file helpers: atomic writes (files and whole folders), the ownership of the folders elmo
+makes, transparent gzip reading (damage reported in one line) and standard input."""
 
 from __future__ import annotations
 
 import contextlib
 import gzip
 import itertools
+import json
 import os
 import re
 import shutil
 import stat
 import sys
 import tempfile
-from collections.abc import Iterable, Iterator
+import uuid
+import zlib
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import IO, TypeVar
 
@@ -79,6 +83,25 @@ def atomic_path(path: str | os.PathLike, make_parents: bool = False) -> Iterator
         raise
 
 
+def check_output_file(path: str | os.PathLike, overwrite: bool = False) -> None:
+    """Refuse, before any work, an output file that may not or cannot be written: anything but a
+    regular file in its place (a folder, a device, a pipe: never replaced, whatever the flags),
+    an existing file without ``overwrite``, and a folder around it that does not exist. A file
+    is one thing the user named: with ``overwrite`` it is replaced, atomically, once the new one
+    is complete (a folder may hold anything, so folders have a stricter rule: check_folder)."""
+    path = os.fspath(path)
+    if os.path.isdir(path):
+        raise IsADirectoryError(f"{path}: a folder is in the way of the output file; give a file name")
+    if os.path.exists(path) and not stat.S_ISREG(os.stat(path).st_mode):
+        raise FileExistsError(f"{path}: not a regular file (a device or a pipe?), so not an output elmo replaces; "
+                              "give a file name")
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):  # a typo in a path should not create folders
+        raise FileNotFoundError(f"{path}: the folder {folder} does not exist")
+    if os.path.exists(path) and not overwrite:
+        raise FileExistsError(f"{path}: already exists; pass --force (overwrite=True) to replace it")
+
+
 def atomic_write_text(path: str | os.PathLike, text: str, make_parents: bool = False) -> None:
     """Write ``text`` to ``path`` atomically (UTF-8)."""
     with atomic_path(path, make_parents) as tmp:
@@ -86,25 +109,211 @@ def atomic_write_text(path: str | os.PathLike, text: str, make_parents: bool = F
             f.write(text)
 
 
-def atomic_folder(output: str | os.PathLike, write, overwrite: bool = False) -> None:
-    """Run ``write(folder)`` into a fresh temporary folder beside ``output`` and rename it into
-    place, so ``output`` is either complete or untouched. An existing ``output`` is replaced only
-    with ``overwrite``."""
+# ------------------------------------------------------------------ the folders elmo makes
+# Every folder elmo makes holds this marker, a small JSON file with a random id and what the folder
+# is: elmo replaces or deletes a folder only when it can show it made it (see check_folder).
+OWNER_FILE = ".elmo-owner"
+OWNER_FORMAT = "elmo-owner"
+OWNER_MAX_BYTES = 4096
+SHOWN_ENTRIES = 3
+
+
+class ForeignFolderError(FileExistsError):
+    """Something elmo cannot show it made is where it would write, replace or delete a folder;
+    the message (one line) names the path and what is in the way."""
+
+
+def shown_entries(names: Iterable[str]) -> str:
+    """A few of ``names``, sorted, for a one-line message."""
+    names = sorted(names)
+    return ", ".join(names[:SHOWN_ENTRIES]) + (f" and {len(names) - SHOWN_ENTRIES} more" if len(names) > SHOWN_ENTRIES
+                                               else "")
+
+
+def read_owner(folder: str | os.PathLike) -> dict | None:
+    """The marker of ``folder`` (``{"format", "kind", "id"}``), or None when it has no readable
+    marker of elmo's."""
+    try:
+        with open(os.path.join(os.fspath(folder), OWNER_FILE), "rb") as f:
+            info = json.loads(f.read(OWNER_MAX_BYTES))
+    except (OSError, ValueError):
+        return None
+    if (isinstance(info, dict) and info.get("format") == OWNER_FORMAT and isinstance(info.get("kind"), str)
+            and isinstance(info.get("id"), str)):
+        return info
+    return None
+
+
+def _write_owner(folder: str, kind: str) -> str:
+    owner_id = uuid.uuid4().hex
+    with open(os.path.join(folder, OWNER_FILE), "x", encoding="utf-8") as f:
+        f.write(json.dumps({"format": OWNER_FORMAT, "kind": kind, "id": owner_id}) + "\n")
+    return owner_id
+
+
+def _new_folder_beside(path: str, tag: str) -> str:
+    """A fresh private folder beside ``path`` with a plain folder's permissions (mkdtemp's are owner-only)."""
+    parent = os.path.dirname(os.path.abspath(path))
+    tmp = tempfile.mkdtemp(prefix=f".{os.path.basename(path)}.", suffix=f".{tag}", dir=parent)
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o777 & ~umask)
+    return tmp
+
+
+def make_owned_folder(path: str | os.PathLike, kind: str, make_parents: bool = False) -> str:
+    """Create the folder ``path`` holding elmo's marker for ``kind`` (what the folder holds);
+    returns the marker's random id. The folder is made beside ``path`` and renamed into place, so
+    it never appears without its marker. An empty folder at ``path`` is replaced (there is
+    nothing to lose); anything else there raises ForeignFolderError. Its parent must exist,
+    unless ``make_parents``."""
+    path = os.fspath(path)
+    parent = os.path.dirname(os.path.abspath(path))
+    if make_parents:
+        os.makedirs(parent, exist_ok=True)
+    if not os.path.isdir(parent):
+        raise FileNotFoundError(f"{path}: the folder {parent} does not exist")
+    tmp = _new_folder_beside(path, "new")
+    try:
+        owner_id = _write_owner(tmp, kind)
+        os.rename(tmp, path)  # onto an empty folder: replaces it; onto anything else: fails
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if os.path.lexists(path) and read_owner(path) is None:
+            raise ForeignFolderError(f"{path}: already exists, and elmo did not make it; choose another "
+                                     "output, or move it away") from None
+        raise
+    return owner_id
+
+
+def check_folder(path: str | os.PathLike, kind: str, *, recognise: Callable[[str], bool] | None = None,
+                 allowed: Callable[[str], bool] | None = None, option: str = "output") -> bool:
+    """Whether ``path`` is a folder elmo made to hold a ``kind`` (True), or there is nothing
+    there to lose: no such path, or an empty folder (False). Anything else raises
+    ForeignFolderError with one line naming ``path`` and what is in the way: a file, a folder of
+    another kind, a folder without elmo's marker (unless ``recognise(path)``, for folders made
+    before the marker existed: see each caller for what it recognises), and, with ``allowed``
+    (for a folder about to be replaced or deleted whole), a folder holding any entry whose name
+    ``allowed`` rejects. Reads only; ``option`` names the argument that gave ``path``."""
+    path = os.fspath(path)
+    if not os.path.lexists(path):
+        return False
+    if os.path.islink(path) or not os.path.isdir(path):
+        raise ForeignFolderError(f"{path}: {'a link' if os.path.islink(path) else 'a file'} is in the way "
+                                 f"of the {kind} folder elmo would write here; choose another {option}, or move it "
+                                 "away")
+    names = [n for n in os.listdir(path) if n != OWNER_FILE]
+    owner = read_owner(path)
+    if owner is None and not names and not os.path.lexists(os.path.join(path, OWNER_FILE)):
+        return False
+    if owner is not None and owner["kind"] != kind:
+        raise ForeignFolderError(f"{path}: an elmo {owner['kind']}, not a {kind}; choose another {option}")
+    if owner is None and not (recognise is not None and recognise(path)):
+        raise ForeignFolderError(f"{path}: a folder elmo did not make (it holds {shown_entries(names) or OWNER_FILE}"
+                                 f" and no {OWNER_FILE} of elmo's) is in the way of the {kind}; elmo writes only "
+                                 f"into a new or empty folder or one it made: choose another {option}, or move it "
+                                 "away")
+    strays = [n for n in names if allowed is not None and not allowed(n)]
+    if strays:
+        raise ForeignFolderError(f"{path}: holds {shown_entries(strays)}, which elmo did not write there, beside the "
+                                 f"{kind}; elmo replaces or deletes only what it wrote: move them away, or choose "
+                                 f"another {option}")
+    return True
+
+
+def claim_folder(path: str | os.PathLike, kind: str, *, recognise: Callable[[str], bool] | None = None,
+                 option: str = "output", make_parents: bool = False) -> str:
+    """Make ``path`` the folder of a ``kind`` that elmo writes into: create it (or an empty one)
+    with elmo's marker, or take one elmo made (or one ``recognise`` shows it made before the
+    marker existed: the marker is added). Refuses anything else as :func:`check_folder` does.
+    Returns the marker's id. Safe when several processes claim the same folder at once. The
+    parent folder must exist, unless ``make_parents``."""
+    path = os.fspath(path)
+    if not check_folder(path, kind, recognise=recognise, option=option):
+        try:
+            return make_owned_folder(path, kind, make_parents)
+        except ForeignFolderError:
+            if not check_folder(path, kind, recognise=recognise, option=option):  # another process's, at once
+                raise
+    owner = read_owner(path)
+    if owner is not None:
+        return owner["id"]
+    try:
+        return _write_owner(path, kind)  # recognised from before the marker existed
+    except FileExistsError:
+        owner = read_owner(path)
+        if owner is None or owner["kind"] != kind:
+            raise ForeignFolderError(f"{path}: its {OWNER_FILE} is not elmo's marker of a {kind}; choose another "
+                                     f"{option}, or move it away") from None
+        return owner["id"]
+
+
+def remove_owned_folder(path: str | os.PathLike, check: Callable[[str], object]) -> None:
+    """Delete the folder ``path`` once ``check(path)`` accepted it (it raises otherwise, and
+    returns what identifies the folder: its marker's id). The folder is first moved aside under
+    a private name and checked again there, so that what is deleted is exactly what was checked
+    even if the folder at ``path`` was swapped in between (then it is put back, and the second
+    check's error raised)."""
+    path = os.fspath(path)
+    before = check(path)
+    aside = _new_folder_beside(path, "removing")
+    moved = os.path.join(aside, os.path.basename(path))
+    try:
+        os.rename(path, moved)
+    except BaseException:
+        os.rmdir(aside)
+        raise
+    try:
+        if check(moved) != before:
+            raise ForeignFolderError(f"{path}: changed while elmo was about to delete it; left in place")
+    except BaseException:
+        os.rename(moved, path)
+        os.rmdir(aside)
+        raise
+    shutil.rmtree(aside)
+
+
+def owner_id(path: str) -> str | None:
+    """The id in ``path``'s marker (None: no marker), for :func:`remove_owned_folder`."""
+    owner = read_owner(path)
+    return None if owner is None else owner["id"]
+
+
+def atomic_folder(output: str | os.PathLike, write, overwrite: bool = False, *, kind: str = "model",
+                  allowed: Callable[[str], bool] | None = None, recognise: Callable[[str], bool] | None = None,
+                  option: str = "output") -> None:
+    """Run ``write(folder)`` into a fresh temporary folder beside ``output`` (with elmo's marker
+    for ``kind``) and rename it into place, so ``output`` is either complete or untouched.
+    Nothing is there, or an empty folder: it is written. An existing ``output`` is replaced only
+    with ``overwrite``, and only when elmo made it as a ``kind`` (its marker, or ``recognise``
+    for one made before the marker existed) and it holds nothing but names ``allowed`` accepts:
+    anything else raises ForeignFolderError naming what is in the way, even with ``overwrite``."""
     output = Path(output)
-    if output.exists() and not overwrite:
-        raise FileExistsError(f"{output}: already exists; pass --force (overwrite=True) to replace it")
     if not output.parent.is_dir():
         raise FileNotFoundError(f"{output}: the folder {output.parent} does not exist")
-    tmp = Path(tempfile.mkdtemp(prefix=f".{output.name}.", dir=output.parent))
+    exists = check_folder(output, kind, recognise=recognise, allowed=allowed, option=option)
+    if exists and not overwrite:
+        raise FileExistsError(f"{output}: already exists; pass --force (overwrite=True) to replace it")
+    checked_id = owner_id(os.fspath(output)) if exists else None
+    tmp = Path(_new_folder_beside(os.fspath(output), "new"))
     try:
+        _write_owner(os.fspath(tmp), kind)
         write(tmp)
-        if output.exists():
-            old = Path(tempfile.mkdtemp(prefix=f".{output.name}.old.", dir=output.parent))
-            os.replace(output, old / output.name)
-            os.replace(tmp, output)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(tmp, output)
+        if not exists:
+            os.replace(tmp, output)  # onto an empty folder: replaces it; onto anything else: fails
+            return
+        old = Path(_new_folder_beside(os.fspath(output), "old"))
+        os.replace(output, old / output.name)
+        try:  # what is deleted is what was checked, even if the folder was swapped in between
+            check_folder(old / output.name, kind, recognise=recognise, allowed=allowed, option=option)
+            if owner_id(os.fspath(old / output.name)) != checked_id:
+                raise ForeignFolderError(f"{output}: changed while elmo was about to replace it; left in place")
+        except BaseException:
+            os.replace(old / output.name, output)
+            os.rmdir(old)
+            raise
+        os.replace(tmp, output)
+        shutil.rmtree(old, ignore_errors=True)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -117,14 +326,70 @@ def chunks(items: Iterable[T], size: int) -> Iterator[list[T]]:
         yield block
 
 
+# What gzip raises for a damaged file: cut short (EOFError), corrupt deflate data (zlib.error), a bad
+# header or checksum (BadGzipFile).
+GZIP_DAMAGE = (EOFError, zlib.error, gzip.BadGzipFile)
+
+
+class DamagedInputError(ValueError):
+    """An input file that cannot be read to its end (a truncated or corrupt ``.gz``); the message
+    names the file, and the line and byte where the damage was found."""
+
+
+class _CheckedGzipFile(gzip.GzipFile):
+    """A gzip file whose damage is a :class:`DamagedInputError` naming the file, the lines read
+    before it and the compressed byte where it was found (gzip's own exceptions name none)."""
+
+    def __init__(self, path: str):
+        super().__init__(path, "rb")
+        self.label, self.lines = path, 0
+
+    def _damaged(self, e: BaseException) -> DamagedInputError:
+        try:  # how far the gzip reader has read (it reads ahead, so the damage is at or before it)
+            at = f"read up to byte {self.fileobj.tell():,} of {os.path.getsize(self.label):,}"
+        except (AttributeError, OSError, ValueError):
+            at = "at an unknown byte"
+        after = f"after line {self.lines:,}, " if self.lines else ""
+        reason = str(e) or type(e).__name__
+        return DamagedInputError(f"{self.label}: not readable as gzip ({after}{at}: {reason}): the file is truncated "
+                                 "or corrupt (an interrupted download or copy?), or not gzip despite its name")
+
+    def read(self, size=-1):
+        try:
+            return super().read(size)
+        except GZIP_DAMAGE as e:
+            raise self._damaged(e) from None
+
+    def read1(self, size=-1):
+        try:
+            return super().read1(size)
+        except GZIP_DAMAGE as e:
+            raise self._damaged(e) from None
+
+    def peek(self, n):
+        try:
+            return super().peek(n)
+        except GZIP_DAMAGE as e:
+            raise self._damaged(e) from None
+
+    def readline(self, size=-1):  # line iteration goes through here too
+        try:
+            line = super().readline(size)
+        except GZIP_DAMAGE as e:
+            raise self._damaged(e) from None
+        self.lines += line.endswith(b"\n")
+        return line
+
+
 def open_text(path: str | os.PathLike) -> IO[bytes]:
     """Open a plain or ``.gz`` file for reading as bytes (decode line by line to report errors).
-    ``"-"`` is standard input (never closed by the caller's ``with``)."""
+    ``"-"`` is standard input (never closed by the caller's ``with``). A damaged ``.gz`` raises
+    :class:`DamagedInputError` (a ValueError) naming the file, line and byte, when it is read."""
     path = os.fspath(path)
     if path == STDIN:
         return contextlib.nullcontext(sys.stdin.buffer)  # type: ignore[return-value]
     if path.endswith(".gz"):
-        return gzip.open(path, "rb")
+        return _CheckedGzipFile(path)
     return open(path, "rb")
 
 
@@ -179,6 +444,6 @@ def count_lines(path: str | os.PathLike) -> int | None:
             while block := f.read(1 << 20):
                 count += block.count(b"\n")
                 last = block[-1:]
-    except (OSError, EOFError, gzip.BadGzipFile):
+    except (OSError, ValueError):  # a damaged .gz: the reading pass reports it
         return None
     return count + (last != b"\n")

@@ -124,12 +124,13 @@ class ElmoEmbedder:
         import h5py
         from tqdm import tqdm
 
-        from elmo.fileio import atomic_path
+        from elmo.fileio import atomic_path, check_output_file
 
         if output_format not in OUTPUT_FORMATS:
             raise ValueError(f"output_format: expected 'all', 'top' or 'average', got {output_format!r}")
         if batch_size < 1:
             raise ValueError(f"batch_size: must be at least 1, got {batch_size}")
+        check_output_file(output_file_path, overwrite=True)  # a folder in the way: found before the work
         if not checked:
             check_lines(sentences, source, use_sentence_keys)
         keys = sentences if use_sentence_keys else [str(i) for i in range(len(sentences))]

@@ -22,11 +22,13 @@ from elmo.allennlp.commands import (
     ElmoEmbedder,
     check_lines,
 )
-from elmo.fileio import STDIN, read_lines
+from elmo.fileio import STDIN, check_output_file, read_lines
 
 PROG = "python -m elmo.allennlp"
 COMMAND = f"{PROG} elmo"
 HELP = "Create word vectors using a pretrained ELMo model (AllenNLP's `allennlp elmo`)."
+# This command's way to load local files instead of downloading (it has no --options/--weights).
+LOCAL_FILES = "pass local paths as --options-file and --weight-file,"
 # tqdm's settings with --file-friendly-logging: plain lines, at most one every 10 seconds.
 FILE_FRIENDLY_PROGRESS = {"disable": False, "ascii": True, "mininterval": 10.0}
 
@@ -66,12 +68,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def check_output(input_file: str, output_file: str) -> None:
-    """Refuse an output that is the input (it would be lost) or standard output."""
+    """Refuse an output that is the input (it would be lost) or standard output, and, before
+    anything is embedded, one that cannot be written: a folder or anything but a regular file in
+    its place, or a folder that does not exist around it. An existing file is replaced (as
+    AllenNLP did), once the new one is complete."""
     if output_file == STDIN:
         raise ValueError("output_file: HDF5 needs a file name, not '-'")
     if input_file != STDIN and os.path.exists(input_file) and os.path.exists(output_file) \
             and os.path.samefile(input_file, output_file):
         raise ValueError(f"{output_file}: the output file is the input file; choose another output")
+    check_output_file(output_file, overwrite=True)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -110,7 +116,8 @@ def main(argv: list[str] | None = None) -> int:
         return run(args)
     except (ValueError, OSError, DownloadError) as e:
         # Bad input gets one clear line naming the file, line or option, not a traceback.
-        print(f"{COMMAND}: error: {e}", file=sys.stderr)
+        message = e.message_for(LOCAL_FILES) if isinstance(e, DownloadError) else str(e)
+        print(f"{COMMAND}: error: {message}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"\n{COMMAND}: interrupted", file=sys.stderr)

@@ -6,7 +6,7 @@ import argparse
 import sys
 
 from elmo.cli.common import add_model_arguments, model_from_args
-from elmo.fileio import read_lines
+from elmo.fileio import check_output_file, read_lines
 from elmo.inference.vocab_cache import save_vocab_cache
 
 HELP = "Precompute token vectors for a word list (one word per line), for elmo embed --vocab-cache."
@@ -16,6 +16,7 @@ def add_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("words", help="word list, one word per line (a vocab.txt works), or a model archive or "
                                       "folder holding vocab.txt or vocab.txt.gz (an NLPL .zip) to use its vocabulary")
     parser.add_argument("output", help="HDF5 cache file to write")
+    parser.add_argument("--force", action="store_true", help="replace an existing output file")
     add_model_arguments(parser)
 
 
@@ -32,8 +33,9 @@ def model_vocabulary_or_lines(path: str) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
+    check_output_file(args.output, args.force)  # before the model loads
     model = model_from_args(args)
     words = model_vocabulary_or_lines(args.words)
-    n = save_vocab_cache(model, words, args.output)
+    n = save_vocab_cache(model, words, args.output, overwrite=args.force)
     print(f"wrote {n} token vectors to {args.output}", file=sys.stderr)
     return 0

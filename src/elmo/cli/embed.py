@@ -10,7 +10,7 @@ import numpy as np
 import torch
 
 from elmo.cli.common import add_model_arguments, model_from_args
-from elmo.devices import DEFAULT_DEVICE, DEVICES
+from elmo.devices import DEFAULT_DEVICE, DEVICES, torchrun_environment
 from elmo.fileio import STDIN, chunks, read_lines
 from elmo.inference.embed import (
     DEFAULT_BATCH_SIZE,
@@ -92,16 +92,9 @@ def add_parser(parser: argparse.ArgumentParser) -> None:
 
 
 def launcher() -> dict[str, int] | None:
-    """torchrun's RANK, WORLD_SIZE, LOCAL_RANK and LOCAL_WORLD_SIZE, or None outside torchrun."""
-    if "WORLD_SIZE" not in os.environ or "RANK" not in os.environ:
-        return None
-    try:
-        values = {key: int(os.environ[key]) for key in ("RANK", "WORLD_SIZE")}
-        values["LOCAL_RANK"] = int(os.environ.get("LOCAL_RANK", 0))
-        values["LOCAL_WORLD_SIZE"] = int(os.environ.get("LOCAL_WORLD_SIZE", 1))
-    except ValueError:
-        raise ValueError("RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE: torchrun's variables must be integers") from None
-    return values
+    """torchrun's RANK, WORLD_SIZE, LOCAL_RANK and LOCAL_WORLD_SIZE, or None outside torchrun
+    (:func:`elmo.devices.torchrun_environment`: WORLD_SIZE without RANK is refused, not ignored)."""
+    return torchrun_environment()
 
 
 def parse_shard(text: str) -> tuple[int, int]:

@@ -36,6 +36,31 @@ class DefaultsHelpFormatter(argparse.HelpFormatter):
         return text + " (default: %(default)s)"
 
 
+# Options whose value may start with '-' and a digit ("--shard -1/2"): argparse would take the value
+# for an option and say only "expected one argument"; joined as "--shard=-1/2", the verb's own
+# check of the value says what is wrong with it.
+DASH_VALUE_OPTIONS = ("--shard",)
+
+
+def _join_dash_values(argv: list[str]) -> list[str]:
+    """``argv`` with ``OPTION VALUE`` joined as ``OPTION=VALUE`` for the options of
+    :data:`DASH_VALUE_OPTIONS` whose value starts with '-' and a digit."""
+    joined: list[str] = []
+    args = iter(argv)
+    for arg in args:
+        if arg in DASH_VALUE_OPTIONS:
+            value = next(args, None)
+            if value is not None and len(value) > 1 and value[0] == "-" and value[1].isdigit():
+                joined.append(f"{arg}={value}")
+                continue
+            joined.append(arg)
+            if value is not None:
+                joined.append(value)
+            continue
+        joined.append(arg)
+    return joined
+
+
 def _module(verb: str):
     return importlib.import_module(f"elmo.cli.{VERBS[verb]}")
 
@@ -66,7 +91,7 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
+    argv = _join_dash_values(sys.argv[1:] if argv is None else argv)
     args = build_parser(argv).parse_args(argv)
     from elmo.hub.download import DownloadError
 

@@ -27,7 +27,7 @@ import h5py
 import numpy as np
 import torch
 
-from elmo.fileio import atomic_path
+from elmo.fileio import atomic_folder, atomic_path, check_folder
 from elmo.hub.pickles import torch_reason, unsafe_global
 from elmo.model.bilm import BiLM
 from elmo.model.config import BiLMConfig, ConfigError
@@ -184,20 +184,55 @@ def load_softmax(path: str | os.PathLike, vocab_size: int, dim: int) -> Softmax:
             if tuple(f[name].shape) != shape:
                 raise WeightsError(f"{path}: dataset '{name}' has shape {tuple(f[name].shape)}, "
                                    f"but the vocabulary and options need {shape}")
-            array = np.asarray(f[name][...], dtype=np.float32)
-            check_finite(array, f"{path}: dataset '{name}'")
+            array = f[name][...]
+            check_finite(array, f"{path}: dataset '{name}'")  # strings, NaN: refused naming the dataset
+            array = np.asarray(array, dtype=np.float32)
             with torch.no_grad():
                 param.copy_(torch.from_numpy(array))
     return softmax
 
 
+MODEL_FOLDER_KIND = "model folder"  # the kind in the marker of a folder elmo writes a model into
+# Every file elmo writes into a model folder: the bilm-tf layout (save_bilm_tf), an export's softmax
+# and vocabulary, and the ELMoForManyLangs format (elmo.hub.manylangs.save_manylangs).
+MODEL_FILES = frozenset({"options.json", "weights.hdf5", SOFTMAX_FILE, VOCAB_FILE, "config.json", "cnn_config.json",
+                         "char.dic", "word.dic", "token_embedder.pkl", "encoder.pkl"})
+
+
+def is_model_folder_from_before_markers(folder: str) -> bool:
+    """Whether ``folder``, without elmo's marker, is a model folder elmo wrote before it marked
+    them: it holds a model's weights and nothing but the files elmo writes there."""
+    names = set(os.listdir(folder))
+    return bool(names & {"weights.hdf5", "encoder.pkl"}) and names <= MODEL_FILES
+
+
+def check_model_folder(output: str | os.PathLike, overwrite: bool = False, option: str = "output") -> None:
+    """Refuse, before any work, what :func:`write_model_folder` would: an existing ``output``
+    without ``overwrite``, and anything there elmo cannot show is a model folder it made."""
+    if check_folder(output, MODEL_FOLDER_KIND, recognise=is_model_folder_from_before_markers,
+                    allowed=MODEL_FILES.__contains__, option=option) and not overwrite:
+        raise FileExistsError(f"{output}: already exists; pass --force (overwrite=True) to replace it")
+
+
+def write_model_folder(output: str | os.PathLike, write, overwrite: bool = False) -> None:
+    """Write a model folder with ``write(folder)`` atomically (:func:`elmo.fileio.atomic_folder`):
+    an existing ``output`` is replaced only with ``overwrite``, and only when it is a model folder
+    elmo made holding nothing else (see :data:`MODEL_FILES`)."""
+    atomic_folder(output, write, overwrite, kind=MODEL_FOLDER_KIND, allowed=MODEL_FILES.__contains__,
+                  recognise=is_model_folder_from_before_markers, option="output")
+
+
 def export_language_model(model: LanguageModel, vocab: Vocabulary, output_dir: str | os.PathLike,
-                          dtype: str = STORAGE_DTYPES[0]) -> None:
+                          dtype: str = STORAGE_DTYPES[0], overwrite: bool = False) -> None:
     """Write ``options.json`` + ``weights.hdf5`` (original layout), ``softmax_weights.hdf5`` and
-    ``vocab.txt`` into ``output_dir``."""
-    save_bilm_tf(model.bilm, output_dir, dtype=dtype)
-    save_softmax(model.softmax, os.path.join(output_dir, SOFTMAX_FILE), dtype=dtype)
-    vocab.save(os.path.join(output_dir, VOCAB_FILE))
+    ``vocab.txt`` into the folder ``output_dir``, which appears complete or not at all. An existing
+    one is replaced only with ``overwrite``, and only when elmo made it (:func:`write_model_folder`)."""
+    def write(folder) -> None:
+        save_bilm_tf(model.bilm, folder, dtype=dtype)
+        save_softmax(model.softmax, os.path.join(folder, SOFTMAX_FILE), dtype=dtype)
+        vocab.save(os.path.join(folder, VOCAB_FILE))
+
+    write_model_folder(output_dir, write, overwrite)
 
 
 def checkpoint_paths(run_dir: str | os.PathLike) -> list[str]:
@@ -292,8 +327,9 @@ def load_exported_language_model(options: str | os.PathLike, weights: str | os.P
     return model, vocab
 
 
-__all__ = ["CHECKPOINT_KEYS", "FORMAT_NAMES", "NATIVE_FORMAT", "NATIVE_VERSION", "SOFTMAX_FILE", "TRAIN_FORMAT",
-           "TRAIN_VERSION", "VOCAB_FILE", "bilm_from_state", "bilm_of_payload", "check_train_payload",
-           "checkpoint_paths", "export_language_model", "language_model_of_payload", "latest_checkpoint",
-           "load_checkpoint", "load_exported_language_model", "load_latest_train_checkpoint", "load_softmax",
-           "load_train_checkpoint", "read_checkpoint", "save_checkpoint", "save_softmax", "save_train_checkpoint"]
+__all__ = ["CHECKPOINT_KEYS", "FORMAT_NAMES", "MODEL_FILES", "MODEL_FOLDER_KIND", "NATIVE_FORMAT", "NATIVE_VERSION",
+           "SOFTMAX_FILE", "TRAIN_FORMAT", "TRAIN_VERSION", "VOCAB_FILE", "bilm_from_state", "bilm_of_payload",
+           "check_model_folder", "check_train_payload", "checkpoint_paths", "export_language_model",
+           "language_model_of_payload", "latest_checkpoint", "load_checkpoint", "load_exported_language_model",
+           "load_latest_train_checkpoint", "load_softmax", "load_train_checkpoint", "read_checkpoint",
+           "save_checkpoint", "save_softmax", "save_train_checkpoint", "write_model_folder"]

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import torch
 
-from elmo.fileio import atomic_folder, atomic_write_text
+from elmo.fileio import OWNER_FILE, atomic_write_text
 from elmo.model.bilm import BiLM
 from elmo.model.chars import BOS_CHAR, BOW_CHAR, EOS_CHAR, EOW_CHAR, MAX_CHARS, PAD_CHAR
 from elmo.model.config import BiLMConfig, CharCNNConfig
@@ -102,9 +102,11 @@ def convert_model(source, output: str | os.PathLike, *, to: str = "bilm-tf", ove
     """Write the model ``source`` names (anything :func:`elmo.hub.load_model` takes)
     in format ``to`` (see :data:`FORMATS`) at ``output``: a folder for ``bilm-tf`` and
     ``manylangs``, a ``.pt`` file for ``elmo``. The output appears complete or not at all, and an
-    existing one is replaced only with ``overwrite``. ``dtype`` (``float16`` halves the file)
-    applies to ``bilm-tf``. Raises :class:`ConversionError` listing why the model does not fit."""
-    from elmo.hub.checkpoints import save_checkpoint
+    existing one is replaced only with ``overwrite``, and a folder only when elmo made it and it
+    holds nothing else (:func:`elmo.hub.checkpoints.write_model_folder`). ``dtype`` (``float16``
+    halves the file) applies to ``bilm-tf``. Raises :class:`ConversionError` listing why the model
+    does not fit."""
+    from elmo.hub.checkpoints import check_model_folder, save_checkpoint, write_model_folder
     from elmo.hub.manylangs import (
         ManyLangsError,
         manylangs_problems,
@@ -117,11 +119,17 @@ def convert_model(source, output: str | os.PathLike, *, to: str = "bilm-tf", ove
         raise ValueError(f"to: expected one of {', '.join(FORMATS)}, got {to!r}")
     output = Path(output)
     _refuse_replacing_the_source(source, output)
+    # What is in the way is refused before the model loads (and checked again when it is written).
+    if to == "elmo":
+        if output.is_dir():
+            raise IsADirectoryError(f"{output}: a folder is in the way of the checkpoint file; give a file name")
+        if output.exists() and not overwrite:
+            raise FileExistsError(f"{output}: already exists; pass --force (overwrite=True) to replace it")
+    else:
+        check_model_folder(output, overwrite)
     model = load_model(source)
     notes: list[str] = []
     if to == "elmo":
-        if output.exists() and not overwrite:
-            raise FileExistsError(f"{output}: already exists; pass --force (overwrite=True) to replace it")
         save_checkpoint(model, output)
         return Conversion([str(output)], notes)
     if to == "manylangs":
@@ -129,10 +137,10 @@ def convert_model(source, output: str | os.PathLike, *, to: str = "bilm-tf", ove
         if problems:
             raise ConversionError("this model has no place in the ELMoForManyLangs format: " + "; ".join(problems))
         try:
-            atomic_folder(output, lambda folder: save_manylangs(model, folder), overwrite)
+            write_model_folder(output, lambda folder: save_manylangs(model, folder), overwrite)
         except ManyLangsError as e:
             raise ConversionError(str(e)) from None
-        return Conversion(sorted(str(p) for p in output.iterdir()), notes)
+        return Conversion(_written(output), notes)
     if model.config.char_cnn.characters == "dictionary":
         model = to_byte_scheme(model)
         notes.append("identical vectors for ASCII text; a character outside ASCII is one <oov> slot in "
@@ -145,9 +153,14 @@ def convert_model(source, output: str | os.PathLike, *, to: str = "bilm-tf", ove
         if vocab is not None:
             atomic_write_text(folder / "vocab.txt", "".join(w + "\n" for w in vocab))
 
-    atomic_folder(output, write, overwrite)
+    write_model_folder(output, write, overwrite)
     notes.extend(bilm_tf_reader_notes(model.config))
-    return Conversion(sorted(str(p) for p in output.iterdir()), notes)
+    return Conversion(_written(output), notes)
+
+
+def _written(folder: Path) -> list[str]:
+    """The files of a model folder just written (not elmo's marker)."""
+    return sorted(str(p) for p in folder.iterdir() if p.name != OWNER_FILE)
 
 
 def _refuse_replacing_the_source(source, output: Path) -> None:

@@ -50,8 +50,18 @@ class RemoteFile:
     sha256: str | None = None  # hex digest, when known in advance
 
 
+# How an error about an unreachable server says to load local files instead, in the words of the
+# elmo command and the Python API; another command says it in its own (DownloadError.message_for).
+LOCAL_FILES_HINT = "pass --options/--weights, or use from_files,"
+
+
 class DownloadError(RuntimeError):
     """A file could not be downloaded, or what was downloaded is not the expected file."""
+
+    def message_for(self, local_files: str) -> str:
+        """The message, with its advice on loading local files instead (:data:`LOCAL_FILES_HINT`)
+        in the words of a command whose options differ, e.g. ``python -m elmo.allennlp elmo``'s."""
+        return str(self).replace(LOCAL_FILES_HINT, local_files)
 
 
 @dataclass(frozen=True)
@@ -231,7 +241,7 @@ def _network_error(remote: RemoteFile, path: Path, reason: str) -> DownloadError
     return DownloadError(
         f"could not download {remote.url}: {reason}.\n"
         f"To install it by hand, download {remote.url} on a machine with internet access and copy it "
-        f"to {path} (or pass --options/--weights, or use from_files, to load files from elsewhere)."
+        f"to {path} (or {LOCAL_FILES_HINT} to load files from elsewhere)."
     )
 
 

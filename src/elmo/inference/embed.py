@@ -7,10 +7,11 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import threading
 import time
 import warnings
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence, Set
 from dataclasses import dataclass
 
 import h5py
@@ -22,7 +23,9 @@ from elmo.fileio import (
     STDIN,
     atomic_path,
     atomic_write_text,
+    check_output_file,
     chunks,
+    claim_folder,
     count_lines,
     is_regular_file,
     read_lines,
@@ -81,8 +84,11 @@ def as_sentences(sentences: str | Sequence[str | Sequence[str]]) -> list[list[st
     strings is always a list of sentences, each split on whitespace."""
     if isinstance(sentences, str):
         return [tokenize(sentences)]
-    if not isinstance(sentences, Sequence) and not hasattr(sentences, "__iter__"):
-        raise TypeError(f"sentences: expected a list of sentences, got {type(sentences).__name__}")
+    # A dict or set iterates, but its order and items are not sentences: {"a": 1} would embed "a".
+    if isinstance(sentences, (Mapping, Set, bytes, bytearray)) or (not isinstance(sentences, Sequence)
+                                                                   and not hasattr(sentences, "__iter__")):
+        raise TypeError(f"sentences: expected a list of sentences (strings or token lists), got "
+                        f"{type(sentences).__name__}")
     return [as_tokens(s, f"sentences[{i}]") for i, s in enumerate(sentences)]
 
 
@@ -208,12 +214,13 @@ class Embedder:
         (:mod:`elmo.inference.long_lines`); never in stateful mode."""
         return len(sentence) + 2 > self.max_tokens and self.state != "stateful"
 
-    def embed_long_sentence(self, sentence: Sequence[str], spill_dir: str | os.PathLike | None = None
-                            ) -> Iterator[np.ndarray]:
+    def embed_long_sentence(self, sentence: Sequence[str], spill_dir: str | os.PathLike | None = None,
+                            progress=None) -> Iterator[np.ndarray]:
         """One sentence of any length in bounded memory: ``(tokens, L+1, dim)`` float32 pieces of
-        at most ``max_tokens`` tokens, in order (see :mod:`elmo.inference.long_lines`)."""
+        at most ``max_tokens`` tokens, in order (see :mod:`elmo.inference.long_lines`; ``progress``
+        is called there after each window)."""
         return embed_long_sentence(self.runtime, as_tokens(sentence), self.max_tokens,
-                                   None if spill_dir is None else os.fspath(spill_dir))
+                                   None if spill_dir is None else os.fspath(spill_dir), progress)
 
     def embed_sentences(self, sentences: str | Sequence[str | Sequence[str]], layers: Layers = "all",
                         batch_size: int | None = None, progress: bool = False) -> list[np.ndarray]:
@@ -436,7 +443,9 @@ class Embedder:
                     rows = [tokenized[i] for i in indices]
                     n_tokens = [len(r) for r in rows]
                     if len(rows) == 1 and self._is_long(rows[0]):
-                        pieces = (options.select(p) for p in self.embed_long_sentence(rows[0], spill_dir=work.path))
+                        moving = _LongLineProgress(bar, f"line {block[indices[0]][0] + 1}")
+                        pieces = (options.select(p) for p in self.embed_long_sentence(rows[0], spill_dir=work.path,
+                                                                                      progress=moving))
                     else:
                         pieces = self._token_major_batch(rows, options)
                     state = b""
@@ -448,6 +457,7 @@ class Embedder:
                                            texts=[texts[i] for i in indices], vectors=pieces,
                                            vector_bytes=sum(n_tokens) * row_bytes,
                                            state=state)
+                    bar.n = int(bar.n)  # drops a long line's fraction (_LongLineProgress): whole lines count here
                     if (c, b) in lost or (c, b) < frontier:
                         again += len(indices)
                     elif lost_tail_bytes > 0:
@@ -473,6 +483,19 @@ class Embedder:
         c = torch.from_numpy(values[:split].copy()).view(2, lstm.n_layers, rows, lstm.dim)
         h = torch.from_numpy(values[split:].copy()).view(2, lstm.n_layers, rows, lstm.projection_dim)
         return BiLMState(c.to(self.device), h.to(self.device))
+
+
+class _LongLineProgress:
+    """Moves a sentences bar within one long line (tens of seconds for 20,000 tokens, which would
+    otherwise show no progress): by the fraction of the line embedded, with its tokens shown."""
+
+    def __init__(self, bar: tqdm, label: str):
+        self.bar, self.label, self.start = bar, label, bar.n
+
+    def __call__(self, done: int, total: int) -> None:
+        self.bar.n = round(self.start + min(0.99, done / total), 2)
+        self.bar.set_postfix_str(f"{self.label}: {min(done, total - 2):,} of {total - 2:,} tokens", refresh=False)
+        self.bar.refresh()
 
 
 @dataclass
@@ -562,8 +585,18 @@ def shard_target(output_path: str | os.PathLike, rank: int, world: int) -> str:
     parent = os.path.dirname(os.path.abspath(output))
     if not os.path.isdir(parent):
         raise FileNotFoundError(f"{output}: the folder {parent} does not exist")
-    os.makedirs(output, exist_ok=True)
+    claim_folder(output, SHARD_FOLDER_KIND, recognise=_is_shard_folder, option="output")
     return os.path.join(output, shard_name(rank, world))
+
+
+SHARD_FOLDER_KIND = "embed shard folder"  # the kind in the marker of a sharded run's output folder
+_SHARD_ENTRY = re.compile(r"shard-\d+-of-\d+\.hdf5(\.partial|\.\d+\.\w+\.tmp)?|" + re.escape(MANIFEST))
+
+
+def _is_shard_folder(folder: str) -> bool:
+    """A sharded run's folder from before the marker existed: shards, their work files and the manifest only."""
+    names = os.listdir(folder)
+    return bool(names) and all(_SHARD_ENTRY.fullmatch(n) for n in names)
 
 
 def write_manifest(folder: str | os.PathLike, world: int, fingerprint: dict) -> None:
@@ -581,8 +614,9 @@ def load_embeddings(path: str | os.PathLike) -> list[np.ndarray]:
 
 
 def check_output(input_path: str | os.PathLike, output_path: str | os.PathLike, overwrite: bool) -> None:
-    """Refuse an output that is the input (it would be destroyed before being read) and, unless
-    ``overwrite``, one that already exists."""
+    """Refuse an output that is the input (it would be destroyed before being read), a folder or
+    anything else but a regular file, and, unless ``overwrite``, one that already exists
+    (:func:`elmo.fileio.check_output_file`)."""
     output = os.fspath(output_path)
     if output == "-":
         raise ValueError("output: '-' (standard output) is for printed vectors; HDF5 needs a file name")
@@ -592,8 +626,7 @@ def check_output(input_path: str | os.PathLike, output_path: str | os.PathLike, 
         same = os.path.samefile(source, output)
     if same:
         raise ValueError(f"{output}: the output file is the input file; choose another output")
-    folder = os.path.dirname(os.path.abspath(output))
-    if not os.path.isdir(folder):  # a typo in a path should not create folders
-        raise FileNotFoundError(f"{output}: the folder {folder} does not exist")
-    if os.path.exists(output) and not overwrite:
-        raise FileExistsError(f"{output}: already exists; pass --force (overwrite=True) to replace it")
+    if os.path.isdir(output):  # found now, not once everything is embedded
+        raise IsADirectoryError(f"{output}: a folder is in the way of the output file (one process writes one HDF5 "
+                                "file; a sharded run writes a folder): give a file name")
+    check_output_file(output, overwrite)

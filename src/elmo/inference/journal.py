@@ -12,7 +12,10 @@ appears only complete). The work file is the folder ``OUTPUT.partial/`` beside t
   chunk's SHA-256, the batch's place in it), each sentence's line number, token count and text,
   its vectors in the stored dtype, the carried LSTM state in stateful mode, and a CRC-32;
 * ``synced``: how far the journal is known to be on disk (``fsync``), at most a few seconds old;
-* ``lock``: held while a process writes the folder, so two runs cannot write one output.
+* ``lock``: held while a process writes the folder, so two runs cannot write one output;
+* ``.elmo-owner``: elmo's marker (:func:`elmo.fileio.make_owned_folder`), made with the folder:
+  only a folder with it is ever taken over or deleted (one made before the marker existed is
+  recognised by its ``work.json``).
 
 A frame counts once it is whole and passes its CRC-32 check, which a resumed run makes for every
 frame before reusing it (:meth:`WorkFolder.scan`). A kill leaves at most one partial frame at the
@@ -32,7 +35,6 @@ import fcntl
 import hashlib
 import json
 import os
-import shutil
 import struct
 import time
 import zlib
@@ -42,11 +44,12 @@ from pathlib import Path
 
 import numpy as np
 
-from elmo.fileio import atomic_write_text
+from elmo.fileio import OWNER_FILE, atomic_write_text, make_owned_folder, read_owner, remove_owned_folder
 
 WORK_SUFFIX = ".partial"
-WORK_NAMES = frozenset({"work.json", "journal.bin", "synced", "lock"})
+WORK_NAMES = frozenset({"work.json", "journal.bin", "synced", "lock", OWNER_FILE})
 WORK_FORMAT = "elmo-embed-work"
+WORK_KIND = "embed work file"  # the kind in its marker
 WORK_VERSION = 1
 
 MAGIC = b"ELMB"
@@ -150,26 +153,36 @@ class WorkFolder:
     def exists(self) -> bool:
         return os.path.isdir(self.path)
 
-    def check_ours(self) -> None:
-        """Refuse a folder at our path that is not an elmo embed work file (a user's folder that
-        happens to have this name), so that it is never taken over or deleted. One of ours holds
-        only the files named above (and the temporaries of their atomic writes); its ``work.json``,
-        where readable, says what it is."""
-        names = sorted(os.listdir(self.path))
+    def check_ours(self, path: str | None = None) -> str | None:
+        """Refuse a folder at our path (or ``path``) that elmo cannot show is an elmo embed work
+        file (a user's folder that happens to have this name), so that it is never taken over or
+        deleted. Ours holds elmo's marker and only the files named above (and the temporaries of
+        their atomic writes); one made before the marker existed has no marker, but a ``work.json``
+        that says what it is. Returns the marker's id (None: no marker), which
+        :meth:`remove` checks again just before deleting."""
+        path = path or self.path
+        names = sorted(os.listdir(path))
         strays = [n for n in names if n not in WORK_NAMES
                   and not (n.endswith(".tmp") and n.split(".", 1)[0] in {"work", "synced"})]
         if strays:
             shown = ", ".join(strays[:3]) + (", ..." if len(strays) > 3 else "")
             raise WorkFileError(f"{self.path}: in the way of the work file of {self.output}, and not an elmo embed "
                                 f"work file (it holds {shown}); move it away or choose another output")
+        owner = read_owner(path)
+        if owner is not None and owner["kind"] == WORK_KIND:
+            return owner["id"]
+        if not names or (names == ["lock"] and os.path.getsize(os.path.join(path, "lock")) == 0):
+            return None  # empty, or only the empty lock file a refused resume made: nothing to lose
         try:
-            info = json.loads(Path(self.info_path).read_text(encoding="utf-8"))
+            info = json.loads(Path(path, "work.json").read_text(encoding="utf-8"))
         except (OSError, ValueError):
-            return  # ours by its names, damaged or still being made: open() says which
-        if not isinstance(info, dict) or info.get("format") != WORK_FORMAT:
-            raise WorkFileError(f"{self.path}: in the way of the work file of {self.output}, and not an elmo embed "
-                                "work file (its work.json is another program's); move it away or choose another "
-                                "output")
+            info = None
+        if owner is None and isinstance(info, dict) and info.get("format") == WORK_FORMAT:
+            return None  # made before the marker existed
+        whose = ("its work.json is another program's" if isinstance(info, dict) and owner is None
+                 else f"it holds {', '.join(names)}, without elmo's marker or a work.json of elmo's")
+        raise WorkFileError(f"{self.path}: in the way of the work file of {self.output}, and not an elmo embed "
+                            f"work file ({whose}); move it away or choose another output")
 
     def is_empty(self) -> bool:
         """Whether the journal holds nothing (a run that failed before its first batch)."""
@@ -178,7 +191,7 @@ class WorkFolder:
     # ---------------------------------------------------------------------------- lifecycle
     def create(self, fingerprint: dict, about: dict) -> None:
         """A new, empty work folder for a run with this fingerprint (``about``: informative only)."""
-        os.mkdir(self.path)
+        make_owned_folder(self.path, WORK_KIND)
         self.lock()
         atomic_write_text(self.info_path, json.dumps({"format": WORK_FORMAT, "version": WORK_VERSION,
                                                       "fingerprint": fingerprint, **about}, indent=1))
@@ -224,12 +237,14 @@ class WorkFolder:
             self._lock_fd = None
 
     def remove(self) -> None:
-        """Delete the folder (after the output is in place, or to start over)."""
+        """Delete the folder (after the output is in place, or to start over), only once it shows
+        it is ours (:meth:`check_ours`, checked again on the very folder being deleted)."""
         if not self.exists():
             return
+        self.check_ours()  # before the lock, which would add a file to a folder not ours
         if self._lock_fd is None:
             self.lock()  # never delete a folder another process is writing
-        shutil.rmtree(self.path)
+        remove_owned_folder(self.path, self.check_ours)
         self.release()
 
     # -------------------------------------------------------------------------------- reading

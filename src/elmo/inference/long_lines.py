@@ -22,7 +22,7 @@ so the arithmetic is the same as one run over the whole sentence.
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
 import torch
@@ -44,12 +44,14 @@ def _token_vectors(runtime, words: Sequence[str]) -> torch.Tensor:
 
 
 @torch.inference_mode()
-def embed_long_sentence(runtime, tokens: Sequence[str], window: int,
-                        spill_dir: str | None = None) -> Iterator[np.ndarray]:
+def embed_long_sentence(runtime, tokens: Sequence[str], window: int, spill_dir: str | None = None,
+                        progress: Callable[[int, int], None] | None = None) -> Iterator[np.ndarray]:
     """Yield one sentence's layers in token order, ``(w, L+1, 2*projection_dim)`` float32 pieces
     of at most ``window`` tokens. The sentence starts from the runtime's initial state for one row
     (warm or reset policy; stateful mode carries state between the rows of batches and does not
-    come here). ``spill_dir``: where the temporary files go (default: the system's)."""
+    come here). ``spill_dir``: where the temporary files go (default: the system's).
+    ``progress(done, total)`` is called after each window with the timesteps run so far, of the
+    ``total`` (the tokens and the two boundaries): a progress bar can move within one long line."""
     if runtime.state == "stateful":
         raise ValueError("a sentence longer than the batch budget cannot be embedded in stateful mode (its state "
                          "depends on the batch rows around it); use the warm or reset policy")
@@ -89,6 +91,8 @@ def embed_long_sentence(runtime, tokens: Sequence[str], window: int,
                 x = out
             forward_file.write(torch.cat(forward_out, dim=-1).float().cpu().numpy().tobytes())
             backward_file.write(torch.cat(backward_out, dim=-1).float().cpu().numpy().tobytes())
+            if progress is not None:
+                progress(stop, length)
         # Token p (1..length-2 of seq) is step p of the forward stack and step length-1-p of the backward one.
         for first in range(1, length - 1, window):
             last = min(length - 1, first + window)

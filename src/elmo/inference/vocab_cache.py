@@ -18,7 +18,7 @@ import h5py
 import numpy as np
 import torch
 
-from elmo.fileio import atomic_path
+from elmo.fileio import atomic_path, check_output_file
 from elmo.model.bilm import BiLM
 from elmo.model.encoder import encode_words_fast
 from elmo.model.weights import weights_fingerprint
@@ -43,8 +43,10 @@ def compute_token_vectors(model: BiLM, words: Sequence[str], chunk: int = 4096) 
     return out
 
 
-def save_vocab_cache(model: BiLM, words: Sequence[str], path: str | os.PathLike) -> int:
-    """Compute and write the cache for ``words`` (duplicates and empty strings dropped)."""
+def save_vocab_cache(model: BiLM, words: Sequence[str], path: str | os.PathLike, overwrite: bool = False) -> int:
+    """Compute and write the cache for ``words`` (duplicates and empty strings dropped). An
+    existing file is replaced only with ``overwrite`` (atomically); a folder never is."""
+    check_output_file(path, overwrite)
     unique = list(dict.fromkeys(w for w in words if w))
     vectors = compute_token_vectors(model, unique)
     with atomic_path(path) as tmp, h5py.File(tmp, "w") as f:
@@ -55,14 +57,28 @@ def save_vocab_cache(model: BiLM, words: Sequence[str], path: str | os.PathLike)
 
 
 def load_vocab_cache(path: str | os.PathLike, model: BiLM) -> dict[str, torch.Tensor]:
-    """Read a cache as ``word -> vector``; refuses a cache made with another token encoder."""
-    with h5py.File(path, "r") as f:
-        for name in ("embedding", "words"):
+    """Read a cache as ``word -> vector``; refuses a cache made with another token encoder, and
+    with a ValueError naming the file anything that is not a cache (not HDF5, a dataset missing or
+    of the wrong type or shape)."""
+    try:
+        f = h5py.File(path, "r")
+    except OSError as e:  # h5py's message does not name the file
+        raise ValueError(f"{path}: not a vocabulary cache (cannot be read as HDF5: {e}); make one with "
+                         "elmo cache-vocab") from None
+    with f:
+        for name, kinds in (("embedding", "fiu"), ("words", "SUO")):
             if name not in f:
                 raise ValueError(f"{path}: not a vocabulary cache (no '{name}' dataset)")
+            if not isinstance(f[name], h5py.Dataset) or f[name].dtype.kind not in kinds:
+                what = f"dtype {f[name].dtype}" if isinstance(f[name], h5py.Dataset) else "a group"
+                raise ValueError(f"{path}: not a vocabulary cache ('{name}' is {what}, not "
+                                 f"{'numbers' if name == 'embedding' else 'strings'})")
         if f.attrs.get("fingerprint") != encoder_fingerprint(model):
             raise ValueError(f"{path}: this cache was computed with a different model's token encoder")
-        words = [w.decode("utf-8") if isinstance(w, bytes) else w for w in f["words"][...]]
+        try:
+            words = [w.decode("utf-8") if isinstance(w, bytes) else w for w in f["words"][...]]
+        except UnicodeDecodeError as e:
+            raise ValueError(f"{path}: 'words' holds a word that is not UTF-8 ({e.reason})") from None
         vectors = torch.from_numpy(np.asarray(f["embedding"][...], dtype=np.float32))
     if vectors.shape != (len(words), model.config.lstm.projection_dim):
         raise ValueError(f"{path}: 'embedding' has shape {tuple(vectors.shape)}, expected "

@@ -68,10 +68,30 @@ def _tf_datasets(model: BiLM) -> Iterator[tuple[str, tuple[int, ...], torch.Tens
             yield f"{prefix}/W_P_0", (layer.dim, layer.projection_dim), layer.projection, "t"
 
 
+def check_numbers(dtype: np.dtype, where: str) -> None:
+    """Refuse weights that are not real numbers (strings, objects, booleans, complex numbers),
+    naming the dataset: checked from the dtype, before anything is read."""
+    dtype = np.dtype(dtype)
+    if dtype.kind not in "fiu":
+        raise WeightsError(f"{where} holds {_dtype_words(dtype)}, not numbers; the file is damaged or not a "
+                           "weights file")
+
+
+def _dtype_words(dtype: np.dtype) -> str:
+    """What values of ``dtype`` are, in words (h5py marks its variable-length types in the metadata)."""
+    vlen = (dtype.metadata or {}).get("vlen")
+    if vlen is not None:
+        return "variable-length strings" if vlen in (str, bytes) else "variable-length arrays"
+    kinds = {"S": "byte strings", "U": "strings", "O": "Python objects", "b": "booleans", "c": "complex numbers",
+             "V": "raw or compound records", "M": "dates", "m": "time spans"}
+    return f"{kinds.get(dtype.kind, 'values')} ({dtype})"
+
+
 def check_finite(array: np.ndarray | torch.Tensor, where: str) -> None:
-    """Refuse NaN or infinite weights, naming the dataset: they would load silently and turn
-    every vector into NaN."""
+    """Refuse weights that are not numbers (:func:`check_numbers`), or NaN or infinite, naming
+    the dataset: they would fail deep inside numpy, or load silently and turn every vector into NaN."""
     array = np.asarray(array)
+    check_numbers(array.dtype, where)
     if np.isfinite(array).all():
         return
     bad = int((~np.isfinite(array)).sum())
@@ -134,6 +154,7 @@ def bilm_from_hdf5(config: BiLMConfig, weights_file: str | os.PathLike, *, optio
                 got = tuple(dataset.shape) if isinstance(dataset, h5py.Dataset) else "a group"
                 raise WeightsError(f"{label}: dataset '{name}' has shape {got}, but "
                                    f"{options_label} needs {shape}")
+            check_numbers(dataset.dtype, f"{label}: dataset '{name}'")  # before reading it
             array = dataset[...]
             check_finite(array, f"{label}: dataset '{name}'")
             param.copy_(_tf_to_torch(array, conversion, param))

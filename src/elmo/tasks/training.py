@@ -34,7 +34,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from elmo.fileio import atomic_path, atomic_write_text
+from elmo.fileio import atomic_path, atomic_write_text, check_folder, claim_folder
 from elmo.hub.checkpoints import read_checkpoint
 from elmo.inference.layer_cache import load_or_compute
 from elmo.model.weights import WeightsError
@@ -143,6 +143,20 @@ def _save(path: str, payload: dict) -> None:
         torch.save(payload, tmp)
 
 
+TASK_RUN_KIND = "task run"  # the kind in the marker of a task run directory (elmo.fileio.claim_folder)
+
+
+def is_task_run_from_before_markers(folder: str) -> bool:
+    """Whether ``folder``, without elmo's marker, is a task run made before runs were marked:
+    its ``config.json`` is a task config (what :func:`train_task` writes first)."""
+    try:
+        with open(os.path.join(folder, "config.json"), "rb") as f:
+            config = json.loads(f.read(1 << 20))
+    except (OSError, ValueError):
+        return False
+    return isinstance(config, dict) and {"task", "metric", "output", "data"} <= config.keys()
+
+
 def train_task(config: TaskConfig, *, resume: bool = False, progress: bool = True) -> dict:
     """Train ``config``'s model with early stopping on dev; returns the final metrics dict.
 
@@ -151,6 +165,8 @@ def train_task(config: TaskConfig, *, resume: bool = False, progress: bool = Tru
     cannot run leaves nothing behind. With ``resume``, the run continues from its last
     checkpoint that reads (see :func:`resume_point`)."""
     check_task_paths(config)
+    # A folder that is not a task run of elmo's is refused now, before the data and the biLM load.
+    check_folder(config.output, TASK_RUN_KIND, recognise=is_task_run_from_before_markers, option="output")
     _seed_everything(config.train.seed)
     started, cpu_started = time.time(), time.process_time()
     task = task_for(config)
@@ -179,7 +195,8 @@ def train_task(config: TaskConfig, *, resume: bool = False, progress: bool = Tru
             split.layers = load_or_compute(embedder, split.sentences, config.cache_dir, f"{config.data.kind}-{name}",
                                            progress=progress)
     n_layers, dim = bilm_layer_shape(embedder)
-    os.makedirs(config.output, exist_ok=True)
+    claim_folder(config.output, TASK_RUN_KIND, recognise=is_task_run_from_before_markers, option="output",
+                 make_parents=True)
     atomic_write_text(os.path.join(config.output, "config.json"), json.dumps(config.to_dict(), indent=1))
     _seed_everything(config.train.seed)
     model = build_model(task, config, embeddings, label_names, n_layers, dim)

@@ -223,6 +223,19 @@ def _paragraphs(paths: Sequence[str], wrapped: bool = False) -> Iterator[str]:
                 yield line
 
 
+def _warn_empty_split(counts: dict, heldout_fraction: float, output_dir: str) -> None:
+    """Say when a held-out fraction was asked for but one split got no sentence: articles go
+    whole to one split, so a corpus of one article (no blank lines) has no held-out part, and
+    ``elmo evaluate --data 'OUT/heldout/*.txt'`` would match no file."""
+    articles = sum(counts[split]["articles"] for split in SPLITS)
+    for split, other in (("heldout", "train"), ("train", "heldout")):
+        if not counts[split]["sentences"]:
+            warnings.warn(f"heldout_fraction (--heldout-fraction) {heldout_fraction}: every sentence went to {other} "
+                          f"and {os.path.join(output_dir, split)}/ has no shard: articles go whole to one split "
+                          f"(by a hash of their text), and the input has {articles} article(s); separate articles "
+                          f"with a blank line, or change the fraction", stacklevel=3)
+
+
 def prepare_corpus(inputs: Sequence[str | os.PathLike], output_dir: str | os.PathLike,
                    heldout_fraction: float = 0.0, sentences_per_shard: int = 100_000, lang: str = "en",
                    min_tokens: int = 1, progress: bool | None = False, wrapped: bool = False) -> dict:
@@ -300,6 +313,8 @@ def prepare_corpus(inputs: Sequence[str | os.PathLike], output_dir: str | os.Pat
         if not any(counts[split]["sentences"] for split in SPLITS):
             raise ValueError(f"{', '.join(inputs)}: no sentence to write (empty input, or every sentence shorter "
                              f"than --min-tokens {min_tokens}); nothing was written")
+        if heldout_fraction > 0:
+            _warn_empty_split(counts, heldout_fraction, output_dir)
 
     stats = {
         "inputs": inputs,

@@ -31,8 +31,8 @@ import torch.distributed as dist
 from torch.optim.adagrad import adagrad
 from tqdm import tqdm
 
-from elmo.devices import DEFAULT_DEVICE, resolve_device
-from elmo.fileio import atomic_path, atomic_write_text
+from elmo.devices import DEFAULT_DEVICE, resolve_device, torchrun_environment
+from elmo.fileio import atomic_path, atomic_write_text, check_folder, claim_folder
 from elmo.hub.checkpoints import (
     VOCAB_FILE,
     checkpoint_paths,
@@ -298,6 +298,23 @@ class PreviousRun:
     settings: dict | None  # train_settings.json, when present
 
 
+RUN_KIND = "training run"  # the kind in the marker of a run directory (elmo.fileio.claim_folder)
+
+
+def is_run_from_before_markers(folder: str) -> bool:
+    """Whether ``folder``, without elmo's marker, is a run directory made before runs were
+    marked: it has the ``train_settings.json`` every run writes when it starts, or checkpoints.
+    (A folder of someone's own ``options.json`` and ``metrics.csv`` is not one.)"""
+    try:
+        with open(os.path.join(folder, SETTINGS_FILE), "rb") as f:
+            recorded = json.loads(f.read(1 << 20))
+    except (OSError, ValueError):
+        recorded = None
+    if isinstance(recorded, dict) and {"train", "output"} <= recorded.keys():
+        return True
+    return bool(checkpoint_paths(folder))
+
+
 def _read_settings(run_dir: str) -> dict | None:
     path = os.path.join(run_dir, SETTINGS_FILE)
     if not os.path.isfile(path):
@@ -331,10 +348,10 @@ def use_deterministic_kernels() -> None:
 
 def setup_distributed(device: str) -> Distributed:
     """Join the process group when launched by ``torchrun`` (or ``elmo train --gpus/--processes``)."""
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    if world == 1:
+    env = torchrun_environment()  # WORLD_SIZE without RANK: refused in one line
+    if env is None or env["WORLD_SIZE"] == 1:
         return Distributed(0, 1, torch.device(device))
-    rank, local_rank = int(os.environ["RANK"]), int(os.environ.get("LOCAL_RANK", "0"))
+    world, rank, local_rank = env["WORLD_SIZE"], env["RANK"], env["LOCAL_RANK"]
     if device.startswith("cuda"):
         gpu = torch.device("cuda", local_rank)
         torch.cuda.set_device(gpu)
@@ -368,6 +385,8 @@ class Trainer:
     def __init__(self, settings: TrainSettings):
         self.settings = s = settings
         s.validate()  # before the process group, the data and any file: a refused run leaves nothing
+        # A folder that is not a run of elmo's is refused now, before hours of work, and never written into.
+        check_folder(s.output, RUN_KIND, recognise=is_run_from_before_markers, option="--output")
         if s.deterministic:
             use_deterministic_kernels()
         self.ctx = setup_distributed(s.device)
@@ -454,6 +473,8 @@ class Trainer:
         # Training time of the run so far: what earlier sessions spent (from the checkpoint) plus
         # this session's, so elapsed_seconds goes on rising across resumes.
         self.elapsed_before, self.session_start = 0.0, time.monotonic()
+        if self.ctx.main:  # the run directory, made now with elmo's marker (or marked, if from before the marker)
+            claim_folder(s.output, RUN_KIND, recognise=is_run_from_before_markers, option="--output", make_parents=True)
         if payload is not None:
             self._restore(payload)
         if s.resume and self.ctx.main:
@@ -585,7 +606,6 @@ class Trainer:
 
     def _write_run_files(self) -> None:
         s = self.settings
-        os.makedirs(s.output, exist_ok=True)
         self.config.to_json(os.path.join(s.output, "options.json"))
         self.vocab.save(os.path.join(s.output, VOCAB_FILE))
         settings_path = os.path.join(s.output, SETTINGS_FILE)
