@@ -183,7 +183,7 @@ def recurrent_kernel(request, monkeypatch):
 
 
 # Sentences past two gate chunks, mixed with short and empty ones; the last batch spans two row
-# blocks of the inference kernel (elmo.model.blocks.ROW_BLOCK).
+# blocks of the inference kernel (elmo.model.blocks.row_block).
 LONG_LENGTHS = [[300, 17], [300, 300, 257, 129, 128, 40, 1, 0],
                 [260, 200, 150, 129, 128, 127, 100, 90, 80, 64, 63, 40, 33, 32, 31, 20, 17, 16, 15, 9, 5, 2, 1, 0]]
 

@@ -18,7 +18,8 @@ from conftest import corpus, load_fixture_model
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from elmo import Embedder
-from elmo.model.blocks import GATE_BLOCK, ROW_BLOCK, WORD_BLOCK
+from elmo.model import blocks
+from elmo.model.blocks import GATE_BLOCK, ROW_BLOCK, ROW_BLOCK_LARGE, WORD_BLOCK
 
 pytestmark = pytest.mark.exactness
 
@@ -81,16 +82,22 @@ KERNELS = [pytest.param({}, id="float32"), pytest.param({"token_memo": 0}, id="n
            pytest.param({"precision": "bfloat16"}, id="bfloat16")]
 
 
+@pytest.mark.parametrize("large", [False, True], ids=["small-weight", "large-weight"])
 @pytest.mark.parametrize("options", KERNELS)
-def test_every_product_runs_on_whole_blocks(options, recurrent_kernel, bfloat16_selected):
-    """Alone, in a batch of 40 (several row blocks) or of 5, every product has exactly a block's rows."""
+def test_every_product_runs_on_whole_blocks(options, large, recurrent_kernel, bfloat16_selected, monkeypatch):
+    """Alone, in a batch of 40 (several row blocks) or of 5, every product has exactly a block's
+    rows; a recurrent weight counted as large (as the original size's) takes the larger blocks."""
+    if large:
+        monkeypatch.setattr(blocks, "LARGE_RECURRENT_WEIGHT", 0)
+    row_block = ROW_BLOCK_LARGE if large else ROW_BLOCK
     shapes = set()
     for run in (alone(**options), in_a_batch(**options),
                 lambda: embedder(**options).embed_sentences(LINES[:5], batch_size=5)):
         shapes |= product_shapes(run)
     rows = {rows_of(shape) for shape in shapes} - {None}
-    assert rows <= {ROW_BLOCK, GATE_BLOCK, WORD_BLOCK}, sorted(s for s in shapes if rows_of(s) not in
-                                                               {None, ROW_BLOCK, GATE_BLOCK, WORD_BLOCK})
+    allowed = {row_block, GATE_BLOCK, WORD_BLOCK}
+    assert rows <= allowed, sorted(s for s in shapes if rows_of(s) not in allowed | {None})
+    assert row_block in rows  # the recurrent products were seen
 
 
 LSTM_PRODUCTS = {"bmm", "baddbmm", "mkldnn_linear"}

@@ -53,8 +53,10 @@ def kernels_per_layer_step(dtype, monkeypatch, gpu_choice):
 
 
 # Before issue 37 one layer-step took 24 kernels in float32 and 28 in bfloat16 on either device.
-@pytest.mark.parametrize("dtype, gpu_choice, budget", [(torch.float32, True, 10), (torch.bfloat16, True, 12),
-                                                       (torch.float32, False, 14), (torch.bfloat16, False, 16)])
+# Issue 44's row blocks add one (the input half of the gates is added after the blocked product,
+# since it is computed for the running rows only; each further block of rows adds its products).
+@pytest.mark.parametrize("dtype, gpu_choice, budget", [(torch.float32, True, 11), (torch.bfloat16, True, 13),
+                                                       (torch.float32, False, 15), (torch.bfloat16, False, 17)])
 def test_inference_layer_step_kernel_budget(dtype, gpu_choice, budget, monkeypatch):
     assert kernels_per_layer_step(dtype, monkeypatch, gpu_choice) <= budget
 

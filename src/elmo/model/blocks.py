@@ -5,7 +5,7 @@ from the shapes it is asked about, and different paths round differently in the 
 paths exist and where their thresholds lie differ between CPUs and libraries (MKL takes other
 paths on Intel than on AMD), so no padding rule measured on one CPU makes a row's result
 independent of the other rows on every CPU. Asking every product the same question does: each
-product of the inference path runs on blocks of exactly ``block`` rows (the last one padded), so
+product of the inference path runs on blocks of a fixed number of rows (the last one padded), so
 the kernel that computes a row, and its rounding, is decided by the model's sizes and these
 constants alone, never by the batch. A row's position inside its block does not choose a kernel:
 every row of a block goes through the same call.
@@ -22,14 +22,26 @@ import torch
 from torch import nn
 
 # Rows of one recurrent product (LSTM state -> gates) and of one projection (cell -> h): a batch
-# is computed in blocks of this many rows; a single sentence computes one block. 16 measured the
-# best compromise on the development CPU between one sentence alone (where every padded row is
-# work) and batches of 64 (where smaller blocks read the weights more often): docs/speed.md.
-ROW_BLOCK = 16
+# is computed in blocks of this many rows, a single sentence in one. The size is the model's
+# (never the batch's): 8 rows where the recurrent weight is small, 16 where it has at least
+# LARGE_RECURRENT_WEIGHT elements (the original size's 512 x 16384), whose every block reads the
+# whole weight from memory. Measured on the development CPU (docs/speed.md, "Row blocks"):
+# smaller blocks cost a single sentence nothing and batches little on the small sizes; larger
+# ones keep the large weight's reads per batch few.
+ROW_BLOCK = 8
+ROW_BLOCK_LARGE = 16
+LARGE_RECURRENT_WEIGHT = 1 << 22
 # Rows of one input-gate product: (row, timestep) pairs, all known before the recurrence runs.
-GATE_BLOCK = 64
+# 128 ran within 7% of one product over all pairs (64: 1.5x) on the development CPU.
+GATE_BLOCK = 128
 # Words of one character-CNN block (convolutions, highway layers and projection).
 WORD_BLOCK = 16
+
+
+def row_block(state_weight_elements: int) -> int:
+    """The rows of one recurrent product and projection for a recurrent weight of this many
+    elements (:data:`ROW_BLOCK` or :data:`ROW_BLOCK_LARGE`)."""
+    return ROW_BLOCK_LARGE if state_weight_elements >= LARGE_RECURRENT_WEIGHT else ROW_BLOCK
 
 
 def padded(rows: int, block: int) -> int:
@@ -75,4 +87,5 @@ def linear_in_blocks(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor |
     return in_blocks(x, block, lambda part, out: torch.addmm(bias, part, weight_t, out=out), weight.shape[0])
 
 
-__all__ = ["GATE_BLOCK", "ROW_BLOCK", "WORD_BLOCK", "in_blocks", "linear_in_blocks", "pad_rows", "padded"]
+__all__ = ["GATE_BLOCK", "LARGE_RECURRENT_WEIGHT", "ROW_BLOCK", "ROW_BLOCK_LARGE", "WORD_BLOCK", "in_blocks",
+           "linear_in_blocks", "pad_rows", "padded", "row_block"]

@@ -22,7 +22,7 @@ from typing import NamedTuple
 import torch
 from torch import nn
 
-from elmo.model.blocks import GATE_BLOCK, ROW_BLOCK, in_blocks, pad_rows, padded
+from elmo.model.blocks import GATE_BLOCK, in_blocks, pad_rows, padded, row_block
 
 FORGET_BIAS = 1.0
 
@@ -280,26 +280,22 @@ def _recurrent_gates(x_gates: torch.Tensor, h: torch.Tensor, weights: StackedWei
 
 
 def _recurrent_gates_in_blocks(x_gates: torch.Tensor, h: torch.Tensor, weights: StackedWeights, rows: int,
-                               gates: torch.Tensor) -> torch.Tensor:
-    """``x_gates + h W_h`` for the first ``rows`` rows (a multiple of
-    :data:`~elmo.model.blocks.ROW_BLOCK`), one product per block of rows, written into ``gates``
-    ``(2, >= rows, 4*dim)`` float32 and returned as its first ``rows`` rows. ``x_gates`` and ``h``
-    as in :func:`_recurrent_gates`, with at least ``rows`` rows."""
-    for start in range(0, rows, ROW_BLOCK):
-        block = slice(start, start + ROW_BLOCK)
-        _recurrent_gates_into(x_gates[:, block], h[:, block], weights, gates[:, block])
-    return gates[:, :rows]
-
-
-def _recurrent_gates_into(x_gates: torch.Tensor, h: torch.Tensor, weights: StackedWeights, out: torch.Tensor) -> None:
-    """:func:`_recurrent_gates` of one block, written into ``out``."""
-    if weights.state_onednn is not None:
-        for d in range(2):
-            torch.add(x_gates[d], onednn_linear(h[d], *weights.state_onednn[d]), out=out[d])
-    elif h.dtype == torch.float32:
-        torch.baddbmm(x_gates, h, weights.state, out=out)
-    else:
-        torch.add(x_gates, torch.bmm(h, weights.state), out=out)  # float32 + low precision: float32
+                               gates: torch.Tensor, block_rows: int) -> torch.Tensor:
+    """``x_gates + h W_h`` ``(2, rows, 4*dim)`` float32 for the ``rows`` rows of ``x_gates`` (the
+    running ones), with the products over whole blocks of ``block_rows`` rows of ``h`` (the
+    oneDNN product adds the bias), written into ``gates`` ``(2, >= rows rounded up to a block,
+    4*dim)`` float32; ``h`` as in :func:`_recurrent_gates`."""
+    for start in range(0, padded(rows, block_rows), block_rows):
+        block = slice(start, start + block_rows)
+        if weights.state_onednn is not None:
+            for d in range(2):
+                gates[d, block] = onednn_linear(h[d, block], *weights.state_onednn[d])
+        elif h.dtype == torch.float32:
+            torch.bmm(h[:, block], weights.state, out=gates[:, block])
+        else:  # a low-precision product, widened to float32 as it is stored
+            gates[:, block] = torch.bmm(h[:, block], weights.state)
+    # The input half joins after the product: it exists for the running rows only.
+    return gates[:, :rows].add_(x_gates)
 
 
 def _input_gates(x: torch.Tensor, weights: StackedWeights, dtype: torch.dtype, block: int | None = GATE_BLOCK,
@@ -340,7 +336,7 @@ def bilstm_inference(forward_layer: LstmLayer, backward_layer: LstmLayer, inputs
     caller keeps them between calls.
 
     Every matrix product runs on row blocks of a fixed size (:mod:`elmo.model.blocks`): the
-    recurrent product and the projection on :data:`~elmo.model.blocks.ROW_BLOCK` rows, the input
+    recurrent product and the projection on :func:`~elmo.model.blocks.row_block` rows, the input
     half of the gates on :data:`~elmo.model.blocks.GATE_BLOCK` (row, step) pairs, so a row's
     numbers never depend on the other rows, on any CPU. Per layer-step: the recurrent products,
     the input half added, :func:`lstm_cell_inplace` on the running rows' cell state, and the
@@ -354,8 +350,8 @@ def bilstm_inference(forward_layer: LstmLayer, backward_layer: LstmLayer, inputs
     low = dtype != torch.float32  # (oneDNN runs float32 only)
     # Rows in whole blocks: the products read the rows of the last, partial block too (finished
     # rows and padding are computed there, never stored).
-    rows_total = padded(batch, ROW_BLOCK)
-    inputs = pad_rows(inputs, rows_total, dim=1)
+    block_rows = row_block(forward_layer.state_weight.numel())
+    rows_total = padded(batch, block_rows)
     c = pad_rows(c, rows_total, dim=1).clone()
     outputs = inputs.new_zeros((time, 2, rows_total, proj), dtype=torch.float32)  # time-major
     gates = inputs.new_empty((2, rows_total, 4 * dim), dtype=torch.float32)
@@ -371,21 +367,21 @@ def bilstm_inference(forward_layer: LstmLayer, backward_layer: LstmLayer, inputs
         stop = min(time, start + GATE_CHUNK_STEPS)
         if running[start] == 0:
             break
-        rows = padded(running[start], ROW_BLOCK)
+        rows = running[start]
         x = inputs[:, :rows, start:stop].transpose(1, 2).reshape(2, -1, input_dim)  # time-major
         x_gates = _input_gates(x, weights, dtype).view(2, stop - start, rows, 4 * dim)
         for t in range(start, stop):
             n = running[t]
             if n == 0:
                 break
-            m = padded(n, ROW_BLOCK)  # the blocks holding the running rows
-            step_gates = _recurrent_gates_in_blocks(x_gates[:, t - start], h_prev, weights, m, gates)
+            m = padded(n, block_rows)  # the blocks holding the running rows
+            step_gates = _recurrent_gates_in_blocks(x_gates[:, t - start, :n], h_prev, weights, n, gates, block_rows)
             # Only the running rows' cells advance; the other rows of their block keep an earlier q
             # (projected with the block, never stored).
-            lstm_cell_inplace(step_gates[:, :n], c[:, :n], cell_clip, weights.doubled_j, dtype=dtype, q_out=q[:, :n])
+            lstm_cell_inplace(step_gates, c[:, :n], cell_clip, weights.doubled_j, dtype=dtype, q_out=q[:, :n])
             out = h_prev if low else outputs[t]
-            for block in range(0, m, ROW_BLOCK):
-                torch.bmm(q[:, block:block + ROW_BLOCK], weights.projection, out=out[:, block:block + ROW_BLOCK])
+            for block in range(0, m, block_rows):
+                torch.bmm(q[:, block:block + block_rows], weights.projection, out=out[:, block:block + block_rows])
             if proj_clip is not None:
                 out[:, :m].clamp_(-proj_clip, proj_clip)  # exact in reduced precision too (a bound or the value)
             if low:
