@@ -19,7 +19,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from elmo import Embedder
 from elmo.model import blocks
-from elmo.model.blocks import GATE_BLOCK, ROW_BLOCK, ROW_BLOCK_LARGE, WORD_BLOCK
+from elmo.model.blocks import GATE_BLOCK, HEAD_BLOCK, ROW_BLOCK, ROW_BLOCK_LARGE, WORD_BLOCK
 
 pytestmark = pytest.mark.exactness
 
@@ -95,7 +95,7 @@ def test_every_product_runs_on_whole_blocks(options, large, recurrent_kernel, bf
                 lambda: embedder(**options).embed_sentences(LINES[:5], batch_size=5)):
         shapes |= product_shapes(run)
     rows = {rows_of(shape) for shape in shapes} - {None}
-    allowed = {row_block, GATE_BLOCK, WORD_BLOCK}
+    allowed = {row_block, GATE_BLOCK, WORD_BLOCK, HEAD_BLOCK}
     assert rows <= allowed, sorted(s for s in shapes if rows_of(s) not in allowed | {None})
     assert row_block in rows  # the recurrent products were seen
 

@@ -23,19 +23,21 @@ from torch import nn
 
 # Rows of one recurrent product (LSTM state -> gates) and of one projection (cell -> h): a batch
 # is computed in blocks of this many rows, a single sentence in one. The size is the model's
-# (never the batch's): 8 rows where the recurrent weight is small, 16 where it has at least
-# LARGE_RECURRENT_WEIGHT elements (the original size's 512 x 16384), whose every block reads the
-# whole weight from memory. Measured on the development CPU (docs/speed.md, "Row blocks"):
-# smaller blocks cost a single sentence nothing and batches little on the small sizes; larger
-# ones keep the large weight's reads per batch few.
-ROW_BLOCK = 8
-ROW_BLOCK_LARGE = 16
+# (never the batch's): 16 rows, 32 where the recurrent weight has at least
+# LARGE_RECURRENT_WEIGHT elements (the original size's 512 x 16384), since every block reads the
+# whole weight from memory. Smaller blocks cost a single sentence less and batches more
+# (docs/speed.md, "Row blocks").
+ROW_BLOCK = 16
+ROW_BLOCK_LARGE = 32
 LARGE_RECURRENT_WEIGHT = 1 << 22
 # Rows of one input-gate product: (row, timestep) pairs, all known before the recurrence runs.
 # 128 ran within 7% of one product over all pairs (64: 1.5x) on the development CPU.
 GATE_BLOCK = 128
-# Words of one character-CNN block (convolutions, highway layers and projection).
+# Words of one character-CNN convolution block (words of one length bucket).
 WORD_BLOCK = 16
+# Words of one highway / projection product (words of any length): its weights are large (the
+# original size's highway layers are 2048 x 2048), so fewer, larger blocks read them less often.
+HEAD_BLOCK = 64
 
 
 def row_block(state_weight_elements: int) -> int:
@@ -87,5 +89,5 @@ def linear_in_blocks(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor |
     return in_blocks(x, block, lambda part, out: torch.addmm(bias, part, weight_t, out=out), weight.shape[0])
 
 
-__all__ = ["GATE_BLOCK", "LARGE_RECURRENT_WEIGHT", "ROW_BLOCK", "ROW_BLOCK_LARGE", "WORD_BLOCK", "in_blocks",
+__all__ = ["GATE_BLOCK", "HEAD_BLOCK", "LARGE_RECURRENT_WEIGHT", "ROW_BLOCK", "ROW_BLOCK_LARGE", "WORD_BLOCK", "in_blocks",
            "linear_in_blocks", "pad_rows", "padded", "row_block"]

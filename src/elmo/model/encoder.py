@@ -16,7 +16,7 @@ from typing import NamedTuple
 import torch
 from torch import nn
 
-from elmo.model.blocks import WORD_BLOCK
+from elmo.model.blocks import HEAD_BLOCK, WORD_BLOCK
 from elmo.model.chars import PAD_CHAR
 from elmo.model.config import CharCNNConfig
 
@@ -219,13 +219,15 @@ def encode_words_fast(encoder: TokenEncoder, ids: torch.Tensor, dtype: torch.dty
     """Token vectors ``(n, output_dim)`` for ``n`` *distinct, real* tokens ``ids`` ``(n, width)``.
 
     Equal to ``encoder(ids)`` up to float rounding, but convolves each word only over the
-    windows that touch its characters (grouped in length buckets). Words run in blocks of exactly
-    :data:`~elmo.model.blocks.WORD_BLOCK` (the last one of a bucket padded with copies of its
-    first word) over a slot span fixed by the bucket, so every convolution and product has a
-    shape that the model and the word's bucket decide: a word's vector is the same bits whatever
-    other words are encoded with it (:mod:`elmo.model.blocks`), and memory stays bounded however
-    many words come in. ``dtype`` may be ``torch.bfloat16`` (or float16 on GPU) for the
-    convolutions and matrix products; the result is float32.
+    windows that touch its characters (grouped in length buckets). The convolutions run on blocks
+    of exactly :data:`~elmo.model.blocks.WORD_BLOCK` words of one bucket over a slot span fixed by
+    the bucket, the highway layers and projection on blocks of
+    :data:`~elmo.model.blocks.HEAD_BLOCK` words (each last block padded with copies of its first
+    word), so every convolution and product has a shape that the model and the word's bucket
+    decide: a word's vector is the same bits whatever other words are encoded with it
+    (:mod:`elmo.model.blocks`), and memory stays bounded however many words come in. ``dtype``
+    may be ``torch.bfloat16`` (or float16 on GPU) for the convolutions and matrix products; the
+    result is float32.
     """
     n = ids.shape[0]
     out = ids.new_zeros((n, encoder.output_dim), dtype=torch.float32)
@@ -237,15 +239,22 @@ def encode_words_fast(encoder: TokenEncoder, ids: torch.Tensor, dtype: torch.dty
     buckets = tuple(b for b in LENGTH_BUCKETS if b < encoder.n_slots) + (encoder.n_slots,)
     bucket_of = torch.bucketize(n_real, torch.tensor(buckets, device=ids.device))
     widest = max(conv.kernel_size[0] for conv in encoder.convs)
-    for bucket in bucket_of.unique().tolist():
-        members = torch.nonzero(bucket_of == bucket).squeeze(1)
-        span = min(encoder.n_slots, buckets[bucket] + widest - 1)  # the slots any window touching a real one reaches
-        for start in range(0, len(members), WORD_BLOCK):
-            rows = members[start:start + WORD_BLOCK]
-            block = pad_rows_with_first(rows, WORD_BLOCK)
-            features = _cnn_on_real_slots(encoder, ids[block], n_real[block], constants, dtype, span)
+    for head_start in range(0, n, HEAD_BLOCK * 64):  # bounds the pooled features held at once
+        part = torch.arange(head_start, min(n, head_start + HEAD_BLOCK * 64), device=ids.device)
+        features = torch.empty(len(part), encoder.config.n_filters, dtype=torch.float32, device=ids.device)
+        for bucket in bucket_of[part].unique().tolist():
+            members = part[bucket_of[part] == bucket]
+            span = min(encoder.n_slots, buckets[bucket] + widest - 1)  # the slots any window touching a real one reaches
+            for start in range(0, len(members), WORD_BLOCK):
+                rows = members[start:start + WORD_BLOCK]
+                block = pad_rows_with_first(rows, WORD_BLOCK)
+                pooled = _cnn_on_real_slots(encoder, ids[block], n_real[block], constants, dtype, span)
+                features[rows - head_start] = pooled[:len(rows)]
+        for start in range(0, len(part), HEAD_BLOCK):
+            rows = part[start:start + HEAD_BLOCK]
+            block = pad_rows_with_first(rows, HEAD_BLOCK)
             words = word_ids[block] if word_ids is not None else None
-            vectors = _highway_and_projection(encoder, encoder.activation(features), dtype, words)
+            vectors = _highway_and_projection(encoder, encoder.activation(features[block - head_start]), dtype, words)
             out[rows] = vectors[:len(rows)]
     return out
 
