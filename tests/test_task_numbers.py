@@ -20,7 +20,7 @@ training losses and weights differ there in the 7th digit), and between kernels 
 ``torch.tanh`` moved the runs with ELMo by up to 6.2e-6; issue 44's fixed row blocks by less).
 Everything that is not a float (epochs, counts, labels, structure) must be equal; training
 losses and learned layer weights within 1e-4 of their value (:data:`ROUNDING`, ten times the
-largest move measured); scores within
+largest move measured; 5e-2 where PyTorch's vector kernels are not the recording's AVX-512 ones); scores within
 one evaluated example's worth of the recorded score (``1 / examples`` of the smallest evaluated
 set of the run), which rounding cannot exceed without a prediction changing.
 """
@@ -44,9 +44,14 @@ EXPECTED = Path(__file__).parent / "fixtures" / "tasks" / "numbers-before-one-ho
 EXPECTED_NOW = Path(__file__).parent / "fixtures" / "tasks" / "numbers-after-inference-kernel.json"
 # Floats that every change of rounding moves a little: compared to 1e-4 of their value, ten times
 # the largest move measured (1.06e-5, ner-elmo's training loss, by issue 44's row blocks; all
-# scores stayed equal).
+# scores stayed equal), where PyTorch runs the vector kernels of the recording (AVX-512). With
+# other vector kernels (held to AVX2, as CI's second pass does) the pointwise functions round
+# differently at every step of training, and three epochs of the sentiment classifier carry that
+# to 1.1e-2 of its loss (sst5, with and without ELMo; the other tasks stayed within 1e-4): there
+# 5e-2, over four times that. Scores and counts hold either way.
 ROUNDING = ("/metrics/history/train_loss", "/metrics/layer_weights/input", "/metrics/layer_weights/output")
-RELATIVE = 1e-4
+RECORDED_ON = "AVX512"  # torch.backends.cpu.get_cpu_capability() of the recordings
+RELATIVE = 1e-4 if torch.backends.cpu.get_cpu_capability() == RECORDED_ON else 5e-2
 RECORD = os.environ.get("ELMO_RECORD_TASK_NUMBERS")
 
 # ------------------------------------------------------------------------------ tiny data
