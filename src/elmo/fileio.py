@@ -53,6 +53,17 @@ def remove_stale_temporaries(path: str | os.PathLike) -> list[str]:
     return removed
 
 
+def _existing_parent(path: str, make_parents: bool) -> str:
+    """The folder ``path`` goes in, created where ``make_parents``; otherwise it must exist (a typo
+    in an output path should not create folders)."""
+    parent = os.path.dirname(os.path.abspath(path))
+    if make_parents:
+        os.makedirs(parent, exist_ok=True)
+    if not os.path.isdir(parent):
+        raise FileNotFoundError(f"{path}: the folder {parent} does not exist")
+    return parent
+
+
 @contextlib.contextmanager
 def atomic_path(path: str | os.PathLike, make_parents: bool = False) -> Iterator[str]:
     """Yield a temporary path beside ``path``; rename it onto ``path`` only if the block succeeds.
@@ -62,11 +73,7 @@ def atomic_path(path: str | os.PathLike, make_parents: bool = False) -> Iterator
     ``make_parents`` (a typo in an output path should not create folders).
     """
     path = os.fspath(path)
-    directory = os.path.dirname(os.path.abspath(path))
-    if make_parents:
-        os.makedirs(directory, exist_ok=True)
-    elif not os.path.isdir(directory):
-        raise FileNotFoundError(f"{path}: the folder {directory} does not exist")
+    directory = _existing_parent(path, make_parents)
     remove_stale_temporaries(path)
     fd, tmp = tempfile.mkstemp(prefix=f"{os.path.basename(path)}.{os.getpid()}.", suffix=".tmp", dir=directory)
     os.close(fd)
@@ -168,11 +175,7 @@ def make_owned_folder(path: str | os.PathLike, kind: str, make_parents: bool = F
     nothing to lose); anything else there raises ForeignFolderError. Its parent must exist,
     unless ``make_parents``."""
     path = os.fspath(path)
-    parent = os.path.dirname(os.path.abspath(path))
-    if make_parents:
-        os.makedirs(parent, exist_ok=True)
-    if not os.path.isdir(parent):
-        raise FileNotFoundError(f"{path}: the folder {parent} does not exist")
+    _existing_parent(path, make_parents)
     tmp = _new_folder_beside(path, "new")
     try:
         owner_id = _write_owner(tmp, kind)
