@@ -19,7 +19,6 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import torch
-from torch import nn
 
 # Rows of one recurrent product (LSTM state -> gates) and of one projection (cell -> h): a batch
 # is computed in blocks of this many rows, a single sentence in one. The size is the model's
@@ -62,12 +61,12 @@ def pad_rows(x: torch.Tensor, rows: int, dim: int = 0) -> torch.Tensor:
 
 
 def in_blocks(x: torch.Tensor, block: int, product: Callable[[torch.Tensor, torch.Tensor], object],
-              width: int, dtype: torch.dtype | None = None, dim: int = 0) -> torch.Tensor:
+              width: int, dim: int = 0) -> torch.Tensor:
     """A row-wise matrix product of ``x`` in blocks of exactly ``block`` rows along ``dim`` (the
     last block padded with zero rows), cut back to ``x``'s rows: ``(..., rows, width)``.
 
     ``product(part, out)`` writes the product of ``part`` ``(..., block, k)`` into ``out``
-    ``(..., block, width)`` (of ``dtype``, default ``x``'s), for instance ``torch.bmm(part, w,
+    ``(..., block, width)`` (of ``x``'s dtype), for instance ``torch.bmm(part, w,
     out=out)``. Every call gets a block of the same shape, so each row's result is that of the
     same kernel whatever else is in ``x``."""
     rows = x.shape[dim]
@@ -75,19 +74,11 @@ def in_blocks(x: torch.Tensor, block: int, product: Callable[[torch.Tensor, torc
     x = pad_rows(x, total, dim)
     shape = list(x.shape)
     shape[-1] = width
-    out = x.new_empty(shape, dtype=dtype or x.dtype)
+    out = x.new_empty(shape)
     for start in range(0, total, block):
         product(x.narrow(dim, start, block), out.narrow(dim, start, block))
     return out.narrow(dim, 0, rows) if total != rows else out
 
 
-def linear_in_blocks(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, block: int) -> torch.Tensor:
-    """``F.linear(x, weight, bias)`` ``(rows, out)`` for ``x`` ``(rows, in)``, in blocks of ``block`` rows."""
-    weight_t = weight.t()
-    if bias is None:
-        return in_blocks(x, block, lambda part, out: torch.mm(part, weight_t, out=out), weight.shape[0])
-    return in_blocks(x, block, lambda part, out: torch.addmm(bias, part, weight_t, out=out), weight.shape[0])
-
-
 __all__ = ["GATE_BLOCK", "HEAD_BLOCK", "LARGE_RECURRENT_WEIGHT", "ROW_BLOCK", "ROW_BLOCK_LARGE", "WORD_BLOCK", "in_blocks",
-           "linear_in_blocks", "pad_rows", "padded", "row_block"]
+           "pad_rows", "padded", "row_block"]

@@ -23,6 +23,8 @@ from elmo.model.config import CharCNNConfig
 PAD_ID = PAD_CHAR + 1  # the id of a padding slot inside a word (after the +1 shift), byte scheme
 # Buckets of real-slot counts: short words are convolved over short character windows.
 LENGTH_BUCKETS = (6, 8, 10, 12, 16, 24, 32)
+# Words whose pooled CNN features are held at once by the inference path: bounds its memory.
+WORDS_PER_PART = 64 * HEAD_BLOCK
 
 
 class Highway(nn.Module):
@@ -239,11 +241,12 @@ def encode_words_fast(encoder: TokenEncoder, ids: torch.Tensor, dtype: torch.dty
     buckets = tuple(b for b in LENGTH_BUCKETS if b < encoder.n_slots) + (encoder.n_slots,)
     bucket_of = torch.bucketize(n_real, torch.tensor(buckets, device=ids.device))
     widest = max(conv.kernel_size[0] for conv in encoder.convs)
-    for head_start in range(0, n, HEAD_BLOCK * 64):  # bounds the pooled features held at once
-        part = torch.arange(head_start, min(n, head_start + HEAD_BLOCK * 64), device=ids.device)
+    for head_start in range(0, n, WORDS_PER_PART):
+        part = torch.arange(head_start, min(n, head_start + WORDS_PER_PART), device=ids.device)
         features = torch.empty(len(part), encoder.config.n_filters, dtype=torch.float32, device=ids.device)
-        for bucket in bucket_of[part].unique().tolist():
-            members = part[bucket_of[part] == bucket]
+        part_buckets = bucket_of[part]
+        for bucket in part_buckets.unique().tolist():
+            members = part[part_buckets == bucket]
             span = min(encoder.n_slots, buckets[bucket] + widest - 1)  # the slots any window touching a real one reaches
             for start in range(0, len(members), WORD_BLOCK):
                 rows = members[start:start + WORD_BLOCK]

@@ -361,8 +361,9 @@ def bilstm_inference(forward_layer: LstmLayer, backward_layer: LstmLayer, inputs
     h_prev = pad_rows(h, rows_total, dim=1)
     if low:
         h_prev = h_prev.to(dtype, copy=True)
-    # running[t] = number of rows whose sentence is longer than t (rows are sorted).
-    running = (lengths.unsqueeze(0) > torch.arange(time, device=lengths.device).unsqueeze(1)).sum(1).tolist()
+    # running_rows[t, r]: row r's sentence is longer than t; running[t]: how many rows (sorted) are.
+    running_rows = pad_rows(lengths, rows_total).unsqueeze(0) > torch.arange(time, device=lengths.device).unsqueeze(1)
+    running = running_rows.sum(1).tolist()
     for start in range(0, time, GATE_CHUNK_STEPS):
         stop = min(time, start + GATE_CHUNK_STEPS)
         if running[start] == 0:
@@ -389,7 +390,6 @@ def bilstm_inference(forward_layer: LstmLayer, backward_layer: LstmLayer, inputs
             else:
                 h_prev = outputs[t]
     if not low:  # finished rows of a partial block were computed at each step: zero, as padding is
-        running_rows = pad_rows(lengths, rows_total).unsqueeze(0) > torch.arange(time, device=lengths.device).unsqueeze(1)
         outputs.mul_(running_rows.view(time, 1, rows_total, 1))
     outputs, c = outputs[:, :, :batch], c[:, :batch]
     # A row's final h is its output at its last step (its initial h when it is empty).
