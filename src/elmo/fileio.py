@@ -102,9 +102,7 @@ def check_output_file(path: str | os.PathLike, overwrite: bool = False) -> None:
     if os.path.exists(path) and not stat.S_ISREG(os.stat(path).st_mode):
         raise FileExistsError(f"{path}: not a regular file (a device or a pipe?), so not an output elmo replaces; "
                               "give a file name")
-    folder = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(folder):  # a typo in a path should not create folders
-        raise FileNotFoundError(f"{path}: the folder {folder} does not exist")
+    _existing_parent(path, make_parents=False)
     if os.path.exists(path) and not overwrite:
         raise FileExistsError(f"{path}: already exists; pass --force (overwrite=True) to replace it")
 
@@ -251,15 +249,12 @@ def claim_folder(path: str | os.PathLike, kind: str, *, recognise: Callable[[str
         return owner["id"]
 
 
-def remove_owned_folder(path: str | os.PathLike, check: Callable[[str], object]) -> None:
-    """Delete the folder ``path`` once ``check(path)`` accepted it (it raises otherwise, and
-    returns what identifies the folder: its marker's id). The folder is first moved aside under
-    a private name and checked again there, so that what is deleted is exactly what was checked
-    even if the folder at ``path`` was swapped in between (then it is put back, and the second
-    check's error raised)."""
-    path = os.fspath(path)
-    before = check(path)
-    aside = _new_folder_beside(path, "removing")
+def _move_aside_checked(path: str, check: Callable[[str], object], expected: object, doing: str) -> str:
+    """Move the folder ``path`` into a fresh private folder beside it and run ``check`` on it
+    there; if ``check`` raises or returns other than ``expected`` (the folder was swapped since
+    it was checked), put it back and raise. Returns the private folder (``path``'s folder is in
+    it under its own name): what is then deleted is exactly what was checked."""
+    aside = _new_folder_beside(path, doing)
     moved = os.path.join(aside, os.path.basename(path))
     try:
         os.rename(path, moved)
@@ -267,13 +262,23 @@ def remove_owned_folder(path: str | os.PathLike, check: Callable[[str], object])
         os.rmdir(aside)
         raise
     try:
-        if check(moved) != before:
-            raise ForeignFolderError(f"{path}: changed while elmo was about to delete it; left in place")
+        if check(moved) != expected:
+            raise ForeignFolderError(f"{path}: changed while elmo was about to {doing} it; left in place")
     except BaseException:
         os.rename(moved, path)
         os.rmdir(aside)
         raise
-    shutil.rmtree(aside)
+    return aside
+
+
+def remove_owned_folder(path: str | os.PathLike, check: Callable[[str], object]) -> None:
+    """Delete the folder ``path`` once ``check(path)`` accepted it (it raises otherwise, and
+    returns what identifies the folder: its marker's id). The folder is first moved aside under
+    a private name and checked again there, so that what is deleted is exactly what was checked
+    even if the folder at ``path`` was swapped in between (then it is put back, and the second
+    check's error raised)."""
+    path = os.fspath(path)
+    shutil.rmtree(_move_aside_checked(path, check, check(path), "delete"))
 
 
 def owner_id(path: str) -> str | None:
@@ -298,6 +303,11 @@ def atomic_folder(output: str | os.PathLike, write, overwrite: bool = False, *, 
     if exists and not overwrite:
         raise FileExistsError(f"{output}: already exists; pass --force (overwrite=True) to replace it")
     checked_id = owner_id(os.fspath(output)) if exists else None
+
+    def check(folder: str) -> str | None:  # the same check, on the folder about to be deleted
+        check_folder(folder, kind, recognise=recognise, allowed=allowed, option=option)
+        return owner_id(folder)
+
     tmp = Path(_new_folder_beside(os.fspath(output), "new"))
     try:
         _write_owner(os.fspath(tmp), kind)
@@ -305,16 +315,7 @@ def atomic_folder(output: str | os.PathLike, write, overwrite: bool = False, *, 
         if not exists:
             os.replace(tmp, output)  # onto an empty folder: replaces it; onto anything else: fails
             return
-        old = Path(_new_folder_beside(os.fspath(output), "old"))
-        os.replace(output, old / output.name)
-        try:  # what is deleted is what was checked, even if the folder was swapped in between
-            check_folder(old / output.name, kind, recognise=recognise, allowed=allowed, option=option)
-            if owner_id(os.fspath(old / output.name)) != checked_id:
-                raise ForeignFolderError(f"{output}: changed while elmo was about to replace it; left in place")
-        except BaseException:
-            os.replace(old / output.name, output)
-            os.rmdir(old)
-            raise
+        old = _move_aside_checked(os.fspath(output), check, checked_id, "replace")
         os.replace(tmp, output)
         shutil.rmtree(old, ignore_errors=True)
     except BaseException:
@@ -357,29 +358,28 @@ class _CheckedGzipFile(gzip.GzipFile):
         return DamagedInputError(f"{self.label}: not readable as gzip ({after}{at}: {reason}): the file is truncated "
                                  "or corrupt (an interrupted download or copy?), or not gzip despite its name")
 
-    def read(self, size=-1):
+    @contextlib.contextmanager
+    def _reporting_damage(self):
         try:
-            return super().read(size)
+            yield
         except GZIP_DAMAGE as e:
             raise self._damaged(e) from None
+
+    def read(self, size=-1):
+        with self._reporting_damage():
+            return super().read(size)
 
     def read1(self, size=-1):
-        try:
+        with self._reporting_damage():
             return super().read1(size)
-        except GZIP_DAMAGE as e:
-            raise self._damaged(e) from None
 
     def peek(self, n):
-        try:
+        with self._reporting_damage():
             return super().peek(n)
-        except GZIP_DAMAGE as e:
-            raise self._damaged(e) from None
 
     def readline(self, size=-1):  # line iteration goes through here too
-        try:
+        with self._reporting_damage():
             line = super().readline(size)
-        except GZIP_DAMAGE as e:
-            raise self._damaged(e) from None
         self.lines += line.endswith(b"\n")
         return line
 
