@@ -1,7 +1,7 @@
 """One prepared run of every GPU measurement of issue 37, for a short GPU lease: JSON out, a table
 printed at the end, every section in its own process under its own time limit.
 
-    PYTHONPATH=src python benchmarks/gpu_suite.py --out "$OUT/gpu_suite.json"     # on the GPU (~6 min)
+    PYTHONPATH=src python benchmarks/gpu_suite.py --out "$OUT/gpu_suite.json"     # on the GPU (8 min at most)
     PYTHONPATH=src python benchmarks/gpu_suite.py --device cpu --quick --out suite.json   # anywhere
     python benchmarks/gpu_suite.py --render "$OUT/gpu_suite.json"   # the Markdown tables, printed
     python benchmarks/gpu_suite.py --render gpu_suite.json --into docs/speed.md   # ... put into the docs
@@ -10,16 +10,19 @@ Sections, in this order (a section that fails or runs out of time is recorded as
 measured so far, and the suite goes on; the JSON is rewritten after every section):
 
 * ``environment``: GPU, driver, torch/CUDA/cuDNN, CPU; measured fp32, TF32 and bf16 matmul peaks.
-* ``exactness``: every fast path (training: each LSTM path's outputs and gradients; inference:
-  eager, CUDA graphs, the pre-#37 kernel) against the CPU plain path on the parity fixtures.
-* ``train_original`` (then ``train_packaged``): training tokens/s per direction, s/step, peak
-  memory, model FLOP utilisation and kernels per step (the real ``Trainer`` step on generated
-  text with the real batcher), per LSTM path and precision.
+* ``exactness``: every fast path (training: each LSTM path's outputs and gradients, the CUDA
+  graph of the training window on its top layer; inference: eager, CUDA graphs, the pre-#37
+  kernel) against the CPU plain path on the parity fixtures.
+* ``cuda_tests``: ``pytest tests/test_cuda.py`` in a subprocess (parallel workers where
+  pytest-xdist is installed): counts, the slowest tests and the failures' text.
 * ``embed``: embedding tokens/s per path (plain, pre-#37 kernel, eager, CUDA graphs) and
   precision, with a per-stage breakdown (host, encoder, LSTM, rest of the forward, copy to the
   host, HDF5 writing).
-* ``cuda_tests``: ``pytest tests/test_cuda.py`` in a subprocess: counts and the failures' text.
-* ``embed_process``: whole-process ``elmo embed`` of 20,000 generated sentences, with and without
+* ``train_packaged`` (then ``train_original``): training tokens/s per direction, s/step, peak
+  memory, model FLOP utilisation and kernels per step (the real ``Trainer`` step on generated
+  text with the real batcher), per LSTM path and precision, with each trainer's set-up time, the
+  host's preparation of a step (batches, distinct words) and a profile of the first row's step.
+* ``embed_process``: whole-process ``elmo embed`` of 10,000 generated sentences, with and without
   CUDA graphs, and an in-process breakdown (imports, loading, embedding without and with HDF5).
 * ``train_process``: whole-process ``elmo train`` on a generated corpus with the real batcher.
 * ``batcher``: the host's batch building alone, the pre-#37 code against the current one, one
@@ -54,15 +57,20 @@ ROOT = HERE.parent
 sys.path[:0] = [str(ROOT / "src"), str(HERE)]
 os.environ["PYTHONPATH"] = os.pathsep.join([str(ROOT / "src"), *filter(None, [os.environ.get("PYTHONPATH")])])
 
-# In order of what the issue's targets need most: a budget that runs out cuts the last ones.
-SECTIONS = ("environment", "exactness", "train_original", "embed", "cuda_tests", "train_packaged", "embed_process",
+# Cheap sections first, so that a budget that runs out cuts the dearest. The limits are each
+# section's estimate on one H200 from its first run there (2026-11-27, gpu_suite-h200-1.json) with
+# room to spare; their sum (470 s) fits one 8-minute command.
+SECTIONS = ("environment", "exactness", "cuda_tests", "embed", "train_packaged", "train_original", "embed_process",
             "train_process", "batcher")
-# Seconds each section may take (full run; --quick gives each QUICK_TIMEOUT).
-TIMEOUTS = {"environment": 45, "exactness": 90, "train_original": 140, "embed": 80, "cuda_tests": 150,
-            "train_packaged": 80, "embed_process": 100, "train_process": 45, "batcher": 40}
+# Seconds each section may take (full run; --quick gives each QUICK_TIMEOUT). Measured there:
+# environment 6, exactness 30, embed 51, embed_process 90 (now half the sentences); cuda_tests ran
+# 18 of 32 tests in 135 s one at a time (now in parallel workers where pytest-xdist is installed).
+TIMEOUTS = {"environment": 20, "exactness": 45, "cuda_tests": 100, "embed": 60, "train_packaged": 70,
+            "train_original": 100, "embed_process": 60, "train_process": 45, "batcher": 25}
 QUICK_TIMEOUT = 100  # per section on a CPU with --quick
-DEFAULT_BUDGET_S = 420  # the whole suite: 7 minutes
+DEFAULT_BUDGET_S = 480  # the whole suite: 8 minutes
 MIN_SECTION_S = 20  # a section is skipped when less than this is left of the budget
+CUDA_TEST_WORKERS = 6  # pytest-xdist workers for tests/test_cuda.py on a GPU host
 ORIGINAL_VOCAB = 793_471  # the 1B Word Benchmark vocabulary the original model was trained with
 
 
@@ -282,31 +290,60 @@ def exact_float32():
         torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = old
 
 
-def count_kernels(device: str, run) -> dict:
+PROFILE_TOP = 12  # operators kept per table of a profiled call
+
+
+def count_kernels(device: str, run, profile_top: int = 0) -> dict:
     """Kernels of one call of ``run``: on a GPU the profiler's device events (kernels, copies and
-    fills, from every thread); on a CPU, or where the profiler fails, the ATen operators that
-    launch one (:class:`common.OpCounter`; not run on a GPU otherwise, where a dispatch mode
-    could make compiled code recompile)."""
+    fills, from every thread), and with ``profile_top`` the operators that took the most host
+    time and the most device time (where a step's time goes); on a CPU, the ATen operators that
+    launch one (:class:`common.OpCounter`). On a GPU a profiler failure is recorded, not
+    replaced by the operator count (a dispatch mode could make compiled code recompile)."""
     import torch
-    from common import OpCounter
 
     counts = {}
     if torch.device(device).type == "cuda":
         try:
             from torch.profiler import ProfilerActivity, profile
 
+            start = time.perf_counter()
             with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
                 run()
                 torch.cuda.synchronize()
+            counts["profiled_call_s"] = round(time.perf_counter() - start, 4)
             counts["cuda_kernels"] = sum(1 for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA)
-            return counts
-        except Exception as error:  # say why, and count operators instead
+            if profile_top:
+                counts["profile"] = profile_tables(prof, profile_top)
+        except Exception as error:
             counts["cuda_kernels_error"] = f"{type(error).__name__}: {error}"
+        return counts
+    from common import OpCounter
+
     with OpCounter() as counter:
         run()
     device_sync(device)
     counts["aten_kernel_ops"] = counter.kernels
     return counts
+
+
+def profile_tables(prof, top: int) -> dict:
+    """The ``top`` operators by their own host time and by device time, in milliseconds."""
+    averages = prof.key_averages()
+
+    def device_ms(event, own: bool) -> float:
+        for name in (("self_device_time_total", "self_cuda_time_total") if own else
+                     ("device_time_total", "cuda_time_total")):
+            value = getattr(event, name, None)
+            if value is not None:
+                return value / 1e3
+        return 0.0
+
+    rows = [{"op": e.key[:80], "calls": e.count, "self_host_ms": round(e.self_cpu_time_total / 1e3, 3),
+             "self_device_ms": round(device_ms(e, True), 3)} for e in averages]
+    return {"host": sorted(rows, key=lambda r: -r["self_host_ms"])[:top],
+            "device": sorted(rows, key=lambda r: -r["self_device_ms"])[:top],
+            "host_ms_total": round(sum(r["self_host_ms"] for r in rows), 1),
+            "device_ms_total": round(sum(r["self_device_ms"] for r in rows), 1)}
 
 
 # ============================================================================= environment
@@ -509,6 +546,9 @@ def training_exactness(fixture: str, device: str) -> list[dict]:
         expected = run(copy.deepcopy(reference), "cpu")
     rows = []
     for path in training_paths(device):
+        if path == "fused+graphs":  # a LanguageModel's graph of the whole window: compared on its top layer
+            rows.append(graphs_exactness(reference, fixture, tokens, state, weights[-1], device))
+            continue
         model = copy.deepcopy(reference)
         try:
             with training_path(model, path):
@@ -523,6 +563,58 @@ def training_exactness(fixture: str, device: str) -> list[dict]:
                      "max_abs_diff_values": values, "max_rel_diff_gradients": grads,
                      "values_within_1e-5": values <= 1e-5, "gradients_within_1e-4": grads <= 1e-4})
     return rows
+
+
+def graphs_exactness(reference, fixture: str, tokens, state, top_weight, device: str) -> dict:
+    """The training window as :meth:`LanguageModel.use_cuda_graphs` captures it (``LstmWindow``
+    through ``torch.cuda.make_graphed_callables``, replayed) against the CPU plain path: the top
+    layer of both directions, the final states, and the gradients of ``(top * top_weight).sum()``
+    with respect to the inputs and every LSTM parameter (the window's outputs are the top layer
+    and the detached states, so its gradients are of the top layer alone)."""
+    import copy
+
+    import torch
+
+    from elmo.model.lm import LstmWindow
+
+    row = {"fixture": fixture, "path": "fused+graphs", "device": device, "dtype": "float32"}
+    mask = torch.ones(tokens.shape[:2], dtype=torch.bool)
+    spec = copy.deepcopy(reference).train()
+    expected_top, expected_finals, expected_grads = [], [], []
+    with training_path(spec, "plain"), torch.enable_grad():
+        for direction in (0, 1):
+            inputs = tokens.clone().requires_grad_(True)
+            outputs, finals = spec.run_stack(direction, inputs, mask, state)
+            layers = spec.forward_layers if direction == 0 else spec.backward_layers
+            expected_grads.append(torch.autograd.grad((outputs[-1] * top_weight).sum(), [inputs, *layers.parameters()]))
+            expected_top.append(outputs[-1].detach())
+            expected_finals.append([t.detach() for f in finals for t in f])
+    try:
+        model = copy.deepcopy(reference).to(device).train()
+        with training_path(model, "fused"), torch.enable_grad():
+            window = LstmWindow(model)
+            x = torch.stack([tokens, tokens]).to(device).requires_grad_(True)
+            c0, h0 = state.c.to(device), state.h.to(device)
+            graphed = torch.cuda.make_graphed_callables(window, (x.detach().clone().requires_grad_(True), c0, h0))
+            for _ in range(2):  # replays, not the capture's own run
+                top, c, h = graphed(x, c0, h0)
+            weight = torch.stack([top_weight, top_weight]).to(device)
+            grads = torch.autograd.grad((top * weight).sum(), [x, *window.parameters()])
+    except Exception as error:
+        row["error"] = f"{type(error).__name__}: {error}"
+        return row
+    n_forward = len(list(model.forward_layers.parameters()))
+    got_grads = [(grads[0][0], *grads[1:1 + n_forward]), (grads[0][1], *grads[1 + n_forward:])]
+    values = max(_max_diff(top[d], expected_top[d]) for d in (0, 1))
+    n_layers = c.shape[1]
+    for d in (0, 1):
+        got = [t for layer in range(n_layers) for t in (c[d, layer], h[d, layer])]
+        values = max(values, *(_max_diff(a, b) for a, b in zip(got, expected_finals[d])))
+    gradients = max(_max_diff(a, b) / max(1.0, float(b.abs().max()))
+                    for d in (0, 1) for a, b in zip(got_grads[d], expected_grads[d]))
+    row.update({"max_abs_diff_values": values, "max_rel_diff_gradients": gradients,
+                "values_within_1e-5": values <= 1e-5, "gradients_within_1e-4": gradients <= 1e-4})
+    return row
 
 
 def inference_exactness(fixture: str, device: str, quick: bool) -> list[dict]:
@@ -572,7 +664,11 @@ def section_cuda_tests(rec: Recorder, args) -> None:
         rec.set("_error", "pytest is not installed in this Python: the CUDA tests did not run "
                           "(the exactness section checks the same paths against the specification)")
         return
-    command = [sys.executable, "-m", "pytest", "tests/test_cuda.py", "-v", "-rfE", "--tb=short", "-p", "no:cacheprovider"]
+    command = [sys.executable, "-m", "pytest", "tests/test_cuda.py", "-v", "-rfE", "--tb=short", "-p", "no:cacheprovider",
+               "--durations=8"]
+    if importlib.util.find_spec("xdist") is not None and args.device != "cpu":
+        # Independent tests, each far from filling the GPU: in parallel they fit the section's limit.
+        command += ["-n", str(CUDA_TEST_WORKERS)]
     rec.set("command", " ".join(command[1:]))
     start = time.monotonic()
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT,
@@ -585,7 +681,12 @@ def section_cuda_tests(rec: Recorder, args) -> None:
             os.killpg(process.pid, signal.SIGKILL)
         output, _ = process.communicate()
         stopped = True
+    # One at a time pytest -v prints "name OUTCOME"; its parallel workers print "[gwN] [ n%] OUTCOME name".
     outcomes = re.findall(r"^(tests/test_cuda\.py::\S+) (PASSED|FAILED|SKIPPED|ERROR|XFAIL|XPASS)", output, re.M)
+    outcomes += [(name, outcome) for outcome, name in re.findall(
+        r"^\[gw\d+\] \[\s*\d+%\] (PASSED|FAILED|SKIPPED|ERROR|XFAIL|XPASS) (tests/test_cuda\.py::\S+)", output, re.M)]
+    durations = re.findall(r"^(\d+\.\d+)s (call|setup|teardown)\s+(tests/test_cuda\.py::\S+)", output, re.M)
+    rec.set("slowest", [f"{seconds} s {name}" for seconds, when, name in durations if when == "call"])
     counts: dict[str, int] = {}
     for _, outcome in outcomes:
         counts[outcome.lower()] = counts.get(outcome.lower(), 0) + 1
@@ -642,6 +743,7 @@ def section_train(rec: Recorder, args, name: str) -> None:
     from elmo.model.config import BiLMConfig
     from elmo.training.train import Trainer, TrainSettings
 
+    section_start = time.monotonic()
     device, work = args.device, Path(args.work)
     size = train_sizes(name, args.quick)
     config = size["config"]
@@ -669,21 +771,28 @@ def section_train(rec: Recorder, args, name: str) -> None:
 
     def measure(options_file: Path, batch: int, plan: list[tuple[str, bool]]) -> None:
         with tempfile.TemporaryDirectory(dir=work) as output:
+            built = time.monotonic()
             trainer = Trainer(TrainSettings(train=[str(corpus)], vocab=str(vocab), output=output,
                                             config=str(options_file), batch_size=batch, max_tokens=10 ** 12,
                                             progress=False, device=device, checkpoint_every=10 ** 9,
                                             log_every=10 ** 9))
+            rec.add("trainers", {"batch": batch, "options": options_file.name,
+                                 "setup_s": round(time.monotonic() - built, 1)})
             try:
-                for path, bf16 in plan:
+                if device != "cpu" or args.quick:
+                    rec.add("host_preparation", {"batch": batch, **host_preparation(trainer),
+                                                 "at_s": round(time.monotonic() - section_start, 1)})
+                for index, (path, bf16) in enumerate(plan):
                     row = {"batch": batch, "path": path, "precision": "bfloat16" if bf16 else "float32"}
                     try:
-                        row.update(time_training(trainer, path, bf16, *size["steps"], device))
+                        row.update(time_training(trainer, path, bf16, *size["steps"], device, profile=index == 0))
                         tokens = row["tokens_per_s_per_direction"]
                         row["mfu"] = round(flops * tokens / peaks["bfloat16" if bf16 else "float32"], 4)
                         row["achieved_tflops"] = round(flops * tokens / 1e12, 2)
                     except Exception as error:
                         row["error"] = f"{type(error).__name__}: {error}"
                         row["traceback"] = traceback.format_exc()[-1500:]
+                    row["at_s"] = round(time.monotonic() - section_start, 1)
                     rec.add("rows", row)
             finally:
                 for batcher in trainer.batchers:
@@ -710,7 +819,8 @@ def training_plan(paths: list[str], batch: int, batches: list[int], quick: bool)
     if quick:
         return [(fast[-1], True)] + [(p, False) for p in reversed(fast)] + [("plain", False)]
     first = [fast[-1]] + (["legacy"] if "legacy" in fast[:-1] else [])
-    order = first + [p for p in reversed(fast) if p not in first]
+    # A path through torch.compile compiles on its first steps: it comes last.
+    order = first + sorted((p for p in reversed(fast) if p not in first), key=lambda p: "compile" in p)
     plan = [(p, True) for p in order] + [(p, False) for p in (order if batch == max(batches) else first)]
     if batch == min(batches):
         plan += [("plain", True), ("plain", False)]
@@ -718,9 +828,10 @@ def training_plan(paths: list[str], batch: int, batches: list[int], quick: bool)
 
 
 def time_training(trainer, path: str, bf16: bool, warmup: int, min_steps: int, max_steps: int, min_seconds: float,
-                  device: str) -> dict:
+                  device: str, profile: bool = False) -> dict:
     """Warm-up steps, then timed steps (at least ``min_steps`` and ``min_seconds``, at most
-    ``max_steps``), peak memory over them, and the kernels of one more step."""
+    ``max_steps``), peak memory over them, and the kernels of one more step (``profile``: with
+    the operators that took the most host and device time)."""
     trainer.settings.bf16 = bf16
     # The carried LSTM state takes the precision of the last step: start each setting from zeros.
     trainer.state = trainer.model.bilm.zero_state(trainer.state.batch_size)
@@ -740,12 +851,35 @@ def time_training(trainer, path: str, bf16: bool, warmup: int, min_steps: int, m
         device_sync(device)
         seconds = time.perf_counter() - start
         memory = peak_memory_bytes(device)
-        kernels = count_kernels(device, step)
-    tokens = trainer.tokens_per_step
-    return {"steps": steps, "seconds": round(seconds, 3), "s_per_step": round(seconds / steps, 4),
-            "tokens_per_s_per_direction": round(steps * tokens / seconds, 1),
-            "peak_memory_gib": round(memory / 2 ** 30, 3), "warmup_s": round(warmup_seconds, 2),
-            "kernels_per_step": kernels}
+        tokens = trainer.tokens_per_step
+        row = {"steps": steps, "seconds": round(seconds, 3), "s_per_step": round(seconds / steps, 4),
+               "tokens_per_s_per_direction": round(steps * tokens / seconds, 1),
+               "peak_memory_gib": round(memory / 2 ** 30, 3), "warmup_s": round(warmup_seconds, 2)}
+        try:  # the row is timed already: a failing count must not lose it
+            row["kernels_per_step"] = count_kernels(device, step, PROFILE_TOP if profile else 0)
+        except Exception as error:
+            row["kernels_per_step"] = {"error": f"{type(error).__name__}: {error}"}
+    return row
+
+
+def host_preparation(trainer, steps: int = 3) -> dict:
+    """Seconds per step of what the trainer's step does on the host before the device works: the
+    next batch of each direction (from the prefetching batcher, as in training) and the distinct
+    words of both (``elmo.model.encoder.distinct_words``); no device work."""
+    from elmo.model.encoder import distinct_words
+
+    encoder = trainer.model.bilm.token_encoder
+    fetch = words = 0.0
+    for _ in range(steps):
+        start = time.perf_counter()
+        batches = [batcher.next_batch() for batcher in trainer.batchers]
+        middle = time.perf_counter()
+        import torch
+
+        distinct_words(torch.stack([b["char_ids"] for b in batches]), encoder.pad_id,
+                       encoder.word_embedding is not None)
+        fetch, words = fetch + middle - start, words + time.perf_counter() - middle
+    return {"next_batch_s": round(fetch / steps, 4), "distinct_words_s": round(words / steps, 4)}
 
 
 def section_train_process(rec: Recorder, args) -> None:
@@ -947,10 +1081,10 @@ def embedding_stages(embedder, sentences, device: str) -> dict:
 
 # ======================================================================= whole-process embed
 def section_embed_process(rec: Recorder, args) -> None:
-    """Whole-process ``elmo embed`` of 20,000 generated sentences with the packaged model (eager,
+    """Whole-process ``elmo embed`` of 10,000 generated sentences with the packaged model (eager,
     then CUDA graphs), and one in-process breakdown of the eager run."""
     work = Path(args.work)
-    n = 100 if args.quick else 20_000
+    n = 100 if args.quick else 10_000
     text = work / f"embed-{n}.txt"
     sentences = generate_sentences(n, seed=4, words=packaged_words())
     write_corpus(text, sentences)
@@ -1119,6 +1253,24 @@ def tables(report: dict) -> list[tuple[str, list[str], list[list[str]]]]:
             out.append((f"{title}; {model.get('train_gflop_per_token_per_direction', '?')} GFLOP per token per direction",
                         ["batch", "path", "precision", "tokens/s per direction", "s/step", "peak GiB", "MFU",
                          "kernels/step", "error"], rows))
+            host = [[_fmt(h["batch"]), _fmt(h.get("next_batch_s"), 4), _fmt(h.get("distinct_words_s"), 4)]
+                    for h in result.get("host_preparation", [])]
+            host += [[_fmt(t["batch"]), f"trainer set-up ({t['options']})", _fmt(t.get("setup_s"), 1)]
+                     for t in result.get("trainers", [])]
+            if host:
+                out.append((f"{title.split(' (')[0]}: the host's share (seconds per step, and each trainer's set-up)",
+                            ["batch", "next batch s / what", "distinct words s / seconds"], host))
+            profiled = next((r for r in result["rows"] if (r.get("kernels_per_step") or {}).get("profile")), None)
+            if profiled:
+                profile = profiled["kernels_per_step"]["profile"]
+                ops = [["host", o["op"], _fmt(o["calls"]), _fmt(o["self_host_ms"], 2), _fmt(o["self_device_ms"], 2)]
+                       for o in profile["host"][:8]]
+                ops += [["device", o["op"], _fmt(o["calls"]), _fmt(o["self_host_ms"], 2), _fmt(o["self_device_ms"], 2)]
+                        for o in profile["device"][:8]]
+                out.append((f"{title.split(' (')[0]}: one profiled step ({profiled['path']}, {profiled['precision']}, "
+                            f"batch {profiled['batch']}; host {profile['host_ms_total']} ms, device "
+                            f"{profile['device_ms_total']} ms in all)",
+                            ["by", "operator", "calls", "own host ms", "own device ms"], ops))
     emb = sections.get("embed", {}).get("result", {})
     if emb.get("rows"):
         rows = []

@@ -122,6 +122,32 @@ class Words(NamedTuple):
                      self.inverse.to(device, non_blocking=non_blocking), self.groups)
 
 
+def unique_rows(rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The distinct rows of ``rows`` ``(n, width)`` (integer ids) and, for each row, its index among
+    them: ``(distinct (k, width), inverse (n,))`` with ``distinct[inverse] == rows``, as
+    ``torch.unique(rows, dim=0, return_inverse=True)`` gives but ordered by a hash of the row, not
+    lexicographically. Why: on a CPU ``unique`` over rows sorts them column by column, about 0.2 s
+    for one training step's 80,000 tokens; unique 64-bit keys take a few milliseconds. The keys
+    are a polynomial hash (wrapping 64-bit arithmetic), so two rows could share one: the result is
+    checked exactly, and a collision falls back to ``torch.unique``."""
+    if rows.dtype.is_floating_point or rows.shape[0] == 0:
+        return torch.unique(rows, dim=0, return_inverse=True)
+    ids = rows.long()
+    # Powers of an odd multiplier are odd, so each column's term is a bijection of its value.
+    multiplier = torch.tensor(0x9E3779B97F4A7C15 - (1 << 64), dtype=torch.long, device=rows.device)
+    powers = torch.ones(rows.shape[1], dtype=torch.long, device=rows.device)
+    for j in range(1, rows.shape[1]):
+        powers[j] = powers[j - 1] * multiplier
+    keys = (ids * powers).sum(dim=1)
+    _, inverse = torch.unique(keys, return_inverse=True)
+    first = torch.full((int(inverse.max()) + 1,), rows.shape[0], dtype=torch.long, device=rows.device)
+    first = first.scatter_reduce(0, inverse, torch.arange(rows.shape[0], device=rows.device), reduce="amin")
+    distinct = rows[first]
+    if not torch.equal(distinct[inverse], rows):  # two rows shared a key
+        return torch.unique(rows, dim=0, return_inverse=True)
+    return distinct, inverse
+
+
 def distinct_words(char_ids: torch.Tensor, pad_id: int = PAD_ID, word_column: bool = False) -> Words:
     """The distinct tokens of ``char_ids`` ``(..., width)``, grouped by length (:class:`Words`), with
     ``distinct[inverse] == char_ids``. Where the ids are made on the host, computing this there
@@ -129,7 +155,7 @@ def distinct_words(char_ids: torch.Tensor, pad_id: int = PAD_ID, word_column: bo
     ``word_column`` are the encoder's (:attr:`TokenEncoder.pad_id`, a word id in column 0)."""
     width = char_ids.shape[-1]
     n_slots = width - 1 if word_column else width
-    distinct, inverse = torch.unique(char_ids.reshape(-1, width), dim=0, return_inverse=True)
+    distinct, inverse = unique_rows(char_ids.reshape(-1, width))
     n_real = (distinct[:, 1:] if word_column else distinct) != pad_id
     n_real = n_real.sum(dim=1)
     buckets = tuple(b for b in LENGTH_BUCKETS if b < n_slots) + (n_slots,)
@@ -293,6 +319,6 @@ def encode_fast(encoder: TokenEncoder, char_ids: torch.Tensor, mask: torch.Tenso
     real = char_ids[mask]  # (n_real, width)
     if real.shape[0] == 0:
         return out
-    distinct, inverse = torch.unique(real, dim=0, return_inverse=True)
+    distinct, inverse = unique_rows(real)
     out[mask] = encode_words_fast(encoder, distinct, dtype)[inverse]
     return out
