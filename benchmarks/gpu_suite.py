@@ -57,14 +57,14 @@ ROOT = HERE.parent
 sys.path[:0] = [str(ROOT / "src"), str(HERE)]
 os.environ["PYTHONPATH"] = os.pathsep.join([str(ROOT / "src"), *filter(None, [os.environ.get("PYTHONPATH")])])
 
-# Cheap sections first, so that a budget that runs out cuts the dearest. The limits are each
-# section's estimate on one H200 from its first run there (2026-11-27, gpu_suite-h200-1.json) with
-# room to spare; their sum (470 s) fits one 8-minute command.
+# Cheap sections first, so that a budget that runs out cuts the dearest. The limits come from the
+# two runs on one H200 (2026-11-27, results/benchmarks/gpu_suite-h200-*.json), with room to spare.
 SECTIONS = ("environment", "exactness", "cuda_tests", "embed", "train_packaged", "train_original", "embed_process",
             "train_process", "batcher")
 # Seconds each section may take (full run; --quick gives each QUICK_TIMEOUT). Measured there:
-# environment 6, exactness 30, embed 51, embed_process 90 (now half the sentences); cuda_tests ran
-# 18 of 32 tests in 135 s one at a time (now in parallel workers where pytest-xdist is installed).
+# environment 6-7, exactness 28-30, embed 51, embed_process 90 (now half the sentences, ~45);
+# cuda_tests ran 18 of 32 tests in 135 s one at a time (now in parallel workers, estimated 60-100);
+# the training sections time rows until their limit cuts them. Expected in all: about 470 s.
 TIMEOUTS = {"environment": 20, "exactness": 45, "cuda_tests": 100, "embed": 60, "train_packaged": 70,
             "train_original": 100, "embed_process": 60, "train_process": 45, "batcher": 25}
 QUICK_TIMEOUT = 100  # per section on a CPU with --quick
@@ -666,13 +666,17 @@ def section_cuda_tests(rec: Recorder, args) -> None:
         return
     command = [sys.executable, "-m", "pytest", "tests/test_cuda.py", "-v", "-rfE", "--tb=short", "-p", "no:cacheprovider",
                "--durations=8"]
+    env = dict(os.environ)
     if importlib.util.find_spec("xdist") is not None and args.device != "cpu":
-        # Independent tests, each far from filling the GPU: in parallel they fit the section's limit.
+        # Independent tests, each far from filling the GPU: in parallel they fit the section's
+        # limit, with the host's cores shared out (the first parallel run, each worker with every
+        # core's threads for its CPU references, was no faster than one worker).
         command += ["-n", str(CUDA_TEST_WORKERS)]
+        env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // CUDA_TEST_WORKERS))
     rec.set("command", " ".join(command[1:]))
     start = time.monotonic()
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT,
-                               start_new_session=True)
+                               start_new_session=True, env=env)
     try:
         output, _ = process.communicate(timeout=max(10.0, args.limit - 15))
         stopped = False
@@ -865,21 +869,39 @@ def time_training(trainer, path: str, bf16: bool, warmup: int, min_steps: int, m
 def host_preparation(trainer, steps: int = 3) -> dict:
     """Seconds per step of what the trainer's step does on the host before the device works: the
     next batch of each direction (from the prefetching batcher, as in training) and the distinct
-    words of both (``elmo.model.encoder.distinct_words``); no device work."""
+    words of both (``elmo.model.encoder.distinct_words``); no device work. Then the parts of a
+    batch apart, on a batcher of its own over the same text: building one direction's batch in
+    this thread, and pinning it (what the prefetching thread does on a GPU)."""
+    import torch
+
     from elmo.model.encoder import distinct_words
+    from elmo.training.data import LMBatcher, SentenceStream
 
     encoder = trainer.model.bilm.token_encoder
+    for batcher in trainer.batchers:  # the first batch reads the text: not a step's cost
+        batcher.next_batch()
     fetch = words = 0.0
     for _ in range(steps):
         start = time.perf_counter()
         batches = [batcher.next_batch() for batcher in trainer.batchers]
         middle = time.perf_counter()
-        import torch
-
         distinct_words(torch.stack([b["char_ids"] for b in batches]), encoder.pad_id,
                        encoder.word_embedding is not None)
         fetch, words = fetch + middle - start, words + time.perf_counter() - middle
-    return {"next_batch_s": round(fetch / steps, 4), "distinct_words_s": round(words / steps, 4)}
+    result = {"next_batch_s": round(fetch / steps, 4), "distinct_words_s": round(words / steps, 4)}
+    own = LMBatcher(SentenceStream(trainer.paths, seed=12345), trainer.vocab, trainer.batch_size,
+                    trainer.unroll_steps)
+    own.next_batch()  # the first batch reads the shard
+    build = pin = 0.0
+    for _ in range(steps):
+        start = time.perf_counter()
+        batch = own.next_batch()
+        middle = time.perf_counter()
+        if torch.cuda.is_available():
+            batch = {k: v.pin_memory() for k, v in batch.items()}
+        build, pin = build + middle - start, pin + time.perf_counter() - middle
+    result.update({"build_one_direction_s": round(build / steps, 4), "pin_one_direction_s": round(pin / steps, 4)})
+    return result
 
 
 def section_train_process(rec: Recorder, args) -> None:
@@ -1253,13 +1275,15 @@ def tables(report: dict) -> list[tuple[str, list[str], list[list[str]]]]:
             out.append((f"{title}; {model.get('train_gflop_per_token_per_direction', '?')} GFLOP per token per direction",
                         ["batch", "path", "precision", "tokens/s per direction", "s/step", "peak GiB", "MFU",
                          "kernels/step", "error"], rows))
-            host = [[_fmt(h["batch"]), _fmt(h.get("next_batch_s"), 4), _fmt(h.get("distinct_words_s"), 4)]
+            host = [[_fmt(h["batch"]), _fmt(h.get("next_batch_s"), 4), _fmt(h.get("distinct_words_s"), 4),
+                     _fmt(h.get("build_one_direction_s"), 4), _fmt(h.get("pin_one_direction_s"), 4)]
                     for h in result.get("host_preparation", [])]
-            host += [[_fmt(t["batch"]), f"trainer set-up ({t['options']})", _fmt(t.get("setup_s"), 1)]
+            host += [[_fmt(t["batch"]), f"trainer set-up ({t['options']})", _fmt(t.get("setup_s"), 1), "", ""]
                      for t in result.get("trainers", [])]
             if host:
                 out.append((f"{title.split(' (')[0]}: the host's share (seconds per step, and each trainer's set-up)",
-                            ["batch", "next batch s / what", "distinct words s / seconds"], host))
+                            ["batch", "next batches s / what", "distinct words s / seconds",
+                             "build one direction s", "pin one direction s"], host))
             profiled = next((r for r in result["rows"] if (r.get("kernels_per_step") or {}).get("profile")), None)
             if profiled:
                 profile = profiled["kernels_per_step"]["profile"]

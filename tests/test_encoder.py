@@ -23,6 +23,34 @@ def test_encode_distinct_matches_encoder_and_gradients():
     torch.testing.assert_close(grad_distinct, grad_plain, rtol=1e-4, atol=1e-5)
 
 
+def test_ladder_sizes_bound_padding_and_shapes():
+    from elmo.model.encoder import ladder_size
+
+    sizes = [ladder_size(n) for n in range(1, 20_001)]
+    assert all(n <= size <= n + n // 4 for n, size in zip(range(1, 20_001), sizes))
+    assert len(set(sizes)) <= 60  # a run meets few distinct shapes
+
+
+def test_fixed_shapes_pad_groups_and_give_the_same_numbers():
+    """On the GPU's fixed shapes each group is padded (here the nine one-letter words to 10, and to
+    the bucket's span) and the padding changes nothing: values equal, gradients equal to rounding."""
+    from elmo.model.encoder import distinct_words, ladder_size
+
+    torch.manual_seed(3)
+    model = BiLM(make_config())
+    ids, _ = batch_to_char_ids([["a", "b", "c", "d", "e", "f", "g", "h", "i", "eeeeeee", "ffffffff", "ggggggggg"]])
+    words = distinct_words(ids)
+    assert any(ladder_size(stop - start) > stop - start
+               for (start, _), (stop, _) in zip([(0, 0), *words.groups[:-1]], words.groups))
+    plain = encode_distinct(model.token_encoder, ids, words, fixed_shapes=False)
+    fixed = encode_distinct(model.token_encoder, ids, words, fixed_shapes=True)
+    torch.testing.assert_close(fixed, plain, rtol=0, atol=1e-6)
+    weight = torch.randn_like(plain)
+    params = list(model.token_encoder.parameters())
+    for a, b in zip(torch.autograd.grad((fixed * weight).sum(), params), torch.autograd.grad((plain * weight).sum(), params)):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+
+
 def test_encoder_skips_padding_slots_exactly():
     """Words of every length, including ones that fill all 50 slots (no all-padding window)."""
     torch.manual_seed(2)

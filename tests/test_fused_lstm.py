@@ -305,9 +305,11 @@ def test_path_selection():
         LanguageModel(config, 10, lstm_path="fast").use_cuda_graphs()
 
 
-def test_encoder_on_host_words_equals_the_encoder():
+@pytest.mark.parametrize("fixed_shapes", [False, True])
+def test_encoder_on_host_words_equals_the_encoder(fixed_shapes):
     """encode_distinct with the words grouped by length on the host (what the trainer passes)
-    against the plain encoder over all 50 slots, values and gradients."""
+    against the plain encoder over all 50 slots, values and gradients; ``fixed_shapes`` (what a GPU
+    runs) pads each group's words to a ladder size and its span to the bucket's bound."""
     torch.manual_seed(7)
     model = BiLM(make_config())
     with torch.no_grad():
@@ -319,7 +321,7 @@ def test_encoder_on_host_words_equals_the_encoder():
     words = distinct_words(ids)
     assert len(words.groups) >= 3 and words.groups[-1][0] == len(words.distinct)
     plain = model.token_encoder(ids.view(-1, *ids.shape[2:])).view(*ids.shape[:3], -1)
-    grouped = encode_distinct(model.token_encoder, ids, words)
+    grouped = encode_distinct(model.token_encoder, ids, words, fixed_shapes=fixed_shapes)
     torch.testing.assert_close(grouped, plain, rtol=0, atol=1e-5)
     weight = torch.randn_like(plain)
     params = list(model.token_encoder.parameters())

@@ -174,7 +174,18 @@ def distinct_words(char_ids: torch.Tensor, pad_id: int = PAD_ID, word_column: bo
     return Words(distinct[order], rank[inverse].view(char_ids.shape[:-1]), tuple(groups))
 
 
-def encode_distinct(encoder: TokenEncoder, char_ids: torch.Tensor, words: Words | None = None) -> torch.Tensor:
+def ladder_size(n: int) -> int:
+    """The smallest size at least ``n`` of the form ``m * 2**e`` with ``m`` in 4..7 (1, 2, 3 below
+    4): four sizes per octave, so that padding to one wastes at most a quarter and a run meets
+    few distinct shapes."""
+    if n <= 4:
+        return max(n, 1)
+    exponent = max(n.bit_length() - 3, 0)
+    return -(-n // (1 << exponent)) << exponent
+
+
+def encode_distinct(encoder: TokenEncoder, char_ids: torch.Tensor, words: Words | None = None,
+                    fixed_shapes: bool | None = None) -> torch.Tensor:
     """Same result as ``encoder(char_ids)`` (to float rounding, values and gradients), running the
     CNN once per distinct token of the batch and only over the character slots a token's real
     characters reach.
@@ -186,16 +197,30 @@ def encode_distinct(encoder: TokenEncoder, char_ids: torch.Tensor, words: Words 
     one constant. Gradients flow through the gather to the shared computation.
     ``words``: :func:`distinct_words` of ``char_ids``, when the caller has it (None: computed here,
     which on a GPU waits for the device).
+    ``fixed_shapes`` (None: on a GPU) runs each group's convolutions over its length bucket's
+    whole span and a word count padded to :func:`ladder_size` (the padding rows' outputs are
+    dropped, so they add exact zeros to the gradients): the groups' sizes change with every batch,
+    and on a GPU each new shape costs cuDNN a new plan on the host, which made the step wait on
+    the host (docs/speed.md, the GPU suite); the ladder keeps a run to a few dozen shapes.
     """
     if words is None:
         words = distinct_words(char_ids, encoder.pad_id, encoder.word_embedding is not None)
+    if fixed_shapes is None:
+        fixed_shapes = words.distinct.is_cuda
     word_ids, distinct = encoder.split_ids(words.distinct)
     constants = padding_window_constants(encoder)
     widths = [conv.kernel_size[0] for conv in encoder.convs]
     n_slots = encoder.n_slots
+    buckets = tuple(b for b in LENGTH_BUCKETS if b < n_slots) + (n_slots,)
     pooled, start = [], 0
     for stop, longest in words.groups:
         ids = distinct[start:stop]
+        count = stop - start
+        if fixed_shapes:
+            longest = next(b for b in buckets if b >= longest)  # the bucket's bound, not this batch's longest
+            padded = ladder_size(count)
+            if padded > count:
+                ids = torch.cat([ids, ids[:1].expand(padded - count, -1)])
         span = min(n_slots, longest + max(widths) - 1)  # the slots any window touching a real one reaches
         chars = encoder.char_embedding(ids[:, :span]).transpose(1, 2)  # (k, char_dim, span)
         n_real = (ids != encoder.pad_id).sum(dim=1, keepdim=True)
@@ -204,7 +229,7 @@ def encode_distinct(encoder: TokenEncoder, char_ids: torch.Tensor, words: Words 
             best = conv(chars).max(dim=2).values
             # Only words with an all-padding window in the full slots take the constant into the max.
             features.append(torch.where(n_real <= n_slots - width, torch.maximum(best, constant), best))
-        pooled.append(torch.cat(features, dim=1))
+        pooled.append(torch.cat(features, dim=1)[:count])
         start = stop
     vectors = encoder.head(torch.cat(pooled), word_ids)  # (n_distinct, output_dim)
     return vectors[words.inverse]
