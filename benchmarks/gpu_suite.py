@@ -789,6 +789,8 @@ def section_train(rec: Recorder, args, name: str) -> None:
                 for index, (path, bf16) in enumerate(plan):
                     row = {"batch": batch, "path": path, "precision": "bfloat16" if bf16 else "float32"}
                     try:
+                        if path == "cudnn":  # what autocast makes of torch's LSTM kernel, not what was asked
+                            row["lstm_ran_in"] = autocast_lstm_dtype(trainer, bf16, device)
                         row.update(time_training(trainer, path, bf16, *size["steps"], device, profile=index == 0))
                         tokens = row["tokens_per_s_per_direction"]
                         row["mfu"] = round(flops * tokens / peaks["bfloat16" if bf16 else "float32"], 4)
@@ -812,6 +814,18 @@ def section_train(rec: Recorder, args, name: str) -> None:
         measure(options, batch, training_plan(paths, batch, size["batches"], args.quick))
         if cudnn is not None:  # another model: torch's LSTM kernel, no clipping
             measure(cudnn_options, batch, [("cudnn", False)] if args.quick else [("cudnn", True), ("cudnn", False)])
+
+
+def autocast_lstm_dtype(trainer, bf16: bool, device: str) -> str:
+    """The dtype of torch's LSTM kernel's output under the trainer's autocast: a cuDNN row asked
+    for bfloat16 may run in another precision, and its row says which."""
+    import torch
+
+    trainer.settings.bf16 = bf16
+    layer = torch.nn.LSTM(8, 8).to(device)
+    with torch.no_grad(), trainer._autocast():
+        out, _ = layer(torch.randn(3, 2, 8, device=device))
+    return str(out.dtype).replace("torch.", "")
 
 
 def training_plan(paths: list[str], batch: int, batches: list[int], quick: bool) -> list[tuple[str, bool]]:
@@ -1268,7 +1282,9 @@ def tables(report: dict) -> list[tuple[str, list[str], list[list[str]]]]:
             model = result.get("model", {})
             title = (f"{title} (LSTM {model.get('lstm')}, {model.get('cnn_filters')} filters, vocabulary "
                      f"{model.get('vocab', 0):,}, {model.get('negatives', 0):,} negatives, random weights)")
-            rows = [[_fmt(r["batch"]), r["path"], r["precision"], _fmt(r.get("tokens_per_s_per_direction")),
+            rows = [[_fmt(r["batch"]), r["path"],
+                     r["precision"] + (f" (LSTM ran {r['lstm_ran_in']})" if r.get("lstm_ran_in", r["precision"])
+                                       != r["precision"] else ""), _fmt(r.get("tokens_per_s_per_direction")),
                      _fmt(r.get("s_per_step"), 3), _fmt(r.get("peak_memory_gib"), 2),
                      f"{100 * r['mfu']:.1f}%" if "mfu" in r else "", _kernels(r), r.get("error", "")[:60]]
                     for r in result["rows"]]
