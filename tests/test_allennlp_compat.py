@@ -115,7 +115,7 @@ def test_layer_norm_and_fixed_mix_parameters():
     elmo = Elmo(OPTIONS, WEIGHTS, 1, do_layer_norm=True, dropout=0.0, scalar_mix_parameters=[1.0, 2.0, 3.0],
                 state="reset")
     mix = elmo._scalar_mixes[0]
-    assert not mix.scalars.requires_grad and mix.scalars.tolist() == [1.0, 2.0, 3.0]
+    assert [(p.requires_grad, p.item()) for p in mix.scalar_parameters] == [(False, 1.0), (False, 2.0), (False, 3.0)]
     assert not mix.gamma.requires_grad  # AllenNLP: fixed parameters freeze the whole mix
     assert Elmo(OPTIONS, WEIGHTS, 1, state="reset")._scalar_mixes[0].gamma.requires_grad
     out = elmo(batch_to_ids([["a", "b"]]))["elmo_representations"][0]
