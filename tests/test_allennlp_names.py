@@ -210,3 +210,37 @@ def test_state_dicts_in_the_library_names_of_earlier_versions_still_load():
     ids = batch_to_ids(SENTENCES)
     torch.testing.assert_close(loaded._elmo_lstm(ids)["activations"][2], fresh._elmo_lstm(ids)["activations"][2],
                                rtol=0, atol=1e-6)
+
+
+# ---------------------------------------------------------------------------- ElmoTokenEmbedder
+def test_token_embedder_shapes_names_and_gradients():
+    from elmo.allennlp import ElmoTokenEmbedder
+
+    ids = batch_to_ids(SENTENCES)
+    plain = ElmoTokenEmbedder(OPTIONS, WEIGHTS, dropout=0.0, state="reset")
+    assert plain.get_output_dim() == 32 and plain(ids).shape == (3, 7, 32)
+    embedder = ElmoTokenEmbedder(OPTIONS, WEIGHTS, dropout=0.0, requires_grad=True, projection_dim=5,
+                                 state="reset")
+    assert embedder.get_output_dim() == 5
+    out = embedder(ids)
+    assert out.shape == (3, 7, 5)
+    assert embedder(ids.reshape(1, 3, 7, 50)).shape == (1, 3, 7, 5)  # leading dimensions kept
+    # What AllenNLP computes: Elmo's one representation, then the projection.
+    torch.testing.assert_close(out, embedder._projection(plain(ids)), rtol=0, atol=1e-5)
+    out.pow(2).sum().backward()
+    assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in embedder.parameters()), \
+        [name for name, p in embedder.named_parameters() if p.grad is None or p.grad.abs().sum() == 0]
+
+    frozen = ElmoTokenEmbedder(OPTIONS, WEIGHTS, dropout=0.0, projection_dim=5, state="reset")
+    frozen(ids).sum().backward()
+    trained = {name for name, p in frozen.named_parameters() if p.grad is not None}
+    assert trained == {"_projection.weight", "_projection.bias", "_elmo.scalar_mix_0.gamma",
+                       "_elmo.scalar_mix_0.scalar_parameters.0", "_elmo.scalar_mix_0.scalar_parameters.1",
+                       "_elmo.scalar_mix_0.scalar_parameters.2"}
+    keys = list(frozen.state_dict())
+    assert keys[0] == "_elmo._elmo_lstm._token_embedder._char_embedding_weights"
+    assert keys[-2:] == ["_projection.weight", "_projection.bias"]
+    theirs = allennlp_state_dict(prefix="_elmo.")
+    theirs["_projection.weight"], theirs["_projection.bias"] = torch.zeros(5, 32), torch.ones(5)
+    scrambled(frozen).load_state_dict(theirs, strict=True)
+    assert torch.equal(frozen(ids), torch.ones(3, 7, 5))
