@@ -174,8 +174,8 @@ def test_arguments_that_make_no_sense_here_fail_clearly():
         Elmo(OPTIONS, WEIGHTS, 1, scalar_mix_parameters=[0.0, 1.0])
     with pytest.raises(ValueError, match="cuda_device"):
         ElmoEmbedder(OPTIONS, WEIGHTS, cuda_device="0")
-    with pytest.raises(ValueError, match="not the two files of one published model"):
-        load_bilm("https://example.org/options.json", "https://example.org/weights.hdf5")
+    with pytest.raises(ValueError, match=r"not the URL of a published model \(.*\), a model archive"):
+        load_bilm("https://example.org/model/")
 
 
 def test_published_urls_resolve_through_the_download_cache(monkeypatch):

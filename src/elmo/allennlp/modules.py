@@ -46,14 +46,16 @@ def batch_to_ids(batch: list[list[str]]) -> torch.Tensor:
 
 
 def load_bilm(options_file: str | os.PathLike, weight_file: str | os.PathLike | None = None) -> BiLM:
-    """The biLM of an ``options_file`` + ``weight_file`` pair as AllenNLP took them: local paths,
-    or the URLs of the published models (fetched once into the download cache), both through
-    :func:`elmo.hub.load_model`. A model archive or folder (an NLPL ``.zip``, an ELMoForManyLangs
-    model) may stand alone as ``options_file``, with ``weight_file`` left out (or the same path)."""
+    """The biLM of an ``options_file`` + ``weight_file`` pair as AllenNLP took them: local paths
+    or URLs (fetched once into the download cache: the published models' held to their pins, any
+    other trusted on first use), through :func:`elmo.hub.load_model`. A whole model (an NLPL
+    ``.zip``, an ELMoForManyLangs folder, an ``hf://`` id, the URL of a ``.zip``) may stand alone
+    as ``options_file``, with ``weight_file`` left out (or the same path)."""
     from elmo.hub.archives import looks_like_model
 
     options = os.fspath(options_file)
-    if not options.startswith(("http://", "https://", "s3://")) and looks_like_model(options):
+    is_url = "://" in options  # a URL or an hf:// id: the resolver says what it names
+    if (is_url and weight_file is None) or (not is_url and looks_like_model(options)):
         if weight_file is not None and os.fspath(weight_file) != options:
             raise ValueError(f"weight_file: {options} is a whole model (archive or folder); leave weight_file out")
         return load_model(options)
