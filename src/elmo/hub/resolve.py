@@ -19,7 +19,9 @@ A model source is any of:
   ``elmo-train`` (:mod:`elmo.hub.checkpoints`);
 * a model archive (``.zip``) or folder in another tool's layout: the NLPL repository's ELMo
   archives (bilm-tf layout: ``model.hdf5``, ``options.json``, ``vocab.txt.gz``) and
-  ELMoForManyLangs models (:mod:`elmo.hub.archives`, :mod:`elmo.hub.manylangs`).
+  ELMoForManyLangs models (:mod:`elmo.hub.archives`, :mod:`elmo.hub.manylangs`);
+* a Hugging Face Hub id, ``hf://OWNER/NAME[@REVISION][/SUBFOLDER]``, naming any of the layouts
+  above in a repository (:mod:`elmo.hub.hf`, with the optional ``huggingface_hub``).
 
 Resolving is two steps. :func:`locate` says what a source names without reading or downloading
 anything (so a config can be checked before a run starts); :func:`load_model` and
@@ -30,6 +32,7 @@ unpacked can unpack in :func:`_local`, one more branch there).
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -55,6 +58,7 @@ from elmo.hub.checkpoints import (
     load_latest_train_checkpoint,
     read_checkpoint,
 )
+from elmo.hub.hf import is_hub_id, parse_hub_id
 from elmo.hub.manylangs import load_manylangs
 from elmo.hub.pretrained import (
     DEFAULT_MODEL,
@@ -87,7 +91,8 @@ class Location:
     * ``"archive"``: ``path`` is a model archive (``.zip``) or folder in another tool's layout (an
       NLPL archive, an ELMoForManyLangs model), read by :mod:`elmo.hub.archives`;
     * ``"url"``: ``urls`` are files to download first (any URL, trusted on first use): an
-      ``(options, weights)`` pair, either of which may be a local path, or one ``.zip`` or ``.pt``.
+      ``(options, weights)`` pair, either of which may be a local path, or one ``.zip`` or ``.pt``;
+    * ``"hub"``: ``name`` is a Hugging Face Hub id, to fetch into the Hub's cache first.
     """
 
     kind: str
@@ -135,6 +140,9 @@ def locate(source: ModelSource = None) -> Location:
                 raise FileNotFoundError(f"{part}: no such {role} file")
         return Location("files", f"{options} + {weights}", path=Path(options), weights=Path(weights))
     text = os.fspath(source)
+    if is_hub_id(text):
+        parse_hub_id(text)  # the form is checked here; the Hub is asked when the model is read
+        return Location("hub", text, name=text)
     if text == DEFAULT_MODEL:
         folder = packaged_model_dir()
         return Location("files", text, path=folder / "options.json", weights=folder / "weights.hdf5", folder=folder)
@@ -171,6 +179,11 @@ def _local(location: Location, cache_dir: str | os.PathLike | None, progress: bo
     if location.kind == "published":
         options, weights = model_files(location.name, cache_dir=cache_dir, progress=progress)
         return Location("files", location.source, path=options, weights=weights)
+    if location.kind == "hub":
+        from elmo.hub.hf import model_in, snapshot
+
+        found = locate(model_in(snapshot(location.name, progress=progress), location.name))
+        return _local(dataclasses.replace(found, source=location.source), cache_dir, progress)
     if location.kind == "url":
         from elmo.hub.download import fetch_url
 
