@@ -87,7 +87,7 @@ def variant_config(args, experiment: str, config_path: str, variant: str, overri
     if args.bilm:  # a variant's own biLM (the domain experiment's) wins
         merged["bilm"] = {"model": args.bilm, **merged.get("bilm", {})}
     merged["cache_dir"] = args.cache
-    return load_task_config(config_path, merged)
+    return load_task_config(config_path, merged, data_root=args.data_root)
 
 
 def finished_run(args, name: str, config) -> tuple[str | None, bool]:
@@ -691,13 +691,13 @@ def domain_variants(args) -> dict:
     return {"unadapted": {}, "fine-tuned": {"bilm": {"model": args.finetuned}}}
 
 
-def write_task_text(config_path: str, split: str, output: str) -> None:
+def write_task_text(config_path: str, split: str, output: str, data_root: str | None = None) -> None:
     """One split's sentences, one per line: the training split is the unlabeled in-domain text for
     ``elmo finetune``; dev gives held-out text for ``elmo evaluate``."""
     from elmo.tasks.catalog import task_for
     from elmo.tasks.training import load_splits
 
-    config = load_task_config(config_path)
+    config = load_task_config(config_path, data_root=data_root)
     examples = load_splits(config).get(split)
     if examples is None:
         raise SystemExit(f"{config_path}: has no {split} split")
@@ -721,6 +721,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--output", help="Markdown file to write (default under docs/tasks/)")
     parser.add_argument("--png", default=DEFAULT_PNG, help="weights: the plot (default %(default)s); diagnose: "
                                                           "the learning curves (default docs/tasks/TASK-curves.png)")
+    parser.add_argument("--data-root", default=os.environ.get("ELMO_DATA") or "../shared/data",
+                        help="the folder the configs' $ELMO_DATA/... data paths are under (default: $ELMO_DATA, else "
+                             "%(default)s)")
     parser.add_argument("--snli", default="../shared/data/nli/snli-devtest", help="snli: the SNLI dev/test folder")
     parser.add_argument("--gap", default="../shared/data/coref/gap", help="gap: the folder of GAP's tsv files")
     parser.add_argument("--split", default="train", choices=["train", "dev", "test"], help="domain-text: which split")
@@ -770,7 +773,7 @@ def main(argv: list[str] | None = None) -> int:
     elif args.experiment == "domain-text":
         if not args.output:
             parser.error("domain-text needs --output: the text file to write")
-        write_task_text(args.configs[0], args.split, args.output)
+        write_task_text(args.configs[0], args.split, args.output, args.data_root)
     else:
         if not args.finetuned:
             parser.error("domain needs --finetuned: the exported biLM fine-tuned with elmo finetune on the task text")

@@ -115,7 +115,7 @@ def test_layer_norm_and_fixed_mix_parameters():
     elmo = Elmo(OPTIONS, WEIGHTS, 1, do_layer_norm=True, dropout=0.0, scalar_mix_parameters=[1.0, 2.0, 3.0],
                 state="reset")
     mix = elmo._scalar_mixes[0]
-    assert not mix.scalars.requires_grad and mix.scalars.tolist() == [1.0, 2.0, 3.0]
+    assert [(p.requires_grad, p.item()) for p in mix.scalar_parameters] == [(False, 1.0), (False, 2.0), (False, 3.0)]
     assert not mix.gamma.requires_grad  # AllenNLP: fixed parameters freeze the whole mix
     assert Elmo(OPTIONS, WEIGHTS, 1, state="reset")._scalar_mixes[0].gamma.requires_grad
     out = elmo(batch_to_ids([["a", "b"]]))["elmo_representations"][0]
@@ -174,8 +174,8 @@ def test_arguments_that_make_no_sense_here_fail_clearly():
         Elmo(OPTIONS, WEIGHTS, 1, scalar_mix_parameters=[0.0, 1.0])
     with pytest.raises(ValueError, match="cuda_device"):
         ElmoEmbedder(OPTIONS, WEIGHTS, cuda_device="0")
-    with pytest.raises(ValueError, match="not the two files of one published model"):
-        load_bilm("https://example.org/options.json", "https://example.org/weights.hdf5")
+    with pytest.raises(ValueError, match=r"not the URL of a published model \(.*\), a model archive"):
+        load_bilm("https://example.org/model/")
 
 
 def test_published_urls_resolve_through_the_download_cache(monkeypatch):

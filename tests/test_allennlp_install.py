@@ -47,6 +47,14 @@ def test_the_two_modules_and_their_names_resolve_to_the_drop_in():
             elmo.allennlp.Elmo, elmo.allennlp.batch_to_ids, elmo.allennlp._ElmoBiLm,
             elmo.allennlp._ElmoCharacterEncoder, elmo.allennlp.ElmoEmbedder)
         assert DEFAULT_WEIGHT_FILE.endswith("elmo_2x4096_512_2048cnn_2xhighway_weights.hdf5")
+
+        from allennlp.modules.token_embedders import ElmoTokenEmbedder
+        from allennlp.modules.token_embedders.elmo_token_embedder import ElmoTokenEmbedder as ByFile
+        from allennlp.modules.scalar_mix import ScalarMix
+        import allennlp.modules.token_embedders
+        assert ElmoTokenEmbedder is ByFile is elmo.allennlp.ElmoTokenEmbedder
+        assert ScalarMix is elmo.allennlp.ScalarMix
+        assert allennlp.modules.token_embedders is elmo.allennlp.token_embedders
         print("ok")
     """)
     assert out.strip() == "ok"
@@ -80,6 +88,7 @@ def test_everything_else_under_allennlp_fails_saying_what_is_provided():
         statement, kind, message = line.split(" | ")
         if statement != "from allennlp.modules.elmo import ElmoLstm":  # a name our module lacks: Python's error
             assert "provides only allennlp.modules.elmo" in message and "allennlp.commands.elmo" in message, line
+            assert "allennlp.modules.token_embedders (ElmoTokenEmbedder)" in message, line
     assert "No module named 'allennlp.data'" in lines[0]
     assert "cannot import name 'ElmoLstm'" in lines[4]
     assert "provides only" in lines[5]

@@ -102,7 +102,7 @@ def test_zip_and_released_layout(tmp_path):
     run = json.loads((folder / "config.json").read_text())
     run["config_path"] = "/users4/conll18st/elmo/src/configs/cnn_50_100_512_4096_sample.json"
     (folder / "config.json").write_text(json.dumps(run))
-    with pytest.warns(UserWarning, match="config_path .* is not in the model"):
+    with pytest.warns(UserWarning, match="config_path .* is neither a file relative to the model"):
         released = load_model(str(folder))
     assert_close(Embedder(released, state="reset").embed_sentences(SENTENCES), expected())
 
@@ -479,3 +479,62 @@ def test_a_state_dict_bomb_is_read_from_a_bounded_stream(tmp_path, case):
     assert "weights_only" not in result["error"]
     assert result["peak_growth"] < (2 * bound + 16 * 2**20 if case == "at the bound" else 16 * 2**20), result
     assert cache_files(tmp_path / "cache") == []
+
+
+# ------------------------------------------------------------------------- config_path, as theirs
+def tanh_model(tmp_path, name, config_path, where=None):
+    """A copy of the fixture whose architecture (tanh: numbers unlike the published fallback's
+    relu) sits at ``where`` (default: ``config_path`` under the model folder)."""
+    folder = copy_model(tmp_path, name)
+    arch = json.loads((folder / "cnn_tiny.json").read_text())
+    arch["token_embedder"]["activation"] = "tanh"
+    (folder / "cnn_tiny.json").unlink()
+    target = where if where is not None else folder / config_path
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(json.dumps(arch))
+    run = json.loads((folder / "config.json").read_text())
+    run["config_path"] = str(config_path)
+    (folder / "config.json").write_text(json.dumps(run))
+    return folder
+
+
+def test_config_path_is_found_relative_to_the_model_or_absolute_as_their_loader_does(tmp_path):
+    reference = Embedder(load_model(tanh_model(tmp_path, "root", "cnn_tiny.json")), state="reset")
+    want = reference.embed_sentences(SENTENCES)
+    elsewhere = tmp_path / "elsewhere" / "configs" / "cnn_tiny.json"
+    folders = {
+        "relative": tanh_model(tmp_path, "relative", "configs/cnn_tiny.json"),
+        "absolute": tanh_model(tmp_path, "absolute", elsewhere, where=elsewhere),
+    }
+    archive = tmp_path / "relative.zip"
+    with zipfile.ZipFile(archive, "w") as z:
+        for path in folders["relative"].rglob("*"):
+            if path.is_file():
+                z.write(path, f"en.model/{path.relative_to(folders['relative']).as_posix()}")
+    folders["relative, zipped"] = archive
+    for kind, source in folders.items():
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # found: no fallback warning
+            got = Embedder(load_model(str(source)), state="reset").embed_sentences(SENTENCES)
+        assert_close(got, want, atol=0)
+    # Where it is not there, the published (relu) architecture stands in, with the warning, and
+    # the numbers are other ones: the lookup above is what made them right.
+    missing = tanh_model(tmp_path, "missing", tmp_path / "nowhere" / "cnn_tiny.json",
+                         where=tmp_path / "away" / "cnn_tiny.json")
+    with pytest.warns(UserWarning, match="config_path .* is neither a file relative to the model nor an absolute"):
+        fallback = Embedder(load_model(str(missing)), state="reset").embed_sentences(SENTENCES)
+    assert max(float(np.abs(a - b).max()) for a, b in zip(fallback, want)) > 1e-2
+
+
+def test_config_path_in_an_archive_never_leaves_it(tmp_path):
+    archive = tmp_path / "escape.zip"
+    with zipfile.ZipFile(archive, "w") as z:
+        for path in MODEL.iterdir():
+            if path.name != "config.json":
+                z.write(path, path.name)
+        z.writestr("config.json", json.dumps({"config_path": "../cnn_tiny.json"}))
+    (tmp_path / "cnn_tiny.json").write_text("{not json")  # beside the archive: never read
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        model = load_model(str(archive))  # the base name at the archive's root is what it finds
+    assert_close(Embedder(model, state="reset").embed_sentences(SENTENCES), expected())

@@ -72,11 +72,13 @@ def test_every_source_loads_the_same_weights(allennlp_model, tmp_path):
 
 @pytest.mark.parametrize("source, message", [
     ("huge", "huge: neither a model name (default, small, medium, original, original-5.5b) nor an existing path"),
-    ("https://example.org/my-model/", "https://example.org/my-model/: not the URL of a published model"),
-    (("https://example.org/options.json", str(WEIGHTS)), "are not the two files of one published model"),
+    ("https://example.org/my-model/", "https://example.org/my-model/: not the URL of a published model "
+                                      "(small, medium, original, original-5.5b), a model archive (.zip) or a "
+                                      "checkpoint (.pt); pass the URLs of its options and weights files as a pair"),
+    (("https://example.org/options.json", "missing.hdf5"), "missing.hdf5: no such weights file"),
 ])
 def test_sources_that_name_no_model_are_one_line_errors(source, message):
-    with pytest.raises(ValueError) as info:
+    with pytest.raises((ValueError, FileNotFoundError)) as info:
         locate(source)
     assert message in str(info.value) and "\n" not in str(info.value)
 

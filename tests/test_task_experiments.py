@@ -71,7 +71,8 @@ def _args(tmp_path, **extra):
 
     values = dict(runs=str(tmp_path), cache=str(tmp_path / "cache"), epochs=None, bilm=None, seeds=[1, 2],
                   configs=[os.path.join(ROOT, "configs", "tasks", "coref-litbank.toml")], variants=None, trained=[],
-                  evaluated=[], reused=0, untimed=0, quiet=True, gap=str(tmp_path / "gap"))
+                  evaluated=[], reused=0, untimed=0, quiet=True, gap=str(tmp_path / "gap"),
+                  data_root=str(tmp_path / "data"))
     values.update(extra)
     return argparse.Namespace(**values)
 
@@ -160,7 +161,8 @@ def test_status_lists_each_planned_run_and_estimates_the_rest(experiments, tmp_p
     elsewhere = os.path.join(str(tmp_path), "placement", "coref-litbank", "input", "seed-1")
     _run(elsewhere, {**plan["elmo", 1].to_dict(), "output": elsewhere})
 
-    argv = ["main", "--status", "--runs", str(tmp_path), "--configs", args.configs[0], "--cache", args.cache]
+    argv = ["main", "--status", "--runs", str(tmp_path), "--configs", args.configs[0], "--cache", args.cache,
+            "--data-root", args.data_root]
     assert experiments.main(argv) == 0
     out = capsys.readouterr().out
     assert "| main | coref-litbank | baseline | 2 | done | 5/8 (3) | 2.0 |" in out
@@ -310,7 +312,7 @@ def test_a_finished_run_whose_model_is_gone_trains_again(experiments, tmp_path, 
         json.dump({"score": 0.61, "seconds": 2.0}, f)
 
     argv = ["main", "--status", "--runs", str(tmp_path), "--configs", args.configs[0], "--cache", args.cache,
-            "--seeds", "1", "--variants", "baseline"]
+            "--seeds", "1", "--variants", "baseline", "--data-root", args.data_root]
     assert experiments.main(argv) == 0
     out = capsys.readouterr().out
     assert "| main | coref-litbank | baseline | 1 | retrain | 8/8 (8) | 2.0 |" in out
@@ -358,7 +360,8 @@ def test_weights_average_the_both_runs_over_seeds_and_table_them(experiments, tm
             with open(os.path.join(config.output, "metrics.json"), "w") as f:
                 json.dump({"dev": 0.5, "seconds": 1.0, "layer_weights": weights[seed]}, f)
     png, output = tmp_path / "docs" / "w.png", tmp_path / "docs" / "w.md"
-    argv = ["weights", "--runs", str(tmp_path), "--configs", args.configs[0], "--png", str(png), "--output", str(output)]
+    argv = ["weights", "--runs", str(tmp_path), "--configs", args.configs[0], "--png", str(png), "--output", str(output),
+            "--data-root", args.data_root]
     assert experiments.main(argv) == 0
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     text = output.read_text()

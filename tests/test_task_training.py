@@ -385,7 +385,8 @@ SHIPPED_CONFIGS = sorted([*(ROOT / "configs" / "tasks").glob("*.toml"), *(ROOT /
 @pytest.mark.parametrize("path", SHIPPED_CONFIGS, ids=lambda p: p.stem)
 def test_shipped_task_configs_are_valid(path):
     """Every config under configs/tasks and experiments/configs parses and validates (its data
-    paths point into ../shared, which a fresh clone may lack, so they are not checked here)."""
+    paths are under $ELMO_DATA, which a fresh clone lacks, so they are not checked here:
+    test_task_data_root.py checks that they are under the data root)."""
     config = load_task_config(path)
     assert config.task and config.metric and config.data.train.path
     assert config.data.dev is not None or config.data.dev_fraction > 0

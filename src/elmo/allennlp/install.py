@@ -1,8 +1,9 @@
-"""``install_as_allennlp()``: make ``import allennlp.modules.elmo`` and ``import
-allennlp.commands.elmo`` give this library's drop-in, for code that cannot be edited (a library
-that imports AllenNLP inside), as PyMySQL's ``install_as_MySQLdb()`` does for MySQLdb.
+"""``install_as_allennlp()``: make ``import allennlp.modules.elmo``,
+``allennlp.modules.token_embedders``, ``allennlp.modules.scalar_mix`` and ``allennlp.commands.elmo``
+give this library's drop-in, for code that cannot be edited (a library that imports AllenNLP
+inside), as PyMySQL's ``install_as_MySQLdb()`` does for MySQLdb.
 
-Only those two modules exist under the name: ``allennlp``, ``allennlp.modules`` and
+Only those modules exist under the name: ``allennlp``, ``allennlp.modules`` and
 ``allennlp.commands`` are empty packages holding them, and any other ``allennlp.*`` import fails
 with a message saying what is provided. A real AllenNLP, installed or imported, is never
 shadowed: the call refuses instead.
@@ -17,12 +18,16 @@ import sys
 import types
 
 # The modules AllenNLP code imports, and ours that stand in for them.
-PROVIDED = {"allennlp.modules.elmo": "elmo.allennlp.modules", "allennlp.commands.elmo": "elmo.allennlp.commands"}
+PROVIDED = {"allennlp.modules.elmo": "elmo.allennlp.modules", "allennlp.commands.elmo": "elmo.allennlp.commands",
+            "allennlp.modules.scalar_mix": "elmo.allennlp.scalar_mix",
+            "allennlp.modules.token_embedders": "elmo.allennlp.token_embedders",
+            "allennlp.modules.token_embedders.elmo_token_embedder": "elmo.allennlp.token_embedders"}
 PACKAGES = ("allennlp", "allennlp.modules", "allennlp.commands")
 MARKER = "__elmo_drop_in__"  # set on the stand-in packages: tells ours from a real AllenNLP
 WHAT_IS_PROVIDED = ("elmo's AllenNLP drop-in (installed by elmo.allennlp.install_as_allennlp()) provides only "
-                    "allennlp.modules.elmo (Elmo, batch_to_ids, _ElmoBiLm, _ElmoCharacterEncoder) and "
-                    "allennlp.commands.elmo (ElmoEmbedder, DEFAULT_OPTIONS_FILE, DEFAULT_WEIGHT_FILE)")
+                    "allennlp.modules.elmo (Elmo, batch_to_ids, _ElmoBiLm, _ElmoCharacterEncoder), "
+                    "allennlp.modules.token_embedders (ElmoTokenEmbedder), allennlp.modules.scalar_mix (ScalarMix) "
+                    "and allennlp.commands.elmo (ElmoEmbedder, DEFAULT_OPTIONS_FILE, DEFAULT_WEIGHT_FILE)")
 
 
 class _RestOfAllenNLP(importlib.abc.MetaPathFinder):
@@ -67,10 +72,13 @@ def _real_allennlp() -> str | None:
 
 
 def install_as_allennlp() -> None:
-    """Make ``allennlp.modules.elmo`` and ``allennlp.commands.elmo`` this library's
-    :mod:`elmo.allennlp.modules` and :mod:`elmo.allennlp.commands`, so that code importing them
-    (``from allennlp.modules.elmo import Elmo, batch_to_ids``, ``from allennlp.commands.elmo
-    import ElmoEmbedder``, ``import allennlp.commands.elmo``) runs unchanged. Call it before that
+    """Make ``allennlp.modules.elmo``, ``allennlp.modules.token_embedders`` (and its
+    ``elmo_token_embedder``), ``allennlp.modules.scalar_mix`` and ``allennlp.commands.elmo`` this
+    library's :mod:`elmo.allennlp.modules`, :mod:`elmo.allennlp.token_embedders`,
+    :mod:`elmo.allennlp.scalar_mix` and :mod:`elmo.allennlp.commands`, so that code importing them
+    (``from allennlp.modules.elmo import Elmo, batch_to_ids``, ``from
+    allennlp.modules.token_embedders import ElmoTokenEmbedder``, ``from allennlp.commands.elmo
+    import ElmoEmbedder``) runs unchanged. Call it before that
     code is imported. Calling it again does nothing.
 
     Raises RuntimeError if a real AllenNLP is installed or already imported: it is never
@@ -86,6 +94,8 @@ def install_as_allennlp() -> None:
     packages["allennlp"].modules = packages["allennlp.modules"]
     packages["allennlp"].commands = packages["allennlp.commands"]
     packages["allennlp.modules"].elmo = modules["allennlp.modules.elmo"]
+    packages["allennlp.modules"].scalar_mix = modules["allennlp.modules.scalar_mix"]
+    packages["allennlp.modules"].token_embedders = modules["allennlp.modules.token_embedders"]
     packages["allennlp.commands"].elmo = modules["allennlp.commands.elmo"]
     if not any(isinstance(finder, _RestOfAllenNLP) for finder in sys.meta_path):
         sys.meta_path.insert(0, _RestOfAllenNLP())

@@ -1,9 +1,9 @@
 """AllenNLP's ``allennlp.modules.elmo``, on this library: ``Elmo``, ``batch_to_ids`` and the
 lower-level ``_ElmoCharacterEncoder`` and ``_ElmoBiLm`` that code in the wild uses directly.
 
-The classes keep AllenNLP's (2.10) constructor arguments, forward inputs, output dictionaries and
-attribute paths (``elmo._elmo_lstm._elmo_lstm.reset_states()``), and its numbers, stateful as it
-was. They are thin layers: the network is :class:`elmo.model.bilm.BiLM`, run for inference by
+The classes keep AllenNLP's (2.10) constructor arguments, forward inputs, output dictionaries,
+attribute paths (``elmo._elmo_lstm._elmo_lstm.reset_states()``, ``elmo.scalar_mix_0.scalar_parameters``),
+``state_dict`` keys and shapes (:mod:`elmo.allennlp.names`), and its numbers, stateful as it was. They are thin layers: the network is :class:`elmo.model.bilm.BiLM`, run for inference by
 :class:`elmo.inference.runtime.Runtime` (whose state policy carries AllenNLP's per-row state), and
 for fine-tuning (``requires_grad`` with gradients enabled) by the biLM's own forward pass.
 """
@@ -17,6 +17,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from elmo.allennlp import names
+from elmo.allennlp.scalar_mix import ScalarMix
 from elmo.hub import load_model
 from elmo.inference.runtime import Runtime
 from elmo.model.bilm import (
@@ -28,7 +30,6 @@ from elmo.model.bilm import (
 )
 from elmo.model.chars import MAX_CHARS, batch_to_char_ids
 from elmo.model.dropout import Dropout
-from elmo.model.scalar_mix import ScalarMix
 
 ALLENNLP_STATE = "stateful"  # AllenNLP's biLM carried LSTM state from batch to batch, row by row
 NO_CACHE_WARNING = "Word inputs were passed to ELMo but it does not have a cached vocab."  # AllenNLP's words
@@ -45,14 +46,16 @@ def batch_to_ids(batch: list[list[str]]) -> torch.Tensor:
 
 
 def load_bilm(options_file: str | os.PathLike, weight_file: str | os.PathLike | None = None) -> BiLM:
-    """The biLM of an ``options_file`` + ``weight_file`` pair as AllenNLP took them: local paths,
-    or the URLs of the published models (fetched once into the download cache), both through
-    :func:`elmo.hub.load_model`. A model archive or folder (an NLPL ``.zip``, an ELMoForManyLangs
-    model) may stand alone as ``options_file``, with ``weight_file`` left out (or the same path)."""
+    """The biLM of an ``options_file`` + ``weight_file`` pair as AllenNLP took them: local paths
+    or URLs (fetched once into the download cache: the published models' held to their pins, any
+    other trusted on first use), through :func:`elmo.hub.load_model`. A whole model (an NLPL
+    ``.zip``, an ELMoForManyLangs folder, an ``hf://`` id, the URL of a ``.zip``) may stand alone
+    as ``options_file``, with ``weight_file`` left out (or the same path)."""
     from elmo.hub.archives import looks_like_model
 
     options = os.fspath(options_file)
-    if not options.startswith(("http://", "https://", "s3://")) and looks_like_model(options):
+    is_url = "://" in options  # a URL or an hf:// id: the resolver says what it names
+    if (is_url and weight_file is None) or (not is_url and looks_like_model(options)):
         if weight_file is not None and os.fspath(weight_file) != options:
             raise ValueError(f"weight_file: {options} is a whole model (archive or folder); leave weight_file out")
         return load_model(options)
@@ -106,6 +109,24 @@ class _ElmoCharacterEncoder(nn.Module):
         self.requires_grad = requires_grad
         for p in self._token_encoder.parameters():
             p.requires_grad_(requires_grad)
+        # state_dict in AllenNLP's names and layout, both ways (elmo.allennlp.names).
+        self.register_state_dict_post_hook(_encoder_state_dict_hook)
+        self.register_load_state_dict_pre_hook(_encoder_load_hook)
+        self.register_load_state_dict_post_hook(_encoder_loaded_hook)
+
+    @property
+    def _char_embedding_weights(self) -> nn.Parameter:
+        """AllenNLP's name for the character embedding ``(262, char_dim)`` (row 0: padding)."""
+        return self._token_encoder.char_embedding.weight
+
+    @property
+    def _convolutions(self) -> list[nn.Conv1d]:
+        """AllenNLP's list of the character convolutions (its ``char_conv_{i}``)."""
+        return list(self._token_encoder.convs)
+
+    @property
+    def _projection(self) -> nn.Linear | None:
+        return self._token_encoder.projection
 
     def get_output_dim(self) -> int:
         return self.output_dim
@@ -115,6 +136,44 @@ class _ElmoCharacterEncoder(nn.Module):
         mask = (inputs > 0).any(dim=-1)
         ids, mask_with_boundaries = add_boundaries(inputs, mask)
         return {"token_embedding": self._token_encoder(ids), "mask": mask_with_boundaries}
+
+
+def _encoder_state_dict_hook(module: "_ElmoCharacterEncoder", state: dict, prefix: str, metadata) -> None:
+    names.encoder_to_allennlp(module._token_encoder, state, prefix)
+
+
+def _encoder_load_hook(module: "_ElmoCharacterEncoder", state: dict, prefix: str, metadata, strict, missing,
+                       unexpected, errors) -> None:
+    names.encoder_from_allennlp(module._token_encoder, state, prefix, errors)
+    module.__dict__["_load_prefix"] = prefix  # for _encoder_loaded_hook, which is not told it
+
+
+def _encoder_loaded_hook(module: "_ElmoCharacterEncoder", incompatible) -> None:
+    names.name_missing_keys(names.encoder_key_map(module._token_encoder), module.__dict__.pop("_load_prefix", ""),
+                            incompatible.missing_keys)
+
+
+def _lstm_state_dict_hook(module: "_ElmoLstm", state: dict, prefix: str, metadata) -> None:
+    names.lstm_to_allennlp(len(module.forward_layers), state, prefix)
+
+
+def _lstm_load_hook(module: "_ElmoLstm", state: dict, prefix: str, metadata, strict, missing, unexpected,
+                    errors) -> None:
+    names.lstm_from_allennlp(module.forward_layers, "forward", state, prefix, errors)
+    names.lstm_from_allennlp(module.backward_layers, "backward", state, prefix, errors)
+    module.__dict__["_load_prefix"] = prefix  # for _lstm_loaded_hook, which is not told it
+
+
+def _lstm_loaded_hook(module: "_ElmoLstm", incompatible) -> None:
+    names.name_missing_keys(names.lstm_key_map(len(module.forward_layers)), module.__dict__.pop("_load_prefix", ""),
+                            incompatible.missing_keys)
+
+
+def _bilm_load_hook(module: "_ElmoBiLm", state: dict, prefix: str, metadata, strict, missing, unexpected,
+                    errors) -> None:
+    # AllenNLP's vocab_to_cache table: the CNN vectors of the cached words, which the runtime's
+    # token memo recomputes from the character CNN (the same weights), so it is not kept.
+    state.pop(prefix + "_word_embedding.weight", None)
 
 
 class _ElmoLstm(nn.Module):
@@ -137,6 +196,10 @@ class _ElmoLstm(nn.Module):
         self._mode = state
         self._runtime: Runtime | None = Runtime(bilm, state=state)
         self._pending: BiLMState | None = None  # carried state waiting for a rebuilt runtime
+        # state_dict in AllenNLP's ElmoLstm names (forward_layer_0.input_linearity.weight, ...).
+        self.register_state_dict_post_hook(_lstm_state_dict_hook)
+        self.register_load_state_dict_pre_hook(_lstm_load_hook)
+        self.register_load_state_dict_post_hook(_lstm_loaded_hook)
 
     @property
     def state(self) -> str:
@@ -250,6 +313,7 @@ class _ElmoBiLm(nn.Module):
                            "encoded by the (trainable) character CNN, so their vectors follow its training.")
         if vocab_to_cache:
             self.create_cached_cnn_embeddings(vocab_to_cache)
+        self.register_load_state_dict_pre_hook(_bilm_load_hook)
 
     @property
     def bilm(self) -> BiLM:
@@ -364,12 +428,9 @@ class Elmo(nn.Module):
         self._dropout = Dropout(dropout)
         self._scalar_mixes: list[ScalarMix] = []
         for k in range(num_output_representations):
-            mix = ScalarMix(n_layers, do_layer_norm=do_layer_norm)
-            if scalar_mix_parameters is not None:  # fixed weights and scale, as AllenNLP: not trained
-                with torch.no_grad():
-                    mix.scalars.copy_(torch.tensor(scalar_mix_parameters, dtype=torch.float32))
-                mix.scalars.requires_grad_(False)
-                mix.gamma.requires_grad_(False)
+            # Fixed weights freeze the whole mix (its gamma too), as in AllenNLP.
+            mix = ScalarMix(n_layers, do_layer_norm=do_layer_norm, initial_scalar_parameters=scalar_mix_parameters,
+                            trainable=scalar_mix_parameters is None)
             self.add_module(f"scalar_mix_{k}", mix)
             self._scalar_mixes.append(mix)
 
@@ -416,7 +477,7 @@ class Elmo(nn.Module):
 
         # As AllenNLP: each mix sees the layers with the boundaries (its layer norm counts them),
         # which are removed afterwards.
-        mixed = [mix(layers, mask) for mix in self._scalar_mixes]
+        mixed = [mix(list(layers.unbind(dim=1)), mask) for mix in self._scalar_mixes]
         if not self._keep_sentence_boundaries:
             stacked, mask = remove_boundaries(torch.stack(mixed, dim=1), mask)
             mixed = list(stacked.unbind(dim=1))

@@ -23,6 +23,8 @@ def add_parser(parser: argparse.ArgumentParser) -> None:
     train.add_argument("--no-elmo", action="store_true", help="the baseline: the same model without ELMo")
     train.add_argument("--resume", action="store_true", help="continue the run from its last finished epoch")
     train.add_argument("--no-progress", action="store_true", help="no progress bars")
+    train.add_argument("--data-root", help="the folder holding your copy of the data: what the config's "
+                       "$ELMO_DATA/... paths are under (default: $ELMO_DATA)")
     evaluate = sub.add_parser("evaluate", help="score a trained run on a data file",
                               description="Score a run's best model on a data file of the run's dataset kind.")
     evaluate.add_argument("run", help="run directory of elmo task train")
@@ -55,8 +57,9 @@ def run(args: argparse.Namespace) -> int:
             overrides["train"]["epochs"] = args.epochs
         if args.no_elmo:
             overrides["elmo"] = {"enabled": False}
-        config = load_task_config(args.config, overrides)
-        check_task_paths(config, where=args.config)  # names the config file; train_task checks again
+        config = load_task_config(args.config, overrides, data_root=args.data_root)
+        # Names the config file and the data root; train_task checks again.
+        check_task_paths(config, where=args.config, root=args.data_root)
         metrics = train_task(config, resume=args.resume, progress=not args.no_progress)
         summary = {k: metrics[k] for k in ("best_epoch", "dev", "test") if k in metrics}
         print(json.dumps(summary), file=sys.stderr)

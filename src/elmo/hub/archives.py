@@ -180,6 +180,8 @@ class ModelFolder:
         self.path = Path(path)
         self._zip: zipfile.ZipFile | None = None
         self._members: dict[str, zipfile.ZipInfo | Path] = {}
+        self._prefix = ""  # the root folder inside an archive
+        self._nested: dict[str, zipfile.ZipInfo | Path] = {}  # files found by find_file, outside the root's list
         self._extracted: dict[str, tuple[Path, Path]] = {}  # name -> (extracted file, the folder it was made in)
         if self.path.is_dir():
             self._members = {p.name: p for p in sorted(self.path.iterdir()) if p.is_file()}
@@ -213,6 +215,7 @@ class ModelFolder:
         files = [i for i in infos if not i.is_dir() and not _JUNK.search(i.filename)]
         roots = {i.filename.split("/", 1)[0] for i in files if "/" in i.filename}
         prefix = f"{roots.pop()}/" if len(roots) == 1 and all("/" in i.filename for i in files) else ""
+        self._prefix = prefix
         for info in files:
             name = info.filename[len(prefix):]
             if "/" not in name:  # only the root's own files: a model is one flat folder
@@ -241,9 +244,32 @@ class ModelFolder:
     def has(self, name: str) -> bool:
         return name in self._members
 
+    def find_file(self, path: str) -> str | None:
+        """The member name under which the file at ``path`` reads, or None where there is none:
+        ``path`` relative to the model's root (subfolders included), or absolute, as
+        ``os.path.join(model_folder, path)`` finds it. In a folder that is any file; in an
+        archive a relative path is a member (never outside it), an absolute one a file on disk."""
+        if path in self._members:
+            return path
+        if path in self._nested:
+            return path
+        found: zipfile.ZipInfo | Path | None = None
+        if self._zip is None or Path(path).is_absolute():
+            candidate = self.path / path if self._zip is None else Path(path)  # an absolute path stays as it is
+            found = candidate if candidate.is_file() else None
+        elif not _escapes(path):
+            try:
+                found = self._zip.getinfo(self._prefix + path.replace("\\", "/"))
+            except KeyError:
+                found = None
+        if found is None:
+            return None
+        self._nested[path] = found
+        return path
+
     def label(self, name: str) -> str:
         """How errors name a member: ``archive.zip:name`` or the file's path."""
-        member = self._members.get(name)
+        member = self._members.get(name, self._nested.get(name))
         if isinstance(member, Path):
             return str(member)
         if isinstance(member, zipfile.ZipInfo):
@@ -251,6 +277,8 @@ class ModelFolder:
         return f"{self.path}:{name}" if self.is_archive else str(self.path / name)
 
     def _member(self, name: str) -> zipfile.ZipInfo | Path:
+        if name in self._nested:
+            return self._nested[name]
         if name not in self._members:
             raise ArchiveError(f"{self.label(name)}: missing (the {'archive' if self.is_archive else 'folder'} holds "
                                f"{', '.join(self.names()) or 'no files'})")

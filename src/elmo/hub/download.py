@@ -1,4 +1,5 @@
-"""Downloading the published ELMo files once and reusing them from a local cache.
+"""Downloading model files once and reusing them from a local cache: the published ELMo files
+(:func:`fetch`, with their pins) and any other model URL (:func:`fetch_url`).
 
 ``fetch`` puts a file at ``cache_dir/<filename>``. Beside it a sidecar ``<filename>.sha256``
 (JSON: sha256, size, url) records what the first download fetched. Every later use checks the
@@ -186,6 +187,33 @@ def fetch(
         ) from e
     atomic_write_text(sidecar, json.dumps({"sha256": sha256, "size": size, "url": remote.url}) + "\n")
     return path
+
+
+URLS_FOLDER = "urls"  # the cache's folder for files named only by a URL (not a published model)
+
+
+def url_cache_folder(url: str, cache_dir: str | os.PathLike | None = None) -> Path:
+    """Where :func:`fetch_url` keeps the file at ``url``: ``<cache>/urls/<first 16 hex digits of
+    the URL's SHA-256>/``, one folder per URL, so two files of the same name never meet."""
+    root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    return root / URLS_FOLDER / hashlib.sha256(url.encode("utf-8")).hexdigest()[:16]
+
+
+def url_filename(url: str) -> str:
+    """The file name a URL ends in (its path's last part, unquoted), made safe for a file system."""
+    name = urllib.parse.unquote(urllib.parse.urlsplit(url).path.rstrip("/").rsplit("/", 1)[-1])
+    name = "".join(c if c.isalnum() or c in "._-" else "_" for c in name).lstrip(".")
+    return name or "download"
+
+
+def fetch_url(url: str, cache_dir: str | os.PathLike | None = None, *, progress: bool = True,
+              timeout: float = 30.0) -> Path:
+    """The local path of the file at any ``url`` (a contributed model's, a mirror's), downloaded
+    once into :func:`url_cache_folder`. With no pin to hold it to, it is trusted on first use:
+    the sidecar records the SHA-256 and size of the first download, and every later use (and any
+    re-download) is checked against it, as :func:`fetch` does. Raises DownloadError."""
+    return fetch(RemoteFile(url, url_filename(url)), url_cache_folder(url, cache_dir), progress=progress,
+                 timeout=timeout)
 
 
 def _read_record(sidecar: Path) -> _Record | None:

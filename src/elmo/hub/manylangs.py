@@ -20,7 +20,9 @@ of the CNN), the ``lstm`` encoder (a plain ``nn.LSTM``), and models without a ch
 (``char_dim`` 0). Their classifier (``classifier.pkl``, absent from the released models) is not
 needed for embedding and is ignored.
 
-Released models carry an absolute ``config_path`` from their authors' machine and no
+``config_path`` is found as their loader finds it: joined to the model folder (so a relative path
+may name a subfolder, and an absolute path is used as it is), else its base name in the model
+folder. Released models carry an absolute ``config_path`` from their authors' machine and no
 architecture file; their loader then falls back to its bundled ``cnn_50_100_512_4096_sample.json``.
 Here every size is read from the weights' shapes instead, and the rest (clipping 3 and 3, relu, 50
 characters per token) from that published file, with a warning.
@@ -123,17 +125,23 @@ def _json_member(folder: ModelFolder, name: str) -> dict:
 
 def read_architecture(folder: ModelFolder) -> dict | None:
     """Their architecture (``encoder``, ``token_embedder``, ...) from the file ``config.json``'s
-    ``config_path`` names, looked up by its base name in the model; None when it is not there
-    (the released models), with a warning."""
+    ``config_path`` names, found as their loader finds it: relative to the model folder (or an
+    absolute path, as it is), else by its base name in the model folder; None, with a warning,
+    only when it is in neither place (the released models: an absolute path on their authors'
+    machine), where their loader falls back to its bundled file of that name."""
     run = _json_member(folder, "config.json")
     config_path = run.get("config_path")
     if not isinstance(config_path, str) or not config_path:
         raise ManyLangsError(f"{folder.label('config.json')}: config_path: expected the architecture file's name, "
                              f"got {config_path!r}")
+    found = folder.find_file(config_path)
+    if found is not None:
+        return _json_member(folder, found)
     base = re.split(r"[/\\]", config_path)[-1]
     if folder.has(base):
         return _json_member(folder, base)
-    warnings.warn(f"{folder.label('config.json')}: config_path {config_path!r} is not in the model; its sizes come "
+    warnings.warn(f"{folder.label('config.json')}: config_path {config_path!r} is neither a file relative to the "
+                  f"model nor an absolute path on this machine, and no {base} is in the model; its sizes come "
                   f"from the weights, and clipping ({PUBLISHED_ARCHITECTURE['encoder']['cell_clip']}, "
                   f"{PUBLISHED_ARCHITECTURE['encoder']['proj_clip']}), activation (relu) and characters per token "
                   f"(50) from ELMoForManyLangs' published cnn_50_100_512_4096_sample.json, as their loader does",

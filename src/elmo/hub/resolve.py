@@ -7,8 +7,11 @@ A model source is any of:
 * ``None`` or ``"default"``: the model shipped in the package (with its softmax and vocabulary);
 * a published name (``"small"``, ``"medium"``, ``"original"``, ``"original-5.5b"``), or the URL
   of a published model's options file, weights file or folder, whatever the host: downloaded once
-  into the cache (:mod:`elmo.hub.pretrained`);
-* an ``(options.json, weights.hdf5)`` pair of paths (or of one published model's two URLs);
+  into the cache and held to its pins (:mod:`elmo.hub.pretrained`);
+* an ``(options.json, weights.hdf5)`` pair of paths, of URLs (a contributed model's, say: any
+  ``https://`` URL, downloaded once into the cache and trusted on first use,
+  :func:`elmo.hub.download.fetch_url`), or one of each;
+* the URL of a model archive (``.zip``) or checkpoint (``.pt``), downloaded the same way;
 * a folder holding ``options.json`` + ``weights.hdf5`` (``elmo export`` writes one, adding
   ``softmax_weights.hdf5`` and ``vocab.txt``, which make it a language model too);
 * a training run directory (``elmo train`` writes one): its newest readable checkpoint;
@@ -16,7 +19,9 @@ A model source is any of:
   ``elmo-train`` (:mod:`elmo.hub.checkpoints`);
 * a model archive (``.zip``) or folder in another tool's layout: the NLPL repository's ELMo
   archives (bilm-tf layout: ``model.hdf5``, ``options.json``, ``vocab.txt.gz``) and
-  ELMoForManyLangs models (:mod:`elmo.hub.archives`, :mod:`elmo.hub.manylangs`).
+  ELMoForManyLangs models (:mod:`elmo.hub.archives`, :mod:`elmo.hub.manylangs`);
+* a Hugging Face Hub id, ``hf://OWNER/NAME[@REVISION][/SUBFOLDER]``, naming any of the layouts
+  above in a repository (:mod:`elmo.hub.hf`, with the optional ``huggingface_hub``).
 
 Resolving is two steps. :func:`locate` says what a source names without reading or downloading
 anything (so a config can be checked before a run starts); :func:`load_model` and
@@ -27,6 +32,7 @@ unpacked can unpack in :func:`_local`, one more branch there).
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -52,6 +58,7 @@ from elmo.hub.checkpoints import (
     load_latest_train_checkpoint,
     read_checkpoint,
 )
+from elmo.hub.hf import is_hub_id, parse_hub_id
 from elmo.hub.manylangs import load_manylangs
 from elmo.hub.pretrained import (
     DEFAULT_MODEL,
@@ -82,7 +89,10 @@ class Location:
     * ``"run"``: ``path`` is a training run directory;
     * ``"checkpoint"``: ``path`` is a checkpoint file, and ``payload`` its contents once read;
     * ``"archive"``: ``path`` is a model archive (``.zip``) or folder in another tool's layout (an
-      NLPL archive, an ELMoForManyLangs model), read by :mod:`elmo.hub.archives`.
+      NLPL archive, an ELMoForManyLangs model), read by :mod:`elmo.hub.archives`;
+    * ``"url"``: ``urls`` are files to download first (any URL, trusted on first use): an
+      ``(options, weights)`` pair, either of which may be a local path, or one ``.zip`` or ``.pt``;
+    * ``"hub"``: ``name`` is a Hugging Face Hub id, to fetch into the Hub's cache first.
     """
 
     kind: str
@@ -92,10 +102,21 @@ class Location:
     weights: Path | None = None
     folder: Path | None = None
     payload: dict | None = field(default=None, repr=False, compare=False)
+    urls: tuple[str, ...] = ()
+
+
+# What one URL alone may name (a pair names options + weights): the formats a file holds whole.
+SINGLE_FILE_SUFFIXES = (".zip", ".pt")
 
 
 def _is_url(text: str) -> bool:
     return text.startswith(URL_SCHEMES)
+
+
+def _url_suffix(url: str) -> str:
+    from urllib.parse import urlsplit
+
+    return Path(urlsplit(url).path).suffix.lower()
 
 
 def locate(source: ModelSource = None) -> Location:
@@ -107,15 +128,21 @@ def locate(source: ModelSource = None) -> Location:
         options, weights = (os.fspath(part) for part in source)
         if _is_url(options) or _is_url(weights):
             names = {published_name_of_url(options), published_name_of_url(weights)}
-            if not (_is_url(options) and _is_url(weights)) or len(names) != 1 or None in names:
-                raise ValueError(f"options_file/weight_file: {options!r} and {weights!r} are not the two files of one "
-                                 f"published model ({', '.join(PUBLISHED)}); download them and pass local paths")
-            return Location("published", f"{options} + {weights}", name=names.pop())
+            if _is_url(options) and _is_url(weights) and len(names) == 1 and None not in names:
+                return Location("published", f"{options} + {weights}", name=names.pop())
+            # Any other pair (a contributed model's files, a mirror's): downloaded, trusted on first use.
+            for role, part in (("options", options), ("weights", weights)):
+                if not _is_url(part) and not os.path.isfile(part):
+                    raise FileNotFoundError(f"{part}: no such {role} file")
+            return Location("url", f"{options} + {weights}", urls=(options, weights))
         for role, part in (("options", options), ("weights", weights)):
             if not os.path.isfile(part):
                 raise FileNotFoundError(f"{part}: no such {role} file")
         return Location("files", f"{options} + {weights}", path=Path(options), weights=Path(weights))
     text = os.fspath(source)
+    if is_hub_id(text):
+        parse_hub_id(text)  # the form is checked here; the Hub is asked when the model is read
+        return Location("hub", text, name=text)
     if text == DEFAULT_MODEL:
         folder = packaged_model_dir()
         return Location("files", text, path=folder / "options.json", weights=folder / "weights.hdf5", folder=folder)
@@ -123,10 +150,12 @@ def locate(source: ModelSource = None) -> Location:
         return Location("published", text, name=text)
     if _is_url(text):
         name = published_name_of_url(text)
-        if name is None:
-            raise ValueError(f"{text}: not the URL of a published model ({', '.join(PUBLISHED)}); download "
-                             f"its options.json and weights.hdf5 and pass the local folder")
-        return Location("published", text, name=name)
+        if name is not None:
+            return Location("published", text, name=name)
+        if _url_suffix(text) in SINGLE_FILE_SUFFIXES:
+            return Location("url", text, urls=(text,))
+        raise ValueError(f"{text}: not the URL of a published model ({', '.join(PUBLISHED)}), a model archive "
+                         f"(.zip) or a checkpoint (.pt); pass the URLs of its options and weights files as a pair")
     path = Path(text)
     if path.is_dir() and (path / "options.json").is_file() and (path / "weights.hdf5").is_file():
         return Location("files", text, path=path / "options.json", weights=path / "weights.hdf5", folder=path)
@@ -150,6 +179,20 @@ def _local(location: Location, cache_dir: str | os.PathLike | None, progress: bo
     if location.kind == "published":
         options, weights = model_files(location.name, cache_dir=cache_dir, progress=progress)
         return Location("files", location.source, path=options, weights=weights)
+    if location.kind == "hub":
+        from elmo.hub.hf import model_in, snapshot
+
+        found = locate(model_in(snapshot(location.name, progress=progress), location.name))
+        return _local(dataclasses.replace(found, source=location.source), cache_dir, progress)
+    if location.kind == "url":
+        from elmo.hub.download import fetch_url
+
+        paths = [fetch_url(part, cache_dir, progress=progress) if _is_url(part) else Path(part)
+                 for part in location.urls]
+        if len(paths) == 2:
+            return Location("files", location.source, path=paths[0], weights=paths[1])
+        kind = "checkpoint" if paths[0].suffix == ".pt" else "archive"
+        return _local(Location(kind, location.source, path=paths[0]), cache_dir, progress)
     if location.kind == "run":
         found = load_latest_train_checkpoint(location.path)
         if found is None:

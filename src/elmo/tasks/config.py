@@ -8,9 +8,9 @@ Example (``configs/tasks/ner-conll2003.toml``)::
 
     [data]
     kind = "conll2003"               # a dataset kind of the task (elmo.tasks.catalog.read_dataset)
-    train = "../shared/data/ner/conll2003/train.txt"
-    dev = "../shared/data/ner/conll2003/valid.txt"
-    vectors = "../shared/data/vectors/glove.6B.50d.top100k.txt.gz"
+    train = "$ELMO_DATA/ner/conll2003/train.txt"
+    dev = "$ELMO_DATA/ner/conll2003/valid.txt"
+    vectors = "$ELMO_DATA/vectors/glove.6B.50d.top100k.txt.gz"
 
     [model]                          # the task's own settings (tagging: elmo.tasks.tagging.TaggingSettings)
     hidden = 100
@@ -24,8 +24,10 @@ Example (``configs/tasks/ner-conll2003.toml``)::
 
 A split is a path, or a table ``{ path = "...", split = "train" }`` for files that hold several
 splits (CoNLL-2000's zip, SICK, the SNLI folder). ``dev_fraction`` carves a dev set out of the
-training data when there is none. Relative paths are relative to the directory the command runs
-in. ``[model]`` is typed by the task: each family's ``Settings`` dataclass (a subclass of
+training data when there is none. A data path that starts with ``$ELMO_DATA/`` is under the data
+root: the folder where the user keeps their copies of the datasets, given by ``data_root`` (``elmo
+task train --data-root``) or else the environment variable ``ELMO_DATA`` (the shipped configs name
+their data so). Other relative paths are relative to the directory the command runs in. ``[model]`` is typed by the task: each family's ``Settings`` dataclass (a subclass of
 :class:`~elmo.tasks.base.ModelSettings`) gives its fields and their defaults. Every unknown or
 mistyped field is an error naming the file, the section and the field, and so is a path that is
 not there (:func:`check_task_paths`, run before training creates anything).
@@ -46,6 +48,10 @@ from elmo.inference.states import DEFAULT_STATE
 from elmo.tasks.base import ModelSettings
 from elmo.tasks.catalog import TASKS
 from elmo.tasks.integration import ElmoOptions
+
+# The data root in a config's data paths ("$ELMO_DATA/ner/train.txt"), and the variable that sets it.
+DATA_ROOT_ENV = "ELMO_DATA"
+_DATA_ROOT_PREFIXES = ("$ELMO_DATA/", "${ELMO_DATA}/")
 
 # Task names of earlier versions, as run directories made by them name their task.
 RENAMED_TASKS = {"pair": "entailment"}
@@ -212,19 +218,70 @@ def _where_relative(path: str) -> str:
     return "" if os.path.isabs(path) else f" (relative to the current directory, {os.getcwd()})"
 
 
-def check_task_paths(config: TaskConfig, where: str = "config") -> None:
+def resolve_data_root(given: str | os.PathLike | None = None) -> str | None:
+    """The data root: ``given`` (``--data-root``), else ``$ELMO_DATA``, else None."""
+    if given is not None:
+        return os.fspath(given)
+    return os.environ.get(DATA_ROOT_ENV) or None
+
+
+def _under_root(path: str) -> str | None:
+    """The part of ``path`` after a leading ``$ELMO_DATA/``, or None when it has none."""
+    for prefix in _DATA_ROOT_PREFIXES:
+        if path.startswith(prefix):
+            return path[len(prefix):]
+    return None
+
+
+def with_data_root(config: TaskConfig, root: str | os.PathLike | None) -> TaskConfig:
+    """A copy of ``config`` whose data paths starting with ``$ELMO_DATA/`` are under ``root``
+    (``root/ner/train.txt``); with ``root`` None they keep the variable, which
+    :func:`check_task_paths` reports as unset."""
+    if root is None:
+        return config
+    root = os.fspath(root).rstrip("/\\") or "/"
+    config = copy.deepcopy(config)
+
+    def resolved(path: str) -> str:
+        rest = _under_root(path)
+        return path if rest is None else f"{root}/{rest}"
+
+    for name in ("train", "dev", "test"):
+        split = getattr(config.data, name)
+        if split is not None:
+            split.path = resolved(split.path)
+    if config.data.vectors is not None:
+        config.data.vectors = resolved(config.data.vectors)
+    return config
+
+
+def _missing(where: str, field_name: str, path: str, what: str, root: str | None) -> TaskConfigError:
+    """The error for a data path that is not there, saying where it was looked for."""
+    rest = _under_root(path)
+    if rest is not None:  # the variable was never replaced: no data root was given
+        return TaskConfigError(f"{where}: {field_name}: {path}: ${DATA_ROOT_ENV} is not set; set it (or pass "
+                               f"--data-root) to the folder that holds your copy of the data")
+    if root is not None and path.startswith(root.rstrip("/\\") + "/"):
+        return TaskConfigError(f"{where}: {field_name}: {path}: no such {what} (under the data root {root}, from "
+                               f"--data-root or ${DATA_ROOT_ENV})")
+    return TaskConfigError(f"{where}: {field_name}: {path}: no such {what}{_where_relative(path)}")
+
+
+def check_task_paths(config: TaskConfig, where: str = "config", root: str | os.PathLike | None = None) -> None:
     """Raise :class:`TaskConfigError` naming the field and the path when a file the run reads is
     not there: the data splits, the vectors file and (with ELMo) the biLM folder. Training calls
-    this before it creates anything, so that a typo costs no run directory and no layer cache."""
+    this before it creates anything, so that a typo costs no run directory and no layer cache.
+    ``root``: the data root the paths were resolved against (default :func:`resolve_data_root`),
+    named in the message of a file that is not under it."""
+    root = resolve_data_root(root)
     for name in ("train", "dev", "test"):
         split = getattr(config.data, name)
         # A split may be a folder (SNLI) or a file (everything else).
-        if split is not None and not os.path.exists(split.path):
-            raise TaskConfigError(f"{where}: data.{name}: {split.path}: no such file or folder"
-                                  f"{_where_relative(split.path)}")
+        if split is not None and (_under_root(split.path) is not None or not os.path.exists(split.path)):
+            raise _missing(where, f"data.{name}", split.path, "file or folder", root)
     vectors = config.data.vectors
-    if vectors is not None and not os.path.isfile(vectors):
-        raise TaskConfigError(f"{where}: data.vectors: {vectors}: no such file{_where_relative(vectors)}")
+    if vectors is not None and (_under_root(vectors) is not None or not os.path.isfile(vectors)):
+        raise _missing(where, "data.vectors", vectors, "file", root)
     if config.elmo.enabled:
         from elmo.hub.resolve import locate
 
@@ -235,9 +292,12 @@ def check_task_paths(config: TaskConfig, where: str = "config") -> None:
             raise TaskConfigError(f"{where}: bilm.model: {e}{where_relative}") from None
 
 
-def load_task_config(path: str | os.PathLike, overrides: dict | None = None) -> TaskConfig:
+def load_task_config(path: str | os.PathLike, overrides: dict | None = None,
+                     data_root: str | os.PathLike | None = None) -> TaskConfig:
     """Read a TOML task config; ``overrides`` (``{"elmo": {"enabled": False}, ...}``) are merged
-    over its tables, for the experiments' variations of one config."""
+    over its tables, for the experiments' variations of one config. Data paths starting with
+    ``$ELMO_DATA/`` are put under ``data_root``, or else under ``$ELMO_DATA``
+    (:func:`with_data_root`)."""
     try:
         with open(path, "rb") as f:
             values = tomllib.load(f)
@@ -248,8 +308,9 @@ def load_task_config(path: str | os.PathLike, overrides: dict | None = None) -> 
             values[key] = {**values.get(key, {}), **value}
         else:
             values[key] = value
-    return task_config_from_dict(values, where=os.fspath(path))
+    return with_data_root(task_config_from_dict(values, where=os.fspath(path)), resolve_data_root(data_root))
 
 
-__all__ = ["BiLMSource", "DataConfig", "RENAMED_TASKS", "Split", "TaskConfig", "TaskConfigError", "TrainConfig",
-           "check_task_paths", "load_task_config", "task_config_from_dict", "upgrade_config_dict"]
+__all__ = ["BiLMSource", "DATA_ROOT_ENV", "DataConfig", "RENAMED_TASKS", "Split", "TaskConfig", "TaskConfigError",
+           "TrainConfig", "check_task_paths", "load_task_config", "resolve_data_root", "task_config_from_dict",
+           "upgrade_config_dict", "with_data_root"]
