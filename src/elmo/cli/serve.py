@@ -11,7 +11,6 @@ import torch
 
 from elmo.cli.common import add_model_arguments, model_from_args
 from elmo.devices import DEFAULT_DEVICE, DEVICES
-from elmo.inference.embed import Embedder
 from elmo.inference.runtime import DEFAULT_PRECISION, PRECISIONS
 from elmo.inference.states import DEFAULT_STATE
 from elmo.serve.batching import DEFAULT_MAX_BATCH_TOKENS, DEFAULT_MAX_WAIT_MS
@@ -91,7 +90,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         import uvicorn
 
-        from elmo.serve.app import create_app
+        from elmo.serve.app import create_app, serving_embedder
     except ImportError as e:
         raise ValueError(f"the [serve] extra is not installed: pip install 'elmo[serve]' ({e})") from None
     limits = Limits(max_input_tokens=args.max_input_tokens, max_inputs=args.max_inputs,
@@ -103,10 +102,9 @@ def run(args: argparse.Namespace) -> int:
         torch.set_num_threads(args.threads)
     name = args.model or ("default" if args.options is None else args.options)
     print(f"elmo serve: loading {name} ...", file=sys.stderr, flush=True)
-    # One token budget for gathering and for the forward batches, whatever their sentence count.
-    embedder = Embedder(model_from_args(args), state=args.state, device=args.device, precision=args.precision,
-                        vocab_cache=args.vocab_cache, max_tokens=args.max_batch_tokens,
-                        batch_size=args.max_batch_tokens)
+    embedder = serving_embedder(model_from_args(args), state=args.state, device=args.device,
+                                precision=args.precision, vocab_cache=args.vocab_cache,
+                                max_batch_tokens=args.max_batch_tokens)
 
     def ready() -> None:
         print(f"elmo serve: ready on {url} (POST /embed_all, /embed, /v1/embeddings; GET /health, /info, "

@@ -36,6 +36,7 @@ except ImportError as e:  # pragma: no cover - the message is the point
                       f"pip install 'elmo[serve]' ({e})") from e
 
 from elmo.inference.embed import Embedder, select_layers
+from elmo.model.bilm import BiLM
 from elmo.serve.batching import DEFAULT_MAX_BATCH_TOKENS, DEFAULT_MAX_WAIT_MS, Batcher, BatchRecord, ServerClosed
 from elmo.serve.protocol import (
     DEFAULT_POOLED_LAYERS,
@@ -311,16 +312,28 @@ def _threads() -> int:
     return torch.get_num_threads()
 
 
+def serving_embedder(model: BiLM, *, device: str | None = None, precision: str = "float32", state: str = "warm",
+                     vocab_cache: str | os.PathLike | None = None,
+                     max_batch_tokens: int = DEFAULT_MAX_BATCH_TOKENS) -> Embedder:
+    """The :class:`Embedder` a server runs: its forward batches bounded by the same token budget
+    as the batches of requests, whatever their count of sentences."""
+    return Embedder(model, state=state, device=device, precision=precision, vocab_cache=vocab_cache,
+                    max_tokens=max_batch_tokens, batch_size=max_batch_tokens)
+
+
 def load_app(model=None, *, device: str | None = None, precision: str = "float32", state: str = "warm",
-             threads: int | None = None, cache_dir: str | os.PathLike | None = None, **app_options) -> FastAPI:
+             threads: int | None = None, cache_dir: str | os.PathLike | None = None,
+             vocab_cache: str | os.PathLike | None = None, **app_options) -> FastAPI:
     """:func:`create_app` for a model source :func:`elmo.hub.load_model` takes (None: the
-    packaged model), loaded here: what a Ray Serve replica calls (:mod:`elmo.integrations.ray_serve`)."""
+    packaged model), loaded here: what each Ray Serve replica runs (:mod:`elmo.integrations.ray_serve`)."""
     import torch
 
     from elmo.hub.resolve import load_model
 
     if threads is not None:
         torch.set_num_threads(threads)
-    embedder = Embedder(load_model(model, cache_dir=cache_dir), state=state, device=device, precision=precision)
+    embedder = serving_embedder(load_model(model, cache_dir=cache_dir), device=device, precision=precision,
+                                state=state, vocab_cache=vocab_cache,
+                                max_batch_tokens=app_options.get("max_batch_tokens", DEFAULT_MAX_BATCH_TOKENS))
     name = app_options.pop("model_name", None) or (str(model) if model is not None else "default")
     return create_app(embedder, model_name=name, **app_options)
