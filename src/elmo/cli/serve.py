@@ -13,7 +13,7 @@ from elmo.cli.common import add_model_arguments, model_from_args
 from elmo.devices import DEFAULT_DEVICE, DEVICES
 from elmo.inference.runtime import DEFAULT_PRECISION, PRECISIONS
 from elmo.inference.states import DEFAULT_STATE
-from elmo.serve.batching import DEFAULT_MAX_BATCH_TOKENS, DEFAULT_MAX_WAIT_MS
+from elmo.serve.batching import DEFAULT_MAX_BATCH_TOKENS, DEFAULT_MAX_WAIT_MS, new_model_thread
 from elmo.serve.protocol import Limits
 
 HELP = ("Serve ELMo over HTTP (text-embeddings-inference's /embed_all and /embed, OpenAI's /v1/embeddings), "
@@ -102,9 +102,10 @@ def run(args: argparse.Namespace) -> int:
         torch.set_num_threads(args.threads)
     name = args.model or ("default" if args.options is None else args.options)
     print(f"elmo serve: loading {name} ...", file=sys.stderr, flush=True)
-    embedder = serving_embedder(model_from_args(args), state=args.state, device=args.device,
-                                precision=args.precision, vocab_cache=args.vocab_cache,
-                                max_batch_tokens=args.max_batch_tokens)
+    thread = new_model_thread()  # loads the model and runs it (see new_model_thread)
+    embedder = thread.submit(lambda: serving_embedder(
+        model_from_args(args), state=args.state, device=args.device, precision=args.precision,
+        vocab_cache=args.vocab_cache, max_batch_tokens=args.max_batch_tokens)).result()
 
     def ready() -> None:
         print(f"elmo serve: ready on {url} (POST /embed_all, /embed, /v1/embeddings; GET /health, /info, "
@@ -117,7 +118,7 @@ def run(args: argparse.Namespace) -> int:
     serve_log.setLevel(logging.INFO)
     serve_log.propagate = False
     app = create_app(embedder, model_name=name, limits=limits, max_batch_tokens=args.max_batch_tokens,
-                     max_wait_ms=args.max_wait_ms, access_log=args.access_log, on_ready=ready)
+                     max_wait_ms=args.max_wait_ms, access_log=args.access_log, on_ready=ready, model_thread=thread)
     config = uvicorn.Config(app, log_config=None, log_level="warning", access_log=False, lifespan="on",
                             timeout_graceful_shutdown=args.graceful_timeout)
     server = uvicorn.Server(config)

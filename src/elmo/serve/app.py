@@ -23,6 +23,7 @@ import logging
 import os
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
@@ -37,7 +38,14 @@ except ImportError as e:  # pragma: no cover - the message is the point
 
 from elmo.inference.embed import Embedder, select_layers
 from elmo.model.bilm import BiLM
-from elmo.serve.batching import DEFAULT_MAX_BATCH_TOKENS, DEFAULT_MAX_WAIT_MS, Batcher, BatchRecord, ServerClosed
+from elmo.serve.batching import (
+    DEFAULT_MAX_BATCH_TOKENS,
+    DEFAULT_MAX_WAIT_MS,
+    Batcher,
+    BatchRecord,
+    ServerClosed,
+    new_model_thread,
+)
 from elmo.serve.protocol import (
     DEFAULT_POOLED_LAYERS,
     DEFAULT_POOLING,
@@ -181,14 +189,17 @@ async def read_body(request: Request, limit: int) -> bytes:
 
 def create_app(embedder: Embedder, *, model_name: str = "default", limits: Limits | None = None,
                max_batch_tokens: int = DEFAULT_MAX_BATCH_TOKENS, max_wait_ms: float = DEFAULT_MAX_WAIT_MS,
-               access_log: bool = True, warmup: bool = True, on_ready: Callable[[], None] | None = None) -> FastAPI:
+               access_log: bool = True, warmup: bool = True, on_ready: Callable[[], None] | None = None,
+               model_thread: ThreadPoolExecutor | None = None) -> FastAPI:
     """The service for ``embedder`` (state policy ``warm`` or ``reset``), named ``model_name`` in
     ``/info`` and in OpenAI answers. ``limits`` bound each request (:class:`~elmo.serve.protocol.Limits`);
     ``max_batch_tokens`` and ``max_wait_ms`` shape batches (:class:`~elmo.serve.batching.Batcher`).
-    ``on_ready`` is called once the model is warm and the app answers."""
+    ``on_ready`` is called once the model is warm and the app answers. ``model_thread``: the
+    thread that loaded the model, to run it too (:func:`~elmo.serve.batching.new_model_thread`)."""
     limits = limits or Limits()
     metrics = Metrics()
-    batcher = Batcher(embedder, max_batch_tokens=max_batch_tokens, max_wait_ms=max_wait_ms, on_batch=metrics.batch)
+    batcher = Batcher(embedder, max_batch_tokens=max_batch_tokens, max_wait_ms=max_wait_ms, on_batch=metrics.batch,
+                      model_thread=model_thread)
     metrics.queued.set_function(lambda: batcher.queued)
     config = embedder.model.config
     n_layers, dim = config.n_output_layers, config.output_dim
@@ -332,8 +343,9 @@ def load_app(model=None, *, device: str | None = None, precision: str = "float32
 
     if threads is not None:
         torch.set_num_threads(threads)
-    embedder = serving_embedder(load_model(model, cache_dir=cache_dir), device=device, precision=precision,
-                                state=state, vocab_cache=vocab_cache,
-                                max_batch_tokens=app_options.get("max_batch_tokens", DEFAULT_MAX_BATCH_TOKENS))
+    thread = new_model_thread()
+    embedder = thread.submit(lambda: serving_embedder(
+        load_model(model, cache_dir=cache_dir), device=device, precision=precision, state=state,
+        vocab_cache=vocab_cache, max_batch_tokens=app_options.get("max_batch_tokens", DEFAULT_MAX_BATCH_TOKENS))).result()
     name = app_options.pop("model_name", None) or (str(model) if model is not None else "default")
-    return create_app(embedder, model_name=name, **app_options)
+    return create_app(embedder, model_name=name, model_thread=thread, **app_options)

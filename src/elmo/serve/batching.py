@@ -54,6 +54,16 @@ class BatchRecord:
     failed: int = 0
 
 
+def new_model_thread() -> ThreadPoolExecutor:
+    """An executor of one thread, for everything that runs the model: loading, warming,
+    batches. With OpenMP (PyTorch's CPU threads), each thread that runs parallel work keeps a team
+    of threads of its own, and more threads than cores make libgomp stop spinning between parallel
+    regions: on the 2-core development machine, one sentence took about twice as long once a
+    second thread had run the model (a first, noisy measurement). So the thread that loads the
+    model should also be the one that runs it."""
+    return ThreadPoolExecutor(max_workers=1, thread_name_prefix="elmo-serve-model")
+
+
 class ServerClosed(RuntimeError):
     """The batcher is stopping or stopped: it takes no new request."""
 
@@ -72,12 +82,15 @@ class Batcher:
     ``max_batch_tokens``: a batch closes once it holds this many tokens (boundaries included);
     a request bigger than that runs alone. ``max_wait_ms``: the longest a request waits for
     others while the model is idle. ``on_batch`` is called in the event loop with a
-    :class:`BatchRecord` after each batch (metrics). Use from one event loop: :meth:`start`, then
+    :class:`BatchRecord` after each batch (metrics). ``model_thread``: the executor of the one
+    thread that runs the model (:func:`new_model_thread`; default: a new one), best the thread that
+    loaded it. Use from one event loop: :meth:`start`, then
     :meth:`embed` from any number of tasks, then :meth:`stop`.
     """
 
     def __init__(self, embedder: Embedder, *, max_batch_tokens: int = DEFAULT_MAX_BATCH_TOKENS,
-                 max_wait_ms: float = DEFAULT_MAX_WAIT_MS, on_batch: Callable[[BatchRecord], None] | None = None):
+                 max_wait_ms: float = DEFAULT_MAX_WAIT_MS, on_batch: Callable[[BatchRecord], None] | None = None,
+                 model_thread: ThreadPoolExecutor | None = None):
         if embedder.state == "stateful":
             raise ValueError("state: the stateful policy makes a sentence's vectors depend on the batches before it, "
                              "so a server's answers would depend on other callers; use 'warm' (the default) or "
@@ -94,7 +107,7 @@ class Batcher:
         self._pending_cost = 0
         self._arrived: asyncio.Event | None = None
         self._task: asyncio.Task | None = None
-        self._executor: ThreadPoolExecutor | None = None
+        self._executor = model_thread
         self._closing = False
         self.ready = False
 
@@ -109,7 +122,8 @@ class Batcher:
         if self._task is not None:
             raise RuntimeError("Batcher.start: already started")
         self._arrived = asyncio.Event()
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="elmo-serve-model")
+        if self._executor is None:
+            self._executor = new_model_thread()
         if warmup:
             sentences = warmup_sentences()
             await asyncio.get_running_loop().run_in_executor(self._executor, self.embedder.embed_sentences, sentences)
