@@ -16,7 +16,7 @@ from elmo import __version__
 
 VERBS = {"embed": "embed", "train": "train", "finetune": "finetune", "export": "export", "evaluate": "evaluate",
          "prepare": "prepare", "vocab": "vocab", "cache-vocab": "cache_vocab", "task": "task",
-         "neighbours": "neighbours", "convert": "convert"}
+         "neighbours": "neighbours", "convert": "convert", "serve": "serve"}
 
 # Exit status of a command stopped by Ctrl-C, and of one whose reader went away (as shells report
 # a process ended by SIGINT or SIGPIPE).

@@ -1,0 +1,131 @@
+"""``elmo serve``: the embedding service of :mod:`elmo.serve` on uvicorn."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import socket
+import sys
+
+import torch
+
+from elmo.cli.common import add_model_arguments, model_from_args
+from elmo.devices import DEFAULT_DEVICE, DEVICES
+from elmo.inference.runtime import DEFAULT_PRECISION, PRECISIONS
+from elmo.inference.states import DEFAULT_STATE
+from elmo.serve.batching import DEFAULT_MAX_BATCH_TOKENS, DEFAULT_MAX_WAIT_MS, new_model_thread
+from elmo.serve.protocol import Limits
+
+HELP = ("Serve ELMo over HTTP (text-embeddings-inference's /embed_all and /embed, OpenAI's /v1/embeddings), "
+        "batching concurrent requests. Needs the [serve] extra.")
+
+DEFAULT_LIMITS = Limits()
+DEFAULT_GRACEFUL_SECONDS = 30.0
+
+
+def add_parser(parser: argparse.ArgumentParser) -> None:
+    add_model_arguments(parser)
+    parser.add_argument("--host", default="127.0.0.1",
+                        help="address to listen on (0.0.0.0: every interface; mind that the service has no "
+                             "authentication)")
+    parser.add_argument("--port", type=int, default=8080, help="port to listen on (0: any free port, printed)")
+    parser.add_argument("--device", default=DEFAULT_DEVICE, help=f"torch device: {DEVICES}")
+    parser.add_argument("--precision", default=DEFAULT_PRECISION, choices=list(PRECISIONS),
+                        help="matrix products in this precision (bfloat16: fast on CPUs with AVX-512 BF16 or AMX)")
+    parser.add_argument("--state", default=DEFAULT_STATE, choices=("warm", "reset"),
+                        help="LSTM state policy; both make every answer independent of other requests")
+    parser.add_argument("--threads", type=int, help="CPU threads for the model (default: all cores)")
+    parser.add_argument("--vocab-cache", help="token vectors from elmo cache-vocab (other words use the CNN)")
+    parser.add_argument("--max-batch-tokens", type=int, default=DEFAULT_MAX_BATCH_TOKENS,
+                        help="a batch of concurrent requests closes at this many tokens (2 more per sentence for "
+                             "its boundaries); a bigger request runs alone")
+    parser.add_argument("--max-wait-ms", type=float, default=DEFAULT_MAX_WAIT_MS,
+                        help="how long a request waits for others to batch with while the model is idle")
+    parser.add_argument("--max-request-tokens", type=int, default=DEFAULT_LIMITS.max_request_tokens,
+                        help="refuse (413) a request of more tokens, all its inputs together")
+    parser.add_argument("--max-input-tokens", type=int, default=DEFAULT_LIMITS.max_input_tokens,
+                        help="refuse (413) an input of more tokens (or cut it, if the request says truncate)")
+    parser.add_argument("--max-inputs", type=int, default=DEFAULT_LIMITS.max_inputs,
+                        help="refuse (413) a request of more inputs")
+    parser.add_argument("--max-body-bytes", type=int, default=DEFAULT_LIMITS.max_body_bytes,
+                        help="refuse (413) a request body of more bytes")
+    parser.add_argument("--graceful-timeout", type=float, default=DEFAULT_GRACEFUL_SECONDS,
+                        help="on SIGTERM or Ctrl-C, seconds to let requests in flight finish before closing them")
+    parser.add_argument("--access-log", action=argparse.BooleanOptionalAction, default=True,
+                        help="one line per request on standard error")
+
+
+def positive(args: argparse.Namespace, name: str, minimum: float = 1) -> None:
+    value = getattr(args, name)
+    if value < minimum:
+        raise ValueError(f"--{name.replace('_', '-')}: must be at least {minimum:g}, got {value:g}")
+
+
+def listening_socket(host: str, port: int) -> socket.socket:
+    """A TCP socket bound to ``host:port`` (port 0: a free one), not yet listening: connections
+    are refused until the model is warm and uvicorn starts to serve."""
+    if not 0 <= port <= 65535:
+        raise ValueError(f"--port: expected 0 to 65535, got {port}")
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+    except socket.gaierror as e:
+        raise ValueError(f"--host {host}: not an address of this machine ({e.strerror})") from None
+    sock = socket.socket(family, kind, proto)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind(address)
+    except OSError as e:
+        sock.close()
+        raise ValueError(f"--host {host} --port {port}: cannot listen there ({e.strerror})") from None
+    return sock
+
+
+def run(args: argparse.Namespace) -> int:
+    for name in ("max_batch_tokens", "max_request_tokens", "max_input_tokens", "max_inputs", "max_body_bytes"):
+        positive(args, name)
+    positive(args, "max_wait_ms", 0)
+    positive(args, "graceful_timeout", 0)
+    if args.threads is not None:
+        positive(args, "threads")
+    try:
+        import uvicorn
+
+        from elmo.serve.app import create_app, serving_embedder
+    except ImportError as e:
+        raise ValueError(f"the [serve] extra is not installed: pip install 'elmo[serve]' ({e})") from None
+    limits = Limits(max_input_tokens=args.max_input_tokens, max_inputs=args.max_inputs,
+                    max_request_tokens=args.max_request_tokens, max_body_bytes=args.max_body_bytes)
+    sock = listening_socket(args.host, args.port)  # before the model loads: a taken port fails at once
+    host, port = sock.getsockname()[:2]
+    url = f"http://{f'[{host}]' if ':' in host else host}:{port}"
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
+    name = args.model or ("default" if args.options is None else args.options)
+    print(f"elmo serve: loading {name} ...", file=sys.stderr, flush=True)
+    thread = new_model_thread()  # loads the model and runs it (see new_model_thread)
+    embedder = thread.submit(lambda: serving_embedder(
+        model_from_args(args), state=args.state, device=args.device, precision=args.precision,
+        vocab_cache=args.vocab_cache, max_batch_tokens=args.max_batch_tokens)).result()
+
+    def ready() -> None:
+        print(f"elmo serve: ready on {url} (POST /embed_all, /embed, /v1/embeddings; GET /health, /info, "
+              "/metrics)", file=sys.stderr, flush=True)
+
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    serve_log = logging.getLogger("elmo.serve")
+    serve_log.addHandler(handler)
+    serve_log.setLevel(logging.INFO)
+    serve_log.propagate = False
+    app = create_app(embedder, model_name=name, limits=limits, max_batch_tokens=args.max_batch_tokens,
+                     max_wait_ms=args.max_wait_ms, access_log=args.access_log, on_ready=ready, model_thread=thread)
+    config = uvicorn.Config(app, log_config=None, log_level="warning", access_log=False, lifespan="on",
+                            timeout_graceful_shutdown=args.graceful_timeout)
+    server = uvicorn.Server(config)
+    # uvicorn stops accepting on SIGTERM or SIGINT, lets the requests in flight finish, stops
+    # the app (which finishes its queue), then raises the signal again: the process ends as that
+    # signal ends it (SIGINT: elmo's "interrupted", status 130).
+    server.run(sockets=[sock])
+    if not server.started:
+        raise ValueError("the server did not start (the reason is logged above)")
+    return 0

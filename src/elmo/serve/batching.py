@@ -1,0 +1,238 @@
+"""Dynamic batching: requests that arrive one sentence at a time, embedded together.
+
+Every request puts its sentences in one queue and awaits them. One task of the event loop takes
+requests off the queue into a batch, until the batch holds ``max_batch_tokens`` tokens (each
+sentence counts its tokens plus its two boundary markers, as the biLM runs them) or
+``max_wait_ms`` have passed since the batch's first request arrived, and hands the batch to one
+worker thread, which alone runs the model (:meth:`Embedder.embed_sentences
+<elmo.inference.embed.Embedder.embed_sentences>`: sorted by length, padded little). While that
+thread computes, the next requests queue up, so that a busy server batches without waiting.
+
+Under the ``warm`` and ``reset`` state policies a sentence's vectors do not depend on what else is
+in its batch (``docs/state.md``), so every answer is exactly what :class:`Embedder` gives for that
+input alone; the ``stateful`` policy, whose vectors depend on the order of batches, is refused.
+
+A batch that fails is run again one request at a time, so that only the requests that fail alone
+get the error; a request whose caller went away before its batch ran is not computed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from elmo.inference.embed import Embedder
+from elmo.inference.states import warmup_sentences
+
+DEFAULT_MAX_BATCH_TOKENS = 4096
+DEFAULT_MAX_WAIT_MS = 2.0
+# Tokens a sentence costs in a batch besides its own: the <S> and </S> the biLM reads around it.
+BOUNDARY_TOKENS = 2
+
+
+def batch_tokens(sentences: Sequence[Sequence[str]]) -> int:
+    """What ``sentences`` cost against ``max_batch_tokens``: their tokens plus boundaries."""
+    return sum(len(s) + BOUNDARY_TOKENS for s in sentences)
+
+
+@dataclass
+class BatchRecord:
+    """One batch the worker ran: its requests, sentences and tokens (without boundaries), the
+    seconds it computed, the seconds each request waited in the queue, and how many failed."""
+
+    requests: int
+    sentences: int
+    tokens: int
+    seconds: float
+    queue_seconds: list[float] = field(default_factory=list)
+    failed: int = 0
+
+
+def new_model_thread() -> ThreadPoolExecutor:
+    """An executor of one thread, for everything that runs the model: loading, warming,
+    batches. With OpenMP (PyTorch's CPU threads), each thread that runs parallel work keeps a team
+    of threads of its own, and more threads than cores make libgomp stop spinning between parallel
+    regions: on the 2-core development machine, one sentence took about twice as long once a
+    second thread had run the model (a first, noisy measurement). So the thread that loads the
+    model should also be the one that runs it."""
+    return ThreadPoolExecutor(max_workers=1, thread_name_prefix="elmo-serve-model")
+
+
+class ServerClosed(RuntimeError):
+    """The batcher is stopping or stopped: it takes no new request."""
+
+
+@dataclass
+class _Job:
+    sentences: list[list[str]]
+    cost: int
+    future: asyncio.Future
+    queued_at: float
+
+
+class Batcher:
+    """Gathers the sentences of concurrent requests into batches for one :class:`Embedder`.
+
+    ``max_batch_tokens``: a batch closes once it holds this many tokens (boundaries included);
+    a request bigger than that runs alone. ``max_wait_ms``: the longest a request waits for
+    others while the model is idle. ``on_batch`` is called in the event loop with a
+    :class:`BatchRecord` after each batch (metrics). ``model_thread``: the executor of the one
+    thread that runs the model (:func:`new_model_thread`; default: a new one), best the thread that
+    loaded it. Use from one event loop: :meth:`start`, then
+    :meth:`embed` from any number of tasks, then :meth:`stop`.
+    """
+
+    def __init__(self, embedder: Embedder, *, max_batch_tokens: int = DEFAULT_MAX_BATCH_TOKENS,
+                 max_wait_ms: float = DEFAULT_MAX_WAIT_MS, on_batch: Callable[[BatchRecord], None] | None = None,
+                 model_thread: ThreadPoolExecutor | None = None):
+        if embedder.state == "stateful":
+            raise ValueError("state: the stateful policy makes a sentence's vectors depend on the batches before it, "
+                             "so a server's answers would depend on other callers; use 'warm' (the default) or "
+                             "'reset'")
+        if max_batch_tokens < 1:
+            raise ValueError(f"max_batch_tokens: must be at least 1, got {max_batch_tokens}")
+        if max_wait_ms < 0:
+            raise ValueError(f"max_wait_ms: must not be negative, got {max_wait_ms}")
+        self.embedder = embedder
+        self.max_batch_tokens = max_batch_tokens
+        self.max_wait = max_wait_ms / 1000
+        self.on_batch = on_batch
+        self._pending: deque[_Job] = deque()
+        self._pending_cost = 0
+        self._arrived: asyncio.Event | None = None
+        self._task: asyncio.Task | None = None
+        self._executor = model_thread
+        self._closing = False
+        self.ready = False
+
+    @property
+    def queued(self) -> int:
+        """Requests waiting for a batch."""
+        return len(self._pending)
+
+    async def start(self, warmup: bool = True) -> None:
+        """Start the worker and, with ``warmup``, run the model once on the built-in warm-up text
+        (which computes or loads the warm state and fills the token memo) before :attr:`ready`."""
+        if self._task is not None:
+            raise RuntimeError("Batcher.start: already started")
+        self._arrived = asyncio.Event()
+        if self._executor is None:
+            self._executor = new_model_thread()
+        if warmup:
+            sentences = warmup_sentences()
+            await asyncio.get_running_loop().run_in_executor(self._executor, self.embedder.embed_sentences, sentences)
+        self._task = asyncio.create_task(self._run(), name="elmo-serve-batcher")
+        self.ready = True
+
+    async def embed(self, sentences: Sequence[Sequence[str]]) -> list[np.ndarray]:
+        """The ``(layers, tokens, dim)`` float32 array of each sentence (token lists), as
+        ``embedder.embed_sentences(sentences)`` gives them."""
+        if self._closing or self._task is None:
+            raise ServerClosed("the server is stopping" if self._closing else "the batcher is not started")
+        rows = [list(s) for s in sentences]
+        if not rows:
+            return []
+        job = _Job(rows, batch_tokens(rows), asyncio.get_running_loop().create_future(), time.perf_counter())
+        self._pending.append(job)
+        self._pending_cost += job.cost
+        self._arrived.set()
+        return await job.future
+
+    async def stop(self) -> None:
+        """Take no new request, finish every queued one, and stop the worker."""
+        self._closing = True
+        self.ready = False
+        if self._task is not None:
+            while self._pending:
+                self._arrived.set()
+                await asyncio.sleep(0.001)
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+        if self._executor is not None:
+            self._executor.shutdown(wait=True)
+
+    # ------------------------------------------------------------------------------ the loop
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            while not self._pending:
+                self._arrived.clear()
+                await self._arrived.wait()
+            # The model is idle: wait a little for more requests, unless the batch is already full.
+            deadline = self._pending[0].queued_at + self.max_wait
+            while self._pending_cost < self.max_batch_tokens:
+                remaining = deadline - time.perf_counter()
+                if remaining <= 0:
+                    break
+                self._arrived.clear()
+                try:
+                    await asyncio.wait_for(self._arrived.wait(), remaining)
+                except TimeoutError:
+                    break
+            jobs = self._take()
+            if not jobs:
+                continue
+            started = time.perf_counter()
+            outcomes = await loop.run_in_executor(self._executor, self._compute, [j.sentences for j in jobs])
+            seconds = time.perf_counter() - started
+            failed = 0
+            for job, outcome in zip(jobs, outcomes):
+                if job.future.done():  # the caller went away meanwhile
+                    continue
+                if isinstance(outcome, BaseException):
+                    failed += 1
+                    job.future.set_exception(outcome)
+                else:
+                    job.future.set_result(outcome)
+            if self.on_batch is not None:
+                self.on_batch(BatchRecord(requests=len(jobs), sentences=sum(len(j.sentences) for j in jobs),
+                                          tokens=sum(len(s) for j in jobs for s in j.sentences), seconds=seconds,
+                                          queue_seconds=[started - j.queued_at for j in jobs], failed=failed))
+
+    def _take(self) -> list[_Job]:
+        """The next batch off the queue: requests in arrival order while they fit the budget
+        (the first always goes, however big); requests whose caller left are dropped."""
+        jobs: list[_Job] = []
+        cost = 0
+        while self._pending:
+            job = self._pending[0]
+            if jobs and cost + job.cost > self.max_batch_tokens:
+                break
+            self._pending.popleft()
+            self._pending_cost -= job.cost
+            if job.future.done():
+                continue
+            jobs.append(job)
+            cost += job.cost
+        return jobs
+
+    def _compute(self, requests: list[list[list[str]]]) -> list[list[np.ndarray] | BaseException]:
+        """In the worker thread: every request's arrays, from one call for the whole batch; if
+        that fails, from one call per request, each request getting its own error."""
+        try:
+            arrays = self.embedder.embed_sentences([s for sentences in requests for s in sentences])
+        except Exception as error:
+            if len(requests) == 1:
+                return [error]
+        else:
+            out, start = [], 0
+            for sentences in requests:
+                out.append(arrays[start:start + len(sentences)])
+                start += len(sentences)
+            return out
+        outcomes: list[list[np.ndarray] | BaseException] = []
+        for sentences in requests:
+            try:
+                outcomes.append(self.embedder.embed_sentences(sentences))
+            except Exception as error:
+                outcomes.append(error)
+        return outcomes

@@ -1,0 +1,407 @@
+"""``elmo serve`` on real loopback servers (uvicorn on an ephemeral port of 127.0.0.1): every
+answer equals :class:`Embedder`'s for that input alone, whatever else is in its batch, bit for
+bit on this machine; the official ``openai`` client works unchanged; every refusal names its
+field or limit; a failing batch fails only its own requests; SIGTERM lets the request in flight
+finish. Skipped without the ``[serve]`` extra (``pip install -e ".[serve]"``; CI installs it
+through the test extra)."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import json
+import logging
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+from conftest import FIXTURE_MODEL_ARGS, corpus, load_fixture_model
+
+pytest.importorskip("fastapi", reason="the [serve] extra is not installed: pip install -e '.[serve]'")
+uvicorn = pytest.importorskip("uvicorn", reason="the [serve] extra is not installed: pip install -e '.[serve]'")
+httpx = pytest.importorskip("httpx", reason="httpx (the test extra) is not installed")
+
+from elmo import Embedder, load_model  # noqa: E402
+from elmo.cli.main import main  # noqa: E402
+from elmo.serve.app import create_app  # noqa: E402
+from elmo.serve.batching import Batcher, ServerClosed, batch_tokens  # noqa: E402
+from elmo.serve.protocol import Limits  # noqa: E402
+
+
+@contextlib.contextmanager
+def serving(app):
+    """``app`` on uvicorn in a thread, on a free port of 127.0.0.1: yields the base URL once the
+    app has started (model warm), stops the server after."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(app, log_config=None, log_level="warning", lifespan="on"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 60
+    while not server.started:
+        assert thread.is_alive() and time.monotonic() < deadline, "the server did not start"
+        time.sleep(0.01)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(30)
+        sock.close()
+
+
+@pytest.fixture(scope="module")
+def fixture_model():
+    return load_fixture_model("allennlp")
+
+
+@pytest.fixture(scope="module")
+def alone(fixture_model):
+    """The reference: the fixture model's Embedder, given one input at a time."""
+    return Embedder(fixture_model)
+
+
+@pytest.fixture(scope="module")
+def url(fixture_model):
+    app = create_app(Embedder(fixture_model), model_name="fixture",
+                     limits=Limits(max_input_tokens=40, max_inputs=8, max_request_tokens=100, max_body_bytes=4000))
+    with serving(app) as base:
+        yield base
+
+
+def post(base, path, body, **kwargs):
+    return httpx.post(base + path, content=json.dumps(body) if not isinstance(body, bytes) else body, timeout=60,
+                      **kwargs)
+
+
+def as_f32(value):
+    return np.asarray(value, dtype=np.float32)
+
+
+# ------------------------------------------------------------------------------ the numbers
+@pytest.mark.parametrize("layers", ["all", "top", "average", 1])
+def test_embed_all_gives_what_embedder_gives(url, alone, layers):
+    inputs = ["The bank raised rates .", ["naïve", "café", "Zürich", "東京"], "  several   spaces\there ", ""]
+    response = post(url, "/embed_all", {"inputs": inputs, "layers": layers})
+    assert response.status_code == 200, response.text
+    answers = response.json()
+    assert len(answers) == len(inputs)
+    for text, answer in zip(inputs, answers):
+        want = alone.embed_sentence(text, layers=layers)
+        got = as_f32(answer).reshape(want.shape)  # an empty input's [[], [], []] has no last dimension
+        assert np.array_equal(got, want), text
+    # A single string is one input, split on whitespace as elmo embed splits a line.
+    one = post(url, "/embed_all", {"inputs": "the cat sat", "layers": layers}).json()
+    assert len(one) == 1 and np.array_equal(as_f32(one[0]), alone.embed_sentence("the cat sat", layers=layers))
+
+
+def test_pooled_vectors_are_the_documented_pooling(url, alone):
+    texts = ["The bank raised rates .", "We sat on the river bank ."]
+    average = [alone.embed_sentence(t, layers="average") for t in texts]
+    top = [alone.embed_sentence(t, layers="top") for t in texts]
+    tei = post(url, "/embed", {"inputs": texts, "normalize": False}).json()
+    openai = post(url, "/v1/embeddings", {"input": texts, "model": "anything"}).json()
+    for i, want in enumerate(average):
+        assert np.array_equal(as_f32(tei[i]), want.mean(axis=0))  # the default: mean of the layers' average
+        assert np.array_equal(as_f32(openai["data"][i]["embedding"]), want.mean(axis=0))
+        assert openai["data"][i]["index"] == i and openai["data"][i]["object"] == "embedding"
+    assert openai["model"] == "fixture" and openai["object"] == "list"
+    assert openai["usage"] == {"prompt_tokens": 12, "total_tokens": 12}
+    # TEI normalizes by default; other layers and poolings on request.
+    unit = post(url, "/embed", {"inputs": texts[0]}).json()[0]
+    want = average[0].mean(axis=0)
+    np.testing.assert_allclose(unit, want / np.linalg.norm(want), rtol=1e-6)
+    assert abs(np.linalg.norm(unit) - 1) < 1e-6
+    maxed = post(url, "/embed", {"inputs": texts, "layers": "top", "pooling": "max", "normalize": False}).json()
+    assert all(np.array_equal(as_f32(m), t.max(axis=0)) for m, t in zip(maxed, top))
+    layer0 = post(url, "/v1/embeddings", {"input": texts[1], "layers": 0}).json()["data"][0]["embedding"]
+    assert np.array_equal(as_f32(layer0), alone.embed_sentence(texts[1], layers=0).mean(axis=0))
+    b64 = post(url, "/v1/embeddings", {"input": texts, "encoding_format": "base64"}).json()
+    for i, want in enumerate(average):
+        assert np.array_equal(np.frombuffer(base64.b64decode(b64["data"][i]["embedding"]), dtype="<f4"),
+                              want.mean(axis=0))
+
+
+def test_the_openai_client_works_unchanged(url, alone):
+    openai = pytest.importorskip("openai", reason="the openai client (test extra) is not installed")
+    client = openai.OpenAI(base_url=url + "/v1", api_key="not-needed", max_retries=0)
+    texts = ["The bank raised rates .", "We sat on the river bank .", "ELMo"]
+    want = [alone.embed_sentence(t, layers="average").mean(axis=0) for t in texts]
+    # Not told, the client asks for base64 and decodes it; told "base64", it hands the text over.
+    for encoding in (openai.NOT_GIVEN, "float", "base64"):
+        result = client.embeddings.create(model="elmo", input=texts, encoding_format=encoding)
+        assert [d.index for d in result.data] == [0, 1, 2] and result.model == "fixture"
+        assert result.usage.prompt_tokens == result.usage.total_tokens == 13
+        for datum, vector in zip(result.data, want):
+            got = datum.embedding
+            if encoding == "base64":
+                got = np.frombuffer(base64.b64decode(got), dtype="<f4")
+            assert np.array_equal(as_f32(got), vector)
+    single = client.embeddings.create(model="elmo", input="ELMo")
+    assert np.array_equal(as_f32(single.data[0].embedding), want[2])
+    with pytest.raises(openai.APIStatusError) as refused:
+        client.embeddings.create(model="elmo", input="x " * 41)
+    assert refused.value.status_code == 413 and "max_input_tokens" in str(refused.value)
+
+
+def sentences_of_many_lengths(n):
+    lines = [line for line in corpus(4 * n, seed=47, longest=30) if line.strip()]
+    return list(dict.fromkeys(lines))[:n]
+
+
+@pytest.mark.exactness
+@pytest.mark.parametrize("model", ["fixture", "default"])
+def test_concurrency_does_not_change_a_number(fixture_model, model):
+    """Many callers at once, batched together (checked in /metrics), each get the vectors of
+    their sentence embedded alone, to the bit."""
+    bilm = fixture_model if model == "fixture" else load_model()
+    alone = Embedder(bilm)
+    texts = sentences_of_many_lengths(24)
+    want = [alone.embed_sentence(t) for t in texts]
+    # A long wait, so that concurrent requests surely share batches; a budget that splits them.
+    app = create_app(Embedder(bilm), max_wait_ms=150, max_batch_tokens=200, access_log=False)
+    with serving(app) as base, httpx.Client(base_url=base, timeout=60) as client:
+        def ask(i):
+            return i, client.post("/embed_all", json={"inputs": [texts[i]] if i % 2 else texts[i]})
+
+        with ThreadPoolExecutor(len(texts)) as pool:
+            answers = dict(pool.map(ask, range(len(texts))))
+        metrics = client.get("/metrics").text
+    for i, text in enumerate(texts):
+        assert answers[i].status_code == 200, answers[i].text
+        assert np.array_equal(as_f32(answers[i].json()[0]).reshape(want[i].shape), want[i]), text
+    batches = metric(metrics, "elmo_batch_requests_count")
+    assert metric(metrics, "elmo_batch_requests_sum") == len(texts) and 1 < batches < len(texts), metrics
+    assert metric(metrics, "elmo_inputs_total") == len(texts)
+    assert metric(metrics, "elmo_tokens_total") == sum(len(t.split()) for t in texts)
+
+
+def metric(text: str, name: str) -> float:
+    """The value of an unlabelled series in Prometheus' text format."""
+    found = re.search(rf"^{name} (\S+)$", text, re.M)
+    assert found, f"{name} not in /metrics"
+    return float(found.group(1))
+
+
+# ------------------------------------------------------------------------------ refusals
+REFUSALS = [
+    # (path, body, status, field, limit)
+    ("/embed_all", {"inputs": "x " * 41}, 413, "inputs", "max_input_tokens"),
+    ("/embed_all", {"inputs": ["a"] * 9}, 413, "inputs", "max_inputs"),
+    ("/embed_all", {"inputs": ["x " * 40, "x " * 40, "x " * 40]}, 413, "inputs", "max_request_tokens"),
+    ("/embed", {"inputs": ["fine", "x " * 41]}, 413, "inputs[1]", "max_input_tokens"),
+    ("/v1/embeddings", {"input": ["a"] * 9}, 413, "input", "max_inputs"),
+    ("/v1/embeddings", {"input": "x " * 41}, 413, "input", "max_input_tokens"),
+    ("/embed_all", {"input": "a"}, 422, "input", None),  # TEI's field is inputs
+    ("/embed_all", {"inputs": "a", "layers": "middle"}, 422, "layers", None),
+    ("/embed_all", {"inputs": "a", "layers": 3}, 422, "layers", None),
+    ("/embed_all", {"inputs": "a", "layers": True}, 422, "layers", None),
+    ("/embed", {"inputs": "a", "layers": "all"}, 422, "layers", None),
+    ("/embed_all", {"inputs": []}, 422, "inputs", None),
+    ("/embed_all", {}, 422, "inputs", None),
+    ("/embed_all", {"inputs": 7}, 422, "inputs", None),
+    ("/embed_all", {"inputs": ["a", {"text": "b"}]}, 422, "inputs[1]", None),
+    ("/embed_all", {"inputs": ["a", ["b", 3]]}, 422, "inputs[1]", None),
+    ("/v1/embeddings", {"input": [101, 2023]}, 422, "input[0]", None),
+    ("/v1/embeddings", {"input": [[101, 2023]]}, 422, "input[0]", None),
+    ("/v1/embeddings", {"input": "  "}, 422, "input", None),
+    ("/embed", {"inputs": ["a", ""]}, 422, "inputs[1]", None),
+    ("/v1/embeddings", {"input": "a", "encoding_format": "int8"}, 422, "encoding_format", None),
+    ("/v1/embeddings", {"input": "a", "dimensions": 8}, 422, "dimensions", None),
+    ("/v1/embeddings", {"input": "a", "model": 3}, 422, "model", None),
+    ("/embed", {"inputs": "a", "pooling": "cls"}, 422, "pooling", None),
+    ("/embed", {"inputs": "a", "normalize": "yes"}, 422, "normalize", None),
+    ("/embed", {"inputs": "a", "truncate": True, "truncation_direction": "Middle"}, 422, "truncation_direction", None),
+    ("/embed", {"inputs": "a", "prompt_name": "query"}, 422, "prompt_name", None),
+    ("/embed_all", ["a"], 422, "body", None),
+]
+
+
+@pytest.mark.parametrize("path, body, status, field, limit", REFUSALS)
+def test_every_refusal_names_its_field_and_limit(url, path, body, status, field, limit):
+    response = post(url, path, body)
+    assert response.status_code == status, response.text
+    answer = response.json()
+    if path.startswith("/v1/"):  # OpenAI's shape
+        error = answer["error"]
+        assert error["type"] == "invalid_request_error" and error["param"] == field and error["code"] == limit
+        message = error["message"]
+    else:  # text-embeddings-inference's shape
+        assert answer["error_type"] == "Validation" and answer.get("field") == field and answer.get("limit") == limit
+        message = answer["error"]
+    assert message.startswith(field) and "\n" not in message
+    if limit:
+        assert limit in message
+
+
+def test_malformed_json_and_bodies_over_the_limit(url):
+    bad = post(url, "/embed", b'{"inputs": "a",')
+    assert bad.status_code == 400 and "malformed JSON" in bad.json()["error"] and "byte 15" in bad.json()["error"]
+    assert post(url, "/v1/embeddings", b"\xff\xfe").status_code == 400
+    big = {"inputs": "a", "pad": "x" * 5000}
+    declared = post(url, "/embed_all", big)
+    assert declared.status_code == 413 and declared.json()["limit"] == "max_body_bytes"
+
+    def chunks():  # no Content-Length: refused while it arrives
+        for _ in range(10):
+            yield b" " * 1000
+
+    streamed = httpx.post(url + "/v1/embeddings", content=chunks(), timeout=60)
+    assert streamed.status_code == 413 and streamed.json()["error"]["code"] == "max_body_bytes"
+    assert post(url, "/embed", {"inputs": "a", "inputz": "b"}).json()["field"] == "inputz"
+    missing = httpx.get(url + "/embeddings")
+    assert missing.status_code == 404 and "/v1/embeddings" in missing.json()["error"]
+    assert httpx.get(url + "/embed").status_code == 405
+    assert httpx.get(url + "/health").json() == {"status": "ok"}  # still serving
+
+
+def test_truncate_cuts_inputs_instead_of_refusing(url, alone):
+    tokens = [f"w{i}" for i in range(50)]
+    for direction, kept in (("Right", tokens[:40]), ("Left", tokens[-40:])):
+        answer = post(url, "/embed_all", {"inputs": [tokens], "truncate": True, "truncation_direction": direction,
+                                          "layers": "top"}).json()
+        assert np.array_equal(as_f32(answer[0]), alone.embed_sentence(kept, layers="top"))
+
+
+def test_info_health_metrics_and_access_log(url, caplog):
+    info = httpx.get(url + "/info").json()
+    assert info["model"] == "fixture" and info["layers"] == 3 and info["dimensions"] == 32
+    assert info["precision"] == "float32" and info["state"] == "warm" and info["version"]
+    assert info["limits"]["max_inputs"] == 8 and info["pooling"]["default"] == "mean"
+    with caplog.at_level(logging.INFO, logger="elmo.serve.access"):
+        assert post(url, "/embed", {"inputs": ["one two", "three"]}).status_code == 200
+        deadline = time.monotonic() + 5
+        while not any("POST /embed" in r.getMessage() for r in caplog.records) and time.monotonic() < deadline:
+            time.sleep(0.01)
+    line = next(r.getMessage() for r in caplog.records if "POST /embed" in r.getMessage())
+    assert re.fullmatch(r'127\.0\.0\.1:\d+ "POST /embed" 200 [\d.]+ ms inputs=2 tokens=3', line), line
+    text = httpx.get(url + "/metrics").text
+    for series in ("elmo_requests_total", "elmo_request_seconds_bucket", "elmo_batch_sentences_bucket",
+                   "elmo_batch_tokens_bucket", "elmo_queue_seconds_bucket", "elmo_batch_tokens_per_second",
+                   "elmo_tokens_total", "elmo_queued_requests"):
+        assert series in text, series
+    assert re.search(r'elmo_requests_total\{endpoint="/embed",status="200"\} [1-9]', text)
+
+
+# ------------------------------------------------------------------------------ failures
+def test_a_failing_batch_fails_only_its_own_requests(fixture_model, alone):
+    embedder = Embedder(fixture_model)
+    real = embedder.embed_sentences
+
+    def fragile(sentences, *args, **kwargs):
+        if any("POISON" in s for s in sentences):
+            raise RuntimeError("the model broke on POISON")
+        return real(sentences, *args, **kwargs)
+
+    embedder.embed_sentences = fragile  # on this instance only
+    app = create_app(embedder, max_wait_ms=300, access_log=False)
+    texts = ["the cat sat", "a POISON pill", "we sat on the bank", "rates rose"]
+    with serving(app) as base, httpx.Client(base_url=base, timeout=60) as client:
+        with ThreadPoolExecutor(len(texts)) as pool:
+            answers = list(pool.map(lambda t: client.post("/embed_all", json={"inputs": t, "layers": "top"}), texts))
+        after = client.post("/embed_all", json={"inputs": "after the failure", "layers": "top"})
+        metrics = client.get("/metrics").text
+    assert metric(metrics, "elmo_batch_requests_sum") >= 4 and metric(metrics, "elmo_failed_requests_total") == 1
+    for text, answer in zip(texts, answers):
+        if "POISON" in text:
+            assert answer.status_code == 500
+            assert answer.json()["error"] == "embedding failed: RuntimeError: the model broke on POISON"
+        else:
+            assert answer.status_code == 200
+            assert np.array_equal(as_f32(answer.json()[0]), alone.embed_sentence(text, layers="top"))
+    assert after.status_code == 200
+
+
+def test_batcher_budget_order_and_stop(fixture_model):
+    """The batcher itself: batches stay within the token budget (a bigger request alone), every
+    caller gets its own sentences back, and after stop() nothing more is taken."""
+    records = []
+    embedder = Embedder(fixture_model)
+    alone = Embedder(fixture_model)
+    requests = [[t.split() for t in corpus(k % 3 + 1, seed=k)] for k in range(30)] + [[["w"] * 60]]
+
+    async def scenario():
+        batcher = Batcher(embedder, max_batch_tokens=64, max_wait_ms=50, on_batch=records.append)
+        await batcher.start(warmup=False)
+        answers = await asyncio.gather(*(batcher.embed(r) for r in requests))
+        await batcher.stop()
+        with pytest.raises(ServerClosed, match="stopping"):
+            await batcher.embed([["late"]])
+        return answers
+
+    answers = asyncio.run(scenario())
+    for request, answer in zip(requests, answers):
+        assert len(answer) == len(request)
+        for sentence, array in zip(request, answer):
+            assert np.array_equal(array, alone.embed_sentence(sentence))
+    assert sum(r.requests for r in records) == len(requests) and len(records) > 1
+    for r in records:
+        assert r.requests == 1 or r.tokens + 2 * r.sentences <= 64, r
+    assert batch_tokens([["a", "b"], []]) == 6
+    with pytest.raises(ValueError, match="stateful policy"):
+        Batcher(Embedder(fixture_model, state="stateful"))
+
+
+# ------------------------------------------------------------------------------ the command
+def test_command_refusals_are_one_line(capsys):
+    cases = [(["--max-wait-ms", "-1"], "--max-wait-ms: must be at least 0, got -1"),
+             (["--max-inputs", "0"], "--max-inputs: must be at least 1, got 0"),
+             (["--port", "70000"], "--port: expected 0 to 65535, got 70000")]
+    for extra, message in cases:
+        assert main(["serve", *FIXTURE_MODEL_ARGS, *extra]) == 2
+        assert capsys.readouterr().err == f"elmo serve: error: {message}\n"
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    port = taken.getsockname()[1]
+    try:
+        assert main(["serve", *FIXTURE_MODEL_ARGS, "--port", str(port)]) == 2
+    finally:
+        taken.close()
+    err = capsys.readouterr().err
+    assert f"--port {port}: cannot listen there" in err and len(err.strip().splitlines()) == 1
+
+
+def test_sigterm_finishes_the_request_in_flight_then_exits(tmp_path, alone):
+    """A real ``elmo serve`` process: a request waiting in the queue when SIGTERM comes is
+    answered, new connections are refused, and the process ends."""
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    process = subprocess.Popen([sys.executable, "-m", "elmo.cli.main", "serve", *FIXTURE_MODEL_ARGS, "--port", "0",
+                                "--max-wait-ms", "1500"], stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        lines = []
+        for line in process.stderr:
+            lines.append(line)
+            if "ready on" in line:
+                break
+        base = re.search(r"ready on (http://\S+)", "".join(lines)).group(1)
+        assert httpx.get(base + "/health").status_code == 200
+        answer = {}
+        asking = threading.Thread(target=lambda: answer.update(r=httpx.post(
+            base + "/embed_all", json={"inputs": "in flight at SIGTERM", "layers": "top"}, timeout=30)))
+        asking.start()
+        time.sleep(0.5)  # the request is queued: the batcher waits 1.5 s for company
+        process.send_signal(signal.SIGTERM)
+        time.sleep(0.3)
+        with pytest.raises(httpx.ConnectError):
+            httpx.get(base + "/health", timeout=5)
+        asking.join(30)
+        assert process.wait(30) == -signal.SIGTERM  # uvicorn ends by the signal it stopped for
+        rest = process.stderr.read()
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert answer["r"].status_code == 200
+    assert np.array_equal(as_f32(answer["r"].json()[0]), alone.embed_sentence("in flight at SIGTERM", layers="top"))
+    assert '"POST /embed_all" 200' in rest and "elmo serve: stopped" in rest and "Traceback" not in rest
+
