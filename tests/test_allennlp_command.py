@@ -207,7 +207,9 @@ def test_offline_error_names_this_commands_own_options(text, tmp_path, capsys, m
     assert main(["elmo", str(text), str(tmp_path / "out.hdf5"), "--all"]) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"python -m elmo.allennlp elmo: error: could not download http://127.0.0.1:{port}/"), err
-    assert err.count("\n") == 2, err  # the reason, then how to install the file by hand
+    # The reason, how to install the file by hand, and where Hub copies may be.
+    assert err.count("\n") == 3 and err.splitlines()[2].startswith("Copies of published ELMo models are on the "
+                                                                    "Hugging Face Hub"), err
     assert "(or pass local paths as --options-file and --weight-file, to load files from elsewhere)" in err, err
     assert "--options/--weights" not in err and "from_files" not in err
     assert not (tmp_path / "out.hdf5").exists()

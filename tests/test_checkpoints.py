@@ -283,7 +283,7 @@ def test_a_language_model_needs_a_softmax(allennlp_model, tmp_path):
 def test_the_packaged_model_is_a_language_model_too():
     model, vocab, origin = load_language_model_with_origin("default")
     assert len(vocab) == 50_000 and model.softmax.weight.shape == (50_000, 128)
-    assert origin == {"path": str(packaged_model_dir())}
+    assert origin == {"path": str(packaged_model_dir()), "source": "default"}
     assert_same_parameters(model.bilm, load_model())
 
 

@@ -4,6 +4,7 @@ Hub cache each test lays out (``HF_HUB_OFFLINE=1``, ``HF_HUB_CACHE`` in a tempor
 ``huggingface_hub`` reads those variables when it is imported, so the checks run in a fresh
 interpreter."""
 
+import dataclasses
 import os
 import subprocess
 import sys
@@ -127,3 +128,87 @@ def test_without_huggingface_hub_one_line_says_to_install_the_extra(monkeypatch,
     assert main(["embed", "--model", "hf://acme/elmo-tiny", str(tmp_path / "in.txt")]) == 2
     err = capsys.readouterr().err
     assert "pip install 'elmo[hub]'" in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_what_a_run_saves_names_the_hub_model_pinned_to_its_commit(tmp_path):
+    """An embedding file, a task run's config and checkpoint, and a model's origin record a Hub
+    model as ``hf://OWNER/NAME@<commit>``, the commit its branch or tag resolved to, which names
+    the same files whatever the branch holds later."""
+    lay_out_hub_cache(tmp_path / "hub")
+    out = run_offline(tmp_path, f"""
+        import json
+        from pathlib import Path
+        from elmo import Embedder
+        from elmo.cli.main import main
+        from elmo.hub import load_model_with_origin, locate
+        from elmo.inference.outputs import file_info
+        from elmo.tasks.config import load_task_config
+        from elmo.tasks.training import evaluate_task, read_task_checkpoint, train_task
+        from test_task_training import write_config, write_ner
+
+        for source, pinned in (("hf://acme/elmo-tiny", "hf://acme/elmo-tiny@{MAIN}"),
+                               ("hf://acme/elmo-tiny@main", "hf://acme/elmo-tiny@{MAIN}"),
+                               ("hf://acme/elmo-tiny@v1", "hf://acme/elmo-tiny@{TAGGED}"),
+                               ("hf://acme/elmo-tiny@v1/allennlp/", "hf://acme/elmo-tiny@{TAGGED}/allennlp")):
+            model, origin = load_model_with_origin(source, progress=False)
+            assert origin["source"] == pinned and "published" not in origin, (source, origin)
+            assert locate(pinned).kind == "hub"
+        assert load_model_with_origin("default")[1]["source"] == "default"
+
+        Path("in.txt").write_text("Hub models .\\nYes\\n")
+        Embedder.from_pretrained("hf://acme/elmo-tiny@v1", state="reset", progress=False).embed_file(
+            "in.txt", "api.hdf5", progress=False)
+        assert file_info("api.hdf5")["model_source"] == "hf://acme/elmo-tiny@{TAGGED}"
+        assert main(["embed", "in.txt", "cli.hdf5", "--model", "hf://acme/elmo-tiny", "--no-progress",
+                     "--state", "reset"]) == 0
+        assert file_info("cli.hdf5")["model_source"] == "hf://acme/elmo-tiny@{MAIN}"
+
+        write_ner(Path("train.txt"), 16, 1)
+        toml = ['task = "tagging"', 'metric = "span_f1"', 'output = "run"', 'cache_dir = "layers"',
+                '[data]', 'kind = "conll2003"', 'train = "train.txt"', 'dev = "train.txt"',
+                '[model]', 'hidden = 8', 'char_filters = 4', '[bilm]', 'model = "hf://acme/elmo-tiny"',
+                '[train]', 'epochs = 1']
+        config = load_task_config(write_config(Path("ner.toml"), "\\n".join(toml)))
+        train_task(config, progress=False)
+        assert json.loads(Path("run/config.json").read_text())["bilm"]["model"] == "hf://acme/elmo-tiny@{MAIN}"
+        assert read_task_checkpoint("run/best.pt")["config"]["bilm"]["model"] == "hf://acme/elmo-tiny@{MAIN}"
+        assert evaluate_task("run", "train.txt", progress=False)["examples"] == 16
+        print("ok")
+    """)
+    assert out.strip() == "ok"
+
+
+def test_a_hub_copy_counts_as_a_published_model_only_where_it_matches_the_pins(tmp_path, monkeypatch):
+    from elmo.hub import pretrained
+    from elmo.hub.download import file_sha256
+
+    # Pinned as if "small" were these files: then both files must match (size and SHA-256).
+    sizes, hashes = (OPTIONS.stat().st_size, WEIGHTS.stat().st_size), (file_sha256(OPTIONS), file_sha256(WEIGHTS))
+    pinned = dataclasses.replace(pretrained.PUBLISHED["small"], options_size=sizes[0], options_sha256=hashes[0],
+                                 weights_size=sizes[1], weights_sha256=hashes[1].upper())
+    monkeypatch.setitem(pretrained.PUBLISHED, "small", pinned)
+    assert pretrained.published_match(OPTIONS, WEIGHTS) == "small"
+    altered = tmp_path / "weights.hdf5"
+    altered.write_bytes(WEIGHTS.read_bytes()[:-1] + bytes([WEIGHTS.read_bytes()[-1] ^ 1]))  # same size
+    assert pretrained.published_match(OPTIONS, altered) is None
+    # A size pin alone (as "original" has) is not enough to tell a copy from an altered file.
+    monkeypatch.setitem(pretrained.PUBLISHED, "small", dataclasses.replace(pinned, weights_sha256=None))
+    assert pretrained.published_match(OPTIONS, WEIGHTS) is None
+    # The shipped pins: no published file has a SHA-256 pin yet, so no copy stands in for one.
+    monkeypatch.undo()
+    assert pretrained.published_match(OPTIONS, WEIGHTS) is None
+
+    # Through the resolver: the origin names the published model only where the pins match.
+    lay_out_hub_cache(tmp_path / "hub")
+    out = run_offline(tmp_path, f"""
+        import dataclasses
+        from elmo.hub import load_model_with_origin, pretrained
+
+        print(load_model_with_origin("hf://acme/elmo-tiny", progress=False)[1].get("published"))
+        spec = pretrained.PUBLISHED["small"]
+        pretrained.PUBLISHED["small"] = dataclasses.replace(spec, options_sha256="{hashes[0]}",
+                                                            weights_sha256="{hashes[1]}")
+        origin = load_model_with_origin("hf://acme/elmo-tiny", progress=False)[1]
+        print(origin["published"], origin["source"])
+    """)
+    assert out.split("\n")[:2] == ["None", f"small hf://acme/elmo-tiny@{MAIN}"]

@@ -91,6 +91,9 @@ def test_offline_error_says_where_to_put_the_files(tmp_path, monkeypatch, capsys
     spec = pretrained.PUBLISHED["medium"]
     assert f"could not download http://127.0.0.1:9/{spec.folder}/{spec.options_name}" in err
     assert f"copy it to {tmp_path / 'cache' / 'medium' / spec.options_name}" in err
+    # Where else to look: the Hub, and what a copy there counts as.
+    assert "name one as hf://OWNER/NAME[@REVISION]; it counts as 'medium' only where its files match the published " \
+           "SHA-256 pins" in err
 
 
 def test_every_published_name_has_a_distinct_url():

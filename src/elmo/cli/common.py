@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from elmo.hub.pretrained import DEFAULT_MODEL, model_names
-from elmo.hub.resolve import load_model
+from elmo.hub.resolve import load_model_with_origin
 from elmo.model.bilm import BiLM
 
 
@@ -24,10 +24,18 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
 
 def model_from_args(args: argparse.Namespace) -> BiLM:
     """The biLM the arguments name, in eval mode (resolved by :func:`elmo.hub.load_model`)."""
+    return model_and_source_from_args(args)[0]
+
+
+def model_and_source_from_args(args: argparse.Namespace) -> tuple[BiLM, str]:
+    """The biLM the arguments name, in eval mode, and what a run records as the model it used
+    (a Hub id pinned to the commit it resolved to: :func:`elmo.hub.load_model_with_origin`)."""
     if (args.options is None) != (args.weights is None):
         raise ValueError("--options and --weights go together: give both, or neither (and --model)")
     if args.options is not None:
         if args.model is not None:
             raise ValueError("--model and --options/--weights are alternatives: give one")
-        return load_model((args.options, args.weights))
-    return load_model(args.model, cache_dir=args.cache_dir)
+        model, origin = load_model_with_origin((args.options, args.weights))
+    else:
+        model, origin = load_model_with_origin(args.model, cache_dir=args.cache_dir)
+    return model, origin["source"]

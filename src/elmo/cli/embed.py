@@ -9,7 +9,7 @@ import sys
 import numpy as np
 import torch
 
-from elmo.cli.common import add_model_arguments, model_from_args
+from elmo.cli.common import add_model_arguments, model_and_source_from_args
 from elmo.devices import DEFAULT_DEVICE, DEVICES, torchrun_environment
 from elmo.fileio import STDIN, chunks, read_lines
 from elmo.inference.embed import (
@@ -170,9 +170,10 @@ def run(args: argparse.Namespace) -> int:
             raise ValueError("a sharded run writes files: give an output folder")
     if threads is not None:
         torch.set_num_threads(threads)
-    embedder = Embedder(model_from_args(args), state=args.state, device=device, precision=args.precision,
+    model, source = model_and_source_from_args(args)
+    embedder = Embedder(model, state=args.state, device=device, precision=args.precision,
                         vocab_cache=args.vocab_cache, max_tokens=args.max_tokens, batch_size=args.batch_size,
-                        cuda_graphs=args.cuda_graphs)
+                        cuda_graphs=args.cuda_graphs, source=source)
     if to_stdout:
         print_vectors(embedder, args.input, args.layers)
         return 0

@@ -1,8 +1,10 @@
-"""``elmo export``: write a run's model in the original layout, plus softmax and vocabulary."""
+"""``elmo export``: write a run's model in the original layout, plus softmax and vocabulary; with
+``--hub-card``, a folder ready to upload to the Hugging Face Hub (:mod:`elmo.hub.card`)."""
 
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 
 from elmo.hub.checkpoints import check_model_folder, export_language_model
@@ -21,11 +23,44 @@ def add_parser(parser: argparse.ArgumentParser) -> None:
                         help="storage precision of the weights; loading always gives float32 (default %(default)s)")
     parser.add_argument("--force", action="store_true",
                         help="replace an existing output folder, if elmo made it and it holds nothing else")
+    hub = parser.add_argument_group("a folder for the Hugging Face Hub")
+    hub.add_argument("--hub-card", action="store_true",
+                     help="also write README.md, a model card with the Hub's metadata (needs --license)")
+    hub.add_argument("--license", help="the model's license, as a Hub license id (apache-2.0, cc-by-sa-4.0, other, ...)")
+    hub.add_argument("--language", action="append", default=[], metavar="CODE",
+                     help="a language of the training text (ISO 639 code, e.g. en); repeat for several")
+    hub.add_argument("--dataset", action="append", default=[], metavar="ID",
+                     help="a Hub dataset id of the training corpus; repeat for several")
+
+
+def command_of(args: argparse.Namespace) -> str:
+    """The ``elmo export`` command ``args`` came from, for the card."""
+    words = ["elmo", "export", args.run, "--output", args.output]
+    if args.dtype != STORAGE_DTYPES[0]:
+        words += ["--dtype", args.dtype]
+    words += ["--hub-card", "--license", args.license]
+    for language in args.language:
+        words += ["--language", language]
+    for dataset in args.dataset:
+        words += ["--dataset", dataset]
+    return shlex.join(words)
 
 
 def run(args: argparse.Namespace) -> int:
+    if not args.hub_card and (args.license or args.language or args.dataset):
+        raise ValueError("--license, --language and --dataset go into the model card: add --hub-card")
+    if args.hub_card and not args.license:
+        raise ValueError("--hub-card: give the model's license (--license, a Hub license id such as apache-2.0)")
     # What is in the way is refused before the model loads (and checked again when it is written).
     check_model_folder(args.output, args.force, option="--output")
+    if args.hub_card:
+        from elmo.hub.card import export_for_hub
+
+        export_for_hub(args.run, args.output, license=args.license, languages=args.language, datasets=args.dataset,
+                       command=command_of(args), dtype=args.dtype, overwrite=args.force)
+        print(f"exported to {args.output}: options.json weights.hdf5 softmax_weights.hdf5 vocab.txt README.md "
+              f"(review README.md, then upload the folder to the Hub)", file=sys.stderr)
+        return 0
     model, vocab = load_language_model(args.run)
     export_language_model(model, vocab, args.output, dtype=args.dtype, overwrite=args.force)
     print(f"exported to {args.output}: options.json weights.hdf5 softmax_weights.hdf5 vocab.txt", file=sys.stderr)

@@ -9,8 +9,9 @@ from elmo.hub.resolve import (
     load_language_model,
     load_language_model_with_origin,
     load_model,
+    load_model_with_origin,
     locate,
 )
 
 __all__ = ["Location", "ModelSource", "load_language_model", "load_language_model_with_origin", "load_model",
-           "locate", "read_checkpoint"]
+           "load_model_with_origin", "locate", "read_checkpoint"]

@@ -199,6 +199,23 @@ MODEL_FILES = frozenset({"options.json", "weights.hdf5", SOFTMAX_FILE, VOCAB_FIL
                          "char.dic", "word.dic", "token_embedder.pkl", "encoder.pkl"})
 
 
+# The model card elmo export --hub-card writes (elmo.hub.card), marked so that a --force export
+# replaces a README.md only where it is elmo's own card, never one a person wrote.
+CARD_FILE = "README.md"
+CARD_MARK = "<!-- written by elmo export: elmo export --force replaces this card while this line is in it -->"
+
+
+def _replaceable(output: str | os.PathLike):
+    """Which names elmo may replace in the model folder ``output``: the model files, and a
+    ``README.md`` that is elmo's own card (its :data:`CARD_MARK`)."""
+    try:
+        with open(os.path.join(os.fspath(output), CARD_FILE), "rb") as f:
+            ours = CARD_MARK.encode() in f.read(1 << 20)
+    except OSError:
+        ours = False
+    return lambda name: name in MODEL_FILES or (ours and name == CARD_FILE)
+
+
 def is_model_folder_from_before_markers(folder: str) -> bool:
     """Whether ``folder``, without elmo's marker, is a model folder elmo wrote before it marked
     them: it holds a model's weights and nothing but the files elmo writes there."""
@@ -210,7 +227,7 @@ def check_model_folder(output: str | os.PathLike, overwrite: bool = False, optio
     """Refuse, before any work, what :func:`write_model_folder` would: an existing ``output``
     without ``overwrite``, and anything there elmo cannot show is a model folder it made."""
     if check_folder(output, MODEL_FOLDER_KIND, recognise=is_model_folder_from_before_markers,
-                    allowed=MODEL_FILES.__contains__, option=option) and not overwrite:
+                    allowed=_replaceable(output), option=option) and not overwrite:
         raise FileExistsError(f"{output}: already exists; pass --force (overwrite=True) to replace it")
 
 
@@ -218,19 +235,23 @@ def write_model_folder(output: str | os.PathLike, write, overwrite: bool = False
     """Write a model folder with ``write(folder)`` atomically (:func:`elmo.fileio.atomic_folder`):
     an existing ``output`` is replaced only with ``overwrite``, and only when it is a model folder
     elmo made holding nothing else (see :data:`MODEL_FILES`)."""
-    atomic_folder(output, write, overwrite, kind=MODEL_FOLDER_KIND, allowed=MODEL_FILES.__contains__,
+    atomic_folder(output, write, overwrite, kind=MODEL_FOLDER_KIND, allowed=_replaceable(output),
                   recognise=is_model_folder_from_before_markers, option="output")
 
 
 def export_language_model(model: LanguageModel, vocab: Vocabulary, output_dir: str | os.PathLike,
-                          dtype: str = STORAGE_DTYPES[0], overwrite: bool = False) -> None:
+                          dtype: str = STORAGE_DTYPES[0], overwrite: bool = False, card: str | None = None) -> None:
     """Write ``options.json`` + ``weights.hdf5`` (original layout), ``softmax_weights.hdf5`` and
     ``vocab.txt`` into the folder ``output_dir``, which appears complete or not at all. An existing
-    one is replaced only with ``overwrite``, and only when elmo made it (:func:`write_model_folder`)."""
+    one is replaced only with ``overwrite``, and only when elmo made it (:func:`write_model_folder`).
+    ``card``: the text of a ``README.md`` model card to write beside them (:mod:`elmo.hub.card`)."""
     def write(folder) -> None:
         save_bilm_tf(model.bilm, folder, dtype=dtype)
         save_softmax(model.softmax, os.path.join(folder, SOFTMAX_FILE), dtype=dtype)
         vocab.save(os.path.join(folder, VOCAB_FILE))
+        if card is not None:
+            with open(os.path.join(folder, CARD_FILE), "w", encoding="utf-8") as f:
+                f.write(card)
 
     write_model_folder(output_dir, write, overwrite)
 

@@ -6,7 +6,9 @@ AllenNLP's ``elmo_..._options.json`` + ``elmo_..._weights.hdf5``), one NLPL-styl
 ELMoForManyLangs model, a folder ``elmo export`` wrote. Its files come through
 ``huggingface_hub`` (the optional extra ``elmo[hub]``) into the Hub's own cache, so its
 settings hold: ``HF_HUB_CACHE``, ``HF_HUB_OFFLINE=1``, ``HF_TOKEN`` for a private repository.
-The snapshot folder a model is read from is named by the commit it resolved to.
+The snapshot folder a model is read from is named by the commit it resolved to, so what a run
+records of a Hub model is its id pinned to that commit (:func:`pinned_id`): ``hf://OWNER/NAME@<40
+hex digits>[/SUBFOLDER]``, which names the same files whatever the branch holds later.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ SCHEME = "hf://"
 _ID = re.compile(r"^hf://(?P<repo>[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*)(?:@(?P<revision>[^/]+))?"
                  r"(?:/(?P<subfolder>.+?))?/?$")
 FORM = "hf://OWNER/NAME[@REVISION][/SUBFOLDER]"
+_COMMIT = re.compile(r"^[0-9a-f]{40}$")
 
 
 class HubExtraMissing(ImportError, ValueError):
@@ -49,11 +52,35 @@ def parse_hub_id(text: str) -> HubId:
     return HubId(match["repo"], match["revision"], subfolder)
 
 
+def format_hub_id(hub: HubId) -> str:
+    """The id text of ``hub`` (the inverse of :func:`parse_hub_id`)."""
+    revision = f"@{hub.revision}" if hub.revision else ""
+    subfolder = f"/{hub.subfolder}" if hub.subfolder else ""
+    return f"{SCHEME}{hub.repo_id}{revision}{subfolder}"
+
+
+def pinned_id(text: str, snapshot_root: Path) -> str:
+    """The Hub id ``text`` pinned to the commit its snapshot resolved to: the Hub cache names a
+    snapshot folder by its commit hash, so ``snapshot_root`` (``.../snapshots/<commit>``) says
+    which. ``text`` unchanged where the folder is not named by a commit (nothing to pin to)."""
+    commit = Path(snapshot_root).name
+    if not _COMMIT.match(commit):
+        return text
+    hub = parse_hub_id(text)
+    return format_hub_id(HubId(hub.repo_id, commit, hub.subfolder))
+
+
 def snapshot(text: str, *, progress: bool = True) -> Path:
+    """:func:`resolve_snapshot`'s folder alone."""
+    return resolve_snapshot(text, progress=progress)[0]
+
+
+def resolve_snapshot(text: str, *, progress: bool = True) -> tuple[Path, str]:
     """The local folder holding what the Hub id ``text`` names (its subfolder, if it names one),
     downloaded into the Hub's cache if not there already. Raises :class:`HubExtraMissing` (an
     ImportError, one line: install ``elmo[hub]``) without ``huggingface_hub``, and :class:`~elmo.hub.download.DownloadError`
-    naming the id when the Hub (or, offline, its cache) does not have it."""
+    naming the id when the Hub (or, offline, its cache) does not have it. Second, the id pinned
+    to the commit it resolved to (:func:`pinned_id`)."""
     hub = parse_hub_id(text)
     try:
         import huggingface_hub
@@ -77,11 +104,12 @@ def snapshot(text: str, *, progress: bool = True) -> Path:
     finally:
         if not progress:
             enable_progress_bars()
+    pinned = pinned_id(text, folder)
     if hub.subfolder:
         folder = folder / hub.subfolder
         if not folder.is_dir():
             raise ValueError(f"{text}: the repository has no folder {hub.subfolder!r}")
-    return folder
+    return folder, pinned
 
 
 def model_in(folder: Path, text: str) -> Path:
@@ -103,4 +131,5 @@ def model_in(folder: Path, text: str) -> Path:
                      f"checkpoint, an ELMoForManyLangs model or an exported folder (it holds {names})")
 
 
-__all__ = ["FORM", "HubExtraMissing", "HubId", "is_hub_id", "model_in", "parse_hub_id", "snapshot"]
+__all__ = ["FORM", "HubExtraMissing", "HubId", "format_hub_id", "is_hub_id", "model_in", "parse_hub_id", "pinned_id",
+           "resolve_snapshot", "snapshot"]

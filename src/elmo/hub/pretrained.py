@@ -126,14 +126,46 @@ def model_files(name: str = DEFAULT_MODEL, *, cache_dir: str | os.PathLike | Non
         raise ValueError(f"model: unknown name {name!r}; expected one of {', '.join(model_names())}")
     from elmo.hub.download import RemoteFile, default_cache_dir, fetch
 
+    from elmo.hub.download import DownloadError
+
     spec = PUBLISHED[name]
     base = os.environ.get("ELMO_MODELS_URL", PUBLISHED_BASE_URL).rstrip("/")
     folder = Path(cache_dir if cache_dir is not None else default_cache_dir()) / name
-    options = fetch(RemoteFile(f"{base}/{spec.folder}/{spec.options_name}", spec.options_name,
-                               spec.options_size, spec.options_sha256), folder, progress=progress)
-    weights = fetch(RemoteFile(f"{base}/{spec.folder}/{spec.weights_name}", spec.weights_name,
-                               spec.weights_size, spec.weights_sha256), folder, progress=progress)
+    try:
+        options = fetch(RemoteFile(f"{base}/{spec.folder}/{spec.options_name}", spec.options_name,
+                                   spec.options_size, spec.options_sha256), folder, progress=progress)
+        weights = fetch(RemoteFile(f"{base}/{spec.folder}/{spec.weights_name}", spec.weights_name,
+                                   spec.weights_size, spec.weights_sha256), folder, progress=progress)
+    except DownloadError as e:
+        raise DownloadError(f"{e}\n{hub_pointer(name)}") from e
     return options, weights
+
+
+def hub_pointer(name: str) -> str:
+    """Where else a published model's files may be: copies on the Hugging Face Hub, and what such
+    a copy counts as (one line, for a failed download's error)."""
+    return (f"Copies of published ELMo models are on the Hugging Face Hub (https://huggingface.co/models?search=elmo): "
+            f"name one as hf://OWNER/NAME[@REVISION]; it counts as {name!r} only where its files match the published "
+            f"SHA-256 pins, and is otherwise a model of its own (docs/other-models.md).")
+
+
+def published_match(options: str | os.PathLike | None, weights: str | os.PathLike | None) -> str | None:
+    """The published model whose pins ``options`` and ``weights`` (a copy from elsewhere, the Hub's)
+    match, or None. Both files need a SHA-256 pin, matched along with any size pin: a size alone
+    cannot tell a copy from an altered file, and a file trusted on first use has nothing to match.
+    Sizes are compared first, so a file of another size is never read."""
+    if options is None or weights is None:
+        return None
+    from elmo.hub.download import file_sha256
+
+    sizes = (os.path.getsize(options), os.path.getsize(weights))
+    for name, spec in PUBLISHED.items():
+        pins = ((spec.options_size, spec.options_sha256), (spec.weights_size, spec.weights_sha256))
+        if any(sha256 is None or size not in (None, actual) for (size, sha256), actual in zip(pins, sizes)):
+            continue
+        if (file_sha256(options), file_sha256(weights)) == (spec.options_sha256.lower(), spec.weights_sha256.lower()):
+            return name
+    return None
 
 
 def published_name_of_url(url: str) -> str | None:
@@ -146,5 +178,5 @@ def published_name_of_url(url: str) -> str | None:
     return None
 
 
-__all__ = ["DEFAULT_MODEL", "PUBLISHED", "PublishedModel", "model_files", "model_names", "packaged_model_dir",
-           "published_name_of_url"]
+__all__ = ["DEFAULT_MODEL", "PUBLISHED", "PublishedModel", "hub_pointer", "model_files", "model_names",
+           "packaged_model_dir", "published_match", "published_name_of_url"]

@@ -66,6 +66,7 @@ from elmo.hub.pretrained import (
     model_files,
     model_names,
     packaged_model_dir,
+    published_match,
     published_name_of_url,
 )
 from elmo.model.bilm import BiLM
@@ -103,6 +104,15 @@ class Location:
     folder: Path | None = None
     payload: dict | None = field(default=None, repr=False, compare=False)
     urls: tuple[str, ...] = ()
+    # Once read: the source that names exactly these files again (a Hub id pinned to the commit it
+    # resolved to), and the published model a Hub copy is, where its files match that model's pins.
+    resolved: str | None = None
+    published: str | None = None
+
+    @property
+    def record(self) -> str:
+        """What a run records as the model it used: :attr:`resolved`, else the source as given."""
+        return self.resolved or self.source
 
 
 # What one URL alone may name (a pair names options + weights): the formats a file holds whole.
@@ -180,10 +190,13 @@ def _local(location: Location, cache_dir: str | os.PathLike | None, progress: bo
         options, weights = model_files(location.name, cache_dir=cache_dir, progress=progress)
         return Location("files", location.source, path=options, weights=weights)
     if location.kind == "hub":
-        from elmo.hub.hf import model_in, snapshot
+        from elmo.hub.hf import model_in, resolve_snapshot
 
-        found = locate(model_in(snapshot(location.name, progress=progress), location.name))
-        return _local(dataclasses.replace(found, source=location.source), cache_dir, progress)
+        folder, pinned = resolve_snapshot(location.name, progress=progress)
+        found = _local(dataclasses.replace(locate(model_in(folder, location.name)), source=location.source),
+                       cache_dir, progress)
+        published = published_match(found.path, found.weights) if found.kind == "files" else None
+        return dataclasses.replace(found, resolved=pinned, published=published)
     if location.kind == "url":
         from elmo.hub.download import fetch_url
 
@@ -216,6 +229,29 @@ def load_model_folder(path: str | os.PathLike) -> BiLM:
         return load_bilm_tf_folder(folder)
 
 
+def _origin(location: Location, path: str | os.PathLike) -> dict:
+    """Where a model came from: ``path`` (absolute) and ``source``, what a run records as the model
+    it used (:attr:`Location.record`: a Hub id pinned to its commit); ``published``, the published
+    model a Hub copy is, where its files match that model's pins."""
+    origin = {"path": os.path.abspath(path), "source": location.record}
+    if location.published is not None:
+        origin["published"] = location.published
+    return origin
+
+
+def load_model_with_origin(source: ModelSource | Location = None, *, cache_dir: str | os.PathLike | None = None,
+                           progress: bool = True) -> tuple[BiLM, dict]:
+    """:func:`load_model`'s biLM, and where it came from (``{"path", "source"[, "published"]}``:
+    the file or folder read, and what a run records as the model it used, a Hub id pinned to the
+    commit it resolved to)."""
+    location = _local(source if isinstance(source, Location) else locate(source), cache_dir, progress)
+    if location.kind == "checkpoint":
+        return bilm_of_payload(location.path, location.payload).eval(), _origin(location, location.path)
+    if location.kind == "archive":
+        return load_model_folder(location.path), _origin(location, location.path)
+    return load_bilm_tf(location.path, location.weights).eval(), _origin(location, location.folder or location.path)
+
+
 def load_model(source: ModelSource | Location = None, *, cache_dir: str | os.PathLike | None = None,
                progress: bool = True) -> BiLM:
     """The biLM that ``source`` names (see the module's list), in eval mode, float32.
@@ -223,12 +259,7 @@ def load_model(source: ModelSource | Location = None, *, cache_dir: str | os.Pat
     ``cache_dir`` and ``progress`` concern downloads of published models. Errors are one line
     naming the source: ValueError (a source that names no model), :class:`~elmo.WeightsError`
     (a damaged, foreign or newer file), :class:`~elmo.hub.download.DownloadError`."""
-    location = _local(source if isinstance(source, Location) else locate(source), cache_dir, progress)
-    if location.kind == "checkpoint":
-        return bilm_of_payload(location.path, location.payload).eval()
-    if location.kind == "archive":
-        return load_model_folder(location.path)
-    return load_bilm_tf(location.path, location.weights).eval()
+    return load_model_with_origin(source, cache_dir=cache_dir, progress=progress)[0]
 
 
 def load_language_model_with_origin(source: ModelSource | Location = None, *,
@@ -236,14 +267,21 @@ def load_language_model_with_origin(source: ModelSource | Location = None, *,
                                     progress: bool = True) -> tuple[LanguageModel, Vocabulary, dict]:
     """The language model (biLM + softmax) and vocabulary that ``source`` names, and where the
     weights came from: ``{"path": ...}`` naming the checkpoint file that was read (a run directory
-    names its newest readable one) or the folder, and for a training checkpoint its ``step``,
-    ``tokens`` and ``elapsed_seconds``, so that a run started from it can say at which point of
-    the earlier run it branched off.
+    names its newest readable one) or the folder, ``source``, what a run records as the model it
+    started from (the source as given; a Hub id pinned to the commit it resolved to), and for a
+    training checkpoint its ``step``, ``tokens`` and ``elapsed_seconds``, so that a run started
+    from it can say at which point of the earlier run it branched off.
 
     A language model is a training run or checkpoint, an exported folder, or the packaged model;
     a source without a softmax (a published model, an ``options.json`` + ``weights.hdf5`` pair, a
     biLM checkpoint) is an error saying so."""
     location = _local(source if isinstance(source, Location) else locate(source), cache_dir, progress)
+    model, vocab, origin = _language_model(location)
+    return model, vocab, {**origin, **_origin(location, origin["path"])}
+
+
+def _language_model(location: Location) -> tuple[LanguageModel, Vocabulary, dict]:
+    """:func:`load_language_model_with_origin` of a location on this machine, its origin without ``source``."""
     if location.kind == "checkpoint":
         if location.payload["format"] != TRAIN_FORMAT:
             raise ValueError(f"{location.path}: a biLM checkpoint (elmo.save_checkpoint) holds no softmax or "
@@ -275,4 +313,4 @@ def load_language_model(source: ModelSource | Location = None, **options) -> tup
 
 
 __all__ = ["Location", "MODEL_FORMATS", "ModelSource", "load_language_model", "load_language_model_with_origin",
-           "load_model", "load_model_folder", "locate"]
+           "load_model", "load_model_folder", "load_model_with_origin", "locate"]

@@ -30,7 +30,7 @@ from elmo.fileio import (
     is_regular_file,
     read_lines,
 )
-from elmo.hub.resolve import ModelSource, load_model
+from elmo.hub.resolve import ModelSource, load_model, load_model_with_origin
 from elmo.inference.journal import Frame, WorkFolder, chunk_digest
 from elmo.inference.long_lines import embed_long_sentence, window_for
 from elmo.inference.outputs import (
@@ -125,13 +125,15 @@ class Embedder:
     Without ``model``, the packaged default model is used (:func:`elmo.hub.load_model`). The model
     is never changed: it runs through an :class:`~elmo.inference.runtime.Runtime` (copied if it lives on
     another device than ``device``). ``cuda_graphs`` (CUDA only) replays the LSTM's steps from CUDA
-    graphs for batch shapes that repeat (see :mod:`elmo.inference.graphs`).
+    graphs for batch shapes that repeat (see :mod:`elmo.inference.graphs`). ``source``: the model
+    source the files :meth:`embed_file` writes record as the model (:meth:`from_pretrained` sets it:
+    a Hub id pinned to the commit it resolved to).
     """
 
     def __init__(self, model: BiLM | None = None, *, state: str = DEFAULT_STATE, device: str | torch.device | None = None,
                  batch_size: int = DEFAULT_BATCH_SIZE, max_tokens: int = DEFAULT_MAX_TOKENS,
                  precision: str = DEFAULT_PRECISION, vocab_cache: str | os.PathLike | None = None,
-                 token_memo: int = DEFAULT_TOKEN_MEMO, cuda_graphs: bool = False):
+                 token_memo: int = DEFAULT_TOKEN_MEMO, cuda_graphs: bool = False, source: str | None = None):
         if batch_size < 1:
             raise ValueError(f"batch_size: must be at least 1, got {batch_size}")
         if max_tokens < 1:
@@ -142,6 +144,8 @@ class Embedder:
                                token_memo=token_memo, cuda_graphs=cuda_graphs)
         self.batch_size = batch_size
         self.max_tokens = max_tokens
+        # What files written by embed_file record as the model (a Hub id pinned to its commit).
+        self.source = source
 
     @classmethod
     def from_files(cls, options_file: str | os.PathLike, weights_file: str | os.PathLike, **kwargs) -> "Embedder":
@@ -156,7 +160,8 @@ class Embedder:
         ``"original-5.5b"``), an ``(options, weights)`` pair, an exported folder, a training run
         directory, a checkpoint file, an NLPL archive (``.zip``) or folder, or an ELMoForManyLangs
         model (see ``docs/other-models.md``)."""
-        return cls(load_model(name, cache_dir=cache_dir, progress=progress), **kwargs)
+        model, origin = load_model_with_origin(name, cache_dir=cache_dir, progress=progress)
+        return cls(model, **{"source": origin["source"], **kwargs})
 
     @property
     def model(self) -> BiLM:
@@ -330,7 +335,7 @@ class Embedder:
                     finished = " and is not the finished output of a run with these settings" if resume else ""
                     raise FileExistsError(f"{target}: already exists{finished}; pass --force (overwrite=True) to "
                                           "replace it")
-            about = {"input": os.fspath(input_path), "output": os.fspath(target)}
+            about = {"input": os.fspath(input_path), "output": os.fspath(target), "model_source": self.source}
             if work.exists():
                 work.check_ours()  # never take over or delete a folder that is not ours
             if work.exists() and resume:
@@ -358,8 +363,9 @@ class Embedder:
                     writer = create_writer(fout, options, token_shape)
                     write_from_journal(work, frames, writer, token_shape, np.dtype(DTYPES[options.dtype]),
                                        window_for(self.max_tokens))
+                    # The source is recorded, not fingerprinted: the weights' fingerprint decides.
                     writer.finish({"fingerprint": fingerprint, "input": os.fspath(input_path),
-                                   "shard": [rank, world], "state": self.state})
+                                   "shard": [rank, world], "state": self.state, "model_source": self.source})
                 writing = time.perf_counter() - writing
                 if world > 1:
                     write_manifest(output_path, world, fingerprint)

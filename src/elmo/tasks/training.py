@@ -22,6 +22,7 @@ naming it.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -117,10 +118,9 @@ def load_bilm_source(config: TaskConfig):
     """The Embedder that computes ELMo layers for this config (None for a baseline)."""
     if not config.elmo.enabled:
         return None
-    from elmo.hub import load_model
     from elmo.inference.embed import Embedder
 
-    return Embedder(load_model(config.bilm.model), state=config.bilm.state, batch_size=config.bilm.batch_size)
+    return Embedder.from_pretrained(config.bilm.model, state=config.bilm.state, batch_size=config.bilm.batch_size)
 
 
 def bilm_layer_shape(embedder) -> tuple[int, int]:
@@ -195,6 +195,10 @@ def train_task(config: TaskConfig, *, resume: bool = False, progress: bool = Tru
             split.layers = load_or_compute(embedder, split.sentences, config.cache_dir, f"{config.data.kind}-{name}",
                                            progress=progress)
     n_layers, dim = bilm_layer_shape(embedder)
+    if embedder is not None and embedder.source != config.bilm.model:
+        # A Hub id pinned to the commit it resolved to: the run's config and checkpoints name the
+        # exact biLM, so that evaluating the task model later computes its layers from the same one.
+        config = dataclasses.replace(config, bilm=dataclasses.replace(config.bilm, model=embedder.source))
     claim_folder(config.output, TASK_RUN_KIND, recognise=is_task_run_from_before_markers, option="output",
                  make_parents=True)
     atomic_write_text(os.path.join(config.output, "config.json"), json.dumps(config.to_dict(), indent=1))
