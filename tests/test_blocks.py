@@ -143,3 +143,28 @@ def test_vectors_are_the_same_bits_alone_in_any_batch_and_resumed():
     assert np.array_equal(shared.embed_sentences(LINES[:40])[LINES.index(TARGET)], reference)
     resumed = embedder().embed_sentences(LINES[LINES.index(TARGET):40])[0]
     assert np.array_equal(resumed, reference)
+
+
+def test_the_gpu_block_sizes_keep_the_numbers_and_batch_independence(monkeypatch):
+    """A GPU runs the same code on larger blocks (blocks.BLOCK_SIZES["cuda"]). Run here with those
+    sizes: the products are asked only those sizes, the vectors match the plain path as the CPU's
+    do, and a sentence's vectors are the same bits alone and in batches of other sizes (all within
+    one block here: a GPU block holds 64 sentences)."""
+    gpu = blocks.BLOCK_SIZES["cuda"]
+    assert (gpu.row, gpu.gate, gpu.word, gpu.head) != (ROW_BLOCK, GATE_BLOCK, WORD_BLOCK, HEAD_BLOCK)
+    monkeypatch.setitem(blocks.BLOCK_SIZES, "cpu", gpu)
+
+    def embedder(**kwargs) -> Embedder:  # the zero state: no warm state computed (or cached) with these sizes
+        return Embedder(load_fixture_model("allennlp"), state="reset", **kwargs)
+
+    batch = lambda: embedder(token_memo=0).embed_sentences(LINES[:20], batch_size=20)  # noqa: E731
+    rows = {rows_of(shape) for shape in product_shapes(batch)} - {None}
+    assert rows <= {gpu.row, gpu.row_large, gpu.gate, gpu.word, gpu.head}, rows
+    reference = embedder(token_memo=0).embed_sentences([TARGET])[0]
+    for batch_size in (9, 20):  # (on a CPU each one-sentence batch computes whole GPU blocks: slow)
+        got = embedder().embed_sentences(LINES[:20], batch_size=batch_size)[LINES.index(TARGET)]
+        assert np.array_equal(got, reference), batch_size
+    plain = load_fixture_model("allennlp")
+    plain.fast = False
+    expected = Embedder(plain, state="reset").embed_sentences([TARGET])[0]
+    np.testing.assert_allclose(reference, expected, rtol=0, atol=1e-5)

@@ -17,6 +17,7 @@ every product of a run and checks it):
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 
@@ -39,10 +40,40 @@ WORD_BLOCK = 16
 HEAD_BLOCK = 64
 
 
-def row_block(state_weight_elements: int) -> int:
+
+
+@dataclass(frozen=True)
+class BlockSizes:
+    """The fixed block sizes of one kind of device (see the constants above for what each is)."""
+
+    row: int
+    row_large: int
+    gate: int
+    word: int
+    head: int
+
+
+# On a GPU one kernel computes a whole block at once, and what a step waits on is the host
+# launching kernels (the GPU suite's first runs, docs/speed.md): larger blocks there, so that a
+# batch of 64 sentences is one recurrent block, its input gates a block or two, and its distinct
+# words (about 600) a few blocks; not larger, since a single sentence computes whole blocks. Still
+# fixed sizes, so a sentence's numbers there never depend on its batch either (on one GPU model and
+# library version; a GPU and a CPU round differently anyway).
+BLOCK_SIZES = {"cpu": BlockSizes(ROW_BLOCK, ROW_BLOCK_LARGE, GATE_BLOCK, WORD_BLOCK, HEAD_BLOCK),
+               "cuda": BlockSizes(row=64, row_large=64, gate=1024, word=256, head=256)}
+
+
+def block_sizes(device: torch.device | str | None = None) -> BlockSizes:
+    """The block sizes of ``device``'s kind (the CPU's for None and any kind not listed)."""
+    kind = torch.device(device).type if device is not None else "cpu"
+    return BLOCK_SIZES.get(kind, BLOCK_SIZES["cpu"])
+
+
+def row_block(state_weight_elements: int, device: torch.device | str | None = None) -> int:
     """The rows of one recurrent product and projection for a recurrent weight of this many
-    elements (:data:`ROW_BLOCK` or :data:`ROW_BLOCK_LARGE`)."""
-    return ROW_BLOCK_LARGE if state_weight_elements >= LARGE_RECURRENT_WEIGHT else ROW_BLOCK
+    elements on ``device`` (on a CPU :data:`ROW_BLOCK` or :data:`ROW_BLOCK_LARGE`)."""
+    sizes = block_sizes(device)
+    return sizes.row_large if state_weight_elements >= LARGE_RECURRENT_WEIGHT else sizes.row
 
 
 def padded(rows: int, block: int) -> int:
@@ -80,5 +111,5 @@ def in_blocks(x: torch.Tensor, block: int, product: Callable[[torch.Tensor, torc
     return out.narrow(dim, 0, rows) if total != rows else out
 
 
-__all__ = ["GATE_BLOCK", "HEAD_BLOCK", "LARGE_RECURRENT_WEIGHT", "ROW_BLOCK", "ROW_BLOCK_LARGE", "WORD_BLOCK", "in_blocks",
+__all__ = ["BLOCK_SIZES", "GATE_BLOCK", "HEAD_BLOCK", "BlockSizes", "block_sizes", "LARGE_RECURRENT_WEIGHT", "ROW_BLOCK", "ROW_BLOCK_LARGE", "WORD_BLOCK", "in_blocks",
            "pad_rows", "padded", "row_block"]

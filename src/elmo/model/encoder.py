@@ -16,7 +16,7 @@ from typing import NamedTuple
 import torch
 from torch import nn
 
-from elmo.model.blocks import HEAD_BLOCK, WORD_BLOCK
+from elmo.model.blocks import HEAD_BLOCK, block_sizes
 from elmo.model.chars import PAD_CHAR
 from elmo.model.config import CharCNNConfig
 
@@ -275,8 +275,8 @@ def encode_words_fast(encoder: TokenEncoder, ids: torch.Tensor, dtype: torch.dty
     windows that touch its characters (grouped in length buckets). The convolutions run on blocks
     of exactly :data:`~elmo.model.blocks.WORD_BLOCK` words of one bucket over a slot span fixed by
     the bucket, the highway layers and projection on blocks of
-    :data:`~elmo.model.blocks.HEAD_BLOCK` words (each last block padded with copies of its first
-    word), so every convolution and product has a shape that the model and the word's bucket
+    :data:`~elmo.model.blocks.HEAD_BLOCK` words (larger on a GPU,
+    :data:`~elmo.model.blocks.BLOCK_SIZES`; each last block padded with copies of its first word), so every convolution and product has a shape that the model and the word's bucket
     decide: a word's vector is the same bits whatever other words are encoded with it
     (:mod:`elmo.model.blocks`), and memory stays bounded however many words come in. ``dtype``
     may be ``torch.bfloat16`` (or float16 on GPU) for the convolutions and matrix products; the
@@ -292,6 +292,8 @@ def encode_words_fast(encoder: TokenEncoder, ids: torch.Tensor, dtype: torch.dty
     buckets = tuple(b for b in LENGTH_BUCKETS if b < encoder.n_slots) + (encoder.n_slots,)
     bucket_of = torch.bucketize(n_real, torch.tensor(buckets, device=ids.device))
     widest = max(conv.kernel_size[0] for conv in encoder.convs)
+    sizes = block_sizes(ids.device)
+    word_block, head_block = sizes.word, sizes.head
     for head_start in range(0, n, WORDS_PER_PART):
         part = torch.arange(head_start, min(n, head_start + WORDS_PER_PART), device=ids.device)
         features = torch.empty(len(part), encoder.config.n_filters, dtype=torch.float32, device=ids.device)
@@ -299,14 +301,14 @@ def encode_words_fast(encoder: TokenEncoder, ids: torch.Tensor, dtype: torch.dty
         for bucket in part_buckets.unique().tolist():
             members = part[part_buckets == bucket]
             span = min(encoder.n_slots, buckets[bucket] + widest - 1)  # the slots any window touching a real one reaches
-            for start in range(0, len(members), WORD_BLOCK):
-                rows = members[start:start + WORD_BLOCK]
-                block = pad_rows_with_first(rows, WORD_BLOCK)
+            for start in range(0, len(members), word_block):
+                rows = members[start:start + word_block]
+                block = pad_rows_with_first(rows, word_block)
                 pooled = _cnn_on_real_slots(encoder, ids[block], n_real[block], constants, dtype, span)
                 features[rows - head_start] = pooled[:len(rows)]
-        for start in range(0, len(part), HEAD_BLOCK):
-            rows = part[start:start + HEAD_BLOCK]
-            block = pad_rows_with_first(rows, HEAD_BLOCK)
+        for start in range(0, len(part), head_block):
+            rows = part[start:start + head_block]
+            block = pad_rows_with_first(rows, head_block)
             words = word_ids[block] if word_ids is not None else None
             vectors = _highway_and_projection(encoder, encoder.activation(features[block - head_start]), dtype, words)
             out[rows] = vectors[:len(rows)]

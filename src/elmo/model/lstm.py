@@ -22,7 +22,7 @@ from typing import NamedTuple
 import torch
 from torch import nn
 
-from elmo.model.blocks import GATE_BLOCK, in_blocks, pad_rows, padded, row_block
+from elmo.model.blocks import GATE_BLOCK, block_sizes, in_blocks, pad_rows, padded, row_block
 
 FORGET_BIAS = 1.0
 
@@ -337,8 +337,9 @@ def bilstm_inference(forward_layer: LstmLayer, backward_layer: LstmLayer, inputs
 
     Every matrix product runs on row blocks of a fixed size (:mod:`elmo.model.blocks`): the
     recurrent product and the projection on :func:`~elmo.model.blocks.row_block` rows, the input
-    half of the gates on :data:`~elmo.model.blocks.GATE_BLOCK` (row, step) pairs, so a row's
-    numbers never depend on the other rows, on any CPU. Per layer-step: the recurrent products,
+    half of the gates on :data:`~elmo.model.blocks.GATE_BLOCK` (row, step) pairs (larger blocks on
+    a GPU: :data:`~elmo.model.blocks.BLOCK_SIZES`), so a row's numbers never depend on the other
+    rows, on any CPU. Per layer-step: the recurrent products,
     the input half added, :func:`lstm_cell_inplace` on the running rows' cell state, and the
     projections written into a time-major output buffer, which is the next step's ``h`` (in
     reduced precision, into a low-precision ``h`` copied out).
@@ -350,7 +351,8 @@ def bilstm_inference(forward_layer: LstmLayer, backward_layer: LstmLayer, inputs
     low = dtype != torch.float32  # (oneDNN runs float32 only)
     # Rows in whole blocks: the products read the rows of the last, partial block too (finished
     # rows and padding are computed there, never stored).
-    block_rows = row_block(forward_layer.state_weight.numel())
+    block_rows = row_block(forward_layer.state_weight.numel(), inputs.device)
+    gate_block = block_sizes(inputs.device).gate
     rows_total = padded(batch, block_rows)
     c = pad_rows(c, rows_total, dim=1).clone()
     outputs = inputs.new_zeros((time, 2, rows_total, proj), dtype=torch.float32)  # time-major
@@ -370,7 +372,7 @@ def bilstm_inference(forward_layer: LstmLayer, backward_layer: LstmLayer, inputs
             break
         rows = running[start]
         x = inputs[:, :rows, start:stop].transpose(1, 2).reshape(2, -1, input_dim)  # time-major
-        x_gates = _input_gates(x, weights, dtype).view(2, stop - start, rows, 4 * dim)
+        x_gates = _input_gates(x, weights, dtype, gate_block).view(2, stop - start, rows, 4 * dim)
         for t in range(start, stop):
             n = running[t]
             if n == 0:
