@@ -40,7 +40,7 @@ from elmo.hub.checkpoints import (
     save_softmax,
 )
 from elmo.hub.pretrained import packaged_model_dir
-from elmo.inference.embed import load_embeddings
+from elmo.inference.embed_file import load_embeddings
 from elmo.inference.layer_cache import load_or_compute
 from elmo.inference.runtime import Runtime, warm_state_key
 from elmo.inference.states import load_warm_state, save_warm_state

@@ -151,12 +151,12 @@ def test_embed_refuses_a_folder_or_a_device_as_output_before_embedding(tmp_path,
     src.write_text("a few words\nand more\n")
     (tmp_path / "out").mkdir()
     os.mkfifo(tmp_path / "fifo.hdf5")
-    import elmo.inference.embed
+    import elmo.inference.embed_file
 
     def no_embedding(*args, **kwargs):
         raise AssertionError("embedded before the output was checked")
 
-    monkeypatch.setattr(elmo.inference.embed.Embedder, "_embed_into_journal", no_embedding)
+    monkeypatch.setattr(elmo.inference.embed_file.FileEmbedder, "_embed_into_journal", no_embedding)
     for flags in ([], ["--force"]):
         assert main(["embed", str(src), str(tmp_path / "out"), *MODEL_ARGS, *flags]) == 2
         line = _one_line(capsys)
