@@ -28,7 +28,7 @@ from elmo.inference.outputs import (
     DTYPES,
     LAYOUTS,
 )
-from elmo.inference.runtime import DEFAULT_PRECISION, PRECISIONS
+from elmo.inference.precision import DEFAULT_PRECISION, PRECISIONS
 from elmo.inference.states import DEFAULT_STATE, STATE_MODES
 
 HELP = ("Embed a file of sentences (one per line, tokens split on whitespace) into HDF5, "

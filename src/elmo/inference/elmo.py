@@ -14,7 +14,8 @@ import torch
 from torch import nn
 
 from elmo.hub.resolve import ModelSource, load_model
-from elmo.inference.runtime import DEFAULT_PRECISION, Runtime
+from elmo.inference.precision import DEFAULT_PRECISION
+from elmo.inference.runtime import Runtime
 from elmo.inference.states import DEFAULT_STATE
 from elmo.model.bilm import BiLM
 from elmo.model.scalar_mix import ScalarMix

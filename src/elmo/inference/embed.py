@@ -28,7 +28,8 @@ from elmo.inference.embed_file import (
 )
 from elmo.inference.long_lines import embed_long_sentence
 from elmo.inference.outputs import DEFAULT_COMPRESSION, DEFAULT_DTYPE, DEFAULT_LAYOUT
-from elmo.inference.runtime import DEFAULT_PRECISION, DEFAULT_TOKEN_MEMO, Runtime
+from elmo.inference.precision import DEFAULT_PRECISION
+from elmo.inference.runtime import DEFAULT_TOKEN_MEMO, Runtime
 from elmo.inference.states import DEFAULT_STATE
 from elmo.model.bilm import BiLM
 from elmo.model.chars import tokenize
