@@ -15,16 +15,9 @@ import torch
 from conftest import ALLENNLP, load_fixture_model
 from test_train import CORPUS, VOCAB, tiny_settings
 
-from elmo import (
-    BiLMConfig,
-    Embedder,
-    WeightsError,
-    load_bilm_tf,
-    load_checkpoint,
-    load_model,
-    save_bilm_tf,
-    save_checkpoint,
-)
+from elmo import BiLMConfig, Embedder, WeightsError, load_model, save_bilm_tf, save_checkpoint
+from elmo.hub.checkpoints import load_checkpoint
+from elmo.model.weights import load_bilm_tf
 from elmo.hub import (
     load_language_model,
     load_language_model_with_origin,

@@ -15,7 +15,7 @@ import pytest
 import torch
 from conftest import FIXTURES
 
-from elmo import load_bilm_tf
+from elmo.model.weights import load_bilm_tf
 from elmo.hub import load_language_model
 from elmo.hub.checkpoints import load_train_checkpoint
 from elmo.model.bilm import FORWARD
