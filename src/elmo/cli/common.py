@@ -1,8 +1,10 @@
-"""Arguments several verbs share: which biLM to load."""
+"""Arguments several verbs share: which biLM to load; and where an option's default comes from."""
 
 from __future__ import annotations
 
 import argparse
+import inspect
+from collections.abc import Callable
 
 from elmo.hub.pretrained import DEFAULT_MODEL, model_names
 from elmo.hub.resolve import load_model
@@ -31,3 +33,11 @@ def model_from_args(args: argparse.Namespace) -> BiLM:
             raise ValueError("--model and --options/--weights are alternatives: give one")
         return load_model((args.options, args.weights))
     return load_model(args.model, cache_dir=args.cache_dir)
+
+
+def defaults_of(function: Callable) -> dict:
+    """The default of each keyword of ``function``: an option that stands for one of its arguments
+    takes its default from there, so that a default is written once, in the library."""
+    return {name: p.default for name, p in inspect.signature(function).parameters.items()
+            if p.default is not inspect.Parameter.empty}
+

@@ -24,6 +24,7 @@ from elmo.inference.outputs import (
     COMPRESSIONS,
     DEFAULT_COMPRESSION,
     DEFAULT_DTYPE,
+    DEFAULT_LAYERS,
     DEFAULT_LAYOUT,
     DTYPES,
     LAYOUTS,
@@ -52,7 +53,7 @@ def add_parser(parser: argparse.ArgumentParser) -> None:
                              "and options, which is checked); starts afresh when there is none, and does nothing "
                              "when the output is already complete")
     add_model_arguments(parser)
-    parser.add_argument("--layers", default="all", type=parse_layers, metavar="all|top|average|N",
+    parser.add_argument("--layers", default=DEFAULT_LAYERS, type=parse_layers, metavar="all|top|average|N",
                         help="all: (layers, tokens, dim) per sentence; top, average or one layer index N (0: the "
                              "token layer; ELMoForManyLangs' output_layer -1 is average): (tokens, dim)")
     parser.add_argument("--layout", default=DEFAULT_LAYOUT, choices=LAYOUTS,

@@ -27,7 +27,7 @@ from elmo.inference.embed_file import (
     FileEmbedder,
 )
 from elmo.inference.long_lines import embed_long_sentence
-from elmo.inference.outputs import DEFAULT_COMPRESSION, DEFAULT_DTYPE, DEFAULT_LAYOUT
+from elmo.inference.outputs import DEFAULT_COMPRESSION, DEFAULT_DTYPE, DEFAULT_LAYERS, DEFAULT_LAYOUT
 from elmo.inference.precision import DEFAULT_PRECISION
 from elmo.inference.runtime import DEFAULT_TOKEN_MEMO, Runtime
 from elmo.inference.states import DEFAULT_STATE
@@ -200,7 +200,7 @@ class Embedder:
         return embed_long_sentence(self.runtime, as_tokens(sentence), self.max_tokens,
                                    None if spill_dir is None else os.fspath(spill_dir), progress)
 
-    def embed(self, sentences: str | Sequence[str | Sequence[str]], *, layers: Layers = "all",
+    def embed(self, sentences: str | Sequence[str | Sequence[str]], *, layers: Layers = DEFAULT_LAYERS,
               batch_size: int | None = None, progress: bool = False) -> list[np.ndarray]:
         """Embed sentences, with this call's options: each sentence a string (split on
         whitespace) or a token list; a single string is one sentence (a list of one array comes
@@ -227,12 +227,12 @@ class Embedder:
                 bar.update(len(indices))
         return results  # type: ignore[return-value]
 
-    def embed_sentences(self, sentences: str | Sequence[str | Sequence[str]], layers: Layers = "all",
+    def embed_sentences(self, sentences: str | Sequence[str | Sequence[str]], layers: Layers = DEFAULT_LAYERS,
                         batch_size: int | None = None, progress: bool = False) -> list[np.ndarray]:
         """:meth:`embed` with its options given by position too (the older signature)."""
         return self.embed(sentences, layers=layers, batch_size=batch_size, progress=progress)
 
-    def embed_sentence(self, sentence: str | Sequence[str], layers: Layers = "all") -> np.ndarray:
+    def embed_sentence(self, sentence: str | Sequence[str], layers: Layers = DEFAULT_LAYERS) -> np.ndarray:
         """Embed one sentence (a string split on whitespace, or a token list): one float32 array
         shaped as :func:`select_layers` says."""
         return self.embed([as_tokens(sentence)], layers=layers)[0]
@@ -245,7 +245,7 @@ class Embedder:
         return other
 
     def embed_file(self, input_path: str | os.PathLike, output_path: str | os.PathLike,
-                   layers: Layers = "all", batch_size: int | None = None, progress: bool | None = None,
+                   layers: Layers = DEFAULT_LAYERS, batch_size: int | None = None, progress: bool | None = None,
                    chunk_sentences: int = DEFAULT_CHUNK_SENTENCES, overwrite: bool = False, *,
                    layout: str = DEFAULT_LAYOUT, dtype: str = DEFAULT_DTYPE,
                    compression: str | None = DEFAULT_COMPRESSION, resume: bool = False,

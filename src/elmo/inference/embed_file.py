@@ -45,6 +45,7 @@ from elmo.inference.long_lines import window_for
 from elmo.inference.outputs import (
     DEFAULT_COMPRESSION,
     DEFAULT_DTYPE,
+    DEFAULT_LAYERS,
     DEFAULT_LAYOUT,
     DTYPES,
     MANIFEST,
@@ -88,7 +89,7 @@ class FileEmbedder:
     state it carries between calls is reset, as ``Embedder.embed_file`` always did).
     """
 
-    def __init__(self, embedder, *, layers: str | int | Sequence[int] = "all", layout: str = DEFAULT_LAYOUT,
+    def __init__(self, embedder, *, layers: str | int | Sequence[int] = DEFAULT_LAYERS, layout: str = DEFAULT_LAYOUT,
                  dtype: str = DEFAULT_DTYPE, compression: str | None = DEFAULT_COMPRESSION,
                  chunk_sentences: int = DEFAULT_CHUNK_SENTENCES, max_line_tokens: int = MAX_LINE_TOKENS,
                  progress: bool | None = None, progress_position: int = 0):
