@@ -152,6 +152,7 @@ import json, time
 t0 = time.perf_counter()
 import elmo.cli.main, elmo.cli.embed
 from elmo.inference.embed import Embedder
+from elmo.inference.embed_file import FileEmbedder
 from elmo.hub import load_model
 t1 = time.perf_counter()
 model = load_model(({options!r}, {weights!r}))
@@ -159,7 +160,7 @@ t2 = time.perf_counter()
 embedder = Embedder(model, batch_size={batch_size}, **{embedder_options!r})
 embedder.runtime.initial_state(1)
 t3 = time.perf_counter()
-embedder.embed_file({text!r}, {output!r}, overwrite=True)
+FileEmbedder(embedder).write({text!r}, {output!r}, overwrite=True)
 t4 = time.perf_counter()
 print(json.dumps({{"imports": t1 - t0, "weight_loading": t2 - t1, "warm_state": t3 - t2,
                   "embedding_and_writing": t4 - t3}}))

@@ -5,7 +5,7 @@ configurations are interleaved (``--repeats`` rounds of all of them), so that th
 shared machine falls on all alike; the tables give medians and the range of the rounds.
 
 * ``layouts``: embeds ``--embed-sentences`` lines once (packed, float32, all layers: the
-  end-to-end speed of ``embed_file``), then writes ``--sentences`` lines in every layout x dtype x
+  end-to-end speed of ``FileEmbedder.write``), then writes ``--sentences`` lines in every layout x dtype x
   compression (the embedded ones over and over when fewer, as embedding them all would take hours
   on a shared 2-core machine; sizes and write speeds do not depend on which vectors they are) and
   reads them back: bytes per token, write and read throughput.
@@ -95,7 +95,7 @@ def bench_layouts(args, work: str) -> dict:
     import h5py
     import numpy as np
 
-    from elmo import Embedder, open_embeddings
+    from elmo import Embedder, FileEmbedder, open_embeddings
     from elmo.hub import load_model
     from elmo.inference.outputs import OutputOptions, create_writer
 
@@ -104,7 +104,7 @@ def bench_layouts(args, work: str) -> dict:
     take_lines(args.text, embedded, text)
     source = os.path.join(work, "source.hdf5")
     embedder = Embedder(load_model(args.model))
-    report = embedder.embed_file(text, source, layout="packed", progress=False)
+    report = FileEmbedder(embedder, layout="packed", progress=False).write(text, source)
     embedding = {"sentences": report.sentences, "tokens": report.tokens, "seconds": report.seconds,
                  "write_seconds": report.write_seconds, "sentences_per_s": report.sentences / report.seconds,
                  "tokens_per_s": report.tokens / report.seconds}

@@ -28,7 +28,8 @@ import sys
 import numpy as np
 import torch
 
-from elmo import Embedder, load_bilm_tf
+from elmo import Embedder
+from elmo.model.weights import load_bilm_tf
 from elmo.fileio import atomic_write_text, read_lines
 from elmo.hub import load_language_model
 from elmo.inference.runtime import compute_warm_state

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 import elmo.model.lstm as lstm_module
-from elmo import load_bilm_tf
+from elmo.model.weights import load_bilm_tf
 from elmo.inference import journal
 from elmo.model.config import BiLMConfig
 
@@ -24,7 +24,7 @@ from elmo.model.config import BiLMConfig
 # inherited by the command-line tests' subprocesses.
 os.environ["ELMO_CACHE"] = tempfile.mkdtemp(prefix="elmo-test-cache-")
 # bfloat16 tests exercise the bfloat16 code path itself, whatever its speed on this CPU (tests of
-# the timing check that may choose float32 instead switch it back on: test_precision_choice.py).
+# the timing check that may choose float32 instead switch it back on: test_precision.py).
 os.environ["ELMO_BFLOAT16_CHECK"] = "0"
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -142,10 +142,10 @@ def bfloat16_selected(monkeypatch):
     """Make ``precision="bfloat16"`` really run bfloat16 on this CPU: without AVX-512 BF16 or AMX
     (or where it measures slower) the runtime falls back to float32, which a test of bfloat16's
     own behaviour must not silently get."""
-    import elmo.inference.runtime
+    import elmo.inference.precision
 
-    monkeypatch.setattr(elmo.inference.runtime, "cpu_has_bfloat16", lambda: True)
-    monkeypatch.setenv(elmo.inference.runtime.BFLOAT16_CHECK_ENV, "0")
+    monkeypatch.setattr(elmo.inference.precision, "cpu_has_bfloat16", lambda: True)
+    monkeypatch.setenv(elmo.inference.precision.BFLOAT16_CHECK_ENV, "0")
 
 
 # ------------------------------------------------ small models and texts the model tests share

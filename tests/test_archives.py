@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 from conftest import ALLENNLP, FIXTURES, bounded_load, cache_files, zip_with_bomb
 
-from elmo import BiLMConfig, ConfigError, Elmo, Embedder, WeightsError, load_bilm_tf
+from elmo import BiLMConfig, ConfigError, Elmo, Embedder, WeightsError
+from elmo.model.weights import load_bilm_tf
 from elmo.cli.main import main
 from elmo.hub import load_model
 from elmo.hub.archives import ArchiveError, ModelFolder, read_model_vocabulary

@@ -15,16 +15,9 @@ import torch
 from conftest import ALLENNLP, load_fixture_model
 from test_train import CORPUS, VOCAB, tiny_settings
 
-from elmo import (
-    BiLMConfig,
-    Embedder,
-    WeightsError,
-    load_bilm_tf,
-    load_checkpoint,
-    load_model,
-    save_bilm_tf,
-    save_checkpoint,
-)
+from elmo import BiLMConfig, Embedder, WeightsError, load_model, save_bilm_tf, save_checkpoint
+from elmo.hub.checkpoints import load_checkpoint
+from elmo.model.weights import load_bilm_tf
 from elmo.hub import (
     load_language_model,
     load_language_model_with_origin,
@@ -40,7 +33,7 @@ from elmo.hub.checkpoints import (
     save_softmax,
 )
 from elmo.hub.pretrained import packaged_model_dir
-from elmo.inference.embed import load_embeddings
+from elmo.inference.embed_file import load_embeddings
 from elmo.inference.layer_cache import load_or_compute
 from elmo.inference.runtime import Runtime, warm_state_key
 from elmo.inference.states import load_warm_state, save_warm_state

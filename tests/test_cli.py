@@ -151,12 +151,12 @@ def test_embed_refuses_a_folder_or_a_device_as_output_before_embedding(tmp_path,
     src.write_text("a few words\nand more\n")
     (tmp_path / "out").mkdir()
     os.mkfifo(tmp_path / "fifo.hdf5")
-    import elmo.inference.embed
+    import elmo.inference.embed_file
 
     def no_embedding(*args, **kwargs):
         raise AssertionError("embedded before the output was checked")
 
-    monkeypatch.setattr(elmo.inference.embed.Embedder, "_embed_into_journal", no_embedding)
+    monkeypatch.setattr(elmo.inference.embed_file.FileEmbedder, "_embed_into_journal", no_embedding)
     for flags in ([], ["--force"]):
         assert main(["embed", str(src), str(tmp_path / "out"), *MODEL_ARGS, *flags]) == 2
         line = _one_line(capsys)
@@ -266,3 +266,60 @@ def test_convert_force_never_replaces_a_folder_holding_a_users_file(tmp_path, ca
     # A native checkpoint is a file: a folder in its place is refused, before the model loads.
     assert main(["convert", str(source), str(out), "--to", "elmo", "--force"]) == 2
     assert f"{out}: a folder is in the way of the checkpoint file" in _one_line(capsys)
+
+
+@pytest.mark.parametrize("verb, function, options", [
+    ("prepare", "elmo.training.prepare:prepare_corpus",
+     {"heldout_fraction": "heldout_fraction", "sentences_per_shard": "sentences_per_shard", "lang": "lang",
+      "min_tokens": "min_tokens"}),
+    ("convert", "elmo.hub.convert:convert_model", {"to": "to", "dtype": "dtype"}),
+    ("vocab", "elmo.model.vocab:build_vocabulary", {"min_count": "min_count", "max_size": "max_size"}),
+    ("neighbours", "elmo.inference.neighbours:contextual_neighbours", {"k": "k"}),
+    ("embed", "elmo.inference.embed_file:FileEmbedder",
+     {"layers": "layers", "layout": "layout", "dtype": "dtype", "compression": "compression",
+      "max_line_tokens": "max_line_tokens"}),
+    ("embed", "elmo.inference.embed:Embedder", {"batch_size": "batch_size", "max_tokens": "max_tokens",
+                                                "state": "state", "precision": "precision"}),
+])
+def test_an_options_default_is_the_librarys(verb, function, options):
+    """One source for every default: each option takes the default of the argument it stands for."""
+    import argparse
+    import importlib
+    import inspect
+
+    from elmo.cli.main import VERBS
+
+    module_name, name = function.split(":")
+    signature = inspect.signature(getattr(importlib.import_module(module_name), name))
+    parser = argparse.ArgumentParser()
+    importlib.import_module(f"elmo.cli.{VERBS[verb]}").add_parser(parser)
+    for option, argument in options.items():
+        assert parser.get_default(option) == signature.parameters[argument].default, (verb, option)
+
+
+def test_task_models_default_to_their_settings():
+    """A task model built without arguments has its [model] settings' defaults (SRL's layers,
+    BiDAF's and the sentence classifier's dropout included)."""
+    import dataclasses
+    import inspect
+
+    from elmo.tasks.base import ModelSettings
+    from elmo.tasks.classification import SentenceClassifier
+    from elmo.tasks.coref import CorefModel, CorefSettings
+    from elmo.tasks.entailment import ESIM
+    from elmo.tasks.qa import BiDAF, QaSettings
+    from elmo.tasks.relatedness import RelatednessESIM
+    from elmo.tasks.srl import SrlSettings, SrlTagger
+    from elmo.tasks.tagging import Tagger, TaggingSettings
+
+    for model, settings in [(SentenceClassifier, ModelSettings), (ESIM, ModelSettings),
+                            (RelatednessESIM, ModelSettings), (BiDAF, QaSettings), (SrlTagger, SrlSettings),
+                            (Tagger, TaggingSettings), (CorefModel, CorefSettings)]:
+        defaults = {f.name: f.default for f in dataclasses.fields(settings)}
+        parameters = inspect.signature(model).parameters
+        shared = [name for name in parameters if name in defaults]
+        assert {"hidden", "dropout"} <= set(shared), model
+        for name in shared:
+            assert parameters[name].default == defaults[name], (model.__name__, name)
+    assert inspect.signature(SrlTagger).parameters["layers"].default == 1
+    assert inspect.signature(BiDAF).parameters["dropout"].default == 0.5

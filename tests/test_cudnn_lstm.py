@@ -12,7 +12,8 @@ import pytest
 import torch
 from conftest import FIXTURES
 
-from elmo import Embedder, batch_to_char_ids, load_bilm_tf
+from elmo import Embedder, batch_to_char_ids
+from elmo.model.weights import load_bilm_tf
 from elmo.hub import load_language_model
 from elmo.model.config import BiLMConfig, ConfigError
 from elmo.model.cudnn_lstm import (

@@ -60,7 +60,7 @@ def test_fixture_model_fast_equals_plain_on_awkward_text():
 def test_token_budget_batches_keep_input_order():
     embedder = Embedder(load_fixture_model("allennlp"), max_tokens=20)
     sentences = [["w"] * n for n in (3, 9, 1, 7, 0, 5)]
-    batches = list(embedder._batches(sentences, batch_size=4))
+    batches = list(embedder.batches(sentences, batch_size=4))
     assert sorted(i for b in batches for i in b) == list(range(6))
     assert all(len(b) * (len(sentences[b[0]]) + 2) <= 20 or len(b) == 1 for b in batches)
     arrays = embedder.embed_sentences(sentences, layers="top")
@@ -136,3 +136,51 @@ def test_layer_selection_values(embedder):
 def test_bad_layer_selection(embedder, layers):
     with pytest.raises(ValueError, match="layers:"):
         embedder.embed_sentences(["a b"], layers=layers)
+
+
+def test_embed_takes_per_call_options_as_embed_sentences_did(embedder):
+    """embed() is the one in-memory call; embed_sentences/embed_sentence give its arrays."""
+    sentences = ["The bank raised rates .", "We sat on the river bank .", "a"]
+    per_call = embedder.embed(sentences, layers="top", batch_size=2)
+    for got, want in zip(per_call, embedder.embed_sentences(sentences, "top", 2)):
+        np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(embedder.embed_sentence(sentences[2]), embedder.embed([sentences[2]])[0])
+    assert [a.shape for a in per_call] == [(5, 32), (7, 32), (1, 32)]
+
+
+@pytest.mark.parametrize("bad", [0, -1, 2.5, True])
+def test_a_bad_batch_size_is_an_error_wherever_it_enters(embedder, tmp_path, bad):
+    """A batch size below 1 (or not a count) is refused, naming it: never replaced by a default."""
+    src = tmp_path / "in.txt"
+    src.write_text("a b\n")
+    with pytest.raises(ValueError, match="batch_size: must be at least 1"):
+        Embedder(embedder.model, batch_size=bad)
+    with pytest.raises(ValueError, match="batch_size: must be at least 1"):
+        embedder.embed(["a b"], batch_size=bad)
+    with pytest.raises(ValueError, match="batch_size: must be at least 1"):
+        embedder.embed_sentences(["a b"], batch_size=bad)
+    with pytest.raises(ValueError, match="batch_size: must be at least 1"):
+        embedder.embed_file(src, tmp_path / "out.hdf5", batch_size=bad)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt"]
+
+
+def test_file_embedder_uses_the_embedder_and_embed_file_wraps_it(tmp_path):
+    """FileEmbedder writes with its Embedder's batch size; Embedder.embed_file(batch_size=N) is
+    the same as FileEmbedder over an Embedder of batch size N, and leaves the embedder as it was."""
+    from elmo import FileEmbedder, open_embeddings
+
+    model = load_fixture_model("allennlp")
+    src = tmp_path / "in.txt"
+    src.write_text("".join(f"{' '.join(['w'] * (i % 7 + 1))} end\n" for i in range(11)))
+    base = Embedder(model, state="stateful")
+    base.embed_file(src, tmp_path / "wrapped.hdf5", batch_size=3, layers="top")
+    assert base.batch_size == 64
+    FileEmbedder(Embedder(model, state="stateful", batch_size=3), layers="top").write(src, tmp_path / "direct.hdf5")
+    with open_embeddings(tmp_path / "wrapped.hdf5") as a, open_embeddings(tmp_path / "direct.hdf5") as b:
+        assert len(a) == len(b) == 11
+        for x, y in zip(a, b):
+            np.testing.assert_array_equal(x, y)
+    # Stateful batches of 3 and of 64 carry different states: the batch size did reach the file.
+    base.embed_file(src, tmp_path / "default.hdf5", layers="top")
+    with open_embeddings(tmp_path / "wrapped.hdf5") as a, open_embeddings(tmp_path / "default.hdf5") as b:
+        assert any(not np.array_equal(x, y) for x, y in zip(a, b))

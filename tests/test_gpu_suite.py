@@ -1,6 +1,9 @@
 """benchmarks/gpu_suite.py, the script a GPU lease runs once, runs here on the CPU with --quick:
 every section ends ok with sane numbers, and its JSON renders as the docs' tables. (So that the
-script does not rot between leases; the numbers themselves mean nothing on a CPU.)"""
+script does not rot between leases; the numbers themselves mean nothing on a CPU.)
+
+Marked slow (a minute or more of CPU): not in the default run. It is run on purpose, by .ci/run
+and by hand: python -m pytest -q -m slow tests/test_gpu_suite.py"""
 
 import json
 import subprocess
@@ -11,6 +14,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 SUITE = ROOT / "benchmarks" / "gpu_suite.py"
+
+pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")

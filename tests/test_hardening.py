@@ -14,7 +14,8 @@ import torch
 from conftest import ALLENNLP, damaged_gzips, load_fixture_model
 from test_train import VOCAB
 
-from elmo import Elmo, Embedder, WeightsError, load_bilm_tf
+from elmo import Elmo, Embedder, WeightsError
+from elmo.model.weights import load_bilm_tf
 from elmo.cli.main import EXIT_INTERRUPTED, main
 from elmo.fileio import atomic_path, atomic_write_text, remove_stale_temporaries
 from elmo.hub.checkpoints import load_checkpoint, load_softmax, save_checkpoint
@@ -335,14 +336,14 @@ def test_bad_device_is_one_clear_line(text_file):
 
 
 def test_bfloat16_falls_back_to_float32_without_bfloat16_hardware(monkeypatch):
-    import elmo.inference.runtime
+    import elmo.inference.precision
 
     model = load_fixture_model("allennlp")
-    monkeypatch.setattr(elmo.inference.runtime, "cpu_flags", lambda: {"avx2", "fma"})
+    monkeypatch.setattr(elmo.inference.precision, "cpu_flags", lambda: {"avx2", "fma"})
     with pytest.warns(UserWarning, match="neither AVX-512 BF16 nor AMX"):
         runtime = Runtime(model, precision="bfloat16")
     assert runtime.precision == "float32" and runtime.dtype == torch.float32
-    monkeypatch.setattr(elmo.inference.runtime, "cpu_flags", lambda: {"avx512f", "avx512_bf16"})
+    monkeypatch.setattr(elmo.inference.precision, "cpu_flags", lambda: {"avx512f", "avx512_bf16"})
     assert Runtime(model, precision="bfloat16").dtype == torch.bfloat16
-    monkeypatch.setattr(elmo.inference.runtime, "cpu_flags", lambda: None)  # flags unknown: as asked
+    monkeypatch.setattr(elmo.inference.precision, "cpu_flags", lambda: None)  # flags unknown: as asked
     assert Runtime(model, precision="bfloat16").dtype == torch.bfloat16

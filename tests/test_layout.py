@@ -1,9 +1,13 @@
-"""The package's layout: its import graph has no circle.
+"""The package's layout: its import graph has no circle, and no import runs back up its floors.
 
 Every ``import`` and ``from ... import`` in ``src/elmo`` counts, at module level or inside a
 function (a function-local import only delays a circle, it does not break it), ``if
 TYPE_CHECKING:`` blocks included. ``from package import name`` is an edge to the submodule
 ``package.name`` when there is one, else to the package's ``__init__``.
+
+The rooms (``elmo.<room>``: a subpackage or a top-level module) stand on :data:`FLOORS`, from the
+ground up. A module may import its own room and the rooms of lower floors, never a room on its
+own floor or above (the one exception known, and to be moved, is in :data:`UPWARD_EXCEPTIONS`).
 """
 
 import ast
@@ -11,6 +15,20 @@ from pathlib import Path
 
 SRC = Path(__file__).resolve().parent.parent / "src"
 PACKAGE = "elmo"
+
+# The floors, from the ground up; "elmo" is the package's own __init__ (the public API).
+FLOORS = (
+    ("version", "fileio", "devices"),  # leaves: no room of the package below them
+    ("model",),  # the network: config, char ids, CNN, LSTM, biLM, softmax, weights
+    ("hub",),  # where models come from: resolve, checkpoints, downloads, archives
+    ("inference", "training"),  # running a biLM; training one
+    ("tasks", "integrations", "allennlp"),  # what uses a running biLM
+    ("elmo",),  # the public API (src/elmo/__init__.py)
+    ("cli",),  # the command line: only it parses arguments
+)
+# Imports that run back up, known and to be moved (issue 48: the `python -m elmo.allennlp elmo`
+# command lives in cli/ though it is no `elmo` verb): (importing module, imported module).
+UPWARD_EXCEPTIONS = {("elmo.allennlp.__main__", "elmo.cli.allennlp_elmo")}
 
 
 def module_names() -> dict[str, Path]:
@@ -81,6 +99,49 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
             if cycle:
                 return cycle
     return None
+
+
+def room_of(module: str) -> str:
+    """``elmo.inference.embed`` -> ``inference``; the package itself -> ``elmo``."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else parts[0]
+
+
+def upward_imports(graph: dict[str, set[str]], floors=FLOORS, allowed=frozenset()) -> list[str]:
+    """Each import of ``graph`` into another room on its own floor or above, as ``a -> b``
+    (``allowed``: (a, b) pairs let through). A room on no floor is an error too: a new room must
+    be given its floor."""
+    floor = {room: level for level, rooms in enumerate(floors) for room in rooms}
+    found = []
+    for module, targets in sorted(graph.items()):
+        if room_of(module) not in floor:
+            found.append(f"{module}: its room {room_of(module)!r} is on no floor (add it to FLOORS)")
+            continue
+        for target in sorted(targets):
+            here, there = room_of(module), room_of(target)
+            if there != here and floor.get(there, len(floors)) >= floor[here] and (module, target) not in allowed:
+                found.append(f"{module} -> {target}")
+    return found
+
+
+def test_no_import_runs_back_up_the_floors():
+    upward = upward_imports(import_graph(), allowed=UPWARD_EXCEPTIONS)
+    assert not upward, "imports on the same floor or upward: " + "; ".join(upward)
+
+
+def test_the_floor_check_finds_an_import_that_runs_back_up():
+    """The check itself can fail: an upward import, a sideways one, and a room with no floor."""
+    floors = (("fileio",), ("model",), ("inference", "training"))
+    graph = {"elmo.fileio": set(), "elmo.model.bilm": {"elmo.fileio"},
+             "elmo.inference.embed": {"elmo.model.bilm", "elmo.inference.runtime"},
+             "elmo.inference.runtime": set(), "elmo.model.lstm": {"elmo.inference.runtime"},
+             "elmo.training.train": {"elmo.inference.embed"}, "elmo.serve.app": set()}
+    assert upward_imports(graph, floors) == [
+        "elmo.model.lstm -> elmo.inference.runtime", "elmo.serve.app: its room 'serve' is on no floor (add it to "
+        "FLOORS)", "elmo.training.train -> elmo.inference.embed"]
+    assert upward_imports(graph, floors, allowed={("elmo.model.lstm", "elmo.inference.runtime"),
+                                                  ("elmo.training.train", "elmo.inference.embed")}) == [
+        "elmo.serve.app: its room 'serve' is on no floor (add it to FLOORS)"]
 
 
 def test_the_import_graph_has_no_circle():

@@ -15,15 +15,8 @@ import pytest
 import torch
 from conftest import FIXTURES, bounded_load, cache_files, zip_with_bomb
 
-from elmo import (
-    BiLM,
-    BiLMConfig,
-    CharCNNConfig,
-    Embedder,
-    LSTMConfig,
-    load_checkpoint,
-    save_checkpoint,
-)
+from elmo import BiLM, BiLMConfig, CharCNNConfig, Embedder, LSTMConfig, save_checkpoint
+from elmo.hub.checkpoints import load_checkpoint
 from elmo.cli.main import main
 from elmo.hub import load_model
 from elmo.hub.archives import ArchiveError

@@ -8,7 +8,8 @@ import pytest
 import torch
 from conftest import ALLENNLP, FIXTURES
 
-from elmo import load_bilm_tf, save_checkpoint
+from elmo import save_checkpoint
+from elmo.model.weights import load_bilm_tf
 from elmo.hub.pickles import UnsafePickleError, check_pickle, pickle_globals, unsafe_global
 
 

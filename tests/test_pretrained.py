@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 from conftest import ALLENNLP, serve_directory
 
-from elmo import Elmo, Embedder, load_bilm_tf
+from elmo import Elmo, Embedder
+from elmo.model.weights import load_bilm_tf
 from elmo.cli.main import main
 from elmo.hub import pretrained
 from elmo.hub.download import DownloadError

@@ -7,15 +7,8 @@ import pytest
 import torch
 from conftest import ALLENNLP
 
-from elmo import (
-    BiLM,
-    Elmo,
-    Embedder,
-    load_bilm_tf,
-    load_model,
-    save_bilm_tf,
-    save_checkpoint,
-)
+from elmo import BiLM, Elmo, Embedder, load_model, save_bilm_tf, save_checkpoint
+from elmo.model.weights import load_bilm_tf
 from elmo.hub import Location, locate
 from elmo.hub.pretrained import PUBLISHED, packaged_model_dir
 from elmo.tasks.config import TaskConfigError, check_task_paths, task_config_from_dict

@@ -7,7 +7,7 @@ import pytest
 import torch
 from conftest import ALLENNLP, load_experiment
 
-from elmo import load_bilm_tf
+from elmo.model.weights import load_bilm_tf
 from elmo.model.bilm import BACKWARD, FORWARD
 from elmo.model.lm import LanguageModel
 from elmo.model.softmax import Softmax

@@ -15,7 +15,7 @@ import pytest
 import torch
 from conftest import FIXTURES
 
-from elmo import load_bilm_tf
+from elmo.model.weights import load_bilm_tf
 from elmo.hub import load_language_model
 from elmo.hub.checkpoints import load_train_checkpoint
 from elmo.model.bilm import FORWARD
@@ -30,14 +30,14 @@ from elmo.training.data import (
     count_tokens,
 )
 from elmo.training.evaluate import evaluate
-from elmo.training.train import (
+from elmo.training.recipe import (
     CPU_MAX_BATCH,
     FINETUNE_MIN_BATCH,
     FINETUNE_UPDATES,
     TrainSettings,
     finetune_batch_size,
-    train,
 )
+from elmo.training.train import train
 
 CORPUS = FIXTURES / "bilm-tf" / "train" / "data.txt"
 VOCAB = FIXTURES / "bilm-tf" / "train" / "vocab.txt"
@@ -529,7 +529,7 @@ def test_the_finetuning_batch_rule(tokens, unroll, pretraining, device, batch):
 def test_finetune_without_a_batch_size_takes_the_rule_and_says_so(trained_run, tmp_path, capsys, monkeypatch):
     """A 2048-row pretraining batch (the packaged model's) no longer makes a small fine-tune a few
     huge steps: the rule picks the batch, the run records it, and a given --batch-size wins."""
-    monkeypatch.setattr("elmo.training.train.FINETUNE_UPDATES", 5)  # the test corpus is small
+    monkeypatch.setattr("elmo.training.recipe.FINETUNE_UPDATES", 5)  # the test corpus is small
     domain = tmp_path / "domain.txt"
     domain.write_text("the cat sat on the mat .\n" * 200)  # 1,600 tokens with the end markers
     big = tmp_path / "big-batch"

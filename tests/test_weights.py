@@ -4,15 +4,9 @@ import pytest
 import torch
 from conftest import ALLENNLP
 
-from elmo import (
-    BiLM,
-    WeightsError,
-    batch_to_char_ids,
-    load_bilm_tf,
-    load_checkpoint,
-    save_bilm_tf,
-    save_checkpoint,
-)
+from elmo import BiLM, WeightsError, batch_to_char_ids, save_bilm_tf, save_checkpoint
+from elmo.hub.checkpoints import load_checkpoint
+from elmo.model.weights import load_bilm_tf
 from elmo.model.config import BiLMConfig, published_config
 from elmo.model.weights import _tf_datasets
 

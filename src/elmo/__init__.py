@@ -3,13 +3,20 @@
 Public API::
 
     from elmo import Embedder, Elmo, BiLM, BiLMConfig, ScalarMix, batch_to_char_ids, load_model
-    from elmo import open_embeddings  # read what elmo embed / Embedder.embed_file wrote
+    from elmo import FileEmbedder, open_embeddings  # write / read what elmo embed writes
+
+``load_model`` reads every model source (a name, files in the original layout, a checkpoint, an
+exported folder, ...); the readers it goes through stay in their modules:
+``elmo.model.weights.load_bilm_tf`` and ``elmo.hub.checkpoints.load_checkpoint``.
 """
 
-from elmo.hub.checkpoints import load_checkpoint, save_checkpoint
+import warnings
+
+from elmo.hub.checkpoints import save_checkpoint
 from elmo.hub.resolve import load_model
 from elmo.inference.elmo import Elmo, ElmoOutput
-from elmo.inference.embed import Embedder, EmbedReport
+from elmo.inference.embed import Embedder
+from elmo.inference.embed_file import EmbedReport, FileEmbedder
 from elmo.inference.outputs import Embeddings, open_embeddings
 from elmo.inference.states import DEFAULT_STATE, STATE_MODES
 from elmo.model.bilm import BiLM, BiLMOutput, BiLMState
@@ -17,12 +24,26 @@ from elmo.model.chars import batch_to_char_ids, tokenize
 from elmo.model.config import BiLMConfig, CharCNNConfig, ConfigError, LSTMConfig
 from elmo.model.dictionary import CharacterDictionary
 from elmo.model.scalar_mix import ScalarMix
-from elmo.model.weights import WeightsError, load_bilm_tf, save_bilm_tf
+from elmo.model.weights import WeightsError, save_bilm_tf
 from elmo.version import __version__ as __version__
 
 __all__ = [
     "BiLM", "BiLMConfig", "BiLMOutput", "BiLMState", "CharCNNConfig", "CharacterDictionary", "ConfigError",
-    "DEFAULT_STATE", "Elmo", "ElmoOutput", "EmbedReport", "Embedder", "Embeddings", "LSTMConfig", "STATE_MODES",
-    "ScalarMix", "WeightsError", "batch_to_char_ids", "load_bilm_tf", "load_checkpoint", "load_model",
-    "open_embeddings", "save_bilm_tf", "save_checkpoint", "tokenize",
+    "DEFAULT_STATE", "Elmo", "ElmoOutput", "EmbedReport", "Embedder", "Embeddings", "FileEmbedder", "LSTMConfig",
+    "STATE_MODES", "ScalarMix", "WeightsError", "batch_to_char_ids", "load_model", "open_embeddings",
+    "save_bilm_tf", "save_checkpoint", "tokenize",
 ]
+
+# Readers that left the top level for load_model, still found here (with a warning) by code
+# written before: name -> the module that holds them.
+_MOVED = {"load_bilm_tf": "elmo.model.weights", "load_checkpoint": "elmo.hub.checkpoints"}
+
+
+def __getattr__(name: str):
+    if name in _MOVED:
+        import importlib
+
+        warnings.warn(f"elmo.{name} is no longer part of the top-level API: use elmo.load_model, or import "
+                      f"{name} from {_MOVED[name]}", DeprecationWarning, stacklevel=2)
+        return getattr(importlib.import_module(_MOVED[name]), name)
+    raise AttributeError(f"module 'elmo' has no attribute {name!r}")

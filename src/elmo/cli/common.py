@@ -1,8 +1,10 @@
-"""Arguments several verbs share: which biLM to load."""
+"""Arguments several verbs share: which biLM to load; and where an option's default comes from."""
 
 from __future__ import annotations
 
 import argparse
+import inspect
+from collections.abc import Callable
 
 from elmo.hub.pretrained import DEFAULT_MODEL, model_names
 from elmo.hub.resolve import load_model_with_origin
@@ -39,3 +41,11 @@ def model_and_source_from_args(args: argparse.Namespace) -> tuple[BiLM, str]:
     else:
         model, origin = load_model_with_origin(args.model, cache_dir=args.cache_dir)
     return model, origin["source"]
+
+
+def defaults_of(function: Callable) -> dict:
+    """The default of each keyword of ``function``: an option that stands for one of its arguments
+    takes its default from there, so that a default is written once, in the library."""
+    return {name: p.default for name, p in inspect.signature(function).parameters.items()
+            if p.default is not inspect.Parameter.empty}
+

@@ -12,11 +12,11 @@ import torch
 from elmo.cli.common import add_model_arguments, model_and_source_from_args
 from elmo.devices import DEFAULT_DEVICE, DEVICES, torchrun_environment
 from elmo.fileio import STDIN, chunks, read_lines
-from elmo.inference.embed import (
-    DEFAULT_BATCH_SIZE,
-    DEFAULT_MAX_TOKENS,
+from elmo.inference.embed import DEFAULT_BATCH_SIZE, DEFAULT_MAX_TOKENS, Embedder, check_count
+from elmo.inference.embed_file import (
+    MAX_BYTES_PER_TOKEN,
     MAX_LINE_TOKENS,
-    Embedder,
+    FileEmbedder,
     check_output,
     check_sharding,
 )
@@ -24,11 +24,12 @@ from elmo.inference.outputs import (
     COMPRESSIONS,
     DEFAULT_COMPRESSION,
     DEFAULT_DTYPE,
+    DEFAULT_LAYERS,
     DEFAULT_LAYOUT,
     DTYPES,
     LAYOUTS,
 )
-from elmo.inference.runtime import DEFAULT_PRECISION, PRECISIONS
+from elmo.inference.precision import DEFAULT_PRECISION, PRECISIONS
 from elmo.inference.states import DEFAULT_STATE, STATE_MODES
 
 HELP = ("Embed a file of sentences (one per line, tokens split on whitespace) into HDF5, "
@@ -52,7 +53,7 @@ def add_parser(parser: argparse.ArgumentParser) -> None:
                              "and options, which is checked); starts afresh when there is none, and does nothing "
                              "when the output is already complete")
     add_model_arguments(parser)
-    parser.add_argument("--layers", default="all", type=parse_layers, metavar="all|top|average|N",
+    parser.add_argument("--layers", default=DEFAULT_LAYERS, type=parse_layers, metavar="all|top|average|N",
                         help="all: (layers, tokens, dim) per sentence; top, average or one layer index N (0: the "
                              "token layer; ELMoForManyLangs' output_layer -1 is average): (tokens, dim)")
     parser.add_argument("--layout", default=DEFAULT_LAYOUT, choices=LAYOUTS,
@@ -80,7 +81,8 @@ def add_parser(parser: argparse.ArgumentParser) -> None:
                         help="padded tokens per batch (not in stateful mode, where batches are --batch-size lines); "
                              "a longer line runs alone, in windows of this many tokens")
     parser.add_argument("--max-line-tokens", type=int, default=MAX_LINE_TOKENS,
-                        help="refuse a line of more tokens (or of more than 64 bytes per token), naming it")
+                        help=f"refuse a line of more tokens (or of more than {MAX_BYTES_PER_TOKEN} bytes per token), "
+                             "naming it")
     parser.add_argument("--shard", metavar="RANK/WORLD",
                         help="embed only lines n with n %% WORLD == RANK into OUTPUT/shard-RANK-of-WORLD.hdf5 "
                              "(default: torchrun's RANK and WORLD_SIZE when run under torchrun)")
@@ -147,12 +149,10 @@ def parse_layers(value: str) -> str | int:
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.batch_size < 1:
-        raise ValueError(f"--batch-size: must be at least 1, got {args.batch_size}")
-    if args.max_tokens < 1:
-        raise ValueError(f"--max-tokens: must be at least 1, got {args.max_tokens}")
-    if args.max_line_tokens < 1:
-        raise ValueError(f"--max-line-tokens: must be at least 1, got {args.max_line_tokens}")
+    # Refused now, naming the option, before the model loads (the same check the Embedder makes).
+    check_count(args.batch_size, "--batch-size")
+    check_count(args.max_tokens, "--max-tokens")
+    check_count(args.max_line_tokens, "--max-line-tokens")
     shard, device, threads, local_rank = placement(args)
     if args.cuda_graphs and not device.startswith("cuda"):
         raise ValueError(f"--cuda-graphs: CUDA graphs need a GPU; pass --device cuda (got --device {device})")
@@ -177,11 +177,10 @@ def run(args: argparse.Namespace) -> int:
     if to_stdout:
         print_vectors(embedder, args.input, args.layers)
         return 0
-    report = embedder.embed_file(args.input, args.output, layers=args.layers, batch_size=args.batch_size,
-                                 overwrite=args.force, layout=args.layout, dtype=args.dtype,
-                                 compression=args.compression, resume=args.resume, shard=shard,
-                                 max_line_tokens=args.max_line_tokens, progress=args.progress,
-                                 progress_position=local_rank)
+    pipeline = FileEmbedder(embedder, layers=args.layers, layout=args.layout, dtype=args.dtype,
+                            compression=args.compression, max_line_tokens=args.max_line_tokens,
+                            progress=args.progress, progress_position=local_rank)
+    report = pipeline.write(args.input, args.output, overwrite=args.force, resume=args.resume, shard=shard)
     print(f"elmo embed: {report}", file=sys.stderr)
     return 0
 

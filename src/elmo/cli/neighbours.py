@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from elmo.cli.common import add_model_arguments, model_from_args
+from elmo.cli.common import add_model_arguments, defaults_of, model_from_args
 
 HELP = "Find the corpus sentences whose use of a word is closest to its use in a given sentence (contextual neighbours)."
 
@@ -16,7 +16,10 @@ def add_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--corpus", required=True, help="text file, one sentence per line (plain or .gz; '-' reads "
                                                         "standard input)")
     parser.add_argument("--layer", type=int, help="biLM layer to compare (0: token encoder; default: the top layer)")
-    parser.add_argument("-k", type=int, default=5, help="neighbours to show")
+    from elmo.inference.neighbours import contextual_neighbours  # here, as in run(): importing this module stays light
+
+    parser.add_argument("-k", type=int, default=defaults_of(contextual_neighbours)["k"],
+                        help="neighbours to show")
     parser.add_argument("--any", action="store_true", help="compare with every word of the corpus, not only WORD")
     parser.add_argument("--vector-cache", metavar="DIR",
                         help="keep every layer of the corpus in DIR, so that later queries embed only the query")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from elmo.cli.common import defaults_of
 from elmo.training.data import expand_paths
 from elmo.training.prepare import prepare_corpus
 
@@ -17,13 +18,15 @@ def add_parser(parser: argparse.ArgumentParser) -> None:
                         help="raw text files, plain or .gz (quoted glob patterns are expanded)")
     parser.add_argument("--output", required=True,
                         help="directory for train/shard-*.txt, heldout/shard-*.txt and prepare.json")
-    parser.add_argument("--heldout-fraction", type=float, default=0.0,
-                        help="share of articles that go to held-out, by a hash of their text (default 0)")
-    parser.add_argument("--sentences-per-shard", type=int, default=100_000,
-                        help="sentences per shard file (default 100000)")
-    parser.add_argument("--lang", default="en", help="language of the Moses tokenizer's rules (default en)")
-    parser.add_argument("--min-tokens", type=int, default=1,
-                        help="drop sentences with fewer tokens (default 1)")
+    default = defaults_of(prepare_corpus)
+    parser.add_argument("--heldout-fraction", type=float, default=default["heldout_fraction"],
+                        help="share of articles that go to held-out, by a hash of their text")
+    parser.add_argument("--sentences-per-shard", type=int, default=default["sentences_per_shard"],
+                        help="sentences per shard file")
+    parser.add_argument("--lang", default=default["lang"],
+                        help="language of the Moses tokenizer's rules")
+    parser.add_argument("--min-tokens", type=int, default=default["min_tokens"],
+                        help="drop sentences with fewer tokens")
     parser.add_argument("--wrapped", action="store_true",
                         help="hard-wrapped text such as Project Gutenberg's: a paragraph's lines run on until a "
                              "blank line, and two or more blank lines end a document")

@@ -10,17 +10,17 @@ import sys
 
 from elmo.devices import DEVICES
 from elmo.model.bilm import DEFAULT_LSTM_PATH, LSTM_PATHS
-from elmo.training.train import (
+from elmo.model.config import PRESETS
+from elmo.training.recipe import (
     CPU_MAX_BATCH,
     DEFAULT_PRESET,
     FINETUNE_MIN_BATCH,
     FINETUNE_UPDATES,
     OPTIMIZERS,
-    PRESETS,
     RECIPE,
     TrainSettings,
-    train,
 )
+from elmo.training.train import train
 
 HELP = "Train a biLM on tokenized shards (one sentence per line)."
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from elmo.cli.common import defaults_of
 from elmo.model.vocab import build_vocabulary
 from elmo.training.data import expand_paths
 
@@ -15,8 +16,10 @@ def add_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("shards", nargs="+", metavar="SHARDS",
                         help="tokenized files, one sentence per line, plain or .gz (quoted glob patterns are expanded)")
     parser.add_argument("--output", required=True, help="vocabulary file to write, one word per line")
-    parser.add_argument("--min-count", type=int, default=1, help="keep words seen at least this often (default 1)")
-    parser.add_argument("--max-size", type=int, default=None,
+    default = defaults_of(build_vocabulary)
+    parser.add_argument("--min-count", type=int, default=default["min_count"],
+                        help="keep words seen at least this often")
+    parser.add_argument("--max-size", type=int, default=default["max_size"],
                         help="keep at most this many words, counting <S> </S> <UNK> (default: all)")
 
 

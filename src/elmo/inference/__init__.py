@@ -1,2 +1,3 @@
-"""Running a trained biLM: the runtime (device, precision, caches), the LSTM state policies, the
-``Embedder``, the task-facing ``Elmo``, the vocabulary and layer caches, contextual neighbours."""
+"""Running a trained biLM: the runtime (device, caches), the precision rule, the LSTM state
+policies, the in-memory ``Embedder`` and the file pipeline over it (``FileEmbedder``), the
+task-facing ``Elmo``, the vocabulary and layer caches, contextual neighbours."""

@@ -14,7 +14,8 @@ import torch
 from torch import nn
 
 from elmo.hub.resolve import ModelSource, load_model
-from elmo.inference.runtime import DEFAULT_PRECISION, Runtime
+from elmo.inference.precision import DEFAULT_PRECISION
+from elmo.inference.runtime import Runtime
 from elmo.inference.states import DEFAULT_STATE
 from elmo.model.bilm import BiLM
 from elmo.model.scalar_mix import ScalarMix
@@ -28,6 +29,10 @@ class ElmoOutput:
     mask: torch.Tensor
 
 
+# Dropout on the mixed ELMo vectors unless told otherwise: AllenNLP's Elmo default.
+DEFAULT_DROPOUT = 0.5
+
+
 class ElmoMixes(nn.Module):
     """The scalar mixes of an :class:`Elmo` without its biLM, for layers computed beforehand (a
     task's layer cache: the biLM ran once per data set, so the task model holds only its mixes).
@@ -38,7 +43,8 @@ class ElmoMixes(nn.Module):
     """
 
     def __init__(self, n_layers: int, output_dim: int, num_output_representations: int = 1, *,
-                 mode: str | int = "mix", do_layer_norm: bool = False, dropout: float = 0.5, l2_coef: float = 0.0):
+                 mode: str | int = "mix", do_layer_norm: bool = False, dropout: float = DEFAULT_DROPOUT,
+                 l2_coef: float = 0.0):
         super().__init__()
         self.n_layers = n_layers
         self._output_dim = output_dim
@@ -73,7 +79,7 @@ class Elmo(ElmoMixes):
     """
 
     def __init__(self, bilm: BiLM | None = None, num_output_representations: int = 1, *, mode: str | int = "mix",
-                 do_layer_norm: bool = False, dropout: float = 0.5, l2_coef: float = 0.0,
+                 do_layer_norm: bool = False, dropout: float = DEFAULT_DROPOUT, l2_coef: float = 0.0,
                  state: str = DEFAULT_STATE, precision: str = DEFAULT_PRECISION):
         if bilm is None:
             bilm = load_model()

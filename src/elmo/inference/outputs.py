@@ -39,6 +39,8 @@ DTYPES = {"float32": np.float32, "float16": np.float16}
 DEFAULT_DTYPE = "float32"
 COMPRESSIONS = ("none", "gzip", "lzf")
 DEFAULT_COMPRESSION = "none"
+# The layers stored (and returned in memory) when none are named: all of them.
+DEFAULT_LAYERS = "all"
 GZIP_LEVEL = 4
 LAYER_NAMES = ("all", "top", "average")
 
@@ -65,9 +67,9 @@ class OutputOptions:
     ``compression`` (``"none"``, ``"gzip"``, ``"lzf"``)."""
 
     layout: str = DEFAULT_LAYOUT
-    layers: str | int | tuple[int, ...] = "all"
+    layers: str | int | tuple[int, ...] = DEFAULT_LAYERS
     dtype: str = DEFAULT_DTYPE
-    compression: str = "none"
+    compression: str = DEFAULT_COMPRESSION
 
     def __post_init__(self):
         if self.layout not in LAYOUTS:

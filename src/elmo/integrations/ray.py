@@ -33,7 +33,7 @@ import torch
 
 from elmo.inference.embed import DEFAULT_BATCH_SIZE, DEFAULT_MAX_TOKENS, Embedder
 from elmo.inference.outputs import DTYPES, LAYER_NAMES
-from elmo.inference.runtime import DEFAULT_PRECISION
+from elmo.inference.precision import DEFAULT_PRECISION
 from elmo.inference.states import DEFAULT_STATE
 
 
@@ -82,7 +82,7 @@ class RayEmbedder:
             raise KeyError(f"RayEmbedder: no column {self.text_column!r} in the batch (columns: "
                            f"{', '.join(batch)}); pass text_column=")
         texts = [_as_text(t) for t in batch[self.text_column]]
-        vectors = self.embedder.embed_sentences(texts, layers=self.layers)
+        vectors = self.embedder.embed(texts, layers=self.layers)
         column = np.empty(len(vectors), dtype=object)  # one array per row, of its own length
         for i, array in enumerate(vectors):
             column[i] = array.astype(self.dtype, copy=False)

@@ -397,7 +397,7 @@ def _lstm_from_dict(d: Any) -> LSTMConfig:
 
 
 # Training presets, one options.json each under resources/presets/: the architecture and the
-# training fields in which a preset departs from bilm-tf's recipe (elmo.training.train.RECIPE).
+# training fields in which a preset departs from bilm-tf's recipe (elmo.training.recipe.RECIPE).
 # "small", "medium" and "original" are the architectures of the models AllenNLP published, and
 # the one place their sizes are written down (elmo.hub.pretrained names its downloads from them).
 def _preset_folder():

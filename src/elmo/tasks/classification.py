@@ -243,8 +243,8 @@ class SentenceClassifier(ClassifierModel):
     Batch: a :class:`ClassificationBatch`.
     """
 
-    def __init__(self, features: TokenFeatures, elmo: TaskElmo, n_classes: int, *,
-                 hidden: int = 100, dropout: float = 0.3):
+    def __init__(self, features: TokenFeatures, elmo: TaskElmo, n_classes: int, *, hidden: int = ModelSettings.hidden,
+                 dropout: float = ModelSettings.dropout):
         super().__init__()
         self.features = features
         self.elmo = elmo

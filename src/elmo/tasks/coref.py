@@ -370,6 +370,25 @@ class CorefBatch:
     documents: list[CorefDocumentBatch]
 
 
+@dataclass
+class CorefSettings(ModelSettings):
+    """``[model]`` of a coreference run (see :class:`CorefModel`), and ``chunk_sentences``:
+    training documents cut into pieces of at most this many sentences (0: whole documents;
+    :func:`split_document`)."""
+
+    max_span_width: int = 10
+    spans_per_word: float = 0.4
+    max_antecedents: int = 50
+    feature_dim: int = 20
+    ffnn_hidden: int = 150
+    mention_loss: float = 0.0
+    chunk_sentences: int = 0
+
+    def __post_init__(self):
+        if self.chunk_sentences < 0:
+            raise ValueError(f"model.chunk_sentences: expected 0 (whole documents) or more, got {self.chunk_sentences}")
+
+
 class CorefModel(nn.Module):
     """The span-ranking coreference model (see the module docstring) with optional ELMo.
 
@@ -384,9 +403,11 @@ class CorefModel(nn.Module):
     its gold clusters of ``(start, end)`` document positions.
     """
 
-    def __init__(self, features: TokenFeatures, elmo: TaskElmo, *, hidden: int = 100, dropout: float = 0.5,
-                 max_span_width: int = 10, spans_per_word: float = 0.4, max_antecedents: int = 50,
-                 feature_dim: int = 20, ffnn_hidden: int = 150, mention_loss: float = 0.0):
+    def __init__(self, features: TokenFeatures, elmo: TaskElmo, *, hidden: int = CorefSettings.hidden,
+                 dropout: float = CorefSettings.dropout, max_span_width: int = CorefSettings.max_span_width,
+                 spans_per_word: float = CorefSettings.spans_per_word,
+                 max_antecedents: int = CorefSettings.max_antecedents, feature_dim: int = CorefSettings.feature_dim,
+                 ffnn_hidden: int = CorefSettings.ffnn_hidden, mention_loss: float = CorefSettings.mention_loss):
         super().__init__()
         if max_span_width < 1 or max_antecedents < 1 or not 0.0 < spans_per_word:
             raise ValueError("CorefModel: max_span_width and max_antecedents must be at least 1, "
@@ -567,25 +588,6 @@ def coref_scores(gold: Sequence[Sequence[Hashable]], predicted: Sequence[Sequenc
 
 # ---------------------------------------------------------------------------------------------
 # The task
-
-@dataclass
-class CorefSettings(ModelSettings):
-    """``[model]`` of a coreference run (see :class:`CorefModel`), and ``chunk_sentences``:
-    training documents cut into pieces of at most this many sentences (0: whole documents;
-    :func:`split_document`)."""
-
-    max_span_width: int = 10
-    spans_per_word: float = 0.4
-    max_antecedents: int = 50
-    feature_dim: int = 20
-    ffnn_hidden: int = 150
-    mention_loss: float = 0.0
-    chunk_sentences: int = 0
-
-    def __post_init__(self):
-        if self.chunk_sentences < 0:
-            raise ValueError(f"model.chunk_sentences: expected 0 (whole documents) or more, got {self.chunk_sentences}")
-
 
 class Coreference(Task):
     """Coreference resolution: the mention clusters of each document, scored by the CoNLL F1 (and

@@ -161,8 +161,8 @@ class ESIM(ClassifierModel):
     batch with a ``premise`` and a ``hypothesis``, each a :class:`~elmo.tasks.base.TokenBatch`).
     """
 
-    def __init__(self, features: TokenFeatures, elmo: TaskElmo, n_classes: int, *,
-                 hidden: int = 100, dropout: float = 0.5):
+    def __init__(self, features: TokenFeatures, elmo: TaskElmo, n_classes: int, *, hidden: int = ModelSettings.hidden,
+                 dropout: float = ModelSettings.dropout):
         super().__init__()
         self.features = features
         self.elmo = elmo

@@ -259,6 +259,15 @@ class QaBatch:
     span: torch.Tensor | None = None
 
 
+@dataclass
+class QaSettings(ModelSettings):
+    """``[model]`` of a reading-comprehension run: ``modelling_layers`` of the modelling BiLSTM,
+    ``max_answer_length``: the longest answer decoding returns, in tokens."""
+
+    modelling_layers: int = 1
+    max_answer_length: int = 30
+
+
 class BiDAF(nn.Module):
     """BiDAF with optional ELMo at the input and/or the contextual encoder's output.
 
@@ -270,8 +279,9 @@ class BiDAF(nn.Module):
     token), needed by the loss only.
     """
 
-    def __init__(self, features: TokenFeatures, elmo: TaskElmo, *, hidden: int = 100, dropout: float = 0.2,
-                 modelling_layers: int = 1, max_answer_length: int = 30):
+    def __init__(self, features: TokenFeatures, elmo: TaskElmo, *, hidden: int = QaSettings.hidden,
+                 dropout: float = QaSettings.dropout, modelling_layers: int = QaSettings.modelling_layers,
+                 max_answer_length: int = QaSettings.max_answer_length):
         super().__init__()
         if modelling_layers < 1 or max_answer_length < 1:
             raise ValueError("BiDAF: modelling_layers and max_answer_length must be at least 1")
@@ -338,15 +348,6 @@ class BiDAF(nn.Module):
 
 
 # ------------------------------------------------------------------------------ the task
-@dataclass
-class QaSettings(ModelSettings):
-    """``[model]`` of a reading-comprehension run: ``modelling_layers`` of the modelling BiLSTM,
-    ``max_answer_length``: the longest answer decoding returns, in tokens."""
-
-    modelling_layers: int = 1
-    max_answer_length: int = 30
-
-
 class ReadingComprehension(Task):
     """Reading comprehension: the answer span of each question in its context, scored by the
     official SQuAD F1 (exact match in the details)."""

@@ -97,7 +97,8 @@ class RelatednessESIM(ESIM):
     """ESIM (see :class:`~elmo.tasks.entailment.ESIM`) whose five outputs are a distribution over
     the scores 1..5. Batch: a :class:`ScoredPairBatch`."""
 
-    def __init__(self, features: TokenFeatures, elmo: TaskElmo, *, hidden: int = 100, dropout: float = 0.5):
+    def __init__(self, features: TokenFeatures, elmo: TaskElmo, *, hidden: int = ModelSettings.hidden,
+                 dropout: float = ModelSettings.dropout):
         super().__init__(features, elmo, HIGHEST - LOWEST + 1, hidden=hidden, dropout=dropout)
 
     def loss(self, batch: ScoredPairBatch) -> torch.Tensor:

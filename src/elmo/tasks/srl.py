@@ -285,6 +285,15 @@ class SrlBatch(TaggingBatch):
     predicate: torch.Tensor | None = None
 
 
+@dataclass
+class SrlSettings(ModelSettings):
+    """``[model]`` of an SRL run: ``layers`` stacked BiLSTMs (each after the first with a residual
+    connection) and ``predicate_dim``, the size of the predicate-indicator embedding."""
+
+    layers: int = 1
+    predicate_dim: int = 10
+
+
 class SrlTagger(nn.Module):
     """Deep BiLSTM SRL tagger with optional ELMo at its input and/or output.
 
@@ -294,8 +303,9 @@ class SrlTagger(nn.Module):
     embedding; ``dropout``: before, between and after the BiLSTMs.
     """
 
-    def __init__(self, features: TokenFeatures, elmo: TaskElmo, labels: Sequence[str], *, hidden: int = 100,
-                 layers: int = 2, dropout: float = 0.5, predicate_dim: int = 10):
+    def __init__(self, features: TokenFeatures, elmo: TaskElmo, labels: Sequence[str], *,
+                 hidden: int = SrlSettings.hidden, layers: int = SrlSettings.layers,
+                 dropout: float = SrlSettings.dropout, predicate_dim: int = SrlSettings.predicate_dim):
         super().__init__()
         if layers < 1:
             raise ValueError(f"layers: an SRL tagger needs at least 1 BiLSTM layer, got {layers}")
@@ -339,15 +349,6 @@ class SrlTagger(nn.Module):
 
 
 # ------------------------------------------------------------------------------ the task
-@dataclass
-class SrlSettings(ModelSettings):
-    """``[model]`` of an SRL run: ``layers`` stacked BiLSTMs (each after the first with a residual
-    connection) and ``predicate_dim``, the size of the predicate-indicator embedding."""
-
-    layers: int = 1
-    predicate_dim: int = 10
-
-
 class SemanticRoles(Task):
     """Semantic role labelling: the arguments of each predicate, scored by the CoNLL-2005 F1."""
 

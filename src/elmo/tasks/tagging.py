@@ -370,6 +370,15 @@ class TaggingBatch(TokenBatch):
     tags: torch.Tensor | None = None
 
 
+@dataclass
+class TaggingSettings(ModelSettings):
+    """``[model]`` of a tagging run: ``layers`` stacked BiLSTM layers; ``crf=False`` scores each
+    token on its own with a softmax."""
+
+    layers: int = 1
+    crf: bool = True
+
+
 class Tagger(nn.Module):
     """BiLSTM(-CRF) sequence tagger with optional ELMo at its input and/or output.
 
@@ -379,8 +388,9 @@ class Tagger(nn.Module):
     each token independently with a softmax.
     """
 
-    def __init__(self, features: TokenFeatures, elmo: TaskElmo, n_tags: int, *, hidden: int = 100,
-                 layers: int = 1, dropout: float = 0.5, crf: bool = True):
+    def __init__(self, features: TokenFeatures, elmo: TaskElmo, n_tags: int, *, hidden: int = TaggingSettings.hidden,
+                 layers: int = TaggingSettings.layers, dropout: float = TaggingSettings.dropout,
+                 crf: bool = TaggingSettings.crf):
         super().__init__()
         self.features = features
         self.elmo = elmo
@@ -431,15 +441,6 @@ class Tagger(nn.Module):
 
 # ---------------------------------------------------------------------------------------------
 # The task
-
-@dataclass
-class TaggingSettings(ModelSettings):
-    """``[model]`` of a tagging run: ``layers`` stacked BiLSTM layers; ``crf=False`` scores each
-    token on its own with a softmax."""
-
-    layers: int = 1
-    crf: bool = True
-
 
 class Tagging(Task):
     """Sequence tagging: one label per token, scored by span F1 or token accuracy."""

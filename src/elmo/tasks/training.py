@@ -29,7 +29,8 @@ import os
 import random
 import time
 import warnings
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -39,7 +40,7 @@ from elmo.fileio import atomic_path, atomic_write_text, check_folder, claim_fold
 from elmo.hub.checkpoints import read_checkpoint
 from elmo.inference.layer_cache import load_or_compute
 from elmo.model.weights import WeightsError
-from elmo.tasks.base import Split, Task
+from elmo.tasks.base import Prepared, Split, Task
 from elmo.tasks.catalog import KIND_TASKS, read_dataset, task_for
 from elmo.tasks.config import (
     TaskConfig,
@@ -168,16 +169,63 @@ def train_task(config: TaskConfig, *, resume: bool = False, progress: bool = Tru
     # A folder that is not a task run of elmo's is refused now, before the data and the biLM load.
     check_folder(config.output, TASK_RUN_KIND, recognise=is_task_run_from_before_markers, option="output")
     _seed_everything(config.train.seed)
-    started, cpu_started = time.time(), time.process_time()
+    clock = _Clock(time.time(), time.process_time())
     task = task_for(config)
+    data, label_names, prepared = _setup_data(task, config, progress)
+    labels = {name: i for i, name in enumerate(label_names)}
+    vocab, embeddings, found = _setup_word_vectors(config, data)
+    n_layers, dim, config = _setup_bilm_layers(config, data, progress)
+    _start_run_directory(config)
+    _seed_everything(config.train.seed)
+    model = build_model(task, config, embeddings, label_names, n_layers, dim)
+    optimizer = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=config.train.learning_rate)
+    run = _RunState(order=list(range(len(data["train"].examples))))
+    if resume:
+        _resume(config, model, optimizer, run)
+    _train_epochs(task, config, model, optimizer, data, vocab, labels, run, clock, progress,
+                  model_part=lambda: _payload(config, model, vocab, label_names, n_layers, dim))
+    return _final_metrics(task, config, data, vocab, labels, found, prepared, run, clock)
+
+
+@dataclass
+class _Clock:
+    """When this process started on the run: wall-clock and CPU seconds (``time.process_time``)."""
+
+    started: float
+    cpu_started: float
+
+
+@dataclass
+class _RunState:
+    """What an epoch leaves for the next, and what a checkpoint keeps of it: the dev history, the
+    best score and its epoch, the next epoch, the example order (each epoch shuffles the previous
+    one's in place, so the order is part of the state), and the time earlier processes spent on
+    the run up to their last checkpoint (None: a checkpoint from before it was recorded)."""
+
+    order: list[int]
+    history: list[dict] = field(default_factory=list)
+    best_score: float = -math.inf
+    best_epoch: int = 0
+    first_epoch: int = 1
+    earlier_seconds: float | None = 0.0
+    earlier_cpu: float | None = 0.0
+
+
+def _setup_data(task: Task, config: TaskConfig, progress: bool) -> tuple[dict[str, Split], list[str], Prepared]:
+    """The splits as the task lays them out, the label names in output order, and what the
+    task's preparation of the training examples said and measured."""
     splits = load_splits(config)
     prepared = task.prepare_training(splits["train"])
     splits["train"] = prepared.examples
     if progress and prepared.note:
         print(prepared.note)
     data = {name: task.split(examples) for name, examples in splits.items()}
-    label_names = task.label_names(splits["train"])
-    labels = {name: i for i, name in enumerate(label_names)}
+    return data, task.label_names(splits["train"]), prepared
+
+
+def _setup_word_vectors(config: TaskConfig, data: dict[str, Split]) -> tuple[WordVocab, torch.Tensor, int]:
+    """The word vocabulary, its vectors ``(vocab, dim)`` and how many words had a pretrained one:
+    from the config's vectors file, else small random vectors of :data:`FALLBACK_VECTOR_DIM`."""
     if config.data.vectors:
         # Dev and test words join the vocabulary only where they have a pretrained vector.
         every_word = {w.lower() for split in data.values() for s in split.sentences for w in s}
@@ -188,95 +236,125 @@ def train_task(config: TaskConfig, *, resume: bool = False, progress: bool = Tru
         embeddings = torch.randn(len(vocab), FALLBACK_VECTOR_DIM) * 0.1
         embeddings[0] = 0
         found = 0
+    return vocab, embeddings, found
 
+
+def _setup_bilm_layers(config: TaskConfig, data: dict[str, Split], progress: bool,
+                       ) -> tuple[int, int, TaskConfig]:
+    """Each split's biLM layers (from the layer cache, or computed into it) set on the split;
+    returns ``(n_layers, dim)`` of those layers (:func:`bilm_layer_shape`) and the config, with
+    its biLM pinned where the source resolved to an exact revision (a Hub commit)."""
     embedder = load_bilm_source(config)
     if embedder is not None:
         for name, split in data.items():
             split.layers = load_or_compute(embedder, split.sentences, config.cache_dir, f"{config.data.kind}-{name}",
                                            progress=progress)
-    n_layers, dim = bilm_layer_shape(embedder)
     if embedder is not None and embedder.source != config.bilm.model:
         # A Hub id pinned to the commit it resolved to: the run's config and checkpoints name the
         # exact biLM, so that evaluating the task model later computes its layers from the same one.
         config = dataclasses.replace(config, bilm=dataclasses.replace(config.bilm, model=embedder.source))
+    return (*bilm_layer_shape(embedder), config)
+
+
+def _start_run_directory(config: TaskConfig) -> None:
+    """Claim the run directory (made now, with elmo's marker) and write its ``config.json``."""
     claim_folder(config.output, TASK_RUN_KIND, recognise=is_task_run_from_before_markers, option="output",
                  make_parents=True)
     atomic_write_text(os.path.join(config.output, "config.json"), json.dumps(config.to_dict(), indent=1))
-    _seed_everything(config.train.seed)
-    model = build_model(task, config, embeddings, label_names, n_layers, dim)
-    optimizer = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=config.train.learning_rate)
-    history: list[dict] = []
-    best_score, best_epoch, first_epoch = -math.inf, 0, 1
-    # Seconds spent by earlier processes on this run, up to their last checkpoint: a resumed run
-    # reports its whole time, not just the part since the resume.
-    earlier_seconds: float | None = 0.0
-    earlier_cpu: float | None = 0.0  # the same in CPU seconds of the process (all its threads)
-    # Each epoch shuffles the previous epoch's order in place, so the order is part of the state.
-    order = list(range(len(data["train"].examples)))
-    best_path, last_path = os.path.join(config.output, "best.pt"), os.path.join(config.output, "last.pt")
-    point = resume_point(config.output) if resume else None
-    if point is not None:
-        path, state = point
-        model.load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optimizer"])
-        history, best_score, best_epoch = state["history"], state["best_score"], state["best_epoch"]
-        first_epoch = state["epoch"] + 1
-        torch.set_rng_state(state["torch_rng"])
-        random.setstate(_tuple_state(state["python_rng"]))
-        earlier_seconds = state.get("seconds")  # None: a checkpoint from before this was recorded
-        earlier_cpu = state.get("cpu_seconds")
-        order = state["order"] if "order" in state else _replayed_order(len(order), config.train.seed,
-                                                                         state["epoch"], random.getstate())
-        if order is None:
-            warnings.warn(f"{path}: an older checkpoint without the example order, which could not be "
-                          f"replayed; the run goes on with a new order, so it will not match an uninterrupted run")
-            order = list(range(len(data["train"].examples)))
 
-    for epoch in range(first_epoch, config.train.epochs + 1):
-        if epoch - best_epoch > config.train.patience and best_epoch > 0:
+
+def _resume(config: TaskConfig, model: torch.nn.Module, optimizer: torch.optim.Optimizer, run: _RunState) -> None:
+    """Continue from the run's last checkpoint that reads (:func:`resume_point`), if any: the
+    model, optimizer, random states, history and example order."""
+    point = resume_point(config.output)
+    if point is None:
+        return
+    path, state = point
+    model.load_state_dict(state["model"])
+    optimizer.load_state_dict(state["optimizer"])
+    run.history, run.best_score, run.best_epoch = state["history"], state["best_score"], state["best_epoch"]
+    run.first_epoch = state["epoch"] + 1
+    torch.set_rng_state(state["torch_rng"])
+    random.setstate(_tuple_state(state["python_rng"]))
+    run.earlier_seconds = state.get("seconds")  # None: a checkpoint from before this was recorded
+    run.earlier_cpu = state.get("cpu_seconds")
+    n = len(run.order)
+    order = state["order"] if "order" in state else _replayed_order(n, config.train.seed, state["epoch"],
+                                                                     random.getstate())
+    if order is None:
+        warnings.warn(f"{path}: an older checkpoint without the example order, which could not be "
+                      f"replayed; the run goes on with a new order, so it will not match an uninterrupted run")
+        order = list(range(n))
+    run.order = order
+
+
+def _train_epochs(task: Task, config: TaskConfig, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
+                  data: dict[str, Split], vocab: WordVocab, labels: dict[str, int], run: _RunState, clock: _Clock,
+                  progress: bool, model_part: Callable[[], dict]) -> None:
+    """Epochs from ``run.first_epoch`` until ``config.train.epochs`` or early stopping (no better
+    dev score for ``patience`` epochs), each scored on dev and checkpointed: ``best.pt`` when it
+    improved, ``last.pt`` always (``model_part``: the model's part of a checkpoint, :func:`_payload`)."""
+    best_path, last_path = os.path.join(config.output, "best.pt"), os.path.join(config.output, "last.pt")
+    for epoch in range(run.first_epoch, config.train.epochs + 1):
+        if epoch - run.best_epoch > config.train.patience and run.best_epoch > 0:
             break
-        model.train()
-        random.shuffle(order)
-        total, batches = 0.0, 0
-        bar = tqdm(range(0, len(order), config.train.batch_size), desc=f"epoch {epoch}", unit="batch",
-                   disable=not progress, leave=False)
-        for start in bar:
-            batch = task.batch(data["train"], order[start:start + config.train.batch_size], vocab, labels)
-            loss = model.loss(batch)
-            optimizer.zero_grad()
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), config.train.grad_clip)
-            optimizer.step()
-            total, batches = total + loss.item(), batches + 1
-            bar.set_postfix(loss=f"{total / batches:.3f}")
+        train_loss = _train_epoch(task, config, model, optimizer, data["train"], vocab, labels, run.order, epoch,
+                                  progress)
         dev_score = _evaluate(task, config, model, data["dev"], vocab, labels).score
-        history.append({"epoch": epoch, "train_loss": total / max(batches, 1), "dev": dev_score})
+        run.history.append({"epoch": epoch, "train_loss": train_loss, "dev": dev_score})
         if progress:
-            print(f"epoch {epoch}: train loss {total / max(batches, 1):.4f}, dev {config.metric} {dev_score:.4f}")
-        improved = dev_score > best_score
+            print(f"epoch {epoch}: train loss {train_loss:.4f}, dev {config.metric} {dev_score:.4f}")
+        improved = dev_score > run.best_score
         if improved:
-            best_score, best_epoch = dev_score, epoch
-        state = {**_payload(config, model, vocab, label_names, n_layers, dim), "optimizer": optimizer.state_dict(),
-                 "epoch": epoch, "history": history, "best_score": best_score, "best_epoch": best_epoch,
-                 "torch_rng": torch.get_rng_state(), "python_rng": _list_state(random.getstate()), "order": order,
-                 "seconds": (earlier_seconds or 0.0) + time.time() - started,
-                 "cpu_seconds": (earlier_cpu or 0.0) + time.process_time() - cpu_started}
+            run.best_score, run.best_epoch = dev_score, epoch
+        state = {**model_part(), "optimizer": optimizer.state_dict(),
+                 "epoch": epoch, "history": run.history, "best_score": run.best_score, "best_epoch": run.best_epoch,
+                 "torch_rng": torch.get_rng_state(), "python_rng": _list_state(random.getstate()), "order": run.order,
+                 "seconds": (run.earlier_seconds or 0.0) + time.time() - clock.started,
+                 "cpu_seconds": (run.earlier_cpu or 0.0) + time.process_time() - clock.cpu_started}
         if improved:  # the best model, with all it takes to continue from it should last.pt be lost
             _save(best_path, state)
         _save(last_path, state)
 
+
+def _train_epoch(task: Task, config: TaskConfig, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
+                 train: Split, vocab: WordVocab, labels: dict[str, int], order: list[int], epoch: int,
+                 progress: bool) -> float:
+    """One pass over the training examples in ``order``, shuffled in place first; returns the
+    mean training loss of its batches."""
+    model.train()
+    random.shuffle(order)
+    total, batches = 0.0, 0
+    bar = tqdm(range(0, len(order), config.train.batch_size), desc=f"epoch {epoch}", unit="batch",
+               disable=not progress, leave=False)
+    for start in bar:
+        batch = task.batch(train, order[start:start + config.train.batch_size], vocab, labels)
+        loss = model.loss(batch)
+        optimizer.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), config.train.grad_clip)
+        optimizer.step()
+        total, batches = total + loss.item(), batches + 1
+        bar.set_postfix(loss=f"{total / batches:.3f}")
+    return total / max(batches, 1)
+
+
+def _final_metrics(task: Task, config: TaskConfig, data: dict[str, Split], vocab: WordVocab,
+                   labels: dict[str, int], found: int, prepared: Prepared, run: _RunState, clock: _Clock) -> dict:
+    """The best model's metrics (dev, test and its predictions when there is a test split, the
+    learned layer weights, the time the run took), written to ``metrics.json`` and returned."""
     best = load_task_model(config.output)[0]
     metrics = {"task": config.task, "metric": config.metric, "elmo": config.to_dict()["elmo"],
-               "best_epoch": best_epoch, "dev": _evaluate(task, config, best, data["dev"], vocab, labels).score,
-               "history": history, "train_examples": len(data["train"].examples),
+               "best_epoch": run.best_epoch, "dev": _evaluate(task, config, best, data["dev"], vocab, labels).score,
+               "history": run.history, "train_examples": len(data["train"].examples),
                "words_with_vectors": found, "vocabulary": len(vocab),
                "layer_weights": best.elmo.layer_weights(),
-               "seconds": round((earlier_seconds or 0.0) + time.time() - started, 1),
-               "cpu_seconds": round((earlier_cpu or 0.0) + time.process_time() - cpu_started, 1)}
-    if earlier_seconds is None or earlier_cpu is None:
+               "seconds": round((run.earlier_seconds or 0.0) + time.time() - clock.started, 1),
+               "cpu_seconds": round((run.earlier_cpu or 0.0) + time.process_time() - clock.cpu_started, 1)}
+    if run.earlier_seconds is None or run.earlier_cpu is None:
         # Resumed from a checkpoint without the earlier processes' time: "seconds" and
         # "cpu_seconds" count only this process, from this epoch on.
-        metrics["seconds_counted_from_epoch"] = first_epoch
+        metrics["seconds_counted_from_epoch"] = run.first_epoch
     metrics.update(prepared.metrics)
     if "test" in data:
         evaluation = _evaluate(task, config, best, data["test"], vocab, labels)

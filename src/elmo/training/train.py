@@ -14,6 +14,11 @@ exactly: model, optimizer, schedule, RNG states, data position, LSTM states, the
 length, and the training time so far. A resumed run refuses settings that would change it (see
 :data:`CHANGEABLE_ON_RESUME` for those that may change), skips a damaged newest checkpoint, and
 leaves no metric row or TensorBoard step twice.
+
+The recipe and settings are in :mod:`elmo.training.recipe`, the resume policy in
+:mod:`elmo.training.resume`, the process group in :mod:`elmo.training.distributed`; this module
+is the :class:`Trainer`, which sets a run up in named steps (``_setup_model``,
+``_setup_optimizer``, ``_setup_data``, ...) and runs it.
 """
 
 from __future__ import annotations
@@ -24,14 +29,13 @@ import math
 import os
 import sys
 import time
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict
 
 import torch
 import torch.distributed as dist
 from torch.optim.adagrad import adagrad
 from tqdm import tqdm
 
-from elmo.devices import DEFAULT_DEVICE, resolve_device, torchrun_environment
 from elmo.fileio import atomic_path, atomic_write_text, check_folder, claim_folder
 from elmo.hub.checkpoints import (
     VOCAB_FILE,
@@ -41,8 +45,7 @@ from elmo.hub.checkpoints import (
     save_train_checkpoint,
 )
 from elmo.hub.resolve import load_language_model_with_origin
-from elmo.model.bilm import DEFAULT_LSTM_PATH, LSTM_PATHS, BiLMState
-from elmo.model.config import PRESETS, BiLMConfig, ConfigError, preset_config
+from elmo.model.bilm import BiLMState
 from elmo.model.encoder import distinct_words
 from elmo.model.lm import LanguageModel, predicted
 from elmo.model.softmax import log_uniform_sample
@@ -54,325 +57,31 @@ from elmo.training.data import (
     count_tokens,
     expand_paths,
 )
+from elmo.training.distributed import gather_rows, setup_distributed, use_deterministic_kernels
 from elmo.training.evaluate import evaluate
+from elmo.training.recipe import (
+    DEFAULT_PRESET,
+    RECIPE,
+    TrainSettings,
+    finetune_batch_size,
+    resolve_config,
+    run_steps,
+    run_tokens,
+)
+from elmo.training.resume import (
+    CHANGEABLE_ON_RESUME,
+    RUN_KIND,
+    SETTINGS_FILE,
+    PreviousRun,
+    is_run_from_before_markers,
+    length_option,
+    previous_run,
+    resume_conflicts,
+)
 
-
-@dataclass(frozen=True)
-class Recipe:
-    """bilm-tf's training recipe: the value of each training field that a config (a preset, an
-    ``options.json``) leaves out, and the optimizers' own defaults. A preset states only where it
-    departs from this (``tiny``: batch 32, 2,048 negatives)."""
-
-    batch_size: int = 128
-    unroll_steps: int = 20
-    dropout: float = 0.1
-    n_negative_samples_batch: int = 8192  # 0: the full softmax
-    all_clip_norm_val: float = 10.0
-    optimizer: str = "adagrad"
-    adagrad_learning_rate: float = 0.2
-    adamw_learning_rate: float = 1e-3
-    adamw_weight_decay: float = 0.01
-    max_warmup_steps: int = 1000  # AdamW warm-up: this many steps, or a tenth of a shorter run
-
-    def learning_rate(self, optimizer: str) -> float:
-        return self.adagrad_learning_rate if optimizer == "adagrad" else self.adamw_learning_rate
-
-
-RECIPE = Recipe()
-# The training fields a run's config always has, from RECIPE where its base config lacks them.
-RECIPE_FIELDS = ("batch_size", "unroll_steps", "dropout", "n_negative_samples_batch", "all_clip_norm_val", "optimizer")
-OPTIMIZERS = ("adagrad", "adamw")
-DEFAULT_PRESET = "tiny"
-
-# The fine-tuning batch rule (docs/training.md, "Fine-tune on your domain"): without --batch-size, a
-# fine-tune takes the largest power of two of rows that still makes FINETUNE_UPDATES optimizer
-# updates over the run's tokens, at least FINETUNE_MIN_BATCH rows, and at most the model's
-# pretraining batch (its options.json) or, on a CPU, CPU_MAX_BATCH: a CPU trains no faster per
-# token with bigger batches, so there a bigger batch only means fewer updates.
-FINETUNE_UPDATES = 500
-FINETUNE_MIN_BATCH = 16
-CPU_MAX_BATCH = 32
-
-
-def finetune_batch_size(run_tokens: int, unroll_steps: int, pretraining_batch: int,
-                        device: str | torch.device) -> tuple[int, str]:
-    """The fine-tuning rule's batch size (rows) for a run of ``run_tokens`` tokens per direction
-    in windows of ``unroll_steps``, and why, in words."""
-    cap, capped_by = pretraining_batch, "the model's pretraining batch"
-    if torch.device(device).type == "cpu" and CPU_MAX_BATCH < cap:
-        cap, capped_by = CPU_MAX_BATCH, "the most for a CPU"
-    wanted = run_tokens / (unroll_steps * FINETUNE_UPDATES)
-    power = 1 << math.floor(math.log2(wanted)) if wanted >= 1 else 0
-    batch = max(FINETUNE_MIN_BATCH, power)
-    if batch >= cap:
-        return cap, f"{cap} rows, {capped_by}"
-    if power < FINETUNE_MIN_BATCH:
-        return batch, (f"{batch} rows, the rule's smallest batch: {run_tokens:,} tokens are too few for "
-                       f"{FINETUNE_UPDATES} updates")
-    return batch, f"the largest power of two that makes at least {FINETUNE_UPDATES} updates of {run_tokens:,} tokens"
-
-
-SETTINGS_FILE = "train_settings.json"
 METRIC_FIELDS = ["step", "tokens", "loss", "forward_perplexity", "backward_perplexity", "learning_rate",
                  "tokens_per_second", "elapsed_seconds", "heldout_forward_perplexity",
                  "heldout_backward_perplexity", "heldout_perplexity"]
-
-# Hyperparameters a run keeps for its whole life, as (TrainSettings field, training key of the
-# config, command-line option): on --resume, a value given again must equal the run's.
-FIXED_ON_RESUME = (("batch_size", "batch_size", "--batch-size"), ("unroll_steps", "unroll_steps", "--unroll-steps"),
-                   ("optimizer", "optimizer", "--optimizer"), ("learning_rate", "learning_rate", "--learning-rate"),
-                   ("warmup_steps", "warmup_steps", "--warmup-steps"), ("dropout", "dropout", "--dropout"),
-                   ("n_negative_samples", "n_negative_samples_batch", "--negative-samples"))
-# What may differ on --resume: how often the run saves, logs and evaluates, where it runs, and
-# (Adagrad only, whose learning rate does not depend on it) its length. Everything else --
-# --config, the hyperparameters above, --seed, --vocab, the training data -- is the run's.
-CHANGEABLE_ON_RESUME = ("--checkpoint-every", "--keep-checkpoints", "--log-every", "--heldout", "--eval-every",
-                        "--eval-targets", "--device", "--bf16/--no-bf16", "--prefetch", "--deterministic", "--gpus",
-                        "--processes", "--no-progress", "--lstm-path", "--compile-cells", "--cuda-graphs",
-                        "--max-tokens/--epochs (Adagrad)")
-
-
-def _check_count(option: str, value: int | None, least: int) -> None:
-    """``value`` (when given) must be an integer of at least ``least``."""
-    if value is None:
-        return
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ValueError(f"{option}: must be an integer, got {value!r}")
-    if value < least:
-        raise ValueError(f"{option}: must be at least {least}, got {value}")
-
-
-@dataclass
-class TrainSettings:
-    """What ``elmo train`` / ``elmo finetune`` are asked to do. ``None`` means: take the value
-    from the config's training fields (the preset's, or the model's being fine-tuned), or on
-    ``resume`` the run's own. :meth:`validate` names a bad value by its command-line option."""
-
-    train: list[str]
-    output: str
-    vocab: str | None = None
-    config: str | None = None  # None: "tiny" (not fine-tuning), or the run's on resume
-    init_from: str | None = None  # fine-tune: a run directory or an exported model
-    max_tokens: int | None = None
-    epochs: float | None = None  # neither: one epoch, or the run's length on resume
-    batch_size: int | None = None
-    unroll_steps: int | None = None
-    optimizer: str | None = None
-    learning_rate: float | None = None
-    dropout: float | None = None
-    n_negative_samples: int | None = None  # 0: full softmax
-    warmup_steps: int | None = None
-    seed: int | None = None  # None: 0, or the run's on resume
-    checkpoint_every: int = 500
-    keep_checkpoints: int = 3
-    log_every: int = 10
-    heldout: list[str] | None = None
-    eval_every: int = 0
-    eval_targets: int = 50_000
-    device: str = DEFAULT_DEVICE
-    bf16: bool | None = None  # None: on for CUDA, off on CPU
-    prefetch: int | None = None  # batches built ahead in a thread; 0: none; None: 2 on CUDA, 0 on CPU
-    deterministic: bool = False  # reproducible GPU kernels (see use_deterministic_kernels)
-    lstm_path: str | None = None  # how the LSTM trains (elmo.model.bilm.LSTM_PATHS); None: the default
-    compile_cells: bool = False  # the fused path's pointwise functions through torch.compile
-    cuda_graphs: bool = False  # the LSTM of each full window as a CUDA graph (LanguageModel.use_cuda_graphs)
-    resume: bool = False
-    progress: bool = True
-
-    def validate(self) -> None:
-        """Raise ValueError naming the option and the bad value for anything that would fail
-        mid-run, divide by zero or be silently ignored. Reads no data and writes nothing, so a
-        run refused here leaves no run directory behind."""
-        if not self.train:
-            raise ValueError("--train: no training shards given")
-        if not self.output:
-            raise ValueError("--output: no run directory given")
-        if self.init_from is None and self.vocab is None:
-            raise ValueError("--vocab: a vocabulary is needed (make one with elmo vocab)")
-        if self.config is not None:
-            if self.init_from is not None:
-                raise ValueError(f"--config {self.config}: fine-tuning keeps the architecture of the model "
-                                 f"it starts from ({self.init_from}); give no config")
-            if self.config not in PRESETS and not os.path.isfile(self.config):
-                raise ValueError(f"--config: {self.config!r} is neither a preset ({', '.join(PRESETS)}) "
-                                 f"nor an options.json file that exists")
-        if self.max_tokens is not None and self.epochs is not None:
-            raise ValueError(f"--max-tokens {self.max_tokens} and --epochs {self.epochs}: give one, not both")
-        _check_count("--max-tokens", self.max_tokens, 1)
-        if self.epochs is not None and not (isinstance(self.epochs, (int, float)) and math.isfinite(self.epochs)
-                                            and self.epochs > 0):
-            raise ValueError(f"--epochs: must be a number above 0, got {self.epochs}")
-        for option, value, least in (("--batch-size", self.batch_size, 1), ("--unroll-steps", self.unroll_steps, 1),
-                                     ("--negative-samples", self.n_negative_samples, 0),
-                                     ("--warmup-steps", self.warmup_steps, 0), ("--seed", self.seed, 0),
-                                     ("--checkpoint-every", self.checkpoint_every, 1),
-                                     ("--keep-checkpoints", self.keep_checkpoints, 1),
-                                     ("--log-every", self.log_every, 1), ("--eval-every", self.eval_every, 0),
-                                     ("--eval-targets", self.eval_targets, 1), ("--prefetch", self.prefetch, 0)):
-            _check_count(option, value, least)
-        if self.optimizer is not None and self.optimizer not in OPTIMIZERS:
-            raise ValueError(f"--optimizer: expected {' or '.join(OPTIMIZERS)}, got {self.optimizer!r}")
-        if self.learning_rate is not None and not (math.isfinite(self.learning_rate) and self.learning_rate > 0):
-            raise ValueError(f"--learning-rate: must be above 0, got {self.learning_rate}")
-        if self.dropout is not None and not 0 <= self.dropout < 1:
-            raise ValueError(f"--dropout: must be at least 0 and below 1, got {self.dropout}")
-        if self.eval_every and not self.heldout:
-            raise ValueError(f"--eval-every {self.eval_every}: there is nothing to evaluate on; give --heldout shards")
-        if self.lstm_path is not None and self.lstm_path not in LSTM_PATHS:
-            raise ValueError(f"--lstm-path: expected {', '.join(LSTM_PATHS)}, got {self.lstm_path!r}")
-        device = resolve_device(self.device, option="--device")
-        if self.cuda_graphs:
-            if device.type != "cuda":
-                raise ValueError(f"--cuda-graphs: CUDA graphs need a GPU; --device is {self.device}")
-            if (self.lstm_path or DEFAULT_LSTM_PATH) != "fused":
-                raise ValueError(f"--cuda-graphs captures the fused LSTM path, not --lstm-path {self.lstm_path}")
-
-
-def load_config_spec(spec: str) -> BiLMConfig:
-    """The config ``--config`` names: a preset or an ``options.json`` path."""
-    return preset_config(spec) if spec in PRESETS else BiLMConfig.from_json(spec)
-
-
-def resolve_config(settings: TrainSettings, base: BiLMConfig | None, vocab_size: int, n_train_tokens: int) -> BiLMConfig:
-    """The run's config: the preset/options file (or the fine-tuned model's), :data:`RECIPE` for
-    the training fields it lacks, the settings' overrides, the fine-tuning batch rule
-    (:func:`finetune_batch_size`) when fine-tuning without a batch size, and the counts measured
-    from the data written into its training fields."""
-    if base is None:
-        base = load_config_spec(settings.config or DEFAULT_PRESET)
-    training = dict(base.training)
-    for key in RECIPE_FIELDS:
-        training.setdefault(key, getattr(RECIPE, key))
-    if settings.init_from is not None and settings.batch_size is None:
-        unroll = settings.unroll_steps or training["unroll_steps"]
-        training["batch_size"] = finetune_batch_size(run_tokens(settings.max_tokens, settings.epochs, n_train_tokens),
-                                                     unroll, training["batch_size"], settings.device)[0]
-    overrides = {"batch_size": settings.batch_size, "unroll_steps": settings.unroll_steps,
-                 "dropout": settings.dropout, "n_negative_samples_batch": settings.n_negative_samples,
-                 "optimizer": settings.optimizer, "learning_rate": settings.learning_rate,
-                 "warmup_steps": settings.warmup_steps}
-    training.update({k: v for k, v in overrides.items() if v is not None})
-    if training["optimizer"] not in OPTIMIZERS:
-        raise ConfigError(f"optimizer: expected 'adagrad' or 'adamw', got {training['optimizer']!r}")
-    training.setdefault("learning_rate", RECIPE.learning_rate(training["optimizer"]))
-    training["n_tokens_vocab"] = vocab_size
-    training["n_train_tokens"] = n_train_tokens
-    training["bidirectional"] = True
-    config = BiLMConfig(char_cnn=base.char_cnn, lstm=base.lstm, training=training)
-    config.validate()
-    return config
-
-
-def run_tokens(max_tokens: int | None, epochs: float | None, n_train_tokens: int) -> int:
-    """Tokens per direction of a run of ``max_tokens`` or ``epochs`` passes (neither: one epoch)."""
-    return max_tokens if max_tokens is not None else round((epochs if epochs is not None else 1.0) * n_train_tokens)
-
-
-def run_steps(max_tokens: int | None, epochs: float | None, n_train_tokens: int, tokens_per_step: int) -> int:
-    """Optimizer steps of a run of ``max_tokens`` or ``epochs`` passes (neither: one epoch)."""
-    tokens = max_tokens if max_tokens is not None else (epochs if epochs is not None else 1.0) * n_train_tokens
-    return max(1, math.ceil(tokens / tokens_per_step))
-
-
-def _describe_architecture(config: BiLMConfig) -> str:
-    lstm, cnn = config.lstm, config.char_cnn
-    return (f"LSTM {lstm.n_layers}x{lstm.dim}_{lstm.projection_dim}, {cnn.n_filters} CNN filters, "
-            f"{cnn.n_highway} highway")
-
-
-def _architecture(config: BiLMConfig) -> tuple:
-    options = config.to_dict()
-    return options["lstm"], options["char_cnn"]
-
-
-@dataclass
-class PreviousRun:
-    """What a run directory fixes for ``--resume``: from its newest readable checkpoint, or, when
-    it was stopped before the first one, from the settings it was started with."""
-
-    config: BiLMConfig
-    vocab: list[str] | None
-    seed: int | None  # None: not recorded (checkpoints older than these fields)
-    max_steps: int | None
-    step: int
-    settings: dict | None  # train_settings.json, when present
-
-
-RUN_KIND = "training run"  # the kind in the marker of a run directory (elmo.fileio.claim_folder)
-
-
-def is_run_from_before_markers(folder: str) -> bool:
-    """Whether ``folder``, without elmo's marker, is a run directory made before runs were
-    marked: it has the ``train_settings.json`` every run writes when it starts, or checkpoints.
-    (A folder of someone's own ``options.json`` and ``metrics.csv`` is not one.)"""
-    try:
-        with open(os.path.join(folder, SETTINGS_FILE), "rb") as f:
-            recorded = json.loads(f.read(1 << 20))
-    except (OSError, ValueError):
-        recorded = None
-    if isinstance(recorded, dict) and {"train", "output"} <= recorded.keys():
-        return True
-    return bool(checkpoint_paths(folder))
-
-
-def _read_settings(run_dir: str) -> dict | None:
-    path = os.path.join(run_dir, SETTINGS_FILE)
-    if not os.path.isfile(path):
-        return None
-    with open(path, encoding="utf-8") as f:
-        recorded = json.load(f)
-    return recorded if isinstance(recorded, dict) else None
-
-
-# ------------------------------------------------------------------------------ distribution
-@dataclass
-class Distributed:
-    rank: int = 0
-    world: int = 1
-    device: torch.device = torch.device("cpu")
-
-    @property
-    def main(self) -> bool:
-        return self.rank == 0
-
-
-def use_deterministic_kernels() -> None:
-    """Make this process's GPU arithmetic reproducible run to run, so that a killed and resumed GPU
-    run ends on exactly the uninterrupted run's weights (the default kernels' atomic additions
-    drift: up to 0.14 in a weight after 60 steps of the test model on an H100). It is a setting of
-    the whole process and stays on; cuBLAS reads its part when it first starts, so call this
-    before anything runs on the GPU. Slower kernels; no effect on the CPU's results."""
-    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
-    torch.use_deterministic_algorithms(True, warn_only=True)
-
-
-def setup_distributed(device: str) -> Distributed:
-    """Join the process group when launched by ``torchrun`` (or ``elmo train --gpus/--processes``)."""
-    env = torchrun_environment()  # WORLD_SIZE without RANK: refused in one line
-    if env is None or env["WORLD_SIZE"] == 1:
-        return Distributed(0, 1, torch.device(device))
-    world, rank, local_rank = env["WORLD_SIZE"], env["RANK"], env["LOCAL_RANK"]
-    if device.startswith("cuda"):
-        gpu = torch.device("cuda", local_rank)
-        torch.cuda.set_device(gpu)
-        if not dist.is_initialized():
-            dist.init_process_group("nccl")
-        return Distributed(rank, world, gpu)
-    if not dist.is_initialized():
-        dist.init_process_group("gloo")
-    return Distributed(rank, world, torch.device(device))
-
-
-def _gather_rows(tensor: torch.Tensor, ctx: Distributed, dim: int) -> torch.Tensor:
-    """Concatenate every rank's rows along ``dim`` (ranks hold consecutive slices of the batch).
-    The result is on ``tensor``'s device."""
-    if ctx.world == 1:
-        return tensor
-    local = tensor.to(ctx.device).contiguous()  # NCCL gathers only tensors on the GPU (the RNG states are not)
-    parts = [torch.empty_like(local) for _ in range(ctx.world)]
-    dist.all_gather(parts, local)
-    return torch.cat(parts, dim=dim).to(tensor.device)
-
 
 # ------------------------------------------------------------------------------------ the run
 # Fewer optimizer steps than this in a new run whose batch size was not chosen gets a warning.
@@ -383,19 +92,42 @@ class Trainer:
     """One training run. Build it, then call :meth:`run`."""
 
     def __init__(self, settings: TrainSettings):
-        self.settings = s = settings
-        s.validate()  # before the process group, the data and any file: a refused run leaves nothing
+        self.settings = settings
+        self._check_settings()
+        self.ctx = setup_distributed(settings.device)
+        self._setup_corpus()
+        init_model = self._setup_vocab()
+        payload, previous = self._setup_resume(init_model)
+        self._setup_config(init_model, payload, previous)
+        self._setup_model(init_model)
+        self._setup_optimizer()
+        self._setup_data()
+        self._setup_state()
+        self._setup_run_directory(payload)
+
+    # --------------------------------------------------------------------------- set-up
+    def _check_settings(self) -> None:
+        """Refuse bad settings and a folder that is not a run of elmo's, before the process
+        group, the data and any file: a refused run leaves nothing."""
+        s = self.settings
+        s.validate()
         # A folder that is not a run of elmo's is refused now, before hours of work, and never written into.
         check_folder(s.output, RUN_KIND, recognise=is_run_from_before_markers, option="--output")
         if s.deterministic:
             use_deterministic_kernels()
-        self.ctx = setup_distributed(s.device)
+
+    def _setup_corpus(self) -> None:
+        """The training (and held-out) shards, and the training tokens they hold."""
+        s = self.settings
         self.paths = expand_paths(s.train)
         self.heldout_paths = expand_paths(s.heldout) if s.heldout else None  # a typo fails now, not at step N
         _, self.n_train_tokens = count_tokens(self.paths)
         if self.n_train_tokens == 0:
             raise ValueError(f"{s.train}: the training shards hold no sentences")
 
+    def _setup_vocab(self) -> LanguageModel | None:
+        """The vocabulary: the fine-tuned model's (returned, with where it came from) or --vocab's."""
+        s = self.settings
         init_model, self.init_origin = None, None
         if s.init_from is not None:
             init_model, vocab, self.init_origin = load_language_model_with_origin(s.init_from)
@@ -404,7 +136,12 @@ class Trainer:
         else:
             vocab = Vocabulary.from_file(s.vocab)
         self.vocab = vocab
+        return init_model
 
+    def _setup_resume(self, init_model: LanguageModel | None) -> tuple[dict | None, PreviousRun | None]:
+        """The checkpoint to resume from and what the run directory fixes (both None for a new
+        run); a resume that would change the run is refused (:mod:`elmo.training.resume`)."""
+        s = self.settings
         if not s.resume and latest_checkpoint(s.output) is not None:
             raise FileExistsError(f"{s.output}: already holds checkpoints; pass --resume to continue "
                                   f"that run, or choose another --output")
@@ -414,16 +151,25 @@ class Trainer:
             found = load_latest_train_checkpoint(s.output)  # a damaged newest file is skipped, with a warning
             if found is not None:
                 self.resume_from, payload = found
-            previous = self._previous_run(payload, init_model)
+            previous = previous_run(s, payload, init_model.config if init_model else None, len(self.vocab),
+                                    self.n_train_tokens)
         if previous is not None:
-            conflicts = self._resume_conflicts(previous)
+            conflicts = resume_conflicts(s, previous, self.vocab, self.n_train_tokens)
             if conflicts:
                 raise ValueError(f"{s.output}: --resume continues the run as it was started, but "
                                  f"{'; '.join(conflicts)} (on resume only {', '.join(CHANGEABLE_ON_RESUME)} "
                                  f"may change; start a new --output to change the others)")
+        return payload, previous
+
+    def _setup_config(self, init_model: LanguageModel | None, payload: dict | None,
+                      previous: PreviousRun | None) -> None:
+        """The run's config (the resumed run's, or :func:`resolve_config`'s), batch, seed and length."""
+        s = self.settings
+        if previous is not None:
             config = previous.config
         else:
-            config = resolve_config(s, init_model.config if init_model else None, len(vocab), self.n_train_tokens)
+            config = resolve_config(s, init_model.config if init_model else None, len(self.vocab),
+                                    self.n_train_tokens)
         self.config = config
         t = config.training
         self.batch_size, self.unroll_steps = t["batch_size"], t["unroll_steps"]
@@ -435,11 +181,16 @@ class Trainer:
         if previous is None and s.batch_size is None and self.ctx.main:
             self._explain_batch_size(init_model)
         if payload is not None and self.max_steps < payload["step"]:
-            raise ValueError(f"{self._length_option()}: gives {self.max_steps} steps, but the run is already at "
+            raise ValueError(f"{length_option(s)}: gives {self.max_steps} steps, but the run is already at "
                              f"step {payload['step']}")
 
+    def _setup_model(self, init_model: LanguageModel | None) -> None:
+        """The language model (the fine-tuned model's weights, if any) on the device, under DDP
+        when several processes train."""
+        s = self.settings
         torch.manual_seed(self.seed + self.ctx.rank)  # dropout masks differ per rank
-        self.model = LanguageModel(config, len(vocab), lstm_path=s.lstm_path, compile_cells=s.compile_cells)
+        self.model = LanguageModel(self.config, len(self.vocab), lstm_path=s.lstm_path,
+                                   compile_cells=s.compile_cells)
         if init_model is not None:
             self.model.load_state_dict(init_model.state_dict())
         self.model.to(self.ctx.device)
@@ -448,6 +199,9 @@ class Trainer:
                 raise ValueError("--cuda-graphs: runs one process only (the graphs are not captured under DDP)")
             self.model.use_cuda_graphs()
         self.ddp = (torch.nn.parallel.DistributedDataParallel(self.model) if self.ctx.world > 1 else self.model)
+
+    def _setup_optimizer(self) -> None:
+        """Optimizer, learning-rate schedule, the sparse softmax step's switch and the negatives' sampler."""
         self.optimizer = self._optimizer()
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, self._schedule)
         # Whether the softmax weight's Adagrad step updates only the rows a step used (the targets
@@ -456,23 +210,34 @@ class Trainer:
         # (vocab, dim) gradient, sum and square root per step. One process only (DDP all-reduces
         # dense gradients), Adagrad only (AdamW moves every row). An attribute, so a benchmark of
         # the dense step can turn it off.
-        self.sparse_softmax = (t["optimizer"] == "adagrad" and self.ctx.world == 1 and self._n_samples() > 0)
+        self.sparse_softmax = (self.config.training["optimizer"] == "adagrad" and self.ctx.world == 1
+                               and self._n_samples() > 0)
         # Negatives are shared by the whole (global) batch: every rank draws the same ones.
         self.sampler = torch.Generator().manual_seed(self.seed + 7919)
 
+    def _setup_data(self) -> None:
+        """One batcher per direction over this rank's rows, built ahead in a thread if asked."""
+        s = self.settings
         rows_per_rank = self.batch_size // self.ctx.world
         self.rows = slice(self.ctx.rank * rows_per_rank, (self.ctx.rank + 1) * rows_per_rank)
-        self.batchers = [LMBatcher(SentenceStream(self.paths, seed=self.seed * 2 + d, reverse=bool(d)), vocab,
+        self.batchers = [LMBatcher(SentenceStream(self.paths, seed=self.seed * 2 + d, reverse=bool(d)), self.vocab,
                                    self.batch_size, self.unroll_steps, rows=self.rows) for d in (0, 1)]
         prefetch = s.prefetch if s.prefetch is not None else (2 if self.ctx.device.type == "cuda" else 0)
         if prefetch:
             cuda = self.ctx.device.type == "cuda"
             self.batchers = [PrefetchingBatcher(b, depth=prefetch, pin_memory=cuda) for b in self.batchers]
-        self.state = self.model.bilm.zero_state(rows_per_rank)
+
+    def _setup_state(self) -> None:
+        """A new run's LSTM state, step and token counts and clock (a resume restores them later)."""
+        self.state = self.model.bilm.zero_state(self.batch_size // self.ctx.world)
         self.step, self.tokens = 0, 0
         # Training time of the run so far: what earlier sessions spent (from the checkpoint) plus
         # this session's, so elapsed_seconds goes on rising across resumes.
         self.elapsed_before, self.session_start = 0.0, time.monotonic()
+
+    def _setup_run_directory(self, payload: dict | None) -> None:
+        """Claim the run directory, restore a resumed run, and write a new run's files."""
+        s = self.settings
         if self.ctx.main:  # the run directory, made now with elmo's marker (or marked, if from before the marker)
             claim_folder(s.output, RUN_KIND, recognise=is_run_from_before_markers, option="--output", make_parents=True)
         if payload is not None:
@@ -485,7 +250,6 @@ class Trainer:
         if payload is None and self.ctx.main:
             self._write_run_files()
 
-    # --------------------------------------------------------------------------- set-up
     def _explain_batch_size(self, init_model: LanguageModel | None) -> None:
         """Say on stderr which batch size a new run took when none was given: a fine-tune's comes
         from the fine-tuning rule; and warn when the run makes only a handful of updates."""
@@ -504,78 +268,6 @@ class Trainer:
             print(f"warning: {self.n_train_tokens:,} training tokens make {self.max_steps} optimizer step(s) of "
                   f"{self.batch_size} x {self.unroll_steps} tokens ({source}); pass --batch-size (a smaller one) "
                   f"or --epochs (more passes) for more updates", file=sys.stderr)
-
-    def _previous_run(self, payload: dict | None, init_model: LanguageModel | None) -> PreviousRun | None:
-        """What the run directory being resumed fixes (None: there is no run there yet)."""
-        s = self.settings
-        recorded = _read_settings(s.output)
-        if payload is not None:
-            config = BiLMConfig.from_dict(payload["config"])
-            vocab, step = payload["vocab"], payload["step"]
-            seed, max_steps = payload.get("seed"), payload.get("max_steps")
-        elif recorded is not None:
-            # Stopped before its first checkpoint: nothing is trained yet, but the run keeps the
-            # settings it was started with.
-            names = {f.name for f in fields(TrainSettings)}
-            started = TrainSettings(**{k: v for k, v in recorded.items() if k in names})
-            config = resolve_config(started, init_model.config if init_model else None, len(self.vocab),
-                                    self.n_train_tokens)
-            vocab_path = os.path.join(s.output, VOCAB_FILE)
-            vocab = Vocabulary.from_file(vocab_path).words if os.path.isfile(vocab_path) else None
-            step, seed, max_steps = 0, None, None
-        else:
-            return None
-        if recorded is not None:
-            # Checkpoints written before the seed and length were stored: the started settings have them.
-            if seed is None:
-                seed = recorded.get("seed")
-            if max_steps is None:
-                t = config.training
-                max_steps = run_steps(recorded.get("max_tokens"), recorded.get("epochs"),
-                                      t.get("n_train_tokens", self.n_train_tokens), t["batch_size"] * t["unroll_steps"])
-        return PreviousRun(config, vocab, seed, max_steps, step, recorded)
-
-    def _resume_conflicts(self, previous: PreviousRun) -> list[str]:
-        """Each setting given for the resume that differs from the run's, as ``option: the run's
-        value, the given value``."""
-        s, t = self.settings, previous.config.training
-        conflicts = []
-        if previous.vocab is not None and previous.vocab != self.vocab.words:
-            option = f"--vocab {s.vocab}" if s.init_from is None else f"the vocabulary of {s.init_from}"
-            differ = next((i for i, (a, b) in enumerate(zip(previous.vocab, self.vocab.words)) if a != b),
-                          min(len(previous.vocab), len(self.vocab.words)))
-            here = repr(self.vocab.words[differ]) if differ < len(self.vocab) else "nothing"
-            there = repr(previous.vocab[differ]) if differ < len(previous.vocab) else "nothing"
-            conflicts.append(f"{option}: {len(self.vocab)} words, the run's {len(previous.vocab)} (word {differ} is "
-                             f"{here} here, {there} in the run)")
-        if t.get("n_train_tokens", self.n_train_tokens) != self.n_train_tokens:
-            shards = s.train if isinstance(s.train, str) else " ".join(s.train)
-            conflicts.append(f"--train {shards}: {self.n_train_tokens} training tokens, the run's shards "
-                             f"held {t['n_train_tokens']}")
-        if s.config is not None:
-            given = load_config_spec(s.config)
-            if _architecture(given) != _architecture(previous.config):
-                started = (previous.settings or {}).get("config") or "its options.json"
-                conflicts.append(f"--config: the run's is {started} ({_describe_architecture(previous.config)}), "
-                                 f"got {s.config} ({_describe_architecture(given)})")
-        for name, key, option in FIXED_ON_RESUME:
-            value = getattr(s, name)
-            if value is not None and value != t.get(key):
-                run_value = t.get(key, "unset (the default)")
-                conflicts.append(f"{option}: the run's is {run_value}, got {value}")
-        if s.seed is not None and previous.seed is not None and s.seed != previous.seed:
-            conflicts.append(f"--seed: the run's is {previous.seed}, got {s.seed}")
-        if (s.max_tokens is not None or s.epochs is not None) and previous.max_steps is not None \
-                and t["optimizer"] != "adagrad":
-            steps = run_steps(s.max_tokens, s.epochs, self.n_train_tokens, t["batch_size"] * t["unroll_steps"])
-            if steps != previous.max_steps:
-                conflicts.append(f"{self._length_option()}: the run's length is {previous.max_steps} steps, this "
-                                 f"gives {steps} ({t['optimizer']}'s learning-rate schedule is fixed by the length)")
-        return conflicts
-
-    def _length_option(self) -> str:
-        s = self.settings
-        return f"--max-tokens {s.max_tokens}" if s.max_tokens is not None else f"--epochs {s.epochs}"
 
     def _max_steps(self, previous: PreviousRun | None) -> int:
         """The run's length in steps: as given, else (on resume) the run's, else one epoch."""
@@ -626,13 +318,13 @@ class Trainer:
         return self.elapsed_before + time.monotonic() - self.session_start
 
     def _checkpoint_payload(self) -> dict:
-        c = _gather_rows(self.state.c, self.ctx, dim=2)
-        h = _gather_rows(self.state.h, self.ctx, dim=2)
-        rng = _gather_rows(torch.get_rng_state().unsqueeze(0), self.ctx, dim=0)
+        c = gather_rows(self.state.c, self.ctx, dim=2)
+        h = gather_rows(self.state.h, self.ctx, dim=2)
+        rng = gather_rows(torch.get_rng_state().unsqueeze(0), self.ctx, dim=0)
         extra = {}
         if self.ctx.device.type == "cuda":
             # Dropout on the GPU draws from the GPU's generator: without its state a resume is not exact.
-            extra["cuda_rng"] = _gather_rows(torch.cuda.get_rng_state(self.ctx.device).unsqueeze(0), self.ctx, dim=0)
+            extra["cuda_rng"] = gather_rows(torch.cuda.get_rng_state(self.ctx.device).unsqueeze(0), self.ctx, dim=0)
         return {**extra, "config": self.config.to_dict(), "vocab": self.vocab.words,
                 "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
                 "scheduler": self.scheduler.state_dict(), "step": self.step, "tokens": self.tokens,

@@ -1,5 +1,6 @@
-"""bfloat16 is never slower than float32: on a CPU where it measures slower for the model's LSTM
-size, float32 runs instead, and the measurement is made once per machine and remembered."""
+"""The precision rule (elmo.inference.precision): bfloat16 is never slower than float32. On a CPU
+where it measures slower for the model's LSTM size, float32 runs instead, and the measurement is
+made once per machine and remembered."""
 
 import json
 
@@ -7,8 +8,9 @@ import pytest
 import torch
 from conftest import load_fixture_model
 
-import elmo.inference.runtime
-from elmo.inference.runtime import BFLOAT16_CHECK_ENV, Runtime, bfloat16_pays
+import elmo.inference.precision
+from elmo.inference.precision import BFLOAT16_CHECK_ENV, bfloat16_pays
+from elmo.inference.runtime import Runtime
 
 
 @pytest.fixture
@@ -17,7 +19,7 @@ def measured(monkeypatch, tmp_path):
     bfloat16 hardware claimed, and fake step timings whose calls are counted."""
     monkeypatch.setenv(BFLOAT16_CHECK_ENV, "1")
     monkeypatch.setenv("ELMO_CACHE", str(tmp_path))
-    monkeypatch.setattr(elmo.inference.runtime, "cpu_flags", lambda: {"avx512f", "avx512_bf16"})
+    monkeypatch.setattr(elmo.inference.precision, "cpu_flags", lambda: {"avx512f", "avx512_bf16"})
     timings = {"float32": 0.010, "bfloat16": 0.004}
     calls = []
 
@@ -26,7 +28,7 @@ def measured(monkeypatch, tmp_path):
         calls.append((dim, projection_dim, name))
         return timings[name]
 
-    monkeypatch.setattr(elmo.inference.runtime, "_lstm_step_seconds", fake_seconds)
+    monkeypatch.setattr(elmo.inference.precision, "_lstm_step_seconds", fake_seconds)
     return timings, calls, tmp_path / "precision.json"
 
 
@@ -85,4 +87,4 @@ def test_the_check_can_be_switched_off(measured, monkeypatch):
 def test_real_measurement_runs_both_precisions():
     """The timing itself, on a tiny size: positive seconds for both precisions."""
     for dtype in (torch.float32, torch.bfloat16):
-        assert elmo.inference.runtime._lstm_step_seconds(16, 8, dtype, rows=4, steps=2) > 0
+        assert elmo.inference.precision._lstm_step_seconds(16, 8, dtype, rows=4, steps=2) > 0

@@ -1,5 +1,7 @@
-"""The sentence classifier (BCN) and ESIM task models: shapes, gradients, exact masking with and
-without ELMo, and that each learns a tiny synthetic task."""
+"""The sentence classifier (elmo.tasks.classification, BCN): shapes, gradients, exact masking with
+and without ELMo, and that it learns a tiny synthetic task. The checks that hold for every
+classifier of sentences or pairs run on ESIM (elmo.tasks.entailment) too, through the helpers here;
+ESIM's own checks are in test_task_entailment.py."""
 
 import random
 
@@ -16,7 +18,6 @@ from elmo.tasks.features import (
     word_ids,
 )
 from elmo.tasks.integration import ElmoOptions, TaskElmo
-from elmo.tasks.masked import masked_max, masked_mean, masked_min, masked_softmax
 
 VOCAB = WordVocab("good bad the a movie film plot was is very not fun dull cast".split())
 N_LAYERS, ELMO_DIM, HIDDEN, N_CLASSES = 3, 6, 8, 3
@@ -151,39 +152,6 @@ def test_padding_never_changes_the_result(kind, setting):
     torch.testing.assert_close(got, expected, atol=1e-5, rtol=0)
 
 
-def test_esim_output_elmo_joins_the_encoder_states_before_the_attention():
-    """The paper's ESIM output placement: the enhanced vectors [a; a~; a - a~; a * a~] that reach
-    the projection carry the output ELMo in a, and the other side's ELMo, attention-weighted, in a~."""
-    model = make_model("esim", "output").eval()
-    batch = make_batch("esim", PAIRS)
-    seen = []
-    handle = model.projection.register_forward_hook(lambda module, args, out: seen.append(args[0]))
-    with torch.no_grad():
-        model.logits(batch)
-        elmo_a = model.elmo.for_output(batch.premise.elmo, batch.premise.mask)      # (B, Ta, E)
-        elmo_b = model.elmo.for_output(batch.hypothesis.elmo, batch.hypothesis.mask)  # (B, Tb, E)
-    handle.remove()
-    enhanced_a = seen[0]                                                  # (B, Ta, 4D)
-    width = 2 * HIDDEN + ELMO_DIM
-    assert enhanced_a.shape[-1] == 4 * width
-    a, a_aligned = enhanced_a[..., :width], enhanced_a[..., width:2 * width]
-    mask_a, mask_b = batch.premise.mask, batch.hypothesis.mask
-    torch.testing.assert_close(a[..., 2 * HIDDEN:][mask_a], elmo_a[mask_a])
-    # a~'s ELMo part is a convex combination of the hypothesis's ELMo vectors at its real tokens.
-    for row in range(len(PAIRS)):
-        weights = torch.linalg.lstsq(elmo_b[row][mask_b[row]].T, a_aligned[row, :, 2 * HIDDEN:][mask_a[row]].T).solution
-        torch.testing.assert_close(weights.sum(dim=0), torch.ones(int(mask_a[row].sum())), atol=1e-4, rtol=0)
-        assert (weights > -1e-4).all()
-
-
-def test_esim_is_not_symmetric():
-    model = make_model("esim", "both").eval()
-    batch = make_batch("esim", PAIRS)
-    swapped = PairBatch(premise=batch.hypothesis, hypothesis=batch.premise)
-    with torch.no_grad():
-        assert not torch.allclose(model.logits(batch), model.logits(swapped), atol=1e-4)
-
-
 @pytest.mark.parametrize("kind", ["bcn", "esim"])
 def test_empty_sentence_gives_finite_results(kind):
     model = make_model(kind, "both").train()
@@ -203,18 +171,6 @@ def test_elmo_model_needs_layers(kind):
         model.loss(batch)
     # Without ELMo the same batch is fine.
     assert torch.isfinite(make_model(kind, "disabled").loss(batch))
-
-
-def test_masked_helpers():
-    values = torch.tensor([[[1.0], [5.0], [-3.0]], [[2.0], [9.0], [9.0]], [[7.0], [7.0], [7.0]]])
-    mask = torch.tensor([[True, True, True], [True, False, False], [False, False, False]])
-    assert masked_max(values, mask).flatten().tolist() == [5.0, 2.0, 0.0]
-    assert masked_min(values, mask).flatten().tolist() == [-3.0, 2.0, 0.0]
-    assert masked_mean(values, mask).flatten().tolist() == [1.0, 2.0, 0.0]
-    weights = masked_softmax(values.squeeze(-1), mask)
-    torch.testing.assert_close(weights[1], torch.tensor([1.0, 0.0, 0.0]))
-    assert weights[2].tolist() == [0.0, 0.0, 0.0]  # fully masked: zeros, not NaN
-    torch.testing.assert_close(weights[0].sum(), torch.tensor(1.0))
 
 
 def train_until_perfect(model, batch, labels, max_steps=60):
@@ -249,22 +205,4 @@ def test_bcn_learns_whether_good_appears():
         labels.append(i % 2)
     model = make_model("bcn", "disabled", n_classes=2, dropout=0.0)
     batch = make_batch("bcn", sentences, labels=labels, with_elmo=False)
-    assert train_until_perfect(model, batch, labels) is not None
-
-
-def test_esim_learns_whether_first_words_match():
-    rng = random.Random(0)
-    words = CONTENT[:6]
-    pairs, labels = [], []
-    for i in range(24):
-        premise = [rng.choice(words) for _ in range(rng.randint(2, 5))]
-        hypothesis = [rng.choice(words) for _ in range(rng.randint(2, 5))]
-        if i % 2:
-            hypothesis[0] = premise[0]
-        else:
-            hypothesis[0] = rng.choice([w for w in words if w != premise[0]])
-        pairs.append((premise, hypothesis))
-        labels.append(i % 2)
-    model = make_model("esim", "disabled", n_classes=2, dropout=0.0)
-    batch = make_batch("esim", pairs, labels=labels, with_elmo=False)
     assert train_until_perfect(model, batch, labels) is not None
