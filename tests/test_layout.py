@@ -22,6 +22,7 @@ FLOORS = (
     ("model",),  # the network: config, char ids, CNN, LSTM, biLM, softmax, weights
     ("hub",),  # where models come from: resolve, checkpoints, downloads, archives
     ("inference", "training"),  # running a biLM; training one
+    ("serve",),  # a running biLM behind HTTP (elmo serve; Ray Serve's deployment builds on it)
     ("tasks", "integrations", "allennlp"),  # what uses a running biLM
     ("elmo",),  # the public API (src/elmo/__init__.py)
     ("cli",),  # the command line: only it parses arguments
