@@ -12,7 +12,7 @@ import pytest
 from conftest import ALLENNLP, fixture_batches
 
 from elmo.allennlp import ElmoEmbedder
-from elmo.cli.allennlp_elmo import main
+from elmo.allennlp.command import main
 
 OPTIONS, WEIGHTS = str(ALLENNLP / "options.json"), str(ALLENNLP / "lm_weights.hdf5")
 MODEL = ["--options-file", OPTIONS, "--weight-file", WEIGHTS]

@@ -7,7 +7,7 @@ TYPE_CHECKING:`` blocks included. ``from package import name`` is an edge to the
 
 The rooms (``elmo.<room>``: a subpackage or a top-level module) stand on :data:`FLOORS`, from the
 ground up. A module may import its own room and the rooms of lower floors, never a room on its
-own floor or above (the one exception known, and to be moved, is in :data:`UPWARD_EXCEPTIONS`).
+own floor or above (exceptions, known and to be moved, would be listed in :data:`UPWARD_EXCEPTIONS`).
 """
 
 import ast
@@ -27,9 +27,8 @@ FLOORS = (
     ("elmo",),  # the public API (src/elmo/__init__.py)
     ("cli",),  # the command line: only it parses arguments
 )
-# Imports that run back up, known and to be moved (issue 48: the `python -m elmo.allennlp elmo`
-# command lives in cli/ though it is no `elmo` verb): (importing module, imported module).
-UPWARD_EXCEPTIONS = {("elmo.allennlp.__main__", "elmo.cli.allennlp_elmo")}
+# Imports that run back up, known and to be moved: (importing module, imported module). None now.
+UPWARD_EXCEPTIONS: set[tuple[str, str]] = set()
 
 
 def module_names() -> dict[str, Path]:

@@ -450,3 +450,13 @@ def count_lines(path: str | os.PathLike) -> int | None:
     except (OSError, ValueError):  # a damaged .gz: the reading pass reports it
         return None
     return count + (last != b"\n")
+
+
+def default_cache_dir() -> Path:
+    """elmo's cache folder (downloads, unpacked archives, warm states, the precision choice):
+    ``$ELMO_CACHE``, else ``$XDG_CACHE_HOME/elmo``, else ``~/.cache/elmo``."""
+    if os.environ.get("ELMO_CACHE"):
+        return Path(os.environ["ELMO_CACHE"]).expanduser()
+    if os.environ.get("XDG_CACHE_HOME"):
+        return Path(os.environ["XDG_CACHE_HOME"]).expanduser() / "elmo"
+    return Path.home() / ".cache" / "elmo"

@@ -4,7 +4,7 @@
 ``ElmoEmbedder`` is a layer over :class:`~elmo.allennlp.modules._ElmoBiLm` (its ``elmo_bilm``, as
 in AllenNLP), stateful as AllenNLP's was: batches run exactly as the caller forms them, in order,
 and each row's LSTM state carries over to the same row of the next batch. The command itself is
-``python -m elmo.allennlp elmo ...`` (:mod:`elmo.cli.allennlp_elmo`).
+``python -m elmo.allennlp elmo ...`` (:mod:`elmo.allennlp.command`).
 """
 
 from __future__ import annotations

@@ -341,7 +341,7 @@ class ModelFolder:
         member = self._member(name)
         if isinstance(member, Path):
             return member
-        from elmo.hub.download import default_cache_dir
+        from elmo.fileio import default_cache_dir
 
         if limit is None:
             limit, why = max_archive_bytes(), f"${MAX_ARCHIVE_BYTES_ENV} allows"

@@ -33,7 +33,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from elmo.fileio import atomic_path, atomic_write_text
+from elmo.fileio import atomic_path, atomic_write_text, default_cache_dir
 
 CHUNK_SIZE = 1 << 20
 SIDECAR_SUFFIX = ".sha256"
@@ -86,15 +86,6 @@ class _Expected:
     size_source: str = ""
     sha256_source: str = ""
     hint: str = ""  # how to accept a different file, when the record is what it is held to
-
-
-def default_cache_dir() -> Path:
-    """The cache directory: ``$ELMO_CACHE``, else ``$XDG_CACHE_HOME/elmo``, else ``~/.cache/elmo``."""
-    if os.environ.get("ELMO_CACHE"):
-        return Path(os.environ["ELMO_CACHE"]).expanduser()
-    if os.environ.get("XDG_CACHE_HOME"):
-        return Path(os.environ["XDG_CACHE_HOME"]).expanduser() / "elmo"
-    return Path.home() / ".cache" / "elmo"
 
 
 def file_sha256(path: str | os.PathLike) -> str:

@@ -4,7 +4,7 @@
 ``resources/model/MODEL_CARD.md``); it is part of the package and needs no network.
 ``"small"``, ``"medium"``, ``"original"`` and ``"original-5.5b"`` are the models AllenNLP
 published; their ``options.json`` + ``weights.hdf5`` are downloaded once into a cache directory
-(:func:`elmo.hub.download.default_cache_dir`, or ``$ELMO_CACHE``) and reused from there.
+(:func:`elmo.fileio.default_cache_dir`, or ``$ELMO_CACHE``) and reused from there.
 """
 
 from __future__ import annotations
@@ -124,7 +124,8 @@ def model_files(name: str = DEFAULT_MODEL, *, cache_dir: str | os.PathLike | Non
         return options, weights
     if name not in PUBLISHED:
         raise ValueError(f"model: unknown name {name!r}; expected one of {', '.join(model_names())}")
-    from elmo.hub.download import RemoteFile, default_cache_dir, fetch
+    from elmo.fileio import default_cache_dir
+    from elmo.hub.download import RemoteFile, fetch
 
     from elmo.hub.download import DownloadError
 

@@ -82,7 +82,7 @@ def bfloat16_pays(config: BiLMConfig) -> tuple[bool, str]:
     and remembered in ``$ELMO_CACHE/precision.json``, so that a given machine always makes the
     same choice. Hardware support alone does not settle it: the gain depends on the kernels this
     PyTorch picks for these shapes."""
-    from elmo.hub.download import default_cache_dir
+    from elmo.fileio import default_cache_dir
 
     dim, proj = config.lstm.dim, config.lstm.projection_dim
     flags = cpu_flags() or set()

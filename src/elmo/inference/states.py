@@ -67,7 +67,7 @@ def load_warm_state(path: str | os.PathLike, key: str) -> BiLMState | None:
 
 def warm_state_cache_path(key: str) -> Path:
     """Where a computed warm state is kept: ``$ELMO_CACHE/warm-states/<key>.npz``."""
-    from elmo.hub.download import default_cache_dir
+    from elmo.fileio import default_cache_dir
 
     return default_cache_dir() / "warm-states" / f"{key}.npz"
 
