@@ -323,3 +323,32 @@ def test_task_models_default_to_their_settings():
             assert parameters[name].default == defaults[name], (model.__name__, name)
     assert inspect.signature(SrlTagger).parameters["layers"].default == 1
     assert inspect.signature(BiDAF).parameters["dropout"].default == 0.5
+
+
+BLOCKED_IMPORT = """
+import sys
+for name in sys.argv[1].split(","):
+    sys.modules[name] = None  # as if the optional extra were not installed
+from elmo.cli.main import main
+sys.exit(main(sys.argv[2:]))
+"""
+
+
+@pytest.mark.parametrize("blocked,argv,extra", [
+    ("nltk,sacremoses", ["prepare", "examples/sentences.txt", "--output", "OUT"], "train"),
+    ("scorch,seqeval,conllu", ["task", "train", "configs/tasks/ner.toml"], "tasks"),
+])
+def test_a_verb_without_its_extra_names_the_extra(tmp_path, blocked, argv, extra):
+    """The core install embeds; the task and text-preparation packages come with extras, and a
+    verb that needs a missing one says which to install, in one line (exit status 2)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    argv = [str(tmp_path / "out") if a == "OUT" else a for a in argv]
+    done = subprocess.run([sys.executable, "-c", BLOCKED_IMPORT, blocked, *argv], capture_output=True, text=True,
+                          cwd=root)
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert done.stderr.strip().endswith(f"pip install 'elmo[{extra}]'"), done.stderr
+    assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1

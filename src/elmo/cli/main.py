@@ -22,6 +22,13 @@ VERBS = {"embed": "embed", "train": "train", "finetune": "finetune", "export": "
 # a process ended by SIGINT or SIGPIPE).
 EXIT_INTERRUPTED = 130
 EXIT_BROKEN_PIPE = 141
+# Packages of the optional extras (pyproject.toml), by the extra that installs them: a verb that
+# needs one that is missing says which extra to install, in one line.
+EXTRA_OF_PACKAGE = {"nltk": "tasks", "sacremoses": "tasks", "seqeval": "tasks", "conllu": "tasks", "scorch": "tasks",
+                    "huggingface_hub": "hub", "fastapi": "serve", "uvicorn": "serve", "prometheus_client": "serve",
+                    "orjson": "serve", "tensorboard": "train", "matplotlib": "train", "ray": "ray"}
+# ... except where a verb takes a package from another extra (elmo prepare's tokenizers).
+EXTRA_OF_VERB_PACKAGE = {("prepare", "nltk"): "train", ("prepare", "sacremoses"): "train"}
 
 
 class DefaultsHelpFormatter(argparse.HelpFormatter):
@@ -92,7 +99,10 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     argv = _join_dash_values(sys.argv[1:] if argv is None else argv)
-    args = build_parser(argv).parse_args(argv)
+    try:  # the verb's module is imported to build its options
+        args = build_parser(argv).parse_args(argv)
+    except ModuleNotFoundError as e:
+        return _missing_extra(next((a for a in argv if a in VERBS), "?"), e)
     from elmo.hub.download import DownloadError
 
     def show_warning(message, category, filename, lineno, file=None, line=None):
@@ -109,10 +119,24 @@ def main(argv: list[str] | None = None) -> int:
         # Bad input gets one clear line naming the file, line or field, not a traceback.
         print(f"elmo {args.verb}: error: {e}", file=sys.stderr)
         return 2
+    except ModuleNotFoundError as e:
+        return _missing_extra(args.verb, e)
     except KeyboardInterrupt:
         hint = " (continue a training run with --resume)" if args.verb in ("train", "finetune") else ""
         print(f"\nelmo {args.verb}: interrupted{hint}", file=sys.stderr)
         return EXIT_INTERRUPTED
+
+
+def _missing_extra(verb: str, error: ModuleNotFoundError) -> int:
+    """One line naming the optional extra that installs the missing package (exit status 2); any
+    other missing module is a broken install, and its error goes on up."""
+    package = (error.name or "").split(".")[0]
+    extra = EXTRA_OF_VERB_PACKAGE.get((verb, package), EXTRA_OF_PACKAGE.get(package))
+    if extra is None:
+        raise error
+    print(f"elmo {verb}: error: this command needs {package}, from the optional extra {extra!r}: "
+          f"pip install 'elmo[{extra}]'", file=sys.stderr)
+    return 2
 
 
 def _broken_pipe() -> int:
