@@ -140,3 +140,23 @@ def test_a_page_names_the_runs_folder_as_runs_not_as_this_machines_path(script, 
         "--output /srv/alice/runs-old/x.md --configs configs/tasks/sst5.toml")
     monkeypatch.delenv("RUNS")
     assert shown_command(f"experiments/{script}.py", arguments) == f"python experiments/{script}.py " + " ".join(arguments)
+
+
+# The packaged model's files as committed; a new model ships as release assets instead
+# (docs/training.md, "Shipping a new packaged model"), so that no clone grows by its size again.
+PACKAGED_MODEL_SHA256 = {
+    "weights.hdf5": "486434a91a149ac652847cbbec33c32181e7281919e92d850fef1bef1e3f8e24",
+    "softmax_weights.hdf5": "e99763712e095167ea30740925d8f77c2646b87b02a9ef0ff82ba3fb926b18ec",
+    "vocab.txt": "061b6baf40a052972128a8cf7156f0b65f5c8924485972cf4a998ff7d4370d72",
+    "warm_state.npz": "d31ac47ec3efecaf68390fbec6be73ef6638e2ef299d96c35122ca6637a95e51",
+}
+
+
+def test_the_packaged_model_files_are_not_committed_again():
+    import hashlib
+
+    folder = ROOT / "src" / "elmo" / "resources" / "model"
+    for name, expected in PACKAGED_MODEL_SHA256.items():
+        digest = hashlib.sha256((folder / name).read_bytes()).hexdigest()
+        assert digest == expected, (f"{name} changed: ship a new packaged model as release assets "
+                                    "(docs/training.md, 'Shipping a new packaged model'), not as a commit")
