@@ -22,12 +22,17 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
                                             "or ~/.cache/elmo)")
 
 
-def model_from_args(args: argparse.Namespace) -> BiLM:
-    """The biLM the arguments name, in eval mode (resolved by :func:`elmo.hub.load_model`)."""
+def model_source_from_args(args: argparse.Namespace) -> str | tuple[str, str] | None:
+    """The model source the arguments name, as :func:`elmo.hub.load_model` takes it."""
     if (args.options is None) != (args.weights is None):
         raise ValueError("--options and --weights go together: give both, or neither (and --model)")
     if args.options is not None:
         if args.model is not None:
             raise ValueError("--model and --options/--weights are alternatives: give one")
-        return load_model((args.options, args.weights))
-    return load_model(args.model, cache_dir=args.cache_dir)
+        return (args.options, args.weights)
+    return args.model
+
+
+def model_from_args(args: argparse.Namespace) -> BiLM:
+    """The biLM the arguments name, in eval mode (resolved by :func:`elmo.hub.load_model`)."""
+    return load_model(model_source_from_args(args), cache_dir=args.cache_dir)
