@@ -412,6 +412,35 @@ def test_batcher_budget_order_and_stop(fixture_model):
         Batcher(Embedder(fixture_model, state="stateful"))
 
 
+def test_the_batcher_waits_only_for_requests_on_their_way(fixture_model):
+    """A lone request does not wait ``max_wait_ms`` (here a minute); a request the server has
+    begun to read (inside ``expecting``) is waited for, and shares the batch."""
+    records = []
+
+    async def scenario():
+        batcher = Batcher(Embedder(fixture_model), max_wait_ms=60_000, on_batch=records.append)
+        await batcher.start(warmup=False)
+        started = time.perf_counter()
+        await batcher.embed([["alone"]])
+        alone_seconds = time.perf_counter() - started
+
+        async def late():
+            with batcher.expecting() as coming:
+                await asyncio.sleep(0.2)  # its body is still arriving
+                return await batcher.embed([["late", "one"]], coming)
+
+        waiting = asyncio.create_task(late())
+        await asyncio.sleep(0.05)
+        together = await asyncio.gather(batcher.embed([["early"]]), waiting)
+        await batcher.stop()
+        return alone_seconds, together
+
+    alone_seconds, together = asyncio.run(scenario())
+    assert alone_seconds < 30, alone_seconds
+    assert [r.requests for r in records] == [1, 2]
+    assert [a[0].shape[1] for a in together] == [1, 2]
+
+
 # ------------------------------------------------------------------------------ the command
 def test_command_refusals_are_one_line(capsys):
     cases = [(["--max-wait-ms", "-1"], "--max-wait-ms: must be at least 0, got -1"),

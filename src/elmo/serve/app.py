@@ -21,6 +21,7 @@ get back is :mod:`elmo.serve.protocol`'s business.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 import time
@@ -252,7 +253,7 @@ def create_app(model: ProcessModel | Embedder, *, model_name: str = "default", l
     async def embed(request: Request, sentences: list[list[str]]) -> list[np.ndarray]:
         request.state.elmo_work = f" inputs={len(sentences)} tokens={sum(len(s) for s in sentences)}"
         try:
-            return await batcher.embed(sentences)
+            return await batcher.embed(sentences, request.state.elmo_coming)
         except (ServerClosed, WorkerCrashed) as e:
             raise ApiError(503, f"{e}; try again") from None
         except EmbeddingFailed as e:  # raised in the model's process: the message names its type
@@ -288,7 +289,19 @@ def create_app(model: ProcessModel | Embedder, *, model_name: str = "default", l
     async def get_metrics():
         return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
+    def batched(handler):
+        """An endpoint whose request the batcher expects from its start (it waits for it while
+        forming a batch, :meth:`~elmo.serve.batching.Batcher.expecting`)."""
+        @functools.wraps(handler)
+        async def expected(request: Request):
+            with batcher.expecting() as coming:
+                request.state.elmo_coming = coming
+                return await handler(request)
+
+        return expected
+
     @app.post("/embed_all")
+    @batched
     async def embed_all(request: Request):
         body = await read_request(request, EMBED_ALL_FIELDS)
         sentences = read_inputs(body.get("inputs"), "inputs", limits, read_truncation(body))
@@ -297,6 +310,7 @@ def create_app(model: ProcessModel | Embedder, *, model_name: str = "default", l
         return _json([as_json_array(select_layers(a, layers)) for a in arrays])
 
     @app.post("/embed")
+    @batched
     async def embed_pooled(request: Request):
         body = await read_request(request, EMBED_FIELDS)
         inputs = body.get("inputs")
@@ -310,6 +324,7 @@ def create_app(model: ProcessModel | Embedder, *, model_name: str = "default", l
         return _json([as_json_array(pool(a, layers, pooling, normalize)) for a in arrays])
 
     @app.post("/v1/embeddings")
+    @batched
     async def openai_embeddings(request: Request):
         body = await read_request(request, OPENAI_FIELDS)
         inputs = body.get("input")

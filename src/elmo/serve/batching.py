@@ -2,8 +2,9 @@
 
 Every request puts its sentences in one queue and awaits them. One task of the event loop takes
 requests off the queue into a batch, until the batch holds ``max_batch_tokens`` tokens (each
-sentence counts its tokens plus its two boundary markers, as the biLM runs them) or
-``max_wait_ms`` have passed since the batch's first request arrived, and hands the batch to the
+sentence counts its tokens plus its two boundary markers, as the biLM runs them), or
+``max_wait_ms`` have passed since the batch's first request arrived, or no other request is on
+its way (:meth:`Batcher.expecting`: the server has begun to read it), and hands the batch to the
 model (:meth:`Embedder.embed_sentences <elmo.inference.embed.Embedder.embed_sentences>`: sorted by
 length, padded little). While the model computes, the next requests queue up, so that a busy
 server batches without waiting.
@@ -27,6 +28,7 @@ restarted; if it cannot be restarted, the batcher stops (``on_fatal``).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -175,6 +177,11 @@ class InThreadModel:
 
 
 @dataclass
+class _Coming:
+    arrived: bool = False
+
+
+@dataclass
 class _Job:
     sentences: list[list[str]]
     cost: int
@@ -188,7 +195,9 @@ class Batcher:
     ``model``: an :class:`Embedder` (run on ``model_thread`` of this process, :class:`InThreadModel`)
     or a :class:`Runner` such as :class:`elmo.serve.worker.ProcessModel`. ``max_batch_tokens``: a
     batch closes once it holds this many tokens (boundaries included); a request bigger than that
-    runs alone. ``max_wait_ms``: the longest a request waits for others while the model is idle.
+    runs alone. ``max_wait_ms``: the longest a request waits for others while the model is idle,
+    and only while others are on their way (requests inside :meth:`expecting` that have not
+    reached :meth:`embed` yet): a lone caller does not wait at all.
     ``on_batch`` is called in the event loop with a :class:`BatchRecord` after each batch
     (metrics); ``on_restart`` after the runner was restarted following a crash; ``on_fatal`` with
     a message if it could not be (the batcher has stopped: every request gets
@@ -211,6 +220,7 @@ class Batcher:
         self.on_batch, self.on_restart, self.on_fatal = on_batch, on_restart, on_fatal
         self._pending: deque[_Job] = deque()
         self._pending_cost = 0
+        self._coming = 0  # requests being read that will call embed()
         self._arrived: asyncio.Event | None = None
         self._task: asyncio.Task | None = None
         self._closing = False
@@ -243,9 +253,28 @@ class Batcher:
         self._task = asyncio.create_task(self._run(), name="elmo-serve-batcher")
         self.ready = True
 
-    async def embed(self, sentences: Sequence[Sequence[str]]) -> list[np.ndarray]:
+    @contextlib.contextmanager
+    def expecting(self):
+        """Around the handling of a request that may call :meth:`embed` (from before its body is
+        read): while it has not called it, a batch being formed waits for it (up to
+        ``max_wait_ms``). Yields a token to pass to :meth:`embed`."""
+        token = _Coming()
+        self._coming += 1
+        try:
+            yield token
+        finally:
+            if not token.arrived:  # refused, or failed before embed(): nothing more to wait for
+                self._coming -= 1
+                if self._arrived is not None:
+                    self._arrived.set()
+
+    async def embed(self, sentences: Sequence[Sequence[str]], coming: _Coming | None = None) -> list[np.ndarray]:
         """The ``(layers, tokens, dim)`` float32 array of each sentence (token lists), as
-        ``embedder.embed_sentences(sentences)`` gives them."""
+        ``embedder.embed_sentences(sentences)`` gives them. ``coming``: the token of
+        :meth:`expecting` around this request, if any."""
+        if coming is not None and not coming.arrived:
+            coming.arrived = True
+            self._coming -= 1
         if self._closing or self._broken or self._task is None:
             raise ServerClosed(self._broken or ("the server is stopping" if self._closing
                                                 else "the batcher is not started"))
@@ -279,9 +308,10 @@ class Batcher:
             while not self._pending:
                 self._arrived.clear()
                 await self._arrived.wait()
-            # The model is idle: wait a little for more requests, unless the batch is already full.
+            # The model is idle: wait a little for the requests being read, unless the batch is
+            # already full; with none on their way, waiting would only add to the latency.
             deadline = self._pending[0].queued_at + self.max_wait
-            while self._pending_cost < self.max_batch_tokens:
+            while self._pending_cost < self.max_batch_tokens and self._coming > 0:
                 remaining = deadline - time.perf_counter()
                 if remaining <= 0:
                     break
