@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import socket
 import sys
 
@@ -33,7 +34,9 @@ def add_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--state", default=DEFAULT_STATE, choices=("warm", "reset"),
                         help="LSTM state policy; both make every answer independent of other requests")
     parser.add_argument("--threads", type=int,
-                        help="CPU threads for the model, which runs in a process of its own (default: all cores)")
+                        help="CPU threads for the model, which runs in a process of its own (default: "
+                             "$OMP_NUM_THREADS if set, else one fewer than PyTorch's default, at least 1: "
+                             "a core is left to the process that answers HTTP)")
     parser.add_argument("--vocab-cache", help="token vectors from elmo cache-vocab (other words use the CNN)")
     parser.add_argument("--max-batch-tokens", type=int, default=DEFAULT_MAX_BATCH_TOKENS,
                         help="a batch of concurrent requests closes at this many tokens (2 more per sentence for "
@@ -79,6 +82,38 @@ def listening_socket(host: str, port: int) -> socket.socket:
     return sock
 
 
+def _listening_server_class():
+    import uvicorn
+
+    class ListeningServer(uvicorn.Server):
+        """A uvicorn server that says when it accepts connections (after the app's startup):
+        "ready" printed earlier would send callers to a socket that does not listen yet."""
+
+        def __init__(self, config, on_listening):
+            super().__init__(config)
+            self.on_listening = on_listening
+
+        async def startup(self, sockets=None) -> None:
+            await super().startup(sockets)
+            if self.started:
+                self.on_listening()
+
+    return ListeningServer
+
+
+def model_threads(threads: int | None) -> int | None:
+    """The model process's CPU threads: ``--threads``; else None (PyTorch's default) where
+    ``OMP_NUM_THREADS`` says (as Ray sets it); else one fewer than PyTorch's default, at least 1.
+    The process answering HTTP needs a core too, and an OpenMP team with more threads than free
+    cores waits at every operator for a descheduled thread: on the 2-core development machine, a
+    batch of 64 sentences took 75 ms on 1 thread and 175 ms on 2 while another process was busy."""
+    if threads is not None or os.environ.get("OMP_NUM_THREADS"):
+        return threads
+    import torch
+
+    return max(1, torch.get_num_threads() - 1)
+
+
 def run(args: argparse.Namespace) -> int:
     for name in ("max_batch_tokens", "max_request_tokens", "max_input_tokens", "max_inputs", "max_body_bytes"):
         positive(args, name)
@@ -91,6 +126,8 @@ def run(args: argparse.Namespace) -> int:
 
         from elmo.serve.app import create_app
         from elmo.serve.worker import ProcessModel, WorkerSpec
+
+        ListeningServer = _listening_server_class()
     except ImportError as e:
         raise ValueError(f"the [serve] extra is not installed: pip install 'elmo[serve]' ({e})") from None
     limits = Limits(max_input_tokens=args.max_input_tokens, max_inputs=args.max_inputs,
@@ -103,8 +140,9 @@ def run(args: argparse.Namespace) -> int:
     print(f"elmo serve: loading {name} ...", file=sys.stderr, flush=True)
     # The model runs in a process of its own (elmo.serve.worker says why); a model that cannot
     # be loaded is this command's one-line error.
-    worker = ProcessModel(WorkerSpec(source=list(source) if isinstance(source, tuple) else source, cache_dir=args.cache_dir, device=args.device,
-                                     precision=args.precision, state=args.state, threads=args.threads,
+    worker = ProcessModel(WorkerSpec(source=list(source) if isinstance(source, tuple) else source,
+                                     cache_dir=args.cache_dir, device=args.device, precision=args.precision,
+                                     state=args.state, threads=model_threads(args.threads),
                                      vocab_cache=args.vocab_cache, max_batch_tokens=args.max_batch_tokens),
                           stop_timeout=args.graceful_timeout + 30)
     try:
@@ -132,11 +170,11 @@ def run(args: argparse.Namespace) -> int:
     serve_log.propagate = False
     try:
         app = create_app(worker, model_name=name, limits=limits, max_batch_tokens=args.max_batch_tokens,
-                         max_wait_ms=args.max_wait_ms, access_log=args.access_log, on_ready=ready,
+                         max_wait_ms=args.max_wait_ms, access_log=args.access_log,
                          on_fatal=give_up)
         config = uvicorn.Config(app, log_config=None, log_level="warning", access_log=False, lifespan="on",
                                 timeout_graceful_shutdown=args.graceful_timeout)
-        server = uvicorn.Server(config)
+        server = ListeningServer(config, on_listening=ready)
         # uvicorn stops accepting on SIGTERM or SIGINT, lets the requests in flight finish, stops
         # the app (which finishes its queue and stops the model's process), then raises the
         # signal again: the process ends as that signal ends it (SIGINT: elmo's "interrupted",
