@@ -5,8 +5,8 @@ sentence per request). One JSON line per run: throughput (requests/s), p50 ms, r
 connections, and the load average when the server started. ``--old-src``: the ``src`` folder of
 the other build, e.g. the merge before the model process::
 
-    git archive e323588 src | tar -x -C /tmp/old
-    nice -n 10 python benchmarks/serve_ab.py --old-src /tmp/old/src --repeats 2
+    git archive e323588 src | tar -x -C "$OLD"     # OLD=an empty folder
+    nice -n 10 python benchmarks/serve_ab.py --old-src "$OLD/src" --repeats 2
 """
 
 from __future__ import annotations
