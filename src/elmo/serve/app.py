@@ -198,8 +198,8 @@ def create_app(model: ProcessModel | Embedder, *, model_name: str = "default", l
                access_log: bool = True, warmup: bool = True, on_ready: Callable[[], None] | None = None,
                on_fatal: Callable[[str], None] | None = None,
                model_thread: ThreadPoolExecutor | None = None) -> FastAPI:
-    """The service for ``model``: a started :class:`~elmo.serve.worker.ProcessModel` (the model
-    in a process of its own, warm: what ``elmo serve`` runs), or an :class:`Embedder` run on
+    """The service for ``model``: a :class:`~elmo.serve.worker.ProcessModel` (the model in a
+    process of its own, started here if it is not yet: what ``elmo serve`` runs), or an :class:`Embedder` run on
     ``model_thread`` of this process (:func:`~elmo.serve.batching.new_model_thread`, best the
     thread that loaded it; simpler, slower under load). State policy ``warm`` or ``reset``.
     ``model_name`` is the name in ``/info`` and in OpenAI answers. ``limits`` bound each request
@@ -208,6 +208,8 @@ def create_app(model: ProcessModel | Embedder, *, model_name: str = "default", l
     app answers; ``on_fatal`` with a message if the model's process died and could not be
     restarted (the app then answers 503 to everything: time to exit)."""
     limits = limits or Limits()
+    if isinstance(model, ProcessModel) and not model.info:
+        model.start()  # the model loads and warms in its process before the app exists
     metrics = Metrics()
     batcher = Batcher(model, max_batch_tokens=max_batch_tokens, max_wait_ms=max_wait_ms, on_batch=metrics.batch,
                       model_thread=model_thread, on_restart=metrics.restarts.inc, on_fatal=on_fatal)
