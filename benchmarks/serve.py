@@ -2,12 +2,13 @@
 against a loop of ``Embedder.embed_sentence`` in one process.
 
 A real ``elmo serve`` process listens on a free port of 127.0.0.1 (loopback only); this process
-is the callers: ``concurrency`` asyncio tasks on one httpx client, each sending ``POST /embed``
-with one sentence and waiting for its vector before the next, so the server batches whoever is
-waiting. Both share this machine's cores. Each level runs for ``--requests`` requests or
+is the callers: ``concurrency`` asyncio tasks, each on a keep-alive connection of its own (HTTP/1.1
+by hand, which costs the shared cores less than an HTTP library), sending ``POST /embed`` with one
+sentence and waiting for its vector before the next, so the server batches whoever is waiting. Both share this machine's cores. Each level runs for ``--requests`` requests or
 ``--seconds`` seconds, whichever comes first, after ``--warmup`` requests that are not counted.
 The direct loop embeds the same sentences one by one in this process (the server idle) and pools
-them as the server does (mean over tokens of the layers' average). Sentences: the 30 of the
+them as the server does (mean over tokens of the layers' average), on as many CPU threads as the
+server's model uses (``--server-threads``, else ``elmo serve``'s default). Sentences: the 30 of the
 built-in warm-up text (9 to 17 tokens), in turn.
 
 Prints a table and writes JSON (throughput, p50 and p99 latency per level; the ratios the issue's
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import re
 import statistics
@@ -33,7 +35,10 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from common import write_results  # noqa: E402
 
+import torch  # noqa: E402
+
 from elmo import Embedder, load_model  # noqa: E402
+from elmo.cli.serve import model_threads  # noqa: E402
 from elmo.inference.states import warmup_text  # noqa: E402
 
 
@@ -53,8 +58,14 @@ def summary(latencies: list[float], seconds: float) -> dict:
             "mean_ms": round(1000 * statistics.fmean(latencies), 2)}
 
 
-def direct(texts: list[str], model: str | None, requests: int, seconds: float, warmup: int) -> dict:
-    """``embed_sentence`` in a loop, pooled as the server pools."""
+def direct(texts: list[str], model: str | None, requests: int, seconds: float, warmup: int,
+           threads: int | None) -> dict:
+    """``embed_sentence`` in a loop, pooled as the server pools, on ``threads`` CPU threads
+    (those of the server's model)."""
+    import torch
+
+    if threads is not None:
+        torch.set_num_threads(threads)
     embedder = Embedder(load_model(model))
     latencies: list[float] = []
     for i in range(warmup):
@@ -69,39 +80,89 @@ def direct(texts: list[str], model: str | None, requests: int, seconds: float, w
     return summary(latencies, time.perf_counter() - started)
 
 
-async def load(base: str, texts: list[str], concurrency: int, requests: int, seconds: float, warmup: int) -> dict:
-    """``concurrency`` callers sending one sentence each, one request after another."""
-    import httpx
+class Connection:
+    """One keep-alive HTTP/1.1 connection to the server, written by hand on asyncio streams: the
+    callers share the server's 2 cores, and httpx spent more of them than the server did (at
+    concurrency 64 the server answered in 84 ms on average, by its own /metrics, while httpx's
+    callers saw 898 ms)."""
 
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, host: str):
+        self.reader, self.writer, self.host = reader, writer, host
+        self.reopened = 0
+
+    @classmethod
+    async def open(cls, base: str) -> "Connection":
+        host, port = base.removeprefix("http://").rsplit(":", 1)
+        reader, writer = await asyncio.open_connection(host, int(port))
+        return cls(reader, writer, f"{host}:{port}")
+
+    async def post(self, path: str, body: bytes) -> tuple[int, bytes]:
+        """The status and body of the answer to ``POST path``. A connection the server closed
+        while it was idle (HTTP keep-alive allows it) is opened again, once, as HTTP clients do;
+        :attr:`reopened` counts them."""
+        try:
+            return await self._post(path, body)
+        except (asyncio.IncompleteReadError, ConnectionResetError) as e:
+            if isinstance(e, asyncio.IncompleteReadError) and e.partial:
+                raise
+        self.writer.close()
+        self.reader, self.writer = await asyncio.open_connection(*self.host.rsplit(":", 1))
+        self.reopened += 1
+        return await self._post(path, body)
+
+    async def _post(self, path: str, body: bytes) -> tuple[int, bytes]:
+        self.writer.write(f"POST {path} HTTP/1.1\r\nHost: {self.host}\r\nContent-Type: application/json\r\n"
+                          f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
+        head = await self.reader.readuntil(b"\r\n\r\n")
+        lines = head.decode("latin-1").split("\r\n")
+        status = int(lines[0].split()[1])
+        length = next(int(line.split(":", 1)[1]) for line in lines[1:] if line.lower().startswith("content-length:"))
+        return status, await self.reader.readexactly(length)
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+async def load(base: str, texts: list[str], concurrency: int, requests: int, seconds: float, warmup: int) -> dict:
+    """``concurrency`` callers, each on its own connection, sending one sentence at a time and
+    waiting for its vector before the next."""
     latencies: list[float] = []
     sent = 0
-    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
-    async with httpx.AsyncClient(base_url=base, limits=limits, timeout=60) as client:
-        async def caller(k: int, count: int | None, until: float | None, record: bool):
-            nonlocal sent
-            n = 0
-            while (count is None or n < count) and (until is None or time.perf_counter() < until):
-                if record and sent >= requests:
-                    return
-                if record:
-                    sent += 1
-                text = texts[(k * 7 + n) % len(texts)]
-                t = time.perf_counter()
-                response = await client.post("/embed", json={"inputs": text, "normalize": False})
-                elapsed = time.perf_counter() - t
-                if response.status_code != 200:
-                    raise SystemExit(f"POST /embed: {response.status_code} {response.text}")
-                if record:
-                    latencies.append(elapsed)
-                n += 1
+    bodies = [json.dumps({"inputs": text, "normalize": False}).encode() for text in texts]
+    connections = [await Connection.open(base) for _ in range(concurrency)]
 
+    async def caller(k: int, count: int | None, until: float | None, record: bool):
+        nonlocal sent
+        n = 0
+        while (count is None or n < count) and (until is None or time.perf_counter() < until):
+            if record and sent >= requests:
+                return
+            if record:
+                sent += 1
+            t = time.perf_counter()
+            status, body = await connections[k].post("/embed", bodies[(k * 7 + n) % len(bodies)])
+            elapsed = time.perf_counter() - t
+            if status != 200:
+                raise SystemExit(f"POST /embed: {status} {body.decode(errors='replace')}")
+            if n == 0 and len(json.loads(body)[0]) < 2:  # a vector came back
+                raise SystemExit(f"POST /embed: not a vector: {body[:200]!r}")
+            if record:
+                latencies.append(elapsed)
+            n += 1
+
+    try:
         per_caller = max(1, warmup // concurrency)
         await asyncio.gather(*(caller(k, per_caller, None, False) for k in range(concurrency)))
         started = time.perf_counter()
         until = started + seconds
         await asyncio.gather(*(caller(k, None, until, True) for k in range(concurrency)))
         wall = time.perf_counter() - started
-    return summary(latencies, wall)
+    finally:
+        for connection in connections:
+            connection.close()
+    result = summary(latencies, wall)
+    result["connections_reopened"] = sum(c.reopened for c in connections)
+    return result
 
 
 def start_server(model: str | None, max_wait_ms: float, max_batch_tokens: int,
@@ -129,7 +190,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--warmup", type=int, default=128, help="requests per level not measured")
     parser.add_argument("--max-wait-ms", type=float, default=2.0)
     parser.add_argument("--max-batch-tokens", type=int, default=4096)
-    parser.add_argument("--server-threads", type=int, help="the server's --threads (default: its own default)")
+    parser.add_argument("--server-threads", type=int,
+                        help="the server's --threads, and the direct loop's (default: elmo serve's default)")
     parser.add_argument("--output", help="JSON file to write (e.g. results/benchmarks/serve.json)")
     args = parser.parse_args(argv)
     texts = sentences()
@@ -138,7 +200,10 @@ def main(argv: list[str] | None = None) -> None:
                      "max_wait_ms": args.max_wait_ms, "max_batch_tokens": args.max_batch_tokens,
                      "server_threads": args.server_threads,
                      "sentence_tokens": [len(t.split()) for t in texts]}
-    results["direct"] = direct(texts, args.model, args.requests, args.seconds, args.warmup)
+    threads = args.server_threads or model_threads(None)
+    results["direct_threads"] = threads or torch.get_num_threads()
+    results["load_average_before"] = os.getloadavg()[0]
+    results["direct"] = direct(texts, args.model, args.requests, args.seconds, args.warmup, threads)
     process, base = start_server(args.model, args.max_wait_ms, args.max_batch_tokens, args.server_threads)
     try:
         results["server"] = {str(c): asyncio.run(load(base, texts, c, args.requests, args.seconds, args.warmup))
@@ -146,9 +211,11 @@ def main(argv: list[str] | None = None) -> None:
     finally:
         process.terminate()
         process.wait(60)
+    results["load_average_after"] = os.getloadavg()[0]
     server = results["server"]
     lowest, highest = str(min(args.concurrency)), str(max(args.concurrency))
     results["throughput_ratio"] = round(server[highest]["throughput_rps"] / server[lowest]["throughput_rps"], 2)
+    results["throughput_vs_direct"] = round(server[highest]["throughput_rps"] / results["direct"]["throughput_rps"], 2)
     results["p50_overhead_ms"] = round(server[lowest]["p50_ms"] - results["direct"]["p50_ms"], 2)
     print(f"{'':<22} {'requests':>8} {'req/s':>8} {'p50 ms':>8} {'p99 ms':>8}")
     rows = [("embed_sentence loop", results["direct"])] + [(f"server, concurrency {c}", server[str(c)])
@@ -156,7 +223,9 @@ def main(argv: list[str] | None = None) -> None:
     for name, row in rows:
         print(f"{name:<22} {row['requests']:>8} {row['throughput_rps']:>8.1f} {row['p50_ms']:>8.2f} "
               f"{row['p99_ms']:>8.2f}")
-    print(f"throughput at concurrency {highest} / concurrency {lowest}: {results['throughput_ratio']:.2f}x; "
+    print(f"load average {results['load_average_before']:.2f} before, {results['load_average_after']:.2f} after")
+    print(f"throughput at concurrency {highest} / concurrency {lowest}: {results['throughput_ratio']:.2f}x "
+          f"(/ the direct loop: {results['throughput_vs_direct']:.2f}x); "
           f"p50 at concurrency {lowest} minus the direct call's: {results['p50_overhead_ms']:+.2f} ms")
     if args.output:
         write_results(args.output, results)

@@ -1,8 +1,10 @@
 """``elmo serve`` on real loopback servers (uvicorn on an ephemeral port of 127.0.0.1): every
 answer equals :class:`Embedder`'s for that input alone, whatever else is in its batch, bit for
 bit on this machine; the official ``openai`` client works unchanged; every refusal names its
-field or limit; a failing batch fails only its own requests; SIGTERM lets the request in flight
-finish. Skipped without the ``[serve]`` extra (``pip install -e ".[serve]"``; CI installs it
+field or limit; a failing batch fails only its own requests; a model process that dies fails its
+batch with 503s and is replaced; SIGTERM lets the request in flight finish. The model runs in a
+process of its own (``elmo serve``'s way, :class:`ProcessModel`) or, handed an :class:`Embedder`,
+on a thread of the test's process; the tests that concern it run both. Skipped without the ``[serve]`` extra (``pip install -e ".[serve]"``; CI installs it
 through the test extra)."""
 
 from __future__ import annotations
@@ -24,7 +26,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
-from conftest import FIXTURE_MODEL_ARGS, corpus, load_fixture_model
+import torch
+from conftest import ALLENNLP, FIXTURE_MODEL_ARGS, corpus, load_fixture_model
 
 pytest.importorskip("fastapi", reason="the [serve] extra is not installed: pip install -e '.[serve]'")
 uvicorn = pytest.importorskip("uvicorn", reason="the [serve] extra is not installed: pip install -e '.[serve]'")
@@ -35,6 +38,15 @@ from elmo.cli.main import main  # noqa: E402
 from elmo.serve.app import create_app  # noqa: E402
 from elmo.serve.batching import Batcher, ServerClosed, batch_tokens  # noqa: E402
 from elmo.serve.protocol import Limits  # noqa: E402
+from elmo.serve.worker import ProcessModel, WorkerSpec  # noqa: E402
+
+FIXTURE_SOURCE = [str(ALLENNLP / "options.json"), str(ALLENNLP / "lm_weights.hdf5")]
+
+
+def worker_for(source, **spec):
+    """A started model process; the same thread count as this process, whose Embedder is the
+    reference (the bits are promised for one thread count, docs/state.md)."""
+    return ProcessModel(WorkerSpec(source=source, threads=torch.get_num_threads(), **spec)).start()
 
 
 @contextlib.contextmanager
@@ -159,16 +171,23 @@ def sentences_of_many_lengths(n):
 
 
 @pytest.mark.exactness
-@pytest.mark.parametrize("model", ["fixture", "default"])
-def test_concurrency_does_not_change_a_number(fixture_model, model):
+@pytest.mark.parametrize("model, runner", [("fixture", "thread"), ("fixture", "process"), ("default", "process")])
+def test_concurrency_does_not_change_a_number(fixture_model, model, runner):
     """Many callers at once, batched together (checked in /metrics), each get the vectors of
-    their sentence embedded alone, to the bit."""
+    their sentence embedded alone, to the bit, whether the model runs in this process or in a
+    process of its own (its arrays sent back as bytes)."""
     bilm = fixture_model if model == "fixture" else load_model()
     alone = Embedder(bilm)
     texts = sentences_of_many_lengths(24)
     want = [alone.embed_sentence(t) for t in texts]
+    if runner == "thread":
+        served = Embedder(bilm)
+    else:
+        # Not started: create_app starts it.
+        served = ProcessModel(WorkerSpec(source=FIXTURE_SOURCE if model == "fixture" else None,
+                                         threads=torch.get_num_threads(), max_batch_tokens=200))
     # A long wait, so that concurrent requests surely share batches; a budget that splits them.
-    app = create_app(Embedder(bilm), max_wait_ms=150, max_batch_tokens=200, access_log=False)
+    app = create_app(served, max_wait_ms=150, max_batch_tokens=200, access_log=False)
     with serving(app) as base, httpx.Client(base_url=base, timeout=60) as client:
         def ask(i):
             return i, client.post("/embed_all", json={"inputs": [texts[i]] if i % 2 else texts[i]})
@@ -293,17 +312,22 @@ def test_info_health_metrics_and_access_log(url, caplog):
 
 
 # ------------------------------------------------------------------------------ failures
-def test_a_failing_batch_fails_only_its_own_requests(fixture_model, alone):
-    embedder = Embedder(fixture_model)
-    real = embedder.embed_sentences
+@pytest.mark.parametrize("runner", ["thread", "process"])
+def test_a_failing_batch_fails_only_its_own_requests(fixture_model, alone, runner):
+    if runner == "thread":
+        embedder = Embedder(fixture_model)
+        real = embedder.embed_sentences
 
-    def fragile(sentences, *args, **kwargs):
-        if any("POISON" in s for s in sentences):
-            raise RuntimeError("the model broke on POISON")
-        return real(sentences, *args, **kwargs)
+        def fragile(sentences, *args, **kwargs):
+            if any("POISON" in s for s in sentences):
+                raise RuntimeError("the model broke on POISON")
+            return real(sentences, *args, **kwargs)
 
-    embedder.embed_sentences = fragile  # on this instance only
-    app = create_app(embedder, max_wait_ms=300, access_log=False)
+        embedder.embed_sentences = fragile  # on this instance only
+        model = embedder
+    else:  # the same failure, raised in the model's process (tests/serve_faults.py)
+        model = worker_for(FIXTURE_SOURCE, factory="serve_faults:fragile_embedder")
+    app = create_app(model, max_wait_ms=300, access_log=False)
     texts = ["the cat sat", "a POISON pill", "we sat on the bank", "rates rose"]
     with serving(app) as base, httpx.Client(base_url=base, timeout=60) as client:
         with ThreadPoolExecutor(len(texts)) as pool:
@@ -319,6 +343,52 @@ def test_a_failing_batch_fails_only_its_own_requests(fixture_model, alone):
             assert answer.status_code == 200
             assert np.array_equal(as_f32(answer.json()[0]), alone.embed_sentence(text, layers="top"))
     assert after.status_code == 200
+
+
+def test_a_dead_model_process_gives_503s_and_is_replaced(alone, monkeypatch):
+    """The model's process is killed (SIGKILL) in the middle of a batch: that batch's requests
+    get a 503 saying so, /health is 503 until a new process is warm, then the answers are right
+    again. If no new process will start, everything is 503 and the server is told to exit."""
+    fatal = []
+    worker = worker_for(FIXTURE_SOURCE, factory="serve_faults:fragile_embedder")
+    app = create_app(worker, max_wait_ms=200, access_log=False, on_fatal=fatal.append)
+    first_pid = worker.pid
+    with serving(app) as base, httpx.Client(base_url=base, timeout=60) as client:
+        with ThreadPoolExecutor(2) as pool:
+            crashed, neighbour = pool.map(lambda t: client.post("/embed_all", json={"inputs": t, "layers": "top"}),
+                                          ["CRASH here", "an innocent neighbour"])
+        lost = "the model worker died (killed by SIGKILL) while it computed"
+        assert crashed.status_code == 503 and crashed.json()["error"].startswith(lost), crashed.text
+        # The neighbour is lost with the process if it shared the batch; if it came later, it
+        # waited in the queue for the new process and got its vector.
+        if neighbour.status_code == 503:
+            assert neighbour.json()["error"].startswith(lost), neighbour.text
+        else:
+            assert neighbour.status_code == 200, neighbour.text
+            assert np.array_equal(as_f32(neighbour.json()[0]),
+                                  alone.embed_sentence("an innocent neighbour", layers="top"))
+        deadline = time.monotonic() + 120
+        while client.get("/health").status_code != 200:
+            assert time.monotonic() < deadline, "no new model process"
+            time.sleep(0.05)
+        assert worker.pid != first_pid and not fatal
+        again = client.post("/embed_all", json={"inputs": "an innocent neighbour", "layers": "top"})
+        assert again.status_code == 200
+        assert np.array_equal(as_f32(again.json()[0]), alone.embed_sentence("an innocent neighbour", layers="top"))
+        assert metric(client.get("/metrics").text, "elmo_worker_restarts_total") == 1
+        # Now no new process will start: the server gives up, loudly.
+        monkeypatch.setenv("ELMO_TEST_REFUSE_START", "1")
+        lost = client.post("/embed_all", json={"inputs": "CRASH again"})
+        assert lost.status_code == 503
+        deadline = time.monotonic() + 120
+        while not fatal:
+            assert time.monotonic() < deadline, "on_fatal was not called"
+            time.sleep(0.05)
+        health = client.get("/health")
+        assert health.status_code == 503 and "could not be restarted" in health.json()["error"]
+        later = client.post("/embed", json={"inputs": "too late"})
+        assert later.status_code == 503 and "refuses to start" in later.json()["error"]
+    assert "could not be restarted" in fatal[0] and "refuses to start" in fatal[0]
 
 
 def test_batcher_budget_order_and_stop(fixture_model):
@@ -351,6 +421,35 @@ def test_batcher_budget_order_and_stop(fixture_model):
         Batcher(Embedder(fixture_model, state="stateful"))
 
 
+def test_the_batcher_waits_only_for_requests_on_their_way(fixture_model):
+    """A lone request does not wait ``max_wait_ms`` (here a minute); a request the server has
+    begun to read (inside ``expecting``) is waited for, and shares the batch."""
+    records = []
+
+    async def scenario():
+        batcher = Batcher(Embedder(fixture_model), max_wait_ms=60_000, on_batch=records.append)
+        await batcher.start(warmup=False)
+        started = time.perf_counter()
+        await batcher.embed([["alone"]])
+        alone_seconds = time.perf_counter() - started
+
+        async def late():
+            with batcher.expecting() as coming:
+                await asyncio.sleep(0.2)  # its body is still arriving
+                return await batcher.embed([["late", "one"]], coming)
+
+        waiting = asyncio.create_task(late())
+        await asyncio.sleep(0.05)
+        together = await asyncio.gather(batcher.embed([["early"]]), waiting)
+        await batcher.stop()
+        return alone_seconds, together
+
+    alone_seconds, together = asyncio.run(scenario())
+    assert alone_seconds < 30, alone_seconds
+    assert [r.requests for r in records] == [1, 2]
+    assert [a[0].shape[1] for a in together] == [1, 2]
+
+
 # ------------------------------------------------------------------------------ the command
 def test_command_refusals_are_one_line(capsys):
     cases = [(["--max-wait-ms", "-1"], "--max-wait-ms: must be at least 0, got -1"),
@@ -371,6 +470,16 @@ def test_command_refusals_are_one_line(capsys):
     assert f"--port {port}: cannot listen there" in err and len(err.strip().splitlines()) == 1
 
 
+def test_a_model_that_cannot_load_is_a_one_line_error(tmp_path, capsys):
+    """The model loads in the worker process; its error is still the command's one line."""
+    missing = tmp_path / "no-such-model"
+    assert main(["serve", "--model", str(missing), "--port", "0"]) == 2
+    err = capsys.readouterr().err
+    loading, error = err.strip().splitlines()  # nothing else: no traceback from either process
+    assert loading.startswith("elmo serve: loading"), err
+    assert error.startswith(f"elmo serve: error: {missing}: neither a model name"), err
+
+
 def test_sigterm_finishes_the_request_in_flight_then_exits(tmp_path, alone):
     """A real ``elmo serve`` process: a request waiting in the queue when SIGTERM comes is
     answered, new connections are refused, and the process ends."""
@@ -385,6 +494,9 @@ def test_sigterm_finishes_the_request_in_flight_then_exits(tmp_path, alone):
                 break
         base = re.search(r"ready on (http://\S+)", "".join(lines)).group(1)
         assert httpx.get(base + "/health").status_code == 200
+        assert httpx.get(base + "/info").json()["worker"] == "process"
+        children = f"/proc/{process.pid}/task/{process.pid}/children"  # Linux: the model's process
+        workers = [int(p) for p in open(children).read().split()] if os.path.exists(children) else []
         answer = {}
         asking = threading.Thread(target=lambda: answer.update(r=httpx.post(
             base + "/embed_all", json={"inputs": "in flight at SIGTERM", "layers": "top"}, timeout=30)))
@@ -404,4 +516,7 @@ def test_sigterm_finishes_the_request_in_flight_then_exits(tmp_path, alone):
     assert answer["r"].status_code == 200
     assert np.array_equal(as_f32(answer["r"].json()[0]), alone.embed_sentence("in flight at SIGTERM", layers="top"))
     assert '"POST /embed_all" 200' in rest and "elmo serve: stopped" in rest and "Traceback" not in rest
+    for pid in workers:  # the server stopped its model's process before it exited
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
 

@@ -24,6 +24,17 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
                                             "or ~/.cache/elmo)")
 
 
+def model_source_from_args(args: argparse.Namespace) -> str | tuple[str, str] | None:
+    """The model source the arguments name, as :func:`elmo.hub.load_model` takes it."""
+    if (args.options is None) != (args.weights is None):
+        raise ValueError("--options and --weights go together: give both, or neither (and --model)")
+    if args.options is not None:
+        if args.model is not None:
+            raise ValueError("--model and --options/--weights are alternatives: give one")
+        return (args.options, args.weights)
+    return args.model
+
+
 def model_from_args(args: argparse.Namespace) -> BiLM:
     """The biLM the arguments name, in eval mode (resolved by :func:`elmo.hub.load_model`)."""
     return model_and_source_from_args(args)[0]
@@ -32,14 +43,7 @@ def model_from_args(args: argparse.Namespace) -> BiLM:
 def model_and_source_from_args(args: argparse.Namespace) -> tuple[BiLM, str]:
     """The biLM the arguments name, in eval mode, and what a run records as the model it used
     (a Hub id pinned to the commit it resolved to: :func:`elmo.hub.load_model_with_origin`)."""
-    if (args.options is None) != (args.weights is None):
-        raise ValueError("--options and --weights go together: give both, or neither (and --model)")
-    if args.options is not None:
-        if args.model is not None:
-            raise ValueError("--model and --options/--weights are alternatives: give one")
-        model, origin = load_model_with_origin((args.options, args.weights))
-    else:
-        model, origin = load_model_with_origin(args.model, cache_dir=args.cache_dir)
+    model, origin = load_model_with_origin(model_source_from_args(args), cache_dir=args.cache_dir)
     return model, origin["source"]
 
 

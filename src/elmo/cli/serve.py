@@ -4,16 +4,15 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import socket
 import sys
 
-import torch
-
-from elmo.cli.common import add_model_arguments, model_from_args
+from elmo.cli.common import add_model_arguments, model_source_from_args
 from elmo.devices import DEFAULT_DEVICE, DEVICES
 from elmo.inference.runtime import DEFAULT_PRECISION, PRECISIONS
 from elmo.inference.states import DEFAULT_STATE
-from elmo.serve.batching import DEFAULT_MAX_BATCH_TOKENS, DEFAULT_MAX_WAIT_MS, new_model_thread
+from elmo.serve.batching import DEFAULT_MAX_BATCH_TOKENS, DEFAULT_MAX_WAIT_MS
 from elmo.serve.protocol import Limits
 
 HELP = ("Serve ELMo over HTTP (text-embeddings-inference's /embed_all and /embed, OpenAI's /v1/embeddings), "
@@ -34,7 +33,10 @@ def add_parser(parser: argparse.ArgumentParser) -> None:
                         help="matrix products in this precision (bfloat16: fast on CPUs with AVX-512 BF16 or AMX)")
     parser.add_argument("--state", default=DEFAULT_STATE, choices=("warm", "reset"),
                         help="LSTM state policy; both make every answer independent of other requests")
-    parser.add_argument("--threads", type=int, help="CPU threads for the model (default: all cores)")
+    parser.add_argument("--threads", type=int,
+                        help="CPU threads for the model, which runs in a process of its own (default: "
+                             "$OMP_NUM_THREADS if set, else one fewer than PyTorch's default, at least 1: "
+                             "a core is left to the process that answers HTTP)")
     parser.add_argument("--vocab-cache", help="token vectors from elmo cache-vocab (other words use the CNN)")
     parser.add_argument("--max-batch-tokens", type=int, default=DEFAULT_MAX_BATCH_TOKENS,
                         help="a batch of concurrent requests closes at this many tokens (2 more per sentence for "
@@ -80,6 +82,38 @@ def listening_socket(host: str, port: int) -> socket.socket:
     return sock
 
 
+def _listening_server_class():
+    import uvicorn
+
+    class ListeningServer(uvicorn.Server):
+        """A uvicorn server that says when it accepts connections (after the app's startup):
+        "ready" printed earlier would send callers to a socket that does not listen yet."""
+
+        def __init__(self, config, on_listening):
+            super().__init__(config)
+            self.on_listening = on_listening
+
+        async def startup(self, sockets=None) -> None:
+            await super().startup(sockets)
+            if self.started:
+                self.on_listening()
+
+    return ListeningServer
+
+
+def model_threads(threads: int | None) -> int | None:
+    """The model process's CPU threads: ``--threads``; else None (PyTorch's default) where
+    ``OMP_NUM_THREADS`` says (as Ray sets it); else one fewer than PyTorch's default, at least 1.
+    The process answering HTTP needs a core too, and an OpenMP team with more threads than free
+    cores waits at every operator for a descheduled thread: on the 2-core development machine, a
+    batch of 64 sentences took 75 ms on 1 thread and 175 ms on 2 while another process was busy."""
+    if threads is not None or os.environ.get("OMP_NUM_THREADS"):
+        return threads
+    import torch
+
+    return max(1, torch.get_num_threads() - 1)
+
+
 def run(args: argparse.Namespace) -> int:
     for name in ("max_batch_tokens", "max_request_tokens", "max_input_tokens", "max_inputs", "max_body_bytes"):
         positive(args, name)
@@ -90,26 +124,43 @@ def run(args: argparse.Namespace) -> int:
     try:
         import uvicorn
 
-        from elmo.serve.app import create_app, serving_embedder
+        from elmo.serve.app import create_app
+        from elmo.serve.worker import ProcessModel, WorkerSpec
+
+        ListeningServer = _listening_server_class()
     except ImportError as e:
         raise ValueError(f"the [serve] extra is not installed: pip install 'elmo[serve]' ({e})") from None
     limits = Limits(max_input_tokens=args.max_input_tokens, max_inputs=args.max_inputs,
                     max_request_tokens=args.max_request_tokens, max_body_bytes=args.max_body_bytes)
+    source = model_source_from_args(args)
     sock = listening_socket(args.host, args.port)  # before the model loads: a taken port fails at once
     host, port = sock.getsockname()[:2]
     url = f"http://{f'[{host}]' if ':' in host else host}:{port}"
-    if args.threads is not None:
-        torch.set_num_threads(args.threads)
     name = args.model or ("default" if args.options is None else args.options)
     print(f"elmo serve: loading {name} ...", file=sys.stderr, flush=True)
-    thread = new_model_thread()  # loads the model and runs it (see new_model_thread)
-    embedder = thread.submit(lambda: serving_embedder(
-        model_from_args(args), state=args.state, device=args.device, precision=args.precision,
-        vocab_cache=args.vocab_cache, max_batch_tokens=args.max_batch_tokens)).result()
+    # The model runs in a process of its own (elmo.serve.worker says why); a model that cannot
+    # be loaded is this command's one-line error.
+    worker = ProcessModel(WorkerSpec(source=list(source) if isinstance(source, tuple) else source,
+                                     cache_dir=args.cache_dir, device=args.device, precision=args.precision,
+                                     state=args.state, threads=model_threads(args.threads),
+                                     vocab_cache=args.vocab_cache, max_batch_tokens=args.max_batch_tokens),
+                          stop_timeout=args.graceful_timeout + 30)
+    try:
+        worker.start()
+    except BaseException:
+        sock.close()
+        raise
 
     def ready() -> None:
         print(f"elmo serve: ready on {url} (POST /embed_all, /embed, /v1/embeddings; GET /health, /info, "
               "/metrics)", file=sys.stderr, flush=True)
+
+    fatal: list[str] = []
+
+    def give_up(message: str) -> None:
+        # The model's process died and no new one would start: stop, for a supervisor to act.
+        fatal.append(message)
+        server.should_exit = True
 
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("%(message)s"))
@@ -117,15 +168,23 @@ def run(args: argparse.Namespace) -> int:
     serve_log.addHandler(handler)
     serve_log.setLevel(logging.INFO)
     serve_log.propagate = False
-    app = create_app(embedder, model_name=name, limits=limits, max_batch_tokens=args.max_batch_tokens,
-                     max_wait_ms=args.max_wait_ms, access_log=args.access_log, on_ready=ready, model_thread=thread)
-    config = uvicorn.Config(app, log_config=None, log_level="warning", access_log=False, lifespan="on",
-                            timeout_graceful_shutdown=args.graceful_timeout)
-    server = uvicorn.Server(config)
-    # uvicorn stops accepting on SIGTERM or SIGINT, lets the requests in flight finish, stops
-    # the app (which finishes its queue), then raises the signal again: the process ends as that
-    # signal ends it (SIGINT: elmo's "interrupted", status 130).
-    server.run(sockets=[sock])
+    try:
+        app = create_app(worker, model_name=name, limits=limits, max_batch_tokens=args.max_batch_tokens,
+                         max_wait_ms=args.max_wait_ms, access_log=args.access_log,
+                         on_fatal=give_up)
+        config = uvicorn.Config(app, log_config=None, log_level="warning", access_log=False, lifespan="on",
+                                timeout_graceful_shutdown=args.graceful_timeout)
+        server = ListeningServer(config, on_listening=ready)
+        # uvicorn stops accepting on SIGTERM or SIGINT, lets the requests in flight finish, stops
+        # the app (which finishes its queue and stops the model's process), then raises the
+        # signal again: the process ends as that signal ends it (SIGINT: elmo's "interrupted",
+        # status 130).
+        server.run(sockets=[sock])
+    finally:
+        worker.stop()  # if the app never started; a no-op once it stopped the worker
+    if fatal:
+        print(f"elmo serve: {fatal[0]}; exiting", file=sys.stderr, flush=True)
+        return 1
     if not server.started:
         raise ValueError("the server did not start (the reason is logged above)")
     return 0

@@ -1,11 +1,13 @@
 """The HTTP service: a FastAPI app around one :class:`~elmo.serve.batching.Batcher`.
 
-:func:`create_app` builds it for an :class:`~elmo.inference.embed.Embedder`; uvicorn serves it
-(``elmo serve``), and so does Ray Serve (:mod:`elmo.integrations.ray_serve`), unchanged. The app's
-startup runs the model once on the warm-up text, so that ``GET /health`` answers 200 only once the
-first request will be as fast as any. Endpoints::
+:func:`create_app` builds it for a model that runs in a process of its own
+(:class:`~elmo.serve.worker.ProcessModel`, what ``elmo serve`` and :func:`load_app` use) or for an
+:class:`~elmo.inference.embed.Embedder` run on a thread of this process; uvicorn serves it
+(``elmo serve``), and so does Ray Serve (:mod:`elmo.integrations.ray_serve`), unchanged. The model
+is warm (run once on the warm-up text) before ``GET /health`` answers 200, so that the first
+request is as fast as any. Endpoints::
 
-    GET  /health          200 {"status": "ok"} when warm; 503 while stopping
+    GET  /health          200 {"status": "ok"} when warm; 503 while stopping or restarting the model
     GET  /info            model, layers, dimensions, precision, state policy, version, limits
     GET  /metrics         Prometheus text: requests, latency, batch sizes, queue time, tokens
     POST /embed_all       text-embeddings-inference: one (layers, tokens, dim) or (tokens, dim) array per input
@@ -19,6 +21,7 @@ get back is :mod:`elmo.serve.protocol`'s business.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 import time
@@ -37,14 +40,14 @@ except ImportError as e:  # pragma: no cover - the message is the point
                       f"pip install 'elmo[serve]' ({e})") from e
 
 from elmo.inference.embed import Embedder, select_layers
-from elmo.model.bilm import BiLM
 from elmo.serve.batching import (
     DEFAULT_MAX_BATCH_TOKENS,
     DEFAULT_MAX_WAIT_MS,
     Batcher,
     BatchRecord,
+    EmbeddingFailed,
     ServerClosed,
-    new_model_thread,
+    WorkerCrashed,
 )
 from elmo.serve.protocol import (
     DEFAULT_POOLED_LAYERS,
@@ -66,6 +69,7 @@ from elmo.serve.protocol import (
     read_truncation,
     refuse_empty,
 )
+from elmo.serve.worker import ProcessModel, WorkerSpec, serving_embedder
 from elmo.version import __version__
 
 LOG = logging.getLogger("elmo.serve")
@@ -110,6 +114,8 @@ class Metrics:
         self.tokens_per_second = Gauge("elmo_batch_tokens_per_second", "Tokens per second of the last batch",
                                        registry=registry)
         self.failed = Counter("elmo_failed_requests", "Requests whose embedding failed", registry=registry)
+        self.restarts = Counter("elmo_worker_restarts", "Model worker processes started again after one died",
+                                registry=registry)
 
     def batch(self, record: BatchRecord) -> None:
         self.batch_requests.observe(record.requests)
@@ -187,24 +193,31 @@ async def read_body(request: Request, limit: int) -> bytes:
     return b"".join(chunks)
 
 
-def create_app(embedder: Embedder, *, model_name: str = "default", limits: Limits | None = None,
+def create_app(model: ProcessModel | Embedder, *, model_name: str = "default", limits: Limits | None = None,
                max_batch_tokens: int = DEFAULT_MAX_BATCH_TOKENS, max_wait_ms: float = DEFAULT_MAX_WAIT_MS,
                access_log: bool = True, warmup: bool = True, on_ready: Callable[[], None] | None = None,
+               on_fatal: Callable[[str], None] | None = None,
                model_thread: ThreadPoolExecutor | None = None) -> FastAPI:
-    """The service for ``embedder`` (state policy ``warm`` or ``reset``), named ``model_name`` in
-    ``/info`` and in OpenAI answers. ``limits`` bound each request (:class:`~elmo.serve.protocol.Limits`);
-    ``max_batch_tokens`` and ``max_wait_ms`` shape batches (:class:`~elmo.serve.batching.Batcher`).
-    ``on_ready`` is called once the model is warm and the app answers. ``model_thread``: the
-    thread that loaded the model, to run it too (:func:`~elmo.serve.batching.new_model_thread`)."""
+    """The service for ``model``: a :class:`~elmo.serve.worker.ProcessModel` (the model in a
+    process of its own, started here if it is not yet: what ``elmo serve`` runs), or an :class:`Embedder` run on
+    ``model_thread`` of this process (:func:`~elmo.serve.batching.new_model_thread`, best the
+    thread that loaded it; simpler, slower under load). State policy ``warm`` or ``reset``.
+    ``model_name`` is the name in ``/info`` and in OpenAI answers. ``limits`` bound each request
+    (:class:`~elmo.serve.protocol.Limits`); ``max_batch_tokens`` and ``max_wait_ms`` shape batches
+    (:class:`~elmo.serve.batching.Batcher`). ``on_ready`` is called once the model is warm and the
+    app answers; ``on_fatal`` with a message if the model's process died and could not be
+    restarted (the app then answers 503 to everything: time to exit)."""
     limits = limits or Limits()
+    if isinstance(model, ProcessModel) and not model.info:
+        model.start()  # the model loads and warms in its process before the app exists
     metrics = Metrics()
-    batcher = Batcher(embedder, max_batch_tokens=max_batch_tokens, max_wait_ms=max_wait_ms, on_batch=metrics.batch,
-                      model_thread=model_thread)
+    batcher = Batcher(model, max_batch_tokens=max_batch_tokens, max_wait_ms=max_wait_ms, on_batch=metrics.batch,
+                      model_thread=model_thread, on_restart=metrics.restarts.inc, on_fatal=on_fatal)
     metrics.queued.set_function(lambda: batcher.queued)
-    config = embedder.model.config
-    n_layers, dim = config.n_output_layers, config.output_dim
-    info = {"model": model_name, "version": __version__, "layers": n_layers, "dimensions": dim,
-            "precision": embedder.runtime.precision, "state": embedder.state, "device": str(embedder.device),
+    model_info = batcher.runner.info
+    n_layers, dim = model_info["layers"], model_info["dimensions"]
+    info = {"model": model_name, "version": __version__, **model_info,
+            "worker": "process" if isinstance(model, ProcessModel) else "thread",
             "max_batch_tokens": max_batch_tokens, "max_wait_ms": max_wait_ms, "limits": limits.as_dict(),
             "pooling": {"default": DEFAULT_POOLING, "layers": DEFAULT_POOLED_LAYERS, "choices": list(POOLINGS)}}
 
@@ -212,9 +225,9 @@ def create_app(embedder: Embedder, *, model_name: str = "default", limits: Limit
     async def lifespan(app: FastAPI):
         started = time.perf_counter()
         await batcher.start(warmup=warmup)
-        LOG.info("elmo serve: model %s warm in %.1f s (%d layers of %d, %s, state %s, %d threads)", model_name,
-                 time.perf_counter() - started, n_layers, dim, embedder.runtime.precision, embedder.state,
-                 _threads())
+        LOG.info("elmo serve: model %s warm in %.1f s (%d layers of %d, %s, state %s, in a %s)", model_name,
+                 time.perf_counter() - started, n_layers, dim, model_info["precision"], model_info["state"],
+                 "process of its own" if isinstance(model, ProcessModel) else "thread of this process")
         if on_ready is not None:
             on_ready()
         try:
@@ -242,9 +255,11 @@ def create_app(embedder: Embedder, *, model_name: str = "default", limits: Limit
     async def embed(request: Request, sentences: list[list[str]]) -> list[np.ndarray]:
         request.state.elmo_work = f" inputs={len(sentences)} tokens={sum(len(s) for s in sentences)}"
         try:
-            return await batcher.embed(sentences)
-        except ServerClosed as e:
+            return await batcher.embed(sentences, request.state.elmo_coming)
+        except (ServerClosed, WorkerCrashed) as e:
             raise ApiError(503, f"{e}; try again") from None
+        except EmbeddingFailed as e:  # raised in the model's process: the message names its type
+            raise ApiError(500, f"embedding failed: {e}") from None
         except Exception as e:  # the batch failed: this request's error, the server goes on
             LOG.exception("elmo serve: a request's embedding failed")
             raise ApiError(500, f"embedding failed: {type(e).__name__}: {e}") from None
@@ -265,7 +280,7 @@ def create_app(embedder: Embedder, *, model_name: str = "default", limits: Limit
     @app.get("/health")
     async def health():
         if not batcher.ready:
-            raise ApiError(503, "not ready: the server is starting or stopping")
+            raise ApiError(503, f"not ready: {batcher.status}")
         return _json({"status": "ok"})
 
     @app.get("/info")
@@ -276,7 +291,19 @@ def create_app(embedder: Embedder, *, model_name: str = "default", limits: Limit
     async def get_metrics():
         return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
+    def batched(handler):
+        """An endpoint whose request the batcher expects from its start (it waits for it while
+        forming a batch, :meth:`~elmo.serve.batching.Batcher.expecting`)."""
+        @functools.wraps(handler)
+        async def expected(request: Request):
+            with batcher.expecting() as coming:
+                request.state.elmo_coming = coming
+                return await handler(request)
+
+        return expected
+
     @app.post("/embed_all")
+    @batched
     async def embed_all(request: Request):
         body = await read_request(request, EMBED_ALL_FIELDS)
         sentences = read_inputs(body.get("inputs"), "inputs", limits, read_truncation(body))
@@ -285,6 +312,7 @@ def create_app(embedder: Embedder, *, model_name: str = "default", limits: Limit
         return _json([as_json_array(select_layers(a, layers)) for a in arrays])
 
     @app.post("/embed")
+    @batched
     async def embed_pooled(request: Request):
         body = await read_request(request, EMBED_FIELDS)
         inputs = body.get("inputs")
@@ -298,6 +326,7 @@ def create_app(embedder: Embedder, *, model_name: str = "default", limits: Limit
         return _json([as_json_array(pool(a, layers, pooling, normalize)) for a in arrays])
 
     @app.post("/v1/embeddings")
+    @batched
     async def openai_embeddings(request: Request):
         body = await read_request(request, OPENAI_FIELDS)
         inputs = body.get("input")
@@ -317,35 +346,23 @@ def create_app(embedder: Embedder, *, model_name: str = "default", limits: Limit
     return app
 
 
-def _threads() -> int:
-    import torch
-
-    return torch.get_num_threads()
-
-
-def serving_embedder(model: BiLM, *, device: str | None = None, precision: str = "float32", state: str = "warm",
-                     vocab_cache: str | os.PathLike | None = None,
-                     max_batch_tokens: int = DEFAULT_MAX_BATCH_TOKENS) -> Embedder:
-    """The :class:`Embedder` a server runs: its forward batches bounded by the same token budget
-    as the batches of requests, whatever their count of sentences."""
-    return Embedder(model, state=state, device=device, precision=precision, vocab_cache=vocab_cache,
-                    max_tokens=max_batch_tokens, batch_size=max_batch_tokens)
-
-
 def load_app(model=None, *, device: str | None = None, precision: str = "float32", state: str = "warm",
              threads: int | None = None, cache_dir: str | os.PathLike | None = None,
              vocab_cache: str | os.PathLike | None = None, **app_options) -> FastAPI:
     """:func:`create_app` for a model source :func:`elmo.hub.load_model` takes (None: the
-    packaged model), loaded here: what each Ray Serve replica runs (:mod:`elmo.integrations.ray_serve`)."""
-    import torch
-
-    from elmo.hub.resolve import load_model
-
-    if threads is not None:
-        torch.set_num_threads(threads)
-    thread = new_model_thread()
-    embedder = thread.submit(lambda: serving_embedder(
-        load_model(model, cache_dir=cache_dir), device=device, precision=precision, state=state,
-        vocab_cache=vocab_cache, max_batch_tokens=app_options.get("max_batch_tokens", DEFAULT_MAX_BATCH_TOKENS))).result()
+    packaged model), loaded and warmed in a worker process (:class:`~elmo.serve.worker.ProcessModel`)
+    before this returns: what each Ray Serve replica runs (:mod:`elmo.integrations.ray_serve`)."""
+    if isinstance(model, tuple):
+        model = [os.fspath(p) for p in model]
+    elif model is not None:
+        model = os.fspath(model)
+    spec = WorkerSpec(source=model, cache_dir=None if cache_dir is None else os.fspath(cache_dir), device=device,
+                      precision=precision, state=state, threads=threads,
+                      vocab_cache=None if vocab_cache is None else os.fspath(vocab_cache),
+                      max_batch_tokens=app_options.get("max_batch_tokens", DEFAULT_MAX_BATCH_TOKENS))
+    worker = ProcessModel(spec).start()
     name = app_options.pop("model_name", None) or (str(model) if model is not None else "default")
-    return create_app(embedder, model_name=name, model_thread=thread, **app_options)
+    return create_app(worker, model_name=name, **app_options)
+
+
+__all__ = ["create_app", "load_app", "serving_embedder", "Metrics"]

@@ -2,28 +2,39 @@
 
 Every request puts its sentences in one queue and awaits them. One task of the event loop takes
 requests off the queue into a batch, until the batch holds ``max_batch_tokens`` tokens (each
-sentence counts its tokens plus its two boundary markers, as the biLM runs them) or
-``max_wait_ms`` have passed since the batch's first request arrived, and hands the batch to one
-worker thread, which alone runs the model (:meth:`Embedder.embed_sentences
-<elmo.inference.embed.Embedder.embed_sentences>`: sorted by length, padded little). While that
-thread computes, the next requests queue up, so that a busy server batches without waiting.
+sentence counts its tokens plus its two boundary markers, as the biLM runs them), or
+``max_wait_ms`` have passed since the batch's first request arrived, or no other request is on
+its way (:meth:`Batcher.expecting`: the server has begun to read it), and hands the batch to the
+model (:meth:`Embedder.embed_sentences <elmo.inference.embed.Embedder.embed_sentences>`: sorted by
+length, padded little). While the model computes, the next requests queue up, so that a busy
+server batches without waiting.
+
+Where the model runs is a *runner*'s business: :class:`InThreadModel` runs an :class:`Embedder`
+on one thread of this process; :class:`elmo.serve.worker.ProcessModel` runs it in a process of
+its own, which is what ``elmo serve`` does, because in one process the model's thread and the
+thread answering HTTP share one interpreter lock, which PyTorch gives up and takes back around
+each of a batch's thousands of small operators (``docs/serving.md`` has the measurements).
 
 Under the ``warm`` and ``reset`` state policies a sentence's vectors do not depend on what else is
 in its batch (``docs/state.md``), so every answer is exactly what :class:`Embedder` gives for that
 input alone; the ``stateful`` policy, whose vectors depend on the order of batches, is refused.
 
 A batch that fails is run again one request at a time, so that only the requests that fail alone
-get the error; a request whose caller went away before its batch ran is not computed.
+get the error; a request whose caller went away before its batch ran is not computed. If the
+model's process dies, its batch's requests get :class:`WorkerCrashed` and the runner is
+restarted; if it cannot be restarted, the batcher stops (``on_fatal``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import numpy as np
 
@@ -68,6 +79,108 @@ class ServerClosed(RuntimeError):
     """The batcher is stopping or stopped: it takes no new request."""
 
 
+class WorkerCrashed(RuntimeError):
+    """The model's process died while it computed the batch of this request (which may be
+    well-formed: it failed with everything else in its batch)."""
+
+
+class EmbeddingFailed(RuntimeError):
+    """The model raised on this request, in another process: the message is the error's type
+    and message there, ``"RuntimeError: ..."``."""
+
+
+Outcome = list[np.ndarray] | BaseException
+
+
+def compute_requests(embedder: Embedder, requests: list[list[list[str]]]) -> list[Outcome]:
+    """Every request's arrays (one ``(layers, tokens, dim)`` float32 array per sentence), from one
+    :meth:`Embedder.embed_sentences` call for the whole batch; if that fails, from one call per
+    request, each request getting its own error (an exception in place of its arrays)."""
+    try:
+        arrays = embedder.embed_sentences([s for sentences in requests for s in sentences])
+    except Exception as error:
+        if len(requests) == 1:
+            return [error]
+    else:
+        out, start = [], 0
+        for sentences in requests:
+            out.append(arrays[start:start + len(sentences)])
+            start += len(sentences)
+        return out
+    outcomes: list[Outcome] = []
+    for sentences in requests:
+        try:
+            outcomes.append(embedder.embed_sentences(sentences))
+        except Exception as error:
+            outcomes.append(error)
+    return outcomes
+
+
+def model_info(embedder: Embedder) -> dict:
+    """What ``/info`` says of the model an embedder runs."""
+    config = embedder.model.config
+    return {"layers": config.n_output_layers, "dimensions": config.output_dim,
+            "precision": embedder.runtime.precision, "state": embedder.state, "device": str(embedder.device)}
+
+
+def refuse_stateful(state: str) -> None:
+    """Refuse the ``stateful`` policy, under which one caller's vectors would depend on others'."""
+    if state == "stateful":
+        raise ValueError("state: the stateful policy makes a sentence's vectors depend on the batches before it, "
+                         "so a server's answers would depend on other callers; use 'warm' (the default) or "
+                         "'reset'")
+
+
+class Runner(Protocol):
+    """Where a :class:`Batcher`'s batches are computed. ``info``: :func:`model_info`'s dict.
+    ``run`` gives one outcome per request (:func:`compute_requests`) or raises
+    :class:`WorkerCrashed`, after which ``restart`` is awaited before the next ``run``."""
+
+    info: dict
+
+    async def warm(self) -> None: ...
+
+    async def run(self, requests: list[list[list[str]]]) -> list[Outcome]: ...
+
+    async def restart(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+
+class InThreadModel:
+    """A :class:`Runner` that runs ``embedder`` on one thread of this process
+    (``model_thread``, :func:`new_model_thread`, best the thread that loaded it). Simple, and
+    what an :class:`Embedder` handed to :func:`elmo.serve.app.create_app` gets; under load the
+    HTTP work of the same process slows it down (see :mod:`elmo.serve.worker`)."""
+
+    def __init__(self, embedder: Embedder, model_thread: ThreadPoolExecutor | None = None):
+        refuse_stateful(embedder.state)
+        self.embedder = embedder
+        self.info = model_info(embedder)
+        self._executor = model_thread or new_model_thread()
+
+    async def warm(self) -> None:
+        """Run the model once on the built-in warm-up text (computes or loads the warm state and
+        fills the token memo)."""
+        await asyncio.get_running_loop().run_in_executor(self._executor, self.embedder.embed_sentences,
+                                                         warmup_sentences())
+
+    async def run(self, requests: list[list[list[str]]]) -> list[Outcome]:
+        return await asyncio.get_running_loop().run_in_executor(self._executor, compute_requests, self.embedder,
+                                                                requests)
+
+    async def restart(self) -> None:  # a thread does not crash on its own
+        raise RuntimeError("an in-thread model cannot be restarted")
+
+    async def close(self) -> None:
+        self._executor.shutdown(wait=True)
+
+
+@dataclass
+class _Coming:
+    arrived: bool = False
+
+
 @dataclass
 class _Job:
     sentences: list[list[str]]
@@ -77,38 +190,41 @@ class _Job:
 
 
 class Batcher:
-    """Gathers the sentences of concurrent requests into batches for one :class:`Embedder`.
+    """Gathers the sentences of concurrent requests into batches for one model.
 
-    ``max_batch_tokens``: a batch closes once it holds this many tokens (boundaries included);
-    a request bigger than that runs alone. ``max_wait_ms``: the longest a request waits for
-    others while the model is idle. ``on_batch`` is called in the event loop with a
-    :class:`BatchRecord` after each batch (metrics). ``model_thread``: the executor of the one
-    thread that runs the model (:func:`new_model_thread`; default: a new one), best the thread that
-    loaded it. Use from one event loop: :meth:`start`, then
-    :meth:`embed` from any number of tasks, then :meth:`stop`.
+    ``model``: an :class:`Embedder` (run on ``model_thread`` of this process, :class:`InThreadModel`)
+    or a :class:`Runner` such as :class:`elmo.serve.worker.ProcessModel`. ``max_batch_tokens``: a
+    batch closes once it holds this many tokens (boundaries included); a request bigger than that
+    runs alone. ``max_wait_ms``: the longest a request waits for others while the model is idle,
+    and only while others are on their way (requests inside :meth:`expecting` that have not
+    reached :meth:`embed` yet): a lone caller does not wait at all.
+    ``on_batch`` is called in the event loop with a :class:`BatchRecord` after each batch
+    (metrics); ``on_restart`` after the runner was restarted following a crash; ``on_fatal`` with
+    a message if it could not be (the batcher has stopped: every request gets
+    :class:`ServerClosed`). Use from one event loop: :meth:`start`, then :meth:`embed` from any
+    number of tasks, then :meth:`stop`.
     """
 
-    def __init__(self, embedder: Embedder, *, max_batch_tokens: int = DEFAULT_MAX_BATCH_TOKENS,
+    def __init__(self, model: Embedder | Runner, *, max_batch_tokens: int = DEFAULT_MAX_BATCH_TOKENS,
                  max_wait_ms: float = DEFAULT_MAX_WAIT_MS, on_batch: Callable[[BatchRecord], None] | None = None,
-                 model_thread: ThreadPoolExecutor | None = None):
-        if embedder.state == "stateful":
-            raise ValueError("state: the stateful policy makes a sentence's vectors depend on the batches before it, "
-                             "so a server's answers would depend on other callers; use 'warm' (the default) or "
-                             "'reset'")
+                 model_thread: ThreadPoolExecutor | None = None, on_restart: Callable[[], None] | None = None,
+                 on_fatal: Callable[[str], None] | None = None):
         if max_batch_tokens < 1:
             raise ValueError(f"max_batch_tokens: must be at least 1, got {max_batch_tokens}")
         if max_wait_ms < 0:
             raise ValueError(f"max_wait_ms: must not be negative, got {max_wait_ms}")
-        self.embedder = embedder
+        self.runner: Runner = InThreadModel(model, model_thread) if isinstance(model, Embedder) else model
+        refuse_stateful(self.runner.info["state"])
         self.max_batch_tokens = max_batch_tokens
         self.max_wait = max_wait_ms / 1000
-        self.on_batch = on_batch
+        self.on_batch, self.on_restart, self.on_fatal = on_batch, on_restart, on_fatal
         self._pending: deque[_Job] = deque()
         self._pending_cost = 0
+        self._coming = 0  # requests being read that will call embed()
         self._arrived: asyncio.Event | None = None
         self._task: asyncio.Task | None = None
-        self._executor = model_thread
         self._closing = False
+        self._broken: str | None = None  # why the batcher stopped on its own
         self.ready = False
 
     @property
@@ -116,25 +232,52 @@ class Batcher:
         """Requests waiting for a batch."""
         return len(self._pending)
 
+    @property
+    def status(self) -> str:
+        """Why the batcher is not :attr:`ready`, or ``"ok"``."""
+        if self._broken:
+            return self._broken
+        if self.ready:
+            return "ok"
+        return "the server is stopping" if self._closing else "the server is starting or restarting its model"
+
     async def start(self, warmup: bool = True) -> None:
-        """Start the worker and, with ``warmup``, run the model once on the built-in warm-up text
-        (which computes or loads the warm state and fills the token memo) before :attr:`ready`."""
+        """Start the batching task and, with ``warmup``, warm the model (the runner's
+        ``warm``: the warm-up text, which computes or loads the warm state and fills the token
+        memo) before :attr:`ready`."""
         if self._task is not None:
             raise RuntimeError("Batcher.start: already started")
         self._arrived = asyncio.Event()
-        if self._executor is None:
-            self._executor = new_model_thread()
         if warmup:
-            sentences = warmup_sentences()
-            await asyncio.get_running_loop().run_in_executor(self._executor, self.embedder.embed_sentences, sentences)
+            await self.runner.warm()
         self._task = asyncio.create_task(self._run(), name="elmo-serve-batcher")
         self.ready = True
 
-    async def embed(self, sentences: Sequence[Sequence[str]]) -> list[np.ndarray]:
+    @contextlib.contextmanager
+    def expecting(self):
+        """Around the handling of a request that may call :meth:`embed` (from before its body is
+        read): while it has not called it, a batch being formed waits for it (up to
+        ``max_wait_ms``). Yields a token to pass to :meth:`embed`."""
+        token = _Coming()
+        self._coming += 1
+        try:
+            yield token
+        finally:
+            if not token.arrived:  # refused, or failed before embed(): nothing more to wait for
+                self._coming -= 1
+                if self._arrived is not None:
+                    self._arrived.set()
+
+    async def embed(self, sentences: Sequence[Sequence[str]], coming: _Coming | None = None) -> list[np.ndarray]:
         """The ``(layers, tokens, dim)`` float32 array of each sentence (token lists), as
-        ``embedder.embed_sentences(sentences)`` gives them."""
-        if self._closing or self._task is None:
-            raise ServerClosed("the server is stopping" if self._closing else "the batcher is not started")
+        ``embedder.embed_sentences(sentences)`` gives them. ``coming``: the token of
+        :meth:`expecting` around this request, if any."""
+        if coming is not None and not coming.arrived:
+            coming.arrived = True
+            self._coming -= 1
+        if self._closing or self._broken or self._task is None:
+            raise ServerClosed(self._broken or ("the server is stopping" if self._closing
+                                                else "the batcher is not started"))
         rows = [list(s) for s in sentences]
         if not rows:
             return []
@@ -145,11 +288,11 @@ class Batcher:
         return await job.future
 
     async def stop(self) -> None:
-        """Take no new request, finish every queued one, and stop the worker."""
+        """Take no new request, finish every queued one, and stop the model."""
         self._closing = True
         self.ready = False
         if self._task is not None:
-            while self._pending:
+            while self._pending and not self._task.done():
                 self._arrived.set()
                 await asyncio.sleep(0.001)
             self._task.cancel()
@@ -157,19 +300,18 @@ class Batcher:
                 await self._task
             except asyncio.CancelledError:
                 pass
-        if self._executor is not None:
-            self._executor.shutdown(wait=True)
+        await self.runner.close()
 
     # ------------------------------------------------------------------------------ the loop
     async def _run(self) -> None:
-        loop = asyncio.get_running_loop()
         while True:
             while not self._pending:
                 self._arrived.clear()
                 await self._arrived.wait()
-            # The model is idle: wait a little for more requests, unless the batch is already full.
+            # The model is idle: wait a little for the requests being read, unless the batch is
+            # already full; with none on their way, waiting would only add to the latency.
             deadline = self._pending[0].queued_at + self.max_wait
-            while self._pending_cost < self.max_batch_tokens:
+            while self._pending_cost < self.max_batch_tokens and self._coming > 0:
                 remaining = deadline - time.perf_counter()
                 if remaining <= 0:
                     break
@@ -182,7 +324,12 @@ class Batcher:
             if not jobs:
                 continue
             started = time.perf_counter()
-            outcomes = await loop.run_in_executor(self._executor, self._compute, [j.sentences for j in jobs])
+            crashed = None
+            try:
+                outcomes = await self.runner.run([j.sentences for j in jobs])
+            except WorkerCrashed as error:
+                crashed = error
+                outcomes = [error] * len(jobs)
             seconds = time.perf_counter() - started
             failed = 0
             for job, outcome in zip(jobs, outcomes):
@@ -197,6 +344,36 @@ class Batcher:
                 self.on_batch(BatchRecord(requests=len(jobs), sentences=sum(len(j.sentences) for j in jobs),
                                           tokens=sum(len(s) for j in jobs for s in j.sentences), seconds=seconds,
                                           queue_seconds=[started - j.queued_at for j in jobs], failed=failed))
+            if crashed is not None and not await self._restart(crashed):
+                return
+
+    async def _restart(self, crash: WorkerCrashed) -> bool:
+        """After the model's process died: a new one, warm, while requests queue (not
+        :attr:`ready` meanwhile). If that fails too, the batcher stops: queued and later requests
+        get :class:`ServerClosed`, and ``on_fatal`` is told. Whether it goes on."""
+        if self._closing:  # stopping anyway: what is queued cannot be computed
+            self._fail_pending(ServerClosed(f"the server is stopping and {crash}"))
+            return False
+        self.ready = False
+        try:
+            await self.runner.restart()
+        except Exception as error:
+            self._broken = f"the model worker died and could not be restarted: {error}"
+            self._fail_pending(ServerClosed(self._broken))
+            if self.on_fatal is not None:
+                self.on_fatal(self._broken)
+            return False
+        if self.on_restart is not None:
+            self.on_restart()
+        self.ready = not self._closing
+        return True
+
+    def _fail_pending(self, error: BaseException) -> None:
+        while self._pending:
+            job = self._pending.popleft()
+            if not job.future.done():
+                job.future.set_exception(error)
+        self._pending_cost = 0
 
     def _take(self) -> list[_Job]:
         """The next batch off the queue: requests in arrival order while they fit the budget
@@ -214,25 +391,3 @@ class Batcher:
             jobs.append(job)
             cost += job.cost
         return jobs
-
-    def _compute(self, requests: list[list[list[str]]]) -> list[list[np.ndarray] | BaseException]:
-        """In the worker thread: every request's arrays, from one call for the whole batch; if
-        that fails, from one call per request, each request getting its own error."""
-        try:
-            arrays = self.embedder.embed_sentences([s for sentences in requests for s in sentences])
-        except Exception as error:
-            if len(requests) == 1:
-                return [error]
-        else:
-            out, start = [], 0
-            for sentences in requests:
-                out.append(arrays[start:start + len(sentences)])
-                start += len(sentences)
-            return out
-        outcomes: list[list[np.ndarray] | BaseException] = []
-        for sentences in requests:
-            try:
-                outcomes.append(self.embedder.embed_sentences(sentences))
-            except Exception as error:
-                outcomes.append(error)
-        return outcomes

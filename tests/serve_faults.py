@@ -1,0 +1,27 @@
+"""Embedders that fail on purpose, for ``tests/test_serve.py``: built inside a worker process of
+``elmo serve`` through :attr:`elmo.serve.worker.WorkerSpec.factory`, so that the failures happen
+where they would in a real server. A batch holding the token ``POISON`` raises; one holding
+``CRASH`` kills its process (SIGKILL, as the kernel's out-of-memory killer would). With
+``ELMO_TEST_REFUSE_START`` set in the server's environment, a worker refuses to start."""
+
+import os
+import signal
+
+from elmo.serve.worker import serving_embedder_of
+
+
+def fragile_embedder(spec):
+    if os.environ.get("ELMO_TEST_REFUSE_START"):
+        raise RuntimeError("this worker refuses to start (ELMO_TEST_REFUSE_START)")
+    embedder = serving_embedder_of(spec)
+    real = embedder.embed_sentences
+
+    def fragile(sentences, *args, **kwargs):
+        if any("CRASH" in s for s in sentences):
+            os.kill(os.getpid(), signal.SIGKILL)
+        if any("POISON" in s for s in sentences):
+            raise RuntimeError("the model broke on POISON")
+        return real(sentences, *args, **kwargs)
+
+    embedder.embed_sentences = fragile  # on this instance only, which this function made
+    return embedder
