@@ -357,6 +357,10 @@ def test_resume_continues_elapsed_time_and_logs_every_step_once(tmp_path):
     (run / "checkpoints" / "step-000000020.pt").unlink()
     resumed_from = load_train_checkpoint(run / "checkpoints" / "step-000000010.pt")
     assert resumed_from["elapsed_seconds"] > 0
+    # TensorBoard reads event files in the order of their names, which begin with the second they
+    # were opened in and end with a counter of this process (".9" sorts after ".10"): a real resume
+    # is a later process, seconds later; here the same process resumes, so let a second pass.
+    time.sleep(1.1)
     train(tiny_settings(run, max_tokens=4 * 10 * 20, log_every=5, checkpoint_every=10, resume=True))
 
     rows = _metric_rows(run)

@@ -26,11 +26,12 @@ def add_parser(parser: argparse.ArgumentParser) -> None:
     hub = parser.add_argument_group("a folder for the Hugging Face Hub")
     hub.add_argument("--hub-card", action="store_true",
                      help="also write README.md, a model card with the Hub's metadata (needs --license)")
-    hub.add_argument("--license", help="the model's license, as a Hub license id (apache-2.0, cc-by-sa-4.0, other, ...)")
+    hub.add_argument("--license", help="the model's license, as a Hub license id (apache-2.0, cc-by-sa-4.0, other, "
+                                       "...); no default: --hub-card needs one")
     hub.add_argument("--language", action="append", default=[], metavar="CODE",
-                     help="a language of the training text (ISO 639 code, e.g. en); repeat for several")
+                     help="a language of the training text (ISO 639 code, e.g. en); repeat for several (default: none)")
     hub.add_argument("--dataset", action="append", default=[], metavar="ID",
-                     help="a Hub dataset id of the training corpus; repeat for several")
+                     help="a Hub dataset id of the training corpus; repeat for several (default: none)")
 
 
 def command_of(args: argparse.Namespace) -> str:
