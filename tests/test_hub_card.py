@@ -4,7 +4,6 @@ out offline the way the Hub's client lays out a download of it."""
 
 import json
 import shutil
-from pathlib import Path
 
 import pytest
 import torch

@@ -21,7 +21,7 @@ import re
 from collections.abc import Sequence
 from pathlib import Path
 
-from elmo.hub.checkpoints import CARD_FILE, CARD_MARK, export_language_model
+from elmo.hub.checkpoints import CARD_MARK, export_language_model
 from elmo.hub.resolve import ModelSource, load_language_model_with_origin
 from elmo.model.lm import LanguageModel
 from elmo.model.vocab import Vocabulary
