@@ -168,7 +168,7 @@ class FileEmbedder:
                     raise FileExistsError(f"{target}: already exists{finished}; pass --force (overwrite=True) to "
                                           "replace it")
             about = {"input": os.fspath(input_path), "output": os.fspath(target),
-                     "model_source": getattr(embedder, "source", None)}
+                     "model_source": embedder.source}
             if work.exists():
                 work.check_ours()  # never take over or delete a folder that is not ours
             if work.exists() and resume:
@@ -198,7 +198,7 @@ class FileEmbedder:
                     # The source is recorded, not fingerprinted: the weights' fingerprint decides.
                     writer.finish({"fingerprint": fingerprint, "input": os.fspath(input_path),
                                    "shard": [rank, world], "state": embedder.state,
-                                   "model_source": getattr(embedder, "source", None)})
+                                   "model_source": embedder.source})
                 writing = time.perf_counter() - writing
                 if world > 1:
                     write_manifest(output_path, world, fingerprint)

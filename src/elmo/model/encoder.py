@@ -11,6 +11,7 @@ This is the readable reference implementation; the fast path (issue 4) is tested
 
 from __future__ import annotations
 
+import functools
 from typing import NamedTuple
 
 import torch
@@ -122,6 +123,25 @@ class Words(NamedTuple):
                      self.inverse.to(device, non_blocking=non_blocking), self.groups)
 
 
+@functools.lru_cache(maxsize=8)
+def _hash_powers(width: int) -> torch.Tensor:
+    """``(width,)`` int64 powers of an odd multiplier (wrapping 64-bit arithmetic), on the CPU:
+    powers of an odd number are odd, so each column's term of :func:`unique_rows`' keys is a
+    bijection of its value. Made once per width, not per call (a GPU would launch a kernel per
+    column)."""
+    multiplier = torch.tensor(0x9E3779B97F4A7C15 - (1 << 64), dtype=torch.long)
+    powers = torch.ones(width, dtype=torch.long)
+    for j in range(1, width):
+        powers[j] = powers[j - 1] * multiplier
+    return powers
+
+
+def length_buckets(n_slots: int) -> tuple[int, ...]:
+    """The upper bounds of real-slot counts that group words by length for ``n_slots`` slots:
+    :data:`LENGTH_BUCKETS` below ``n_slots``, then ``n_slots``."""
+    return tuple(b for b in LENGTH_BUCKETS if b < n_slots) + (n_slots,)
+
+
 def unique_rows(rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """The distinct rows of ``rows`` ``(n, width)`` (integer ids) and, for each row, its index among
     them: ``(distinct (k, width), inverse (n,))`` with ``distinct[inverse] == rows``, as
@@ -132,15 +152,9 @@ def unique_rows(rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     checked exactly, and a collision falls back to ``torch.unique``."""
     if rows.dtype.is_floating_point or rows.shape[0] == 0:
         return torch.unique(rows, dim=0, return_inverse=True)
-    ids = rows.long()
-    # Powers of an odd multiplier are odd, so each column's term is a bijection of its value.
-    multiplier = torch.tensor(0x9E3779B97F4A7C15 - (1 << 64), dtype=torch.long, device=rows.device)
-    powers = torch.ones(rows.shape[1], dtype=torch.long, device=rows.device)
-    for j in range(1, rows.shape[1]):
-        powers[j] = powers[j - 1] * multiplier
-    keys = (ids * powers).sum(dim=1)
-    _, inverse = torch.unique(keys, return_inverse=True)
-    first = torch.full((int(inverse.max()) + 1,), rows.shape[0], dtype=torch.long, device=rows.device)
+    keys = (rows.long() * _hash_powers(rows.shape[1]).to(rows.device)).sum(dim=1)
+    unique_keys, inverse = torch.unique(keys, return_inverse=True)
+    first = torch.full((len(unique_keys),), rows.shape[0], dtype=torch.long, device=rows.device)
     first = first.scatter_reduce(0, inverse, torch.arange(rows.shape[0], device=rows.device), reduce="amin")
     distinct = rows[first]
     if not torch.equal(distinct[inverse], rows):  # two rows shared a key
@@ -158,7 +172,7 @@ def distinct_words(char_ids: torch.Tensor, pad_id: int = PAD_ID, word_column: bo
     distinct, inverse = unique_rows(char_ids.reshape(-1, width))
     n_real = (distinct[:, 1:] if word_column else distinct) != pad_id
     n_real = n_real.sum(dim=1)
-    buckets = tuple(b for b in LENGTH_BUCKETS if b < n_slots) + (n_slots,)
+    buckets = length_buckets(n_slots)
     bucket = torch.bucketize(n_real, torch.tensor(buckets, device=n_real.device))
     order = torch.argsort(bucket, stable=True)
     rank = torch.empty_like(order)
@@ -211,7 +225,7 @@ def encode_distinct(encoder: TokenEncoder, char_ids: torch.Tensor, words: Words 
     constants = padding_window_constants(encoder)
     widths = [conv.kernel_size[0] for conv in encoder.convs]
     n_slots = encoder.n_slots
-    buckets = tuple(b for b in LENGTH_BUCKETS if b < n_slots) + (n_slots,)
+    buckets = length_buckets(n_slots)
     pooled, start = [], 0
     for stop, longest in words.groups:
         ids = distinct[start:stop]
@@ -289,7 +303,7 @@ def encode_words_fast(encoder: TokenEncoder, ids: torch.Tensor, dtype: torch.dty
     word_ids, ids = encoder.split_ids(ids)
     n_real = (ids != encoder.pad_id).sum(dim=1)  # begin-of-word .. end-of-word
     constants = padding_window_constants(encoder, dtype)
-    buckets = tuple(b for b in LENGTH_BUCKETS if b < encoder.n_slots) + (encoder.n_slots,)
+    buckets = length_buckets(encoder.n_slots)
     bucket_of = torch.bucketize(n_real, torch.tensor(buckets, device=ids.device))
     widest = max(conv.kernel_size[0] for conv in encoder.convs)
     sizes = block_sizes(ids.device)
