@@ -1,15 +1,17 @@
-"""The LSTM's matrix products by kernel: what decides which one the runtime uses.
+"""The inference path's matrix products by kernel, at the block sizes they run on: what decides
+which kernel the runtime uses (``elmo.model.blocks.linear``).
 
-For the small and original published sizes, at ``--rows`` rows per direction (the batch), both
-directions at once, best of ``--repeats``:
+Every product of the inference path runs on row blocks of a fixed size (``elmo.model.blocks``).
+For the small and original published sizes, one block of each product, both directions (the
+LSTM's) or one (the character CNN's), float32:
 
-* the recurrent product ``h (rows, proj) x W_h (proj, 4*dim)``: MKL's batched product in float32,
-  oneDNN's (``elmo.model.lstm.onednn_linear``, bias in the kernel) in float32, and the batched product
-  in bfloat16;
-* the projection ``(rows, dim) x (dim, proj)``, float32 and bfloat16;
-* the input half of the gates for ``--steps`` timesteps at once ``(rows*steps, proj) x W_x``.
+* ``MKL``: PyTorch's own product (``torch.nn.functional.linear``, MKL on an x86 CPU build);
+* ``oneDNN``: oneDNN's linear kernel (``torch.ops.mkldnn._linear_pointwise``), what
+  ``elmo.model.blocks.linear`` runs on a CPU where PyTorch has it;
 
-Printed as GFLOP/s beside this machine's float32 and bfloat16 square-matmul peaks, and saved:
+and, for reference, the batched product in bfloat16. The kernels alternate within each round
+(best of ``--rounds``), so that a busy machine slows both alike. Printed as microseconds per row
+and GFLOP/s, beside this machine's square-matmul peaks (PyTorch's own product), and saved:
 
     python benchmarks/lstm_kernels.py --output results/benchmarks/lstm_kernels.json
 """
@@ -26,61 +28,74 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import torch  # noqa: E402
 from common import matmul_peak_flops, write_results  # noqa: E402
 
+from elmo.model.blocks import block_sizes, onednn_for, row_block  # noqa: E402
 from elmo.model.config import published_config  # noqa: E402
-from elmo.model.lstm import onednn_linear  # noqa: E402
 
 
-def best_seconds(run, repeats: int) -> float:
-    run()  # warm-up
-    best = float("inf")
-    for _ in range(repeats):
-        start = time.perf_counter()
-        run()
-        best = min(best, time.perf_counter() - start)
-    return best
-
-
-def measure(size: str, rows: int, steps: int, repeats: int) -> list[dict]:
-    lstm = published_config(size).lstm
+def products(size: str) -> list[tuple[str, int, int, int, int]]:
+    """``(product, rows of a block, in, out, directions)`` of the inference path for ``size``."""
+    config = published_config(size)
+    lstm, cnn = config.lstm, config.char_cnn
     dim, proj = lstm.dim, lstm.projection_dim
-    torch.manual_seed(0)
-    h, w_h = torch.randn(2, rows, proj), torch.randn(2, proj, 4 * dim)
-    cell, w_p = torch.randn(2, rows, dim), torch.randn(2, dim, proj)
-    x, w_x, bias = torch.randn(2, rows * steps, proj), torch.randn(2, proj, 4 * dim), torch.randn(2, 1, 4 * dim)
-    onednn = [(w_h[d].t().contiguous().to_mkldnn(), bias[d, 0].contiguous().to_mkldnn()) for d in range(2)]
-    h16, w_h16, cell16, w_p16 = h.bfloat16(), w_h.bfloat16(), cell.bfloat16(), w_p.bfloat16()
-    cases = [
-        ("recurrent", "float32", "MKL batched", 2 * 2 * rows * proj * 4 * dim, lambda: torch.bmm(h, w_h)),
-        ("recurrent", "float32", "oneDNN", 2 * 2 * rows * proj * 4 * dim,
-         lambda: [onednn_linear(h[d], *onednn[d]) for d in range(2)]),
-        ("recurrent", "bfloat16", "MKL batched", 2 * 2 * rows * proj * 4 * dim, lambda: torch.bmm(h16, w_h16)),
-        ("projection", "float32", "MKL batched", 2 * 2 * rows * dim * proj, lambda: torch.bmm(cell, w_p)),
-        ("projection", "bfloat16", "MKL batched", 2 * 2 * rows * dim * proj, lambda: torch.bmm(cell16, w_p16)),
-        (f"input half ({steps} steps)", "float32", "MKL batched", 2 * 2 * rows * steps * proj * 4 * dim,
-         lambda: torch.bmm(x, w_x)),
-    ]
+    sizes = block_sizes("cpu")
+    rows = row_block(4 * dim * proj)
+    filters = cnn.n_filters
+    return [("recurrent", rows, proj, 4 * dim, 2), ("projection", rows, dim, proj, 2),
+            ("input gates", sizes.gate, proj, 4 * dim, 2), ("highway (one of two)", sizes.head, filters, filters, 1),
+            ("CNN projection", sizes.head, filters, proj, 1)]
+
+
+def measure(size: str, rounds: int, min_seconds: float) -> list[dict]:
     out = []
-    for product, dtype, kernel, flops, run in cases:
-        seconds = best_seconds(run, repeats)
-        out.append({"size": size, "rows": rows, "product": product, "dtype": dtype, "kernel": kernel,
-                    "seconds": seconds, "gflops": flops / seconds / 1e9})
+    for product, rows, n_in, n_out, directions in products(size):
+        torch.manual_seed(0)
+        x = torch.randn(directions, rows, n_in)
+        weight, bias = torch.randn(directions, n_out, n_in) * 0.05, torch.randn(n_out)
+        x16, w16 = x.bfloat16(), weight.transpose(1, 2).contiguous().bfloat16()
+        kernels = {
+            "MKL": lambda: [torch.nn.functional.linear(x[d], weight[d], bias) for d in range(directions)],
+            "oneDNN": lambda: [torch.ops.mkldnn._linear_pointwise(x[d], weight[d], bias, "none", [], "")
+                               for d in range(directions)],
+            "bfloat16 batched": lambda: torch.bmm(x16, w16),
+        }
+        if not onednn_for("cpu", torch.float32):
+            del kernels["oneDNN"]
+        for run in kernels.values():
+            run()  # warm-up: primitives made, weights in cache
+        once = time.perf_counter()
+        kernels["MKL"]()
+        repeats = max(3, int(min_seconds / max(time.perf_counter() - once, 1e-6)))
+        best = dict.fromkeys(kernels, float("inf"))
+        for _ in range(rounds):
+            for name, run in kernels.items():
+                start = time.perf_counter()
+                for _ in range(repeats):
+                    run()
+                best[name] = min(best[name], (time.perf_counter() - start) / repeats)
+        flops = 2 * directions * rows * n_in * n_out
+        for name, seconds in best.items():
+            out.append({"size": size, "product": product, "rows": rows, "in": n_in, "out": n_out,
+                        "directions": directions, "kernel": name, "seconds": seconds,
+                        "us_per_row": seconds / rows * 1e6, "gflops": flops / seconds / 1e9,
+                        "mkl_over_this": best["MKL"] / seconds})
     return out
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", nargs="+", default=["small", "original"])
-    parser.add_argument("--rows", type=int, default=64)
-    parser.add_argument("--steps", type=int, default=25)
-    parser.add_argument("--repeats", type=int, default=20)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--min-seconds", type=float, default=0.05, help="time per kernel per round")
     parser.add_argument("--output", default="results/benchmarks/lstm_kernels.json")
     args = parser.parse_args(argv)
     peaks = {"float32": matmul_peak_flops() / 1e9, "bfloat16": matmul_peak_flops(torch.bfloat16) / 1e9}
-    rows = [r for size in args.sizes for r in measure(size, args.rows, args.steps, args.repeats)]
-    print(f"{'size':9}{'product':22}{'dtype':10}{'kernel':13}{'GFLOP/s':>9}")
+    rows = [r for size in args.sizes for r in measure(size, args.rounds, args.min_seconds)]
+    print(f"{'size':9}{'product':22}{'block':>6}{'kernel':>18}{'us/row':>9}{'GFLOP/s':>9}{'vs MKL':>8}")
     for r in rows:
-        print(f"{r['size']:9}{r['product']:22}{r['dtype']:10}{r['kernel']:13}{r['gflops']:>9.0f}")
-    print(f"square matmul peak: float32 {peaks['float32']:.0f}, bfloat16 {peaks['bfloat16']:.0f} GFLOP/s")
+        print(f"{r['size']:9}{r['product']:22}{r['rows']:>6}{r['kernel']:>18}{r['us_per_row']:>9.2f}"
+              f"{r['gflops']:>9.0f}{r['mkl_over_this']:>7.2f}x")
+    print(f"square matmul peak (PyTorch's product): float32 {peaks['float32']:.0f}, "
+          f"bfloat16 {peaks['bfloat16']:.0f} GFLOP/s")
     write_results(args.output, {"peak_gflops": peaks, "results": rows})
     return 0
 

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import torch
 
-import elmo.model.lstm as lstm_module
+import elmo.model.blocks as blocks_module
 from elmo.model.weights import load_bilm_tf
 from elmo.inference import journal
 from elmo.model.config import BiLMConfig
@@ -169,16 +169,16 @@ TEXT = [s.split() for s in [
 
 
 @pytest.fixture(params=["bmm", "onednn"])
-def recurrent_kernel(request, monkeypatch):
-    """Runs a test with each kernel of the recurrent product: MKL's batched product (the small
-    sizes) and oneDNN (float32 weights of at least ONEDNN_MIN_RECURRENT_WEIGHT elements, here
-    forced down to every size)."""
+def product_kernel(request, monkeypatch):
+    """Runs a test with each kernel of the CPU's float32 products (elmo.model.blocks.linear):
+    oneDNN's linear (the default where PyTorch has it) and PyTorch's own batched products (a
+    PyTorch without oneDNN, and the GPU's branch)."""
     if request.param == "onednn":
-        if not torch.backends.mkldnn.is_available():
-            pytest.skip("this PyTorch has no oneDNN")
-        monkeypatch.setattr(lstm_module, "ONEDNN_MIN_RECURRENT_WEIGHT", 0)
+        if not blocks_module.onednn_for("cpu", torch.float32):
+            pytest.skip("this PyTorch has no oneDNN linear kernel")
+        monkeypatch.setattr(blocks_module, "ONEDNN", True)
     else:
-        monkeypatch.setattr(lstm_module, "ONEDNN_MIN_RECURRENT_WEIGHT", float("inf"))
+        monkeypatch.setattr(blocks_module, "ONEDNN", False)
     return request.param
 
 

@@ -26,7 +26,8 @@ pytestmark = pytest.mark.exactness
 aten = torch.ops.aten
 # Where each product's rows are: (argument index, dimension).
 ROWS_AT = {aten.mm: (0, 0), aten.addmm: (1, 0), aten.linear: (0, 0), aten.matmul: (0, -2), aten.bmm: (0, 1),
-           aten.baddbmm: (1, 1), aten.conv1d: (0, 0), aten.convolution: (0, 0), aten.mkldnn_linear: (0, 0)}
+           aten.baddbmm: (1, 1), aten.conv1d: (0, 0), aten.convolution: (0, 0), aten.mkldnn_linear: (0, 0),
+           torch.ops.mkldnn._linear_pointwise: (0, 0)}
 # Products whose operands are the model's weights alone (no rows of a batch).
 MODEL_ONLY = {aten.einsum}
 
@@ -84,7 +85,7 @@ KERNELS = [pytest.param({}, id="float32"), pytest.param({"token_memo": 0}, id="n
 
 @pytest.mark.parametrize("large", [False, True], ids=["small-weight", "large-weight"])
 @pytest.mark.parametrize("options", KERNELS)
-def test_every_product_runs_on_whole_blocks(options, large, recurrent_kernel, bfloat16_selected, monkeypatch):
+def test_every_product_runs_on_whole_blocks(options, large, product_kernel, bfloat16_selected, monkeypatch):
     """Alone, in a batch of 40 (several row blocks) or of 5, every product has exactly a block's
     rows; a recurrent weight counted as large (as the original size's) takes the larger blocks."""
     if large:
@@ -101,16 +102,23 @@ def test_every_product_runs_on_whole_blocks(options, large, recurrent_kernel, bf
 
 
 LSTM_PRODUCTS = {"bmm", "baddbmm", "mkldnn_linear"}
+# oneDNN's linear runs both the LSTM's products and the character CNN's highway and projection:
+# those are told apart by their weight, (out, in) (the fixture model's shapes, checked below).
+MODEL = load_fixture_model("allennlp")
+LSTM_WEIGHTS = {tuple(p.shape) for layer in MODEL.forward_layers for p in layer.parameters() if p.dim() == 2}
+CNN_WEIGHTS = {tuple(p.shape) for p in MODEL.token_encoder.parameters() if p.dim() == 2}
 
 
 def split(shapes: set[tuple]) -> tuple[set[tuple], set[tuple]]:
     """The LSTM's products and the character CNN's (convolutions, highway, projection)."""
-    lstm = {s for s in shapes if s[0] in LSTM_PRODUCTS}
+    assert not LSTM_WEIGHTS & CNN_WEIGHTS  # else the weights could not tell them apart
+    lstm = {s for s in shapes
+            if s[0] in LSTM_PRODUCTS or (s[0] == "_linear_pointwise" and s[1][1] in LSTM_WEIGHTS)}
     return lstm, shapes - lstm
 
 
 @pytest.mark.parametrize("options", KERNELS)
-def test_a_sentence_meets_the_same_products_alone_and_in_any_batch(options, recurrent_kernel, bfloat16_selected):
+def test_a_sentence_meets_the_same_products_alone_and_in_any_batch(options, product_kernel, bfloat16_selected):
     """The products that one sentence's embedding runs are the same alone, among other sentences
     (in another block, at another position), after the memo has seen its words, and when a run
     resumes at it (a fresh embedder, its lines from there on)."""

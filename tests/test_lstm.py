@@ -5,6 +5,7 @@ import pytest
 import torch
 from conftest import LONG_LENGTHS
 
+from elmo.model import blocks as blocks_module
 from elmo.model import lstm as lstm_module
 from elmo.model.blocks import ROW_BLOCK
 from elmo.model.lstm import (
@@ -62,20 +63,40 @@ def test_lstm_fast_full_window_matches_plain_values_and_gradients(clip):
     assert all(g.abs().sum() > 0 for g in plain_grads)  # every gradient carries something to compare
 
 
-def test_recurrent_kernel_choice_by_size():
-    """The published original size (512 x 16384 state weight) takes oneDNN in float32; the small
-    size, any reduced precision and any GPU keep the batched product."""
-    original = LstmLayer(512, 4096, 512, cell_clip=3.0, proj_clip=3.0)
-    small = LstmLayer(128, 1024, 128, cell_clip=3.0, proj_clip=3.0)
-    assert lstm_module.use_onednn_recurrent(original, torch.float32) == torch.backends.mkldnn.is_available()
-    assert not lstm_module.use_onednn_recurrent(original, torch.bfloat16)
-    assert not lstm_module.use_onednn_recurrent(small, torch.float32)
-    weights = lstm_module.stack_directions(original, original, torch.float32)
-    assert (weights.state_onednn is not None) == torch.backends.mkldnn.is_available()
+def test_product_kernel_choice(monkeypatch):
+    """On a CPU whose PyTorch has oneDNN's linear kernel, float32 weights are laid out for it (both
+    sizes); reduced precision keeps the batched products, and the batched layout is a view of
+    oneDNN's, not a second copy of the weights."""
+    layer = LstmLayer(12, 8, 6, cell_clip=3.0, proj_clip=3.0)
+    available = blocks_module.onednn_for("cpu", torch.float32)
+    assert available == (torch.backends.mkldnn.is_available() and blocks_module._onednn_linear_works())
+    weights = lstm_module.stack_directions(layer, layer, torch.float32)
+    assert (weights.linear is not None) == available
+    if available:
+        assert weights.linear[1].state.data_ptr() == weights.state[1].data_ptr()
+        assert weights.linear[0].input.is_contiguous() and weights.linear[0].input.shape == (32, 12)
+    assert lstm_module.stack_directions(layer, layer, torch.bfloat16).linear is None
+    assert not blocks_module.onednn_for("cpu", torch.bfloat16)
+    assert not blocks_module.onednn_for("cuda", torch.float32)
+    monkeypatch.setattr(blocks_module, "ONEDNN", False)
+    assert lstm_module.stack_directions(layer, layer, torch.float32).linear is None
+
+
+def test_linear_kernel_equals_pytorch_and_keeps_gradients():
+    """blocks.linear: the same product as ``torch.nn.functional.linear`` to float rounding, and
+    PyTorch's own (differentiable) product wherever a gradient is wanted."""
+    torch.manual_seed(0)
+    x, weight, bias = torch.randn(16, 12), torch.randn(20, 12), torch.randn(20)
+    torch.testing.assert_close(blocks_module.linear(x, weight, bias), torch.nn.functional.linear(x, weight, bias),
+                               rtol=0, atol=1e-5)
+    torch.testing.assert_close(blocks_module.linear(x, weight), x @ weight.t(), rtol=0, atol=1e-5)
+    weight.requires_grad_()
+    blocks_module.linear(x, weight, bias).sum().backward()
+    torch.testing.assert_close(weight.grad, x.sum(0).expand(20, 12), rtol=0, atol=1e-5)
 
 
 @pytest.mark.parametrize("lengths", LONG_LENGTHS)
-def test_bilstm_inference_matches_plain_past_one_chunk(lengths, recurrent_kernel):
+def test_bilstm_inference_matches_plain_past_one_chunk(lengths, product_kernel):
     assert max(lengths) > 2 * GATE_CHUNK_STEPS  # the gates come in three chunks
     assert min(map(len, LONG_LENGTHS)) < ROW_BLOCK < max(map(len, LONG_LENGTHS))  # one block and several
     torch.manual_seed(8)
@@ -94,7 +115,7 @@ def test_bilstm_inference_matches_plain_past_one_chunk(lengths, recurrent_kernel
         torch.testing.assert_close(final_h[d], expected[d][1][1], rtol=0, atol=1e-5)
 
 
-def test_gate_chunking_matches_plain_at_any_chunk_size(monkeypatch, recurrent_kernel):
+def test_gate_chunking_matches_plain_at_any_chunk_size(monkeypatch, product_kernel):
     """Chunks of 7 steps on short sentences: every chunk edge (and rows ending on one) is crossed."""
     torch.manual_seed(10)
     monkeypatch.setattr(lstm_module, "GATE_CHUNK_STEPS", 7)

@@ -85,7 +85,7 @@ def test_stacked_weights_follow_weight_changes():
 
 @pytest.mark.parametrize("lengths", LONG_LENGTHS)
 @pytest.mark.exactness
-def test_runtime_equals_plain_bilm_on_sentences_longer_than_one_chunk(lengths, recurrent_kernel):
+def test_runtime_equals_plain_bilm_on_sentences_longer_than_one_chunk(lengths, product_kernel):
     """The whole inference path (both directions, two layers, skip connections, sorting and
     restoring the rows) on 300-token sentences mixed with short and empty ones."""
     torch.manual_seed(9)
@@ -103,7 +103,7 @@ def test_runtime_equals_plain_bilm_on_sentences_longer_than_one_chunk(lengths, r
 
 
 @pytest.mark.exactness
-def test_long_sentence_gives_the_same_bits_alone_and_in_a_batch(recurrent_kernel):
+def test_long_sentence_gives_the_same_bits_alone_and_in_a_batch(product_kernel):
     """The row blocks' promise (elmo.model.blocks): a sentence's outputs do not depend on its
     batch, to the bit, whether it runs alone (one padded block) or among others (in any block,
     at any position), in every chunk."""

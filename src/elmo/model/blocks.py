@@ -16,6 +16,7 @@ every product of a run and checks it):
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -91,6 +92,44 @@ def pad_rows(x: torch.Tensor, rows: int, dim: int = 0) -> torch.Tensor:
     return torch.cat([x, x.new_zeros(shape)], dim=dim)
 
 
+# Products on a CPU go through oneDNN's float32 linear kernel where this PyTorch has it: on the
+# development CPU (AMD EPYC, AVX-512) it ran every product of the inference path at its block size
+# 1.2x to 3x faster than MKL's (``benchmarks/lstm_kernels.py``), since MKL takes its slower code
+# paths on AMD CPUs while oneDNN picks its kernels from the instruction set. Tests switch it off to
+# run the other branch.
+ONEDNN = True
+
+
+@functools.cache
+def _onednn_linear_works() -> bool:
+    """Whether this PyTorch has oneDNN's dense linear kernel and it computes a product (probed
+    once: the operator is PyTorch's own, used by its compiler, not a documented API)."""
+    if not torch.backends.mkldnn.is_available():
+        return False
+    try:
+        x, w = torch.ones(2, 3), torch.ones(4, 3)
+        return bool(torch.equal(torch.ops.mkldnn._linear_pointwise(x, w, None, "none", [], ""), x @ w.t()))
+    except (AttributeError, RuntimeError, NotImplementedError):
+        return False
+
+
+def onednn_for(device: torch.device | str, dtype: torch.dtype) -> bool:
+    """Whether :func:`linear` runs oneDNN's kernel for operands of ``dtype`` on ``device``: float32
+    on a CPU whose PyTorch has it (reduced precision keeps PyTorch's own dispatch)."""
+    return (ONEDNN and torch.device(device).type == "cpu" and dtype == torch.float32
+            and _onednn_linear_works())
+
+
+def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """``x @ weight.T + bias`` ``(rows, out)`` for ``x`` ``(rows, in)``, ``weight`` ``(out, in)``
+    contiguous and ``bias`` ``(out,)``: oneDNN's kernel where :func:`onednn_for` says so and no
+    gradient is wanted (it has no backward), ``torch.nn.functional.linear`` otherwise."""
+    if (onednn_for(x.device, x.dtype) and weight.dtype == x.dtype
+            and not (torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad))):
+        return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "")
+    return torch.nn.functional.linear(x, weight, bias)
+
+
 def in_blocks(x: torch.Tensor, block: int, product: Callable[[torch.Tensor, torch.Tensor], object],
               width: int, dim: int = 0) -> torch.Tensor:
     """A row-wise matrix product of ``x`` in blocks of exactly ``block`` rows along ``dim`` (the
@@ -111,5 +150,6 @@ def in_blocks(x: torch.Tensor, block: int, product: Callable[[torch.Tensor, torc
     return out.narrow(dim, 0, rows) if total != rows else out
 
 
-__all__ = ["BLOCK_SIZES", "GATE_BLOCK", "HEAD_BLOCK", "BlockSizes", "block_sizes", "LARGE_RECURRENT_WEIGHT", "ROW_BLOCK", "ROW_BLOCK_LARGE", "WORD_BLOCK", "in_blocks",
-           "pad_rows", "padded", "row_block"]
+__all__ = ["BLOCK_SIZES", "GATE_BLOCK", "HEAD_BLOCK", "LARGE_RECURRENT_WEIGHT", "ONEDNN", "ROW_BLOCK", "ROW_BLOCK_LARGE",
+           "WORD_BLOCK", "BlockSizes", "block_sizes", "in_blocks", "linear", "onednn_for", "pad_rows", "padded",
+           "row_block"]

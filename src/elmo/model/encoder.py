@@ -17,7 +17,7 @@ from typing import NamedTuple
 import torch
 from torch import nn
 
-from elmo.model.blocks import HEAD_BLOCK, block_sizes
+from elmo.model.blocks import HEAD_BLOCK, block_sizes, linear
 from elmo.model.chars import PAD_CHAR
 from elmo.model.config import CharCNNConfig
 
@@ -340,14 +340,13 @@ def _highway_and_projection(encoder: TokenEncoder, x: torch.Tensor, dtype: torch
     ``word_ids`` ``(n,)`` for a model with a word embedding."""
     for highway in encoder.highways:
         x_low = x.to(dtype)
-        gate = torch.sigmoid(nn.functional.linear(x_low, highway.carry.weight.to(dtype), highway.carry.bias.to(dtype)).float())
-        transformed = torch.relu(nn.functional.linear(x_low, highway.transform.weight.to(dtype),
-                                                      highway.transform.bias.to(dtype)).float())
+        gate = torch.sigmoid(linear(x_low, highway.carry.weight.to(dtype), highway.carry.bias.to(dtype)).float())
+        transformed = torch.relu(linear(x_low, highway.transform.weight.to(dtype), highway.transform.bias.to(dtype)).float())
         x = gate * transformed + (1.0 - gate) * x
     if word_ids is not None:
         x = torch.cat([encoder.word_embedding.weight[word_ids].float(), x], dim=1)
     if encoder.projection is not None:
-        x = nn.functional.linear(x.to(dtype), encoder.projection.weight.to(dtype), encoder.projection.bias.to(dtype)).float()
+        x = linear(x.to(dtype), encoder.projection.weight.to(dtype), encoder.projection.bias.to(dtype)).float()
     return x
 
 

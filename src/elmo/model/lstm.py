@@ -22,7 +22,7 @@ from typing import NamedTuple
 import torch
 from torch import nn
 
-from elmo.model.blocks import GATE_BLOCK, block_sizes, in_blocks, pad_rows, padded, row_block
+from elmo.model.blocks import GATE_BLOCK, block_sizes, in_blocks, linear, onednn_for, pad_rows, padded, row_block
 
 FORGET_BIAS = 1.0
 
@@ -165,12 +165,14 @@ def _tanh(x: torch.Tensor) -> torch.Tensor:
     return torch.sigmoid(x * 2.0).mul_(2.0).sub_(1.0)
 
 
-# Recurrent weights of at least this many elements (the original size's 512 x 16384) go through
-# oneDNN's float32 matrix product: at 64 rows it ran at 143-152 GFLOP/s against 98-113 for MKL's
-# batched product on the 2-core development CPU (MKL repacks the 32 MB weight at every step;
-# benchmarks/lstm_kernels.py). For the small size (128 x 4096) the two were within run-to-run
-# noise, so smaller weights stay with MKL.
-ONEDNN_MIN_RECURRENT_WEIGHT = 1 << 22
+class LinearWeights(NamedTuple):
+    """One direction's weights in the layout of :func:`elmo.model.blocks.linear` (``(out, in)``,
+    contiguous), for the CPU's oneDNN products."""
+
+    input: torch.Tensor        # (4*dim, input_dim)
+    state: torch.Tensor        # (4*dim, proj)
+    projection: torch.Tensor   # (proj, dim)
+    bias: torch.Tensor         # (4*dim,), forget bias included
 
 
 class StackedWeights(NamedTuple):
@@ -185,24 +187,10 @@ class StackedWeights(NamedTuple):
     state: torch.Tensor        # (2, proj, 4*dim)
     projection: torch.Tensor   # (2, dim, proj)
     bias: torch.Tensor         # (2, 1, 4*dim), float32, forget bias included
-    # Per direction, the state weight (4*dim, proj) and the bias (4*dim,) as opaque oneDNN
-    # tensors, or None when the recurrent product runs through ``torch.bmm``.
-    state_onednn: tuple[tuple[torch.Tensor, torch.Tensor], ...] | None = None
+    # Per direction, the same weights for oneDNN's products (:func:`elmo.model.blocks.linear`), or
+    # None where the products run through ``torch.bmm`` (a GPU, reduced precision, no oneDNN).
+    linear: tuple[LinearWeights, LinearWeights] | None = None
     doubled_j: bool = False
-
-
-def use_onednn_recurrent(layer: LstmLayer, dtype: torch.dtype) -> bool:
-    """Whether the recurrent product of ``layer`` runs through oneDNN: float32 on a CPU with
-    oneDNN, and a weight large enough for it to be the faster kernel."""
-    return (dtype == torch.float32 and layer.state_weight.device.type == "cpu"
-            and torch.backends.mkldnn.is_available()
-            and layer.state_weight.numel() >= ONEDNN_MIN_RECURRENT_WEIGHT)
-
-
-def onednn_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
-    """``x @ W.t() + b`` for float32 ``x`` ``(rows, in)`` and oneDNN ``weight`` ``(out, in)`` and
-    ``bias`` ``(out,)``: the bias is added inside the kernel."""
-    return torch._C._nn.mkldnn_linear(x.contiguous().to_mkldnn(), weight, bias).to_dense()
 
 
 def tanh_by_sigmoid(device: torch.device) -> bool:
@@ -225,15 +213,20 @@ def stack_directions(forward_layer: LstmLayer, backward_layer: LstmLayer, dtype:
     forget[2 * dim:3 * dim] = FORGET_BIAS * scale[2 * dim:3 * dim]
     biases = [l.bias.detach().float() * scale + forget for l in layers]  # (4*dim,) each
     state_weights = [l.state_weight.detach() * scale.unsqueeze(1) for l in layers]  # (4*dim, proj)
-    onednn = None
-    if use_onednn_recurrent(forward_layer, dtype):
-        onednn = tuple((w.float().contiguous().to_mkldnn(), b.contiguous().to_mkldnn())
-                       for w, b in zip(state_weights, biases))
+    if onednn_for(forward_layer.state_weight.device, dtype):
+        # The (out, in) layout oneDNN reads; the batched layout is a view of it, not a second copy.
+        inputs = torch.stack([l.input_weight.detach() * scale.unsqueeze(1) for l in layers])  # (2, 4*dim, in)
+        states = torch.stack(state_weights)  # (2, 4*dim, proj)
+        projections = torch.stack([l.projection.detach() for l in layers])  # (2, proj, dim)
+        bias = torch.stack(biases)  # (2, 4*dim)
+        linear = tuple(LinearWeights(inputs[d], states[d], projections[d], bias[d]) for d in range(2))
+        return StackedWeights(inputs.transpose(1, 2), states.transpose(1, 2), projections.transpose(1, 2),
+                              bias.unsqueeze(1), linear, doubled)
     return StackedWeights(torch.stack([l.input_weight.detach().t() * scale for l in layers]).to(dtype),
                           torch.stack([w.t() for w in state_weights]).to(dtype),
                           torch.stack([l.projection.detach().t() for l in layers]).to(dtype),
                           torch.stack(biases).unsqueeze(1),
-                          onednn, doubled)
+                          None, doubled)
 
 
 def lstm_cell_inplace(gates: torch.Tensor, c: torch.Tensor, cell_clip: float | None, doubled_j: bool,
@@ -267,13 +260,8 @@ def lstm_cell_inplace(gates: torch.Tensor, c: torch.Tensor, cell_clip: float | N
 
 def _recurrent_gates(x_gates: torch.Tensor, h: torch.Tensor, weights: StackedWeights) -> torch.Tensor:
     """``x_gates + h W_h`` ``(2, rows, 4*dim)`` float32, for the input half ``x_gates`` (float32)
-    and the state ``h`` ``(2, rows, proj)`` in the products' precision, as one product (the
+    and the state ``h`` ``(2, rows, proj)`` in the products' precision, as one batched product (the
     static-shape chunks of CUDA graphs)."""
-    if weights.state_onednn is not None:
-        gates = x_gates.new_empty(x_gates.shape)
-        for d in range(2):
-            torch.add(x_gates[d], onednn_linear(h[d], *weights.state_onednn[d]), out=gates[d])
-        return gates
     if h.dtype == torch.float32:
         return torch.baddbmm(x_gates, h, weights.state)
     return torch.add(x_gates, torch.bmm(h, weights.state))  # float32 + low precision: float32
@@ -287,9 +275,9 @@ def _recurrent_gates_in_blocks(x_gates: torch.Tensor, h: torch.Tensor, weights: 
     4*dim)`` float32; ``h`` as in :func:`_recurrent_gates`."""
     for start in range(0, padded(rows, block_rows), block_rows):
         block = slice(start, start + block_rows)
-        if weights.state_onednn is not None:
-            for d in range(2):
-                gates[d, block] = onednn_linear(h[d, block], *weights.state_onednn[d])
+        if weights.linear is not None:
+            for d, direction in enumerate(weights.linear):
+                gates[d, block] = linear(h[d, block], direction.state, direction.bias)
         elif h.dtype == torch.float32:
             torch.bmm(h[:, block], weights.state, out=gates[:, block])
         else:  # a low-precision product, widened to float32 as it is stored
@@ -301,16 +289,16 @@ def _recurrent_gates_in_blocks(x_gates: torch.Tensor, h: torch.Tensor, weights: 
 def _input_gates(x: torch.Tensor, weights: StackedWeights, dtype: torch.dtype, block: int | None = GATE_BLOCK,
                  ) -> torch.Tensor:
     """The input half of the gates ``(2, rows, 4*dim)`` float32 for ``x`` ``(2, rows, input_dim)``,
-    with the bias (which the oneDNN recurrent product adds instead), in blocks of ``block`` rows
-    (None: one product, for the static shapes of CUDA graphs)."""
+    in blocks of ``block`` rows (None: one product, for the static shapes of CUDA graphs); with
+    the bias where the products are batched (the oneDNN recurrent product adds it instead)."""
     x = x.to(dtype)
     width = weights.input.shape[-1]
-    if weights.state_onednn is not None:
-        # The bias joins in the recurrent product's kernel: adding it here would first copy it
-        # into every row of this product.
-        if block is None:
-            return torch.bmm(x, weights.input).float()
-        return in_blocks(x, block, lambda part, out: torch.bmm(part, weights.input, out=out), width, dim=1).float()
+    if weights.linear is not None and block is not None:
+        # The bias joins in the recurrent product's kernel: adding it here would cost a pass more.
+        out = x.new_empty((2, x.shape[1], width))
+        for d, direction in enumerate(weights.linear):
+            out[d] = in_blocks(x[d], block, lambda part, part_out: part_out.copy_(linear(part, direction.input)), width)
+        return out
     bias = weights.bias.to(dtype)
     if block is None:
         return torch.baddbmm(bias, x, weights.input).float()
@@ -384,7 +372,12 @@ def bilstm_inference(forward_layer: LstmLayer, backward_layer: LstmLayer, inputs
             lstm_cell_inplace(step_gates, c[:, :n], cell_clip, weights.doubled_j, dtype=dtype, q_out=q[:, :n])
             out = h_prev if low else outputs[t]
             for block in range(0, m, block_rows):
-                torch.bmm(q[:, block:block + block_rows], weights.projection, out=out[:, block:block + block_rows])
+                rows_of_block = slice(block, block + block_rows)
+                if weights.linear is not None:
+                    for d, direction in enumerate(weights.linear):
+                        out[d, rows_of_block] = linear(q[d, rows_of_block], direction.projection)
+                else:
+                    torch.bmm(q[:, rows_of_block], weights.projection, out=out[:, rows_of_block])
             if proj_clip is not None:
                 out[:, :m].clamp_(-proj_clip, proj_clip)  # exact in reduced precision too (a bound or the value)
             if low:
@@ -422,7 +415,7 @@ def bilstm_static_chunk(layers: Sequence[tuple[LstmLayer, LstmLayer]], weights: 
     low = dtype != torch.float32
     x = inputs
     for index, ((forward_layer, _), stacked) in enumerate(zip(layers, weights)):
-        stacked = stacked._replace(state_onednn=None)
+        stacked = stacked._replace(linear=None)
         dim, cell_clip, proj_clip = forward_layer.dim, forward_layer.cell_clip, forward_layer.proj_clip
         x_gates = _input_gates(x.transpose(0, 1).reshape(2, steps * rows, -1), stacked, dtype, block=None)
         x_gates = x_gates.view(2, steps, rows, 4 * dim)
