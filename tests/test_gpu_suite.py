@@ -108,16 +108,24 @@ def test_json_renders_as_markdown_tables(report, tmp_path):
 def test_a_section_that_fails_or_hangs_is_recorded_and_the_suite_goes_on(tmp_path):
     """The driver's promises, checked cheaply: a section past its limit is killed and recorded as
     a timeout, a failing one as failed, and the JSON holds every section afterwards."""
-    sys.path.insert(0, str(SUITE.parent))
-    import gpu_suite
-
-    out = tmp_path / "suite.json"
-    args = gpu_suite.argparse.Namespace(device="cpu", quick=True, out=str(out), sections=["environment"],
-                                        budget_s=0.5, timeout_scale=1.0)
-    report = gpu_suite.run_suite(args)
-    assert report["sections"]["environment"]["status"] == "skipped"  # the budget was spent
-    assert json.loads(out.read_text())["sections"]["environment"]["status"] == "skipped"
-    section = gpu_suite.run_section("no_such_section", args, str(tmp_path), limit=60)
+    # The driver's functions run in a process of their own: the script is the thing under test,
+    # and its folder never goes on this process's sys.path.
+    code = f"""
+import json, runpy
+suite = runpy.run_path({str(SUITE)!r})
+args = suite["argparse"].Namespace(device="cpu", quick=True, out={str(tmp_path / "suite.json")!r},
+                                   sections=["environment"], budget_s=0.5, timeout_scale=1.0)
+report = suite["run_suite"](args)
+print(json.dumps({{"report": report,
+                  "missing": suite["run_section"]("no_such_section", args, {str(tmp_path)!r}, limit=60),
+                  "sleep": suite["run_section"]("sleep", args, {str(tmp_path)!r}, limit=15)}}))
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-3000:]
+    found = json.loads(done.stdout.strip().splitlines()[-1])
+    assert found["report"]["sections"]["environment"]["status"] == "skipped"  # the budget was spent
+    assert json.loads((tmp_path / "suite.json").read_text())["sections"]["environment"]["status"] == "skipped"
+    section = found["missing"]
     assert section["status"] == "failed" and "no_such_section" in section["error"] + section["output_tail"]
-    section = gpu_suite.run_section("sleep", args, str(tmp_path), limit=15)
+    section = found["sleep"]
     assert section["status"] == "timeout" and section["result"] == {"started": True}
