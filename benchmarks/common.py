@@ -1,5 +1,6 @@
 """Shared pieces of the benchmarks: this machine's matmul peak, model FLOPs, peak memory, an
-operator counter, and the JSON file each benchmark writes."""
+operator counter, code run on another checkout's package, and the JSON file each benchmark
+writes."""
 
 from __future__ import annotations
 
@@ -8,11 +9,10 @@ import os
 import platform
 import resource
 import subprocess
+import sys
 import time
-from collections import Counter
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from elmo.fileio import atomic_write_text
 from elmo.model.config import BiLMConfig
@@ -87,52 +87,26 @@ def write_results(path: str | os.PathLike, results: dict) -> None:
     atomic_write_text(path, json.dumps({"machine": machine(), **results}, indent=2), make_parents=True)
 
 
-# Operators that launch no kernel: they only make a new view or tensor header, or allocate.
-_NO_KERNEL = {"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "detach", "alias",
-              "lift_fresh", "set_", "resize_", "_local_scalar_dense", "view", "_unsafe_view", "reshape", "t",
-              "transpose", "permute", "expand", "slice", "select", "unsqueeze", "squeeze", "as_strided", "split",
-              "split_with_sizes", "chunk", "unbind", "resolve_conj", "resolve_neg", "view_as"}
-# Operators that copy only when they must: counted when their result has its own storage.
-_MAYBE_COPY = {"to", "contiguous", "reshape", "type_as", "flatten"}
+def run_in_checkout(src: str | os.PathLike, code: str) -> dict:
+    """Run Python ``code`` in a fresh process whose ``elmo`` is the package under ``src`` (the
+    ``src/`` folder of another checkout, e.g. an old commit's: ``git worktree add ../elmo-before
+    COMMIT`` or ``git archive COMMIT src | tar -x -C DIR``), with this folder and ``tests/`` (the
+    operator counters) importable after it. ``code`` prints one JSON object as its last line of
+    output: returned. A failure stops the benchmark with the child's standard error."""
+    src = os.path.abspath(src)
+    here = os.path.dirname(os.path.abspath(__file__))
+    prelude = (f"import sys\nsys.path[:0] = [{src!r}, {here!r}, {os.path.join(os.path.dirname(here), 'tests')!r}]\n"
+               f"import elmo\nassert elmo.__file__.startswith({src!r}), elmo.__file__\n")
+    done = subprocess.run([sys.executable, "-c", prelude + code], capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": src})
+    if done.returncode != 0:
+        raise SystemExit(f"the code run on {src} failed ({done.returncode}):\n{done.stderr[-3000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-class OpCounter(TorchDispatchMode):
-    """Counts the ATen operators dispatched while active (a ``with`` block), forward and backward.
+# The operator counter is the tests' (tests/op_counting.py), so that a count the docs report and
+# the ceiling a test holds it to are counted alike.
+sys.path.append(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests"))
+import op_counting  # noqa: E402
 
-    :attr:`total` counts every operator; :attr:`kernels` those that launch a kernel on a GPU:
-    not views or allocations, and a ``.to()``, ``.contiguous()`` or ``reshape`` only where it
-    copied. (Under inference mode such composite operators arrive whole; elsewhere as the copy
-    they make.)
-    """
-
-    def __init__(self):
-        super().__init__()
-        self.ops: Counter = Counter()
-        self.no_ops: Counter = Counter()
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        result = func(*args, **(kwargs or {}))
-        self.ops[func] += 1
-        if func.overloadpacket.__name__ in _MAYBE_COPY and isinstance(result, torch.Tensor) \
-                and result.untyped_storage().data_ptr() == args[0].untyped_storage().data_ptr():
-            self.no_ops[func] += 1
-        return result
-
-    @staticmethod
-    def launches_kernel(func) -> bool:
-        name = func.overloadpacket.__name__
-        return name in _MAYBE_COPY or not (func.is_view or name in _NO_KERNEL)
-
-    @property
-    def total(self) -> int:
-        return sum(self.ops.values())
-
-    @property
-    def kernels(self) -> int:
-        return sum(n - self.no_ops[func] for func, n in self.ops.items() if self.launches_kernel(func))
-
-    def table(self) -> dict[str, int]:
-        """Operator name -> kernel-launching calls, most frequent first."""
-        counts = Counter({str(func): n - self.no_ops[func] for func, n in self.ops.items()
-                          if self.launches_kernel(func)})
-        return {name: n for name, n in counts.most_common() if n}
+OpCounter = op_counting.OpCounter

@@ -3,6 +3,7 @@ printed at the end, every section in its own process under its own time limit.
 
     PYTHONPATH=src python benchmarks/gpu_suite.py --out "$OUT/gpu_suite.json"     # on the GPU (8 min at most)
     PYTHONPATH=src python benchmarks/gpu_suite.py --device cpu --quick --out suite.json   # anywhere
+    PYTHONPATH=src python benchmarks/gpu_suite.py --before-src before/src --out "$OUT/gpu_suite.json"  # + old rows
     python benchmarks/gpu_suite.py --render "$OUT/gpu_suite.json"   # the Markdown tables, printed
     python benchmarks/gpu_suite.py --render gpu_suite.json --into docs/speed.md   # ... put into the docs
 
@@ -11,12 +12,11 @@ measured so far, and the suite goes on; the JSON is rewritten after every sectio
 
 * ``environment``: GPU, driver, torch/CUDA/cuDNN, CPU; measured fp32, TF32 and bf16 matmul peaks.
 * ``exactness``: every fast path (training: each LSTM path's outputs and gradients, the CUDA
-  graph of the training window on its top layer; inference: eager, CUDA graphs, the pre-#37
-  kernel) against the CPU plain path on the parity fixtures.
+  graph of the training window on its top layer; inference: eager, CUDA graphs) against the CPU
+  plain path on the parity fixtures.
 * ``cuda_tests``: ``pytest tests/test_cuda.py`` in a subprocess (parallel workers where
   pytest-xdist is installed): counts, the slowest tests and the failures' text.
-* ``embed``: embedding tokens/s per path (plain, pre-#37 kernel, eager, CUDA graphs) and
-  precision, with a per-stage breakdown (host, encoder, LSTM, rest of the forward, copy to the
+* ``embed``: embedding tokens/s per path (plain, eager, CUDA graphs) and precision, with a per-stage breakdown (host, encoder, LSTM, rest of the forward, copy to the
   host, HDF5 writing).
 * ``train_packaged`` (then ``train_original``): training tokens/s per direction, s/step, peak
   memory, model FLOP utilisation and kernels per step (the real ``Trainer`` step on generated
@@ -25,8 +25,16 @@ measured so far, and the suite goes on; the JSON is rewritten after every sectio
 * ``embed_process``: whole-process ``elmo embed`` of 10,000 generated sentences, with and without
   CUDA graphs, and an in-process breakdown (imports, loading, embedding without and with HDF5).
 * ``train_process``: whole-process ``elmo train`` on a generated corpus with the real batcher.
-* ``batcher``: the host's batch building alone, the pre-#37 code against the current one, one
-  thread (``benchmarks/lm_batcher.py``), on this host.
+* ``batcher``: the host's batch building alone, one thread (``benchmarks/lm_batcher.py``), on
+  this host; with ``--before-batcher-src``, an older checkout's batcher against the current one.
+
+The code before a change is measured from a checkout of the older commit, not from copies kept
+here. ``--before-src DIR`` (an old commit's ``src/``, carried beside this tree: ``git archive
+167ab73 src | tar -x -C before``) runs the sections of :data:`BEFORE_SECTIONS` once more after the
+others, in processes whose ``elmo`` is that one (recorded as ``embed@before`` and so on: there the
+old code's own paths, e.g. its ``fast`` LSTM and its inference kernel, are the pre-#37 ones).
+``--before-batcher-src DIR`` (``dc5ac8f^``) gives the batcher section its old column. Without
+them these rows are left out and the JSON's ``suite.before`` says so.
 
 FLOPs per token are derived from the config the way the issue counts them: per token of one
 direction, the encoder and the LSTM stack of both directions' inputs and both softmaxes, times
@@ -53,9 +61,11 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-# Run from a checkout without installing: this tree's package first, for this process and its children.
-sys.path[:0] = [str(ROOT / "src"), str(HERE)]
-os.environ["PYTHONPATH"] = os.pathsep.join([str(ROOT / "src"), *filter(None, [os.environ.get("PYTHONPATH")])])
+# Run from a checkout without installing: this tree's package first, for this process and its
+# children; a section of --before-src runs on that package instead (set by the driver).
+SRC = os.environ.get("ELMO_SUITE_SRC") or str(ROOT / "src")
+sys.path[:0] = [SRC, str(HERE)]
+os.environ["PYTHONPATH"] = os.pathsep.join([SRC, *filter(None, [os.environ.get("PYTHONPATH")])])
 
 # Cheap sections first, so that a budget that runs out cuts the dearest. The limits come from the
 # two runs on one H200 (2026-11-27, results/benchmarks/gpu_suite-h200-*.json), with room to spare.
@@ -67,6 +77,8 @@ SECTIONS = ("environment", "exactness", "cuda_tests", "embed", "train_packaged",
 # the training sections time rows until their limit cuts them. Expected in all: about 470 s.
 TIMEOUTS = {"environment": 20, "exactness": 45, "cuda_tests": 100, "embed": 60, "train_packaged": 70,
             "train_original": 100, "embed_process": 60, "train_process": 45, "batcher": 25}
+# Sections run once more on the package of --before-src, after all the others.
+BEFORE_SECTIONS = ("embed", "train_packaged")
 QUICK_TIMEOUT = 100  # per section on a CPU with --quick
 DEFAULT_BUDGET_S = 480  # the whole suite: 8 minutes
 MIN_SECTION_S = 20  # a section is skipped when less than this is left of the budget
@@ -77,12 +89,19 @@ ORIGINAL_VOCAB = 793_471  # the 1B Word Benchmark vocabulary the original model 
 # =============================================================================== the driver
 def run_suite(args: argparse.Namespace) -> dict:
     started = time.monotonic()
-    out = Path(args.out)
+    out = Path(args.out).absolute()  # the sections run in the checkout's root: a relative path would land there
     report = {"suite": {"device": args.device, "quick": args.quick, "budget_s": args.budget_s,
                         "command": " ".join([os.path.basename(sys.executable), *sys.argv]),
                         "started": time.strftime("%Y-%m-%d %H:%M:%S %z")},
               "sections": {}}
     wanted = args.sections or list(SECTIONS)
+    before_src = getattr(args, "before_src", None)
+    if before_src:
+        wanted = wanted + [f"{name}@before" for name in BEFORE_SECTIONS if name in wanted]
+        report["suite"]["before"] = {"src": before_src, "sections": [n for n in wanted if n.endswith("@before")]}
+    else:
+        report["suite"]["before"] = ("skipped: no --before-src given (the old code's rows come from an old "
+                                     "commit's src/, see docs/speed.md)")
     # Each section's own record lives beside the output, so that it survives even a kill of this
     # process in the middle of the section; generated text and HDF5 files go to a temporary folder.
     parts = out.with_name(out.stem + "-parts")
@@ -90,7 +109,7 @@ def run_suite(args: argparse.Namespace) -> dict:
     with tempfile.TemporaryDirectory(prefix="gpu-suite-") as work:
         for name in wanted:
             left = args.budget_s - (time.monotonic() - started)
-            limit = QUICK_TIMEOUT if args.quick else TIMEOUTS[name]
+            limit = QUICK_TIMEOUT if args.quick else TIMEOUTS[name.split("@")[0]]
             limit = min(limit * args.timeout_scale, left)
             if limit < MIN_SECTION_S:
                 report["sections"][name] = {"status": "skipped", "why": f"{left:.0f} s of the budget left"}
@@ -108,13 +127,20 @@ def run_suite(args: argparse.Namespace) -> dict:
 
 def run_section(name: str, args: argparse.Namespace, work: str, limit: float, parts: Path | None = None) -> dict:
     """Run one section in a child process (its own session, killed whole at the limit); what the
-    child recorded (in ``parts``, default ``work``) survives any end."""
+    child recorded (in ``parts``, default ``work``) survives any end. ``NAME@before`` runs section
+    NAME on the package of ``args.before_src``."""
     part = Path(parts or work) / f"{name}.json"
     with contextlib.suppress(FileNotFoundError):
         part.unlink()  # a record of an earlier run must not pass for this one's
-    command = [sys.executable, str(Path(__file__)), "--section", name, "--part", str(part), "--device", args.device,
+    section, _, before = name.partition("@")
+    command = [sys.executable, str(Path(__file__)), "--section", section, "--part", str(part), "--device", args.device,
                "--work", work, "--limit", str(limit)] + (["--quick"] if args.quick else [])
+    if getattr(args, "before_batcher_src", None):
+        command += ["--before-batcher-src", os.path.abspath(args.before_batcher_src)]
     env = dict(os.environ)
+    if before:
+        src = os.path.abspath(args.before_src)
+        env.update(ELMO_SUITE_SRC=src, PYTHONPATH=os.pathsep.join([src, *filter(None, [env.get("PYTHONPATH")])]))
     if args.device == "cpu" and args.quick:
         # The CPU check runs the code, it measures nothing: one thread, since torch's threads
         # beside another busy process spin so long that a section took 100 s instead of 6.
@@ -411,8 +437,7 @@ def fixture_sentences(name: str) -> list[list[str]]:
 
 def training_paths(device: str) -> list[str]:
     """The LSTM paths of training in this checkout, slowest first: "plain" (the specification),
-    "legacy" (the fast path before issue 37, benchmarks/legacy_paths.py), the model's own fast
-    paths (``elmo.model.bilm.LSTM_PATHS``), and on a GPU "fused+compile" (its cells through
+    the model's own fast paths (``elmo.model.bilm.LSTM_PATHS``), and on a GPU "fused+compile" (its cells through
     torch.compile) and "fused+graphs" (the training window as CUDA graphs) where the model has
     them. The cuDNN backend is another model (no clipping): see :func:`cudnn_config`."""
     import inspect
@@ -420,8 +445,6 @@ def training_paths(device: str) -> list[str]:
     from elmo.model import bilm, lm
 
     paths = ["plain"]
-    if (HERE / "legacy_paths.py").exists():
-        paths.append("legacy")
     model_paths = [p for p in getattr(bilm, "LSTM_PATHS", ("plain", "fast")) if p not in ("plain", "cudnn")]
     paths += model_paths
     if device != "cpu" and "fused" in model_paths:
@@ -453,18 +476,6 @@ def training_path(model, name: str, trainer=None):
     sparse = getattr(trainer, "sparse_softmax", None)
     graphs = False
     try:
-        if name == "legacy":
-            from legacy_paths import use_legacy_training_path
-
-            if hasattr(bilm, "lstm_path"):
-                bilm.lstm_path = "fast"
-            else:
-                bilm.fast = True
-            if sparse is not None:  # the pre-#37 step: the softmax weight's dense gradient and update
-                trainer.sparse_softmax = False
-            with use_legacy_training_path(model):
-                yield model
-            return
         base, *extras = name.split("+")
         if hasattr(bilm, "lstm_path"):
             bilm.lstm_path = base
@@ -621,7 +632,6 @@ def inference_exactness(fixture: str, device: str, quick: bool) -> list[dict]:
     """Every inference path on ``device`` against the CPU plain path, on the fixture's sentences
     (three calls each, so that CUDA graphs are captured and replayed)."""
     import torch
-    from legacy_inference import use_legacy_inference_path
 
     from elmo import batch_to_char_ids
     from elmo.inference.runtime import Runtime
@@ -633,16 +643,14 @@ def inference_exactness(fixture: str, device: str, quick: bool) -> list[dict]:
     with torch.no_grad():
         expected = plain(ids, mask).layers
     rows = []
-    variants = [("legacy", "float32"), ("eager", "float32"), ("eager", "bfloat16")]
+    variants = [("eager", "float32"), ("eager", "bfloat16")]
     if device != "cpu":
-        variants += [("graphs", "float32"), ("graphs", "bfloat16"), ("legacy", "bfloat16")]
+        variants += [("graphs", "float32"), ("graphs", "bfloat16")]
     for path, precision in variants:
         runtime = Runtime(fixture_model(fixture), device=device, precision=precision, state="reset",
                           cuda_graphs=path == "graphs")
-        context = use_legacy_inference_path(runtime) if path == "legacy" else contextlib.nullcontext()
-        with context:
-            for _ in range(3):
-                got = runtime(ids, mask).layers
+        for _ in range(3):
+            got = runtime(ids, mask).layers
         diff = _max_diff(got, expected)
         row = {"fixture": fixture, "path": path, "precision": precision, "ran_in": runtime.precision,
                "device": device, "max_abs_diff": diff,
@@ -714,7 +722,10 @@ def train_sizes(name: str, quick: bool) -> dict:
     from elmo.model.config import BiLMConfig, published_config
 
     if quick:  # the same code on a CPU in seconds: the tiny preset at small batches
-        from elmo.model.config import preset_config
+        try:
+            from elmo.model.config import preset_config
+        except ImportError:  # an older checkout (--before-src): presets were read by the trainer
+            from elmo.training.train import load_preset as preset_config
 
         config = preset_config("tiny")
         return {"config": config, "batches": [4], "vocab": 2000, "negatives": 256, "steps": (1, 2, 10, 0.0)}
@@ -830,13 +841,12 @@ def autocast_lstm_dtype(trainer, bf16: bool, device: str) -> str:
 
 def training_plan(paths: list[str], batch: int, batches: list[int], quick: bool) -> list[tuple[str, bool]]:
     """(path, bf16) pairs to time at ``batch``, most telling first (a limit cuts the rest): in
-    bf16 then fp32, the newest path, the pre-#37 one ("legacy", the issue's comparison), the
-    others; at a smaller batch, fp32 only for those two; the plain path only at the smallest batch
+    bf16 then fp32, the newest path, the others; at a smaller batch, fp32 only for those two; the plain path only at the smallest batch
     (it is slow). ``quick``: each path once (the newest in both precisions)."""
     fast = [p for p in paths if p != "plain"]  # slowest first
     if quick:
         return [(fast[-1], True)] + [(p, False) for p in reversed(fast)] + [("plain", False)]
-    first = [fast[-1]] + (["legacy"] if "legacy" in fast[:-1] else [])
+    first = [fast[-1]]
     # A path through torch.compile compiles on its first steps: it comes last.
     order = first + sorted((p for p in reversed(fast) if p not in first), key=lambda p: "compile" in p)
     plan = [(p, True) for p in order] + [(p, False) for p in (order if batch == max(batches) else first)]
@@ -888,9 +898,12 @@ def host_preparation(trainer, steps: int = 3) -> dict:
     this thread, and pinning it (what the prefetching thread does on a GPU)."""
     import torch
 
-    from elmo.model.encoder import distinct_words
     from elmo.training.data import LMBatcher, SentenceStream
 
+    try:
+        from elmo.model.encoder import distinct_words
+    except ImportError:  # an older checkout (--before-src): the device found the distinct words
+        return {"unavailable": "this checkout has no elmo.model.encoder.distinct_words"}
     encoder = trainer.model.bilm.token_encoder
     for batcher in trainer.batchers:  # the first batch reads the text: not a step's cost
         batcher.next_batch()
@@ -985,8 +998,7 @@ def section_embed(rec: Recorder, args) -> None:
         model = embed_model(spec["model"])
         warm = generate_sentences(max(8, spec["sentences"] // 8), seed=3, words=words)
         sentences = generate_sentences(spec["sentences"], seed=2, words=words)
-        variants = [("plain", "float32"), ("legacy", "float32"), ("eager", "float32"), ("legacy", "bfloat16"),
-                    ("eager", "bfloat16")]
+        variants = [("plain", "float32"), ("eager", "float32"), ("eager", "bfloat16")]
         if device != "cpu":
             variants[2:2] = [("graphs", "float32")]
             variants.append(("graphs", "bfloat16"))
@@ -1012,38 +1024,39 @@ def time_embedding(model, path: str, precision: str, sentences, warm, device: st
     import copy
 
     import torch
-    from legacy_inference import use_legacy_inference_path
 
     from elmo import Embedder
 
     if path == "plain":
         model = copy.deepcopy(model)
         model.fast = False
-    embedder = Embedder(model, device=device, precision=precision, batch_size=64, cuda_graphs=path == "graphs")
-    context = use_legacy_inference_path(embedder.runtime) if path == "legacy" else contextlib.nullcontext()
-    with context:
-        embedder.embed_sentences(warm)
-        if path == "graphs":
-            # Every batch shape of the timed pass captured first (a capture is not a step's cost),
-            # then the token memo emptied, so that the timed pass meets its words as a first pass.
-            embedder.embed_sentences(sentences)
-            embedder.runtime._memo.clear()
-        device_sync(device)
-        reset_peak_memory(device)
-        start = time.perf_counter()
+    embedder = Embedder(model, device=device, precision=precision, batch_size=64,
+                        **({"cuda_graphs": True} if path == "graphs" else {}))  # (older checkouts lack the option)
+    embedder.embed_sentences(warm)
+    if path == "graphs":
+        # Every batch shape of the timed pass captured first (a capture is not a step's cost),
+        # then the token memo emptied, so that the timed pass meets its words as a first pass.
         embedder.embed_sentences(sentences)
-        device_sync(device)
-        seconds = time.perf_counter() - start
-        memory = peak_memory_bytes(device)
+        embedder.runtime._memo.clear()
+    device_sync(device)
+    reset_peak_memory(device)
+    start = time.perf_counter()
+    embedder.embed_sentences(sentences)
+    device_sync(device)
+    seconds = time.perf_counter() - start
+    memory = peak_memory_bytes(device)
+    try:
         stages = embedding_stages(embedder, sentences, device)
-        batch = sorted(sentences, key=len)[len(sentences) // 2:][:64]  # 64 sentences of about the median length
-        kernels = count_kernels(device, lambda: embedder.embed_batch(batch))
+    except AttributeError as error:  # an older checkout's runtime (--before-src) lacks the stages' hooks
+        stages = {"unavailable": f"{type(error).__name__}: {error}"}
+    batch = sorted(sentences, key=len)[len(sentences) // 2:][:64]  # 64 sentences of about the median length
+    kernels = count_kernels(device, lambda: embedder.embed_batch(batch))
     tokens = sum(map(len, sentences))
     result = {"ran_in": embedder.runtime.precision, "seconds": round(seconds, 3), "tokens_per_s": round(tokens / seconds, 1),
               "sentences_per_s": round(len(sentences) / seconds, 1), "peak_memory_gib": round(memory / 2 ** 30, 3),
               "stages_s": stages, "kernels_per_batch_of_64": kernels}
-    if embedder.runtime.graphs is not None:
-        graphs = embedder.runtime.graphs
+    graphs = getattr(embedder.runtime, "graphs", None)  # (older checkouts have no CUDA graphs)
+    if graphs is not None:
         result.update(graph_captures=graphs.captures, graph_replays=graphs.replays, graphs_disabled=graphs.disabled)
     del torch
     return result
@@ -1202,8 +1215,9 @@ def embed_breakdown(text: str, device: str, work: str, quick: bool) -> dict:
 
 
 def section_batcher(rec: Recorder, args) -> None:
-    """benchmarks/lm_batcher.py's measurement on this host: one thread, the old batcher against the
-    new, each a whole pass over a generated text (reading it included), interleaved rounds."""
+    """benchmarks/lm_batcher.py's measurement on this host: one thread, the current batcher (and
+    with --before-batcher-src an older checkout's beside it), each a whole pass over a generated
+    text (reading it included), interleaved rounds."""
     import torch
     from lm_batcher import generate_corpus, run
 
@@ -1218,7 +1232,7 @@ def section_batcher(rec: Recorder, args) -> None:
     _, targets = count_tokens([str(text)])
     sizes = [32] if args.quick else [256, 2048]
     rec.set("text", {"tokens": targets, "generated": True})
-    for row in run([str(text)], vocab, sizes, 20, targets, 1 if args.quick else 2):
+    for row in run([str(text)], vocab, sizes, 20, targets, 1 if args.quick else 2, before_src=args.before_batcher_src):
         rec.add("rows", row)
 
 
@@ -1246,6 +1260,22 @@ def _precision(row: dict) -> str:
 def _kernels(row: dict) -> str:
     k = row.get("kernels_per_step") or {}
     return _fmt(k.get("cuda_kernels", k.get("aten_kernel_ops")))
+
+
+def embed_table(result: dict, title: str) -> list[tuple[str, list[str], list[list[str]]]]:
+    """The embedding table of an ``embed`` section's ``result`` (none when it has no rows)."""
+    if not result.get("rows"):
+        return []
+    rows = []
+    for r in result["rows"]:
+        st = r.get("stages_s", {})
+        kernels = r.get("kernels_per_batch_of_64") or {}
+        rows.append([r["size"], r["path"], _precision(r), _fmt(r.get("tokens_per_s")), _fmt(r.get("sentences")),
+                     *(_fmt(st.get(k), 2) for k in ("host", "encoder", "lstm", "forward_rest", "to_host", "hdf5")),
+                     _fmt(kernels.get("cuda_kernels", kernels.get("aten_kernel_ops"))), r.get("error", "")[:60]])
+    return [(f"{title} (batch 64, generated sentences); stage seconds from a second, synchronised pass",
+             ["size", "path", "precision", "tokens/s", "sentences", "host s", "encoder s", "LSTM s",
+              "rest of forward s", "to host s", "HDF5 s", "kernels per batch of 64", "error"], rows)]
 
 
 def tables(report: dict) -> list[tuple[str, list[str], list[list[str]]]]:
@@ -1282,7 +1312,8 @@ def tables(report: dict) -> list[tuple[str, list[str], list[list[str]]]]:
         out.append(("CUDA tests (tests/test_cuda.py)", ["counts", "failed tests"],
                     [[", ".join(f"{v} {k}" for k, v in tests.get("counts", {}).items()),
                       "; ".join(tests.get("summary", []))[:300] or "none"]]))
-    for name, title in (("train_original", "Training, original size"), ("train_packaged", "Training, packaged size")):
+    for name, title in (("train_original", "Training, original size"), ("train_packaged", "Training, packaged size"),
+                        ("train_packaged@before", "Training, packaged size, the --before-src checkout")):
         result = sections.get(name, {}).get("result", {})
         if result.get("rows"):
             model = result.get("model", {})
@@ -1317,18 +1348,8 @@ def tables(report: dict) -> list[tuple[str, list[str], list[list[str]]]]:
                             f"batch {profiled['batch']}; host {profile['host_ms_total']} ms, device "
                             f"{profile['device_ms_total']} ms in all)",
                             ["by", "operator", "calls", "own host ms", "own device ms"], ops))
-    emb = sections.get("embed", {}).get("result", {})
-    if emb.get("rows"):
-        rows = []
-        for r in emb["rows"]:
-            st = r.get("stages_s", {})
-            kernels = r.get("kernels_per_batch_of_64") or {}
-            rows.append([r["size"], r["path"], _precision(r), _fmt(r.get("tokens_per_s")), _fmt(r.get("sentences")),
-                         *(_fmt(st.get(k), 2) for k in ("host", "encoder", "lstm", "forward_rest", "to_host", "hdf5")),
-                         _fmt(kernels.get("cuda_kernels", kernels.get("aten_kernel_ops"))), r.get("error", "")[:60]])
-        out.append(("Embedding (batch 64, generated sentences); stage seconds from a second, synchronised pass",
-                    ["size", "path", "precision", "tokens/s", "sentences", "host s", "encoder s", "LSTM s",
-                     "rest of forward s", "to host s", "HDF5 s", "kernels per batch of 64", "error"], rows))
+    for name, title in (("embed", "Embedding"), ("embed@before", "Embedding, the --before-src checkout")):
+        out += embed_table(sections.get(name, {}).get("result", {}), title)
     proc = sections.get("embed_process", {}).get("result", {})
     if proc.get("whole_process"):
         rows = [[r["run"], _fmt(r["seconds"], 1), _fmt(r["tokens_per_s"]), _fmt(r.get("output_gib"), 2),
@@ -1340,8 +1361,10 @@ def tables(report: dict) -> list[tuple[str, list[str], list[list[str]]]]:
                         [[k, _fmt(v, 2)] for k, v in proc["breakdown_s"].items()]))
     batcher = sections.get("batcher", {}).get("result", {})
     if batcher.get("rows"):
-        rows = [[_fmt(r["batch_size"]), " / ".join(_fmt(v) for v in r["old_tokens_per_second"]),
-                 " / ".join(_fmt(v) for v in r["new_tokens_per_second"]), f"{r['speedup']:.1f}x"] for r in batcher["rows"]]
+        rows = [[_fmt(r["batch_size"]),
+                 " / ".join(_fmt(v) for v in r.get("old_tokens_per_second", [])) or "(no --before-batcher-src)",
+                 " / ".join(_fmt(v) for v in r["new_tokens_per_second"]),
+                 f"{r['speedup']:.1f}x" if "speedup" in r else ""] for r in batcher["rows"]]
         out.append(("Host batch building, one thread (LMBatcher; whole passes over a generated text, reading included)",
                     ["batch", "old tokens/s (rounds)", "new tokens/s (rounds)", "new / old"], rows))
     tp = sections.get("train_process", {}).get("result", {}).get("result")
@@ -1414,6 +1437,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sections", nargs="+", choices=SECTIONS, help="only these sections (default: all)")
     parser.add_argument("--budget-s", type=float, default=DEFAULT_BUDGET_S, help="seconds for the whole suite")
     parser.add_argument("--timeout-scale", type=float, default=1.0, help="multiply every section's time limit")
+    parser.add_argument("--before-src", metavar="DIR", help="src/ of an older commit (167ab73: before issue 37): "
+                        f"run {', '.join(BEFORE_SECTIONS)} once more on it, after the others")
+    parser.add_argument("--before-batcher-src", metavar="DIR", help="src/ of an older commit (dc5ac8f^: the "
+                        "per-token batcher) for the batcher section's old column")
     parser.add_argument("--render", metavar="JSON", help="print the Markdown tables of a suite's JSON and exit")
     parser.add_argument("--into", metavar="MARKDOWN", help="with --render: put the tables between the markers of "
                                                           "this file (docs/speed.md) instead of printing them")
@@ -1438,6 +1465,10 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.section:
         return child(args)
+    for option in ("before_src", "before_batcher_src"):
+        folder = getattr(args, option)
+        if folder and not (Path(folder) / "elmo" / "__init__.py").is_file():
+            parser.error(f"--{option.replace('_', '-')}: {folder} is not a src/ folder with the elmo package")
     if args.device == "cuda":
         import torch
 

@@ -1,12 +1,17 @@
-"""The inference LSTM kernel before and after issue 37, in one process: kernels per layer-step
-(ATen operators that launch one, counted by a dispatch mode) and seconds per layer, interleaved
-rounds, on whatever device is given.
+"""The inference LSTM kernel of this checkout, and with ``--before-src`` that of an older one
+beside it: kernels per layer-step (ATen operators that launch one, counted by a dispatch mode)
+and seconds per layer, interleaved rounds, on whatever device is given.
 
-    python benchmarks/inference_kernel.py --output results/benchmarks/inference_kernel.json
-    python benchmarks/inference_kernel.py --device cuda --output inference_kernel-gpu.json
+    BEFORE=$(mktemp -d) && git archive 167ab73 src | tar -x -C $BEFORE   # the kernel before issue 37
+    python benchmarks/inference_kernel.py --before-src $BEFORE/src --output results/benchmarks/inference_kernel.json
+    python benchmarks/inference_kernel.py --device cuda --before-src $BEFORE/src --output inference_kernel-gpu.json
 
 Both kernels run one layer of both directions over ``--rows`` sentences of ``--steps`` tokens
-with random weights of each published size; the new one is checked against the old on the way.
+with random weights of each published size (the same weights and inputs on both sides). The older
+kernel runs in processes of its own on that checkout's ``src/`` (``bilstm_inference`` and
+``stack_directions`` of ``elmo.model.lstm``, which kept their signatures), one per round; the
+new one is checked against it on the way. Without ``--before-src`` the old columns are left out
+and the JSON says so.
 """
 
 from __future__ import annotations
@@ -15,28 +20,94 @@ import argparse
 import os
 import statistics
 import sys
+import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from common import OpCounter, write_results  # noqa: E402
-
 SIZES = {"small": (1024, 128), "packaged": (512, 128), "original": (4096, 512)}
 
+# In a process on the older checkout: its kernel on the weights and inputs the parent saved,
+# either checked (outputs saved, kernels per step) or timed once after a warm-up.
+BEFORE = """
+import json, torch
+from elmo.model.lstm import bilstm_inference, stack_directions
+from inference_kernel import Kernel
+print(json.dumps(Kernel(bilstm_inference, stack_directions, {saved!r}, {device!r}, {precision!r}).{action}))
+"""
 
-def kernels_per_step(run) -> float:
-    """Kernel-launching operators per step, from runs of 10 and 20 steps (the call's fixed cost drops out)."""
-    counts = []
-    for steps in (10, 20):
-        with OpCounter() as counter:
-            run(steps)
-        counts.append(counter.kernels)
-    return (counts[1] - counts[0]) / 10
+
+class Kernel:
+    """One kernel (``bilstm_inference``, ``stack_directions``: this checkout's or another's) on
+    the layers and inputs saved in ``saved`` (a ``torch.save`` of ``layers``, two state dicts,
+    and ``inputs``, ``(2, rows, steps, proj)``), in ``precision``, on ``device``."""
+
+    def __init__(self, bilstm_inference, stack_directions, saved: str, device: str, precision: str):
+        import torch
+
+        from elmo.model.lstm import LstmLayer
+
+        data = torch.load(saved, weights_only=True)
+        self.device, self.dtype = torch.device(device), getattr(torch, precision)
+        self.layers = []
+        for state in data["layers"]:
+            proj, dim = state["projection"].shape  # (projection_dim, dim)
+            layer = LstmLayer(proj, dim, proj, 3.0, 3.0)
+            layer.load_state_dict(state)
+            self.layers.append(layer.to(self.device))
+        self.inputs = data["inputs"].to(self.device)
+        self.function = bilstm_inference
+        self.weights = stack_directions(*self.layers, self.dtype)
+
+    def sync(self) -> None:
+        import torch
+
+        if self.device.type == "cuda":
+            torch.cuda.synchronize()
+
+    def call(self, steps: int, inputs=None):
+        """Outputs ``(2, rows, steps, proj)`` of the kernel on ``inputs`` (default: random)."""
+        import torch
+
+        rows, proj, dim = self.inputs.shape[1], self.inputs.shape[3], self.layers[0].dim
+        if inputs is None:
+            inputs = torch.randn(2, rows, steps, proj, device=self.device)
+        lengths = torch.full((rows,), steps, device=self.device)
+        c, h = torch.zeros(2, rows, dim, device=self.device), torch.zeros(2, rows, proj, device=self.device)
+        return self.function(*self.layers, inputs, lengths, c, h, self.dtype, self.weights)[0]
+
+    def kernels_per_step(self) -> float:
+        """Kernel-launching operators per step, from runs of 10 and 20 steps (the call's fixed cost drops out)."""
+        from op_counting import OpCounter
+
+        counts = []
+        for steps in (10, 20):
+            with OpCounter() as counter:
+                self.call(steps)
+            counts.append(counter.kernels)
+        return (counts[1] - counts[0]) / 10
+
+    def check(self, out: str) -> dict:
+        """Saves the outputs on the saved inputs to ``out``; returns the kernels per step."""
+        import torch
+
+        torch.save(self.call(self.inputs.shape[2], self.inputs).float().cpu(), out)
+        return {"kernels_per_layer_step": self.kernels_per_step()}
+
+    def time(self) -> float:
+        """Seconds of one call on the saved inputs' shape, after a warm-up call."""
+        steps = self.inputs.shape[2]
+        self.call(steps)
+        self.sync()
+        start = time.perf_counter()
+        self.call(steps)
+        self.sync()
+        return time.perf_counter() - start
 
 
 def main(argv: list[str] | None = None) -> int:
     import torch
-    from legacy_inference import bilstm_inference_legacy, stack_directions_legacy
+    from common import run_in_checkout, write_results
 
     from elmo.model.lstm import LstmLayer, bilstm_inference, stack_directions
 
@@ -47,68 +118,63 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rows", type=int, default=64)
     parser.add_argument("--steps", type=int, default=27, help="tokens per sentence, boundaries included")
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--before-src", metavar="DIR", help="src/ of an older checkout whose kernel to measure "
+                        "beside this one's (167ab73: the kernel before issue 37)")
     parser.add_argument("--output", default="results/benchmarks/inference_kernel.json")
     args = parser.parse_args(argv)
-    device = torch.device(args.device)
-
-    def sync():
-        if device.type == "cuda":
-            torch.cuda.synchronize()
 
     results = []
-    for size in args.sizes:
-        dim, proj = SIZES[size]
-        torch.manual_seed(0)
-        layers = [LstmLayer(proj, dim, proj, 3.0, 3.0).to(device) for _ in range(2)]
-        for precision in args.precisions:
-            dtype = getattr(torch, precision)
-            kernels = {"old": (bilstm_inference_legacy, stack_directions_legacy(*layers, dtype)),
-                       "new": (bilstm_inference, stack_directions(*layers, dtype))}
+    with tempfile.TemporaryDirectory() as tmp:
+        saved, old_out = os.path.join(tmp, "kernel.pt"), os.path.join(tmp, "old.pt")
 
-            def call(name, steps, rows=args.rows):
-                function, weights = kernels[name]
-                inputs = torch.randn(2, rows, steps, proj, device=device, generator=None)
-                lengths = torch.full((rows,), steps, device=device)
-                c, h = torch.zeros(2, rows, dim, device=device), torch.zeros(2, rows, proj, device=device)
-                return function(*layers, inputs, lengths, c, h, dtype, weights)
+        def old(action):
+            code = BEFORE.format(saved=saved, device=args.device, precision=precision, action=action)
+            return run_in_checkout(args.before_src, code)
 
+        for size in args.sizes:
+            dim, proj = SIZES[size]
+            torch.manual_seed(0)
+            layers = [LstmLayer(proj, dim, proj, 3.0, 3.0) for _ in range(2)]
             torch.manual_seed(1)
-            inputs = torch.randn(2, args.rows, args.steps, proj, device=device)
-            lengths = torch.full((args.rows,), args.steps, device=device)
-            zeros = torch.zeros(2, args.rows, dim, device=device), torch.zeros(2, args.rows, proj, device=device)
-            old = kernels["old"][0](*layers, inputs, lengths, *zeros, dtype, kernels["old"][1])[0]
-            new = kernels["new"][0](*layers, inputs, lengths, *zeros, dtype, kernels["new"][1])[0]
-            difference = float((old - new).abs().max())
-            row = {"size": size, "lstm": f"{dim}_{proj}", "precision": precision, "rows": args.rows,
-                   "steps": args.steps, "max_abs_diff_new_vs_old": difference,
-                   "kernels_per_layer_step": {name: kernels_per_step(lambda s, n=name: call(n, s)) for name in kernels}}
-            seconds = {"old": [], "new": []}
-            for name in kernels:  # warm-up
-                call(name, args.steps)
-            for _ in range(args.rounds):
-                for name in kernels:
-                    sync()
-                    start = time.perf_counter()
-                    call(name, args.steps)
-                    sync()
-                    seconds[name].append(time.perf_counter() - start)
-            row["seconds"] = seconds
-            row["speedup_median"] = statistics.median(seconds["old"]) / statistics.median(seconds["new"])
-            results.append(row)
-            print(f"{size} {precision}: kernels/step {row['kernels_per_layer_step']}, "
-                  f"old {statistics.median(seconds['old']) * 1e3:.1f} ms, new {statistics.median(seconds['new']) * 1e3:.1f} ms",
-                  flush=True)
+            inputs = torch.randn(2, args.rows, args.steps, proj)
+            torch.save({"layers": [layer.state_dict() for layer in layers], "inputs": inputs}, saved)
+            for precision in args.precisions:
+                new = Kernel(bilstm_inference, stack_directions, saved, args.device, precision)
+                row = {"size": size, "lstm": f"{dim}_{proj}", "precision": precision, "rows": args.rows,
+                       "steps": args.steps, "kernels_per_layer_step": {"new": new.kernels_per_step()}}
+                seconds = {"new": []}
+                if args.before_src:
+                    row["kernels_per_layer_step"]["old"] = old(f"check({old_out!r})")["kernels_per_layer_step"]
+                    expected = torch.load(old_out, weights_only=True)
+                    row["max_abs_diff_new_vs_old"] = float((new.call(args.steps, new.inputs).float().cpu()
+                                                            - expected).abs().max())
+                    seconds["old"] = []
+                else:
+                    row["old"] = "skipped: no --before-src given"
+                for _ in range(args.rounds):  # interleaved: the machine's drift hits both alike
+                    if args.before_src:
+                        seconds["old"].append(old("time()"))
+                    seconds["new"].append(new.time())
+                row["seconds"] = seconds
+                if args.before_src:
+                    row["speedup_median"] = statistics.median(seconds["old"]) / statistics.median(seconds["new"])
+                results.append(row)
+                print(f"{size} {precision}: kernels/step {row['kernels_per_layer_step']}, "
+                      + (f"old {statistics.median(seconds['old']) * 1e3:.1f} ms, " if args.before_src else "")
+                      + f"new {statistics.median(seconds['new']) * 1e3:.1f} ms", flush=True)
     print()
     print("| size | precision | kernels per layer-step, old -> new | ms per layer, old (rounds) | "
           "ms per layer, new (rounds) | old / new (medians) |")
     print("|---|---|---|---|---|---:|")
     for r in results:
         k = r["kernels_per_layer_step"]
-        old = " / ".join(f"{1e3 * s:.1f}" for s in r["seconds"]["old"])
-        new = " / ".join(f"{1e3 * s:.1f}" for s in r["seconds"]["new"])
-        print(f"| {r['size']} ({r['lstm']}) | {r['precision']} | {k['old']:.0f} -> {k['new']:.0f} | {old} | {new} | "
-              f"{r['speedup_median']:.2f}x |")
-    write_results(args.output, {"device": str(device), "results": results})
+        old_ms = " / ".join(f"{1e3 * s:.1f}" for s in r["seconds"].get("old", [])) or "(no --before-src)"
+        new_ms = " / ".join(f"{1e3 * s:.1f}" for s in r["seconds"]["new"])
+        speedup = f"{r['speedup_median']:.2f}x" if "speedup_median" in r else ""
+        old_k = f"{k['old']:.0f}" if "old" in k else "-"
+        print(f"| {r['size']} ({r['lstm']}) | {r['precision']} | {old_k} -> {k['new']:.0f} "
+              f"| {old_ms} | {new_ms} | {speedup} |")
+    write_results(args.output, {"device": args.device, "before_src": args.before_src, "results": results})
     print(f"wrote {args.output}")
     return 0
 

@@ -2,9 +2,10 @@
 
 Training draws one batch per direction per step from :class:`elmo.training.data.LMBatcher`
 (sentences to windows, character ids, target ids). This measures the batcher by itself, on one
-thread, for each batch size, the old per-token code (``benchmarks/legacy_batcher.py``, as before
-issue 37) against the current one in the same process, in interleaved rounds, and checks on the
-way that both build the same batches. Each measurement is a fresh batcher making one pass over
+thread, for each batch size, the current code and, with ``--before-src``, the batcher of an older
+checkout (in a process of its own on that checkout's ``src/``; the per-token code of before issue
+37 is the parent of commit dc5ac8f), in interleaved rounds, checking on the way that both build
+the same batches (digests of the first five and of the resume state). Each measurement is a fresh batcher making one pass over
 the text (``--passes``), reading its shards included (and stopping just before the pass would
 read them again). Training cannot beat half of a batcher's rate (two
 directions), so "per direction" below is half the batcher's tokens/s. The last column divides by
@@ -14,15 +15,19 @@ measures a pass after the first, in the same round: a corpus the stream keeps (u
 tokens) is read and encoded once per run, so that is the rate from the second pass on; a larger
 corpus is read again every pass, at the rate of the column before.
 
-    python benchmarks/lm_batcher.py --train 'DATA/wiki/train/*.txt' \\
+    BEFORE=$(mktemp -d) && git archive dc5ac8f^ src | tar -x -C $BEFORE
+    python benchmarks/lm_batcher.py --train 'DATA/wiki/train/*.txt' --before-src $BEFORE/src \\
         --output results/benchmarks/lm_batcher.json
 
-Without ``--train`` it generates text (Zipf-distributed words of the packaged vocabulary).
+Without ``--train`` it generates text (Zipf-distributed words of the packaged vocabulary). Without
+``--before-src`` the old columns are left out and the JSON says so.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
+import json
 import os
 import statistics
 import sys
@@ -31,7 +36,22 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from common import write_results  # noqa: E402
+# In a process on the older checkout (its elmo first on the path): one measurement of its
+# batcher, or the digests of its first batches. Only this module's stdlib-only helpers are shared.
+BEFORE = """
+import json
+from elmo.model.vocab import Vocabulary
+from elmo.training.data import LMBatcher, SentenceStream
+from lm_batcher import batch_digests, measure
+with open({words!r}, encoding="utf-8") as f:
+    vocab = Vocabulary(json.load(f))
+def make(b, u):
+    return LMBatcher(SentenceStream({paths!r}, seed=0), vocab, b, u)
+if {check!r}:
+    print(json.dumps(batch_digests(make({batch_size!r}, {unroll_steps!r}))))
+else:
+    print(json.dumps(measure(make, {batch_size!r}, {unroll_steps!r}, {tokens!r})))
+"""
 
 
 def generate_corpus(path: str, words: list[str], n_tokens: int, seed: int = 0) -> None:
@@ -79,17 +99,19 @@ def measure(make, batch_size: int, unroll_steps: int, tokens: int, after_a_pass:
             "tokens_per_cpu_second": made / cpu}
 
 
-def check_same_batches(make_old, make_new, batch_size: int, unroll_steps: int, n: int = 5) -> None:
-    import torch
-
-    old, new = make_old(batch_size, unroll_steps), make_new(batch_size, unroll_steps)
-    for step in range(n):
-        a, b = old.next_batch(), new.next_batch()
-        for key in a:
-            if not torch.equal(a[key], b[key]):
-                raise SystemExit(f"batch {step}, {key}: the new batcher differs from the old one")
-    if old.state_dict() != new.state_dict():
-        raise SystemExit("the new batcher's resume state differs from the old one's")
+def batch_digests(batcher, n: int = 5) -> dict:
+    """SHA-256 of each of ``batcher``'s first ``n`` batches (every tensor's name, dtype, shape and
+    bytes) and of its resume state then: equal digests, equal batches."""
+    batches = []
+    for _ in range(n):
+        digest = hashlib.sha256()
+        for key, tensor in sorted(batcher.next_batch().items()):
+            array = tensor.numpy()
+            digest.update(f"{key} {array.dtype} {array.shape}".encode())
+            digest.update(array.tobytes())
+        batches.append(digest.hexdigest())
+    state = hashlib.sha256(json.dumps(batcher.state_dict(), sort_keys=True).encode()).hexdigest()
+    return {"batches": batches, "state": state}
 
 
 def pass_tokens(targets: int, batch_size: int, unroll_steps: int, passes: float = 1.0) -> int:
@@ -100,38 +122,53 @@ def pass_tokens(targets: int, batch_size: int, unroll_steps: int, passes: float 
 
 
 def run(paths: list[str], vocab, batch_sizes: list[int], unroll_steps: int, targets: int, rounds: int,
-        passes: float = 1.0) -> list[dict]:
-    from legacy_batcher import LegacyLMBatcher, LegacySentenceStream
+        passes: float = 1.0, before_src: str | None = None) -> list[dict]:
+    """Rows of measurements per batch size: this checkout's batcher ("new"), and with
+    ``before_src`` the batcher of that ``src/`` ("old"), each in interleaved rounds."""
+    from common import run_in_checkout
 
     from elmo.training.data import LMBatcher, SentenceStream
-
-    def make_old(b, u):
-        return LegacyLMBatcher(LegacySentenceStream(paths, seed=0), vocab, b, u)
 
     def make_new(b, u):
         return LMBatcher(SentenceStream(paths, seed=0), vocab, b, u)
 
     rows = []
-    for size in batch_sizes:
-        tokens = pass_tokens(targets, size, unroll_steps, passes)
-        check_same_batches(make_old, make_new, size, unroll_steps)
-        old, new, kept = [], [], []
-        for _ in range(rounds):  # interleaved: the machine's drift hits both alike
-            old.append(measure(make_old, size, unroll_steps, tokens))
-            new.append(measure(make_new, size, unroll_steps, tokens))
-            kept.append(measure(make_new, size, unroll_steps, tokens, after_a_pass=True))
-        old_rate, new_rate = [m["tokens_per_second"] for m in old], [m["tokens_per_second"] for m in new]
-        new_cpu_rate = [m["tokens_per_cpu_second"] for m in new]
-        rows.append({"batch_size": size, "unroll_steps": unroll_steps, "rounds": rounds, "tokens_each": tokens,
-                     "old_tokens_per_second": old_rate, "new_tokens_per_second": new_rate,
-                     "old_tokens_per_cpu_second": [m["tokens_per_cpu_second"] for m in old],
-                     "new_tokens_per_cpu_second": new_cpu_rate,
-                     "old_median": statistics.median(old_rate), "new_median": statistics.median(new_rate),
-                     "new_cpu_median": statistics.median(new_cpu_rate),
-                     "kept_tokens_per_second": [m["tokens_per_second"] for m in kept],
-                     "kept_tokens_per_cpu_second": [m["tokens_per_cpu_second"] for m in kept],
-                     "kept_cpu_median": statistics.median(m["tokens_per_cpu_second"] for m in kept),
-                     "speedup": statistics.median(new_rate) / statistics.median(old_rate)})
+    with tempfile.TemporaryDirectory() as tmp:
+        words = os.path.join(tmp, "words.json")
+        with open(words, "w", encoding="utf-8") as f:
+            json.dump(list(vocab.words), f)
+
+        def old(size, tokens=0, check=False):
+            return run_in_checkout(before_src, BEFORE.format(words=words, paths=list(paths), check=check,
+                                                              batch_size=size, unroll_steps=unroll_steps, tokens=tokens))
+
+        for size in batch_sizes:
+            tokens = pass_tokens(targets, size, unroll_steps, passes)
+            if before_src and old(size, check=True) != batch_digests(make_new(size, unroll_steps)):
+                raise SystemExit(f"batch size {size}: the new batcher's batches or resume state differ from the old one's")
+            olds, new, kept = [], [], []
+            for _ in range(rounds):  # interleaved: the machine's drift hits both alike
+                if before_src:
+                    olds.append(old(size, tokens))
+                new.append(measure(make_new, size, unroll_steps, tokens))
+                kept.append(measure(make_new, size, unroll_steps, tokens, after_a_pass=True))
+            new_rate = [m["tokens_per_second"] for m in new]
+            new_cpu_rate = [m["tokens_per_cpu_second"] for m in new]
+            row = {"batch_size": size, "unroll_steps": unroll_steps, "rounds": rounds, "tokens_each": tokens,
+                   "new_tokens_per_second": new_rate, "new_tokens_per_cpu_second": new_cpu_rate,
+                   "new_median": statistics.median(new_rate), "new_cpu_median": statistics.median(new_cpu_rate),
+                   "kept_tokens_per_second": [m["tokens_per_second"] for m in kept],
+                   "kept_tokens_per_cpu_second": [m["tokens_per_cpu_second"] for m in kept],
+                   "kept_cpu_median": statistics.median(m["tokens_per_cpu_second"] for m in kept)}
+            if olds:
+                old_rate = [m["tokens_per_second"] for m in olds]
+                row.update({"old_tokens_per_second": old_rate,
+                            "old_tokens_per_cpu_second": [m["tokens_per_cpu_second"] for m in olds],
+                            "old_median": statistics.median(old_rate),
+                            "speedup": statistics.median(new_rate) / statistics.median(old_rate)})
+            else:
+                row["old"] = "skipped: no --before-src given"
+            rows.append(row)
     return rows
 
 
@@ -140,15 +177,17 @@ def table(rows: list[dict]) -> str:
              "| new, per direction per CPU-second | the same, a pass after the first |",
              "|---:|---|---|---:|---:|---:|---:|"]
     for r in rows:
-        old = " / ".join(f"{v:,.0f}" for v in r["old_tokens_per_second"])
+        old = " / ".join(f"{v:,.0f}" for v in r.get("old_tokens_per_second", [])) or "(no --before-src)"
         new = " / ".join(f"{v:,.0f}" for v in r["new_tokens_per_second"])
-        lines.append(f"| {r['batch_size']:,} | {old} | {new} | {r['new_median'] / 2:,.0f} | {r['speedup']:.1f}x "
+        speedup = f"{r['speedup']:.1f}x" if "speedup" in r else ""
+        lines.append(f"| {r['batch_size']:,} | {old} | {new} | {r['new_median'] / 2:,.0f} | {speedup} "
                      f"| {r['new_cpu_median'] / 2:,.0f} | {r['kept_cpu_median'] / 2:,.0f} |")
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
     import torch
+    from common import write_results
 
     from elmo.hub.pretrained import packaged_model_dir
     from elmo.model.vocab import Vocabulary
@@ -164,6 +203,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--passes", type=float, default=1.0,
                         help="passes over the text per measurement (each covers its shard reads; default 1)")
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds of old and new")
+    parser.add_argument("--before-src", metavar="DIR", help="src/ of an older checkout whose batcher to measure "
+                        "beside this one's (dc5ac8f^: the per-token code before issue 37)")
     parser.add_argument("--output", default="results/benchmarks/lm_batcher.json")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
@@ -175,10 +216,11 @@ def main(argv: list[str] | None = None) -> int:
             paths = [os.path.join(tmp, "generated.txt")]
             generate_corpus(paths[0], vocab.words[3:], args.generate_tokens)
         _, targets = count_tokens(paths)
-        rows = run(paths, vocab, args.batch_sizes, args.unroll_steps, targets, args.rounds, args.passes)
+        rows = run(paths, vocab, args.batch_sizes, args.unroll_steps, targets, args.rounds, args.passes,
+                   args.before_src)
     print(table(rows))
     write_results(args.output, {"train": args.train or f"generated ({args.generate_tokens:,} tokens)",
-                                "results": rows})
+                                "before_src": args.before_src, "results": rows})
     print(f"wrote {args.output}")
     return 0
 

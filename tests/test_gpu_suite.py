@@ -46,7 +46,7 @@ def test_numbers_are_sane(report):
     assert {r["path"] for r in exact["training"]} >= {"plain", "fast"}
     assert all("error" not in r and r["values_within_1e-5"] and r["gradients_within_1e-4"] for r in exact["training"])
     assert all(r["within_1e-5"] in (True, None) for r in exact["inference"])
-    assert {r["path"] for r in exact["inference"]} >= {"legacy", "eager"}
+    assert {r["path"] for r in exact["inference"]} >= {"eager"}
     counts = sections["cuda_tests"]["counts"]
     assert counts.get("skipped", 0) > 10 and not counts.get("failed")  # no GPU here: every CUDA test skips
     for name in ("train_original", "train_packaged"):
@@ -58,7 +58,7 @@ def test_numbers_are_sane(report):
             assert r["kernels_per_step"]["aten_kernel_ops"] > 100 and r["peak_memory_gib"] > 0
         assert sections[name]["model"]["train_gflop_per_token_per_direction"] > 0
     rows = sections["embed"]["rows"]
-    assert {r["path"] for r in rows} == {"plain", "legacy", "eager"}
+    assert {r["path"] for r in rows} == {"plain", "eager"}
     for r in rows:
         assert "error" not in r, r
         assert r["tokens_per_s"] > 0 and r["stages_s"]["hdf5"] >= 0
@@ -69,7 +69,29 @@ def test_numbers_are_sane(report):
     assert process["breakdown_s"]["embed_without_output"] > 0 and process["breakdown_s"]["imports"] > 0
     trained = sections["train_process"]["result"]
     assert trained["whole_process_s"] > 0 and trained["tokens_per_s_per_direction_logged"]
-    assert all(r["old_median"] > 0 and r["new_median"] > 0 for r in sections["batcher"]["rows"])
+    assert all(r["new_median"] > 0 and r["old"].startswith("skipped") for r in sections["batcher"]["rows"])
+    assert report[0]["suite"]["before"].startswith("skipped: no --before-src")  # and the JSON says why
+
+
+def test_before_src_runs_sections_again_on_that_package(tmp_path):
+    """--before-src DIR runs the embed section once more in processes whose elmo is DIR's (here
+    this checkout's own src/, standing in for an old commit's), recorded as embed@before."""
+    out = tmp_path / "suite.json"
+    src = ROOT / "src"
+    done = subprocess.run([sys.executable, str(SUITE), "--device", "cpu", "--quick", "--out", str(out), "--sections",
+                           "embed", "--before-src", str(src), "--budget-s", "600", "--timeout-scale", "3"],
+                          capture_output=True, text=True, cwd=ROOT)
+    data = json.loads(out.read_text())
+    assert {n: s["status"] for n, s in data["sections"].items()} == {"embed": "ok", "embed@before": "ok"}, done.stdout
+    assert data["suite"]["before"] == {"src": str(src), "sections": ["embed@before"]}
+    before = data["sections"]["embed@before"]["result"]["rows"]
+    assert {r["path"] for r in before} == {"plain", "eager"} and all("error" not in r for r in before)
+    rendered = subprocess.run([sys.executable, str(SUITE), "--render", str(out)], capture_output=True, text=True,
+                              cwd=ROOT)
+    assert "**Embedding, the --before-src checkout" in rendered.stdout
+    bad = subprocess.run([sys.executable, str(SUITE), "--device", "cpu", "--before-src", str(tmp_path)],
+                         capture_output=True, text=True, cwd=ROOT)
+    assert bad.returncode == 2 and "not a src/ folder with the elmo package" in bad.stderr
 
 
 def test_json_renders_as_markdown_tables(report, tmp_path):
@@ -86,16 +108,24 @@ def test_json_renders_as_markdown_tables(report, tmp_path):
 def test_a_section_that_fails_or_hangs_is_recorded_and_the_suite_goes_on(tmp_path):
     """The driver's promises, checked cheaply: a section past its limit is killed and recorded as
     a timeout, a failing one as failed, and the JSON holds every section afterwards."""
-    sys.path.insert(0, str(SUITE.parent))
-    import gpu_suite
-
-    out = tmp_path / "suite.json"
-    args = gpu_suite.argparse.Namespace(device="cpu", quick=True, out=str(out), sections=["environment"],
-                                        budget_s=0.5, timeout_scale=1.0)
-    report = gpu_suite.run_suite(args)
-    assert report["sections"]["environment"]["status"] == "skipped"  # the budget was spent
-    assert json.loads(out.read_text())["sections"]["environment"]["status"] == "skipped"
-    section = gpu_suite.run_section("no_such_section", args, str(tmp_path), limit=60)
+    # The driver's functions run in a process of their own: the script is the thing under test,
+    # and its folder never goes on this process's sys.path.
+    code = f"""
+import json, runpy
+suite = runpy.run_path({str(SUITE)!r})
+args = suite["argparse"].Namespace(device="cpu", quick=True, out={str(tmp_path / "suite.json")!r},
+                                   sections=["environment"], budget_s=0.5, timeout_scale=1.0)
+report = suite["run_suite"](args)
+print(json.dumps({{"report": report,
+                  "missing": suite["run_section"]("no_such_section", args, {str(tmp_path)!r}, limit=60),
+                  "sleep": suite["run_section"]("sleep", args, {str(tmp_path)!r}, limit=15)}}))
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-3000:]
+    found = json.loads(done.stdout.strip().splitlines()[-1])
+    assert found["report"]["sections"]["environment"]["status"] == "skipped"  # the budget was spent
+    assert json.loads((tmp_path / "suite.json").read_text())["sections"]["environment"]["status"] == "skipped"
+    section = found["missing"]
     assert section["status"] == "failed" and "no_such_section" in section["error"] + section["output_tail"]
-    section = gpu_suite.run_section("sleep", args, str(tmp_path), limit=15)
+    section = found["sleep"]
     assert section["status"] == "timeout" and section["result"] == {"started": True}

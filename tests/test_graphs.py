@@ -2,11 +2,9 @@
 chunks, masks, captures only for repeated shapes) run on a CPU without capture. The capture
 itself is tested on a GPU in tests/test_cuda.py."""
 
-import sys
-from pathlib import Path
-
 import pytest
 import torch
+from op_counting import OpCounter
 
 from elmo import BiLM, batch_to_char_ids
 from elmo.inference.graphs import ROW_BUCKETS, LstmGraphs
@@ -21,9 +19,6 @@ from elmo.model.lstm import (
     lstm_plain,
     stack_directions,
 )
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-from common import OpCounter  # noqa: E402
 
 
 def make_config(n_layers=2, skip=True, clip=3.0):
