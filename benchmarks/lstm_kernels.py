@@ -9,9 +9,12 @@ LSTM's) or one (the character CNN's), float32:
 * ``oneDNN``: oneDNN's linear kernel (``torch.ops.mkldnn._linear_pointwise``), what
   ``elmo.model.blocks.linear`` runs on a CPU where PyTorch has it;
 
-and, for reference, the batched product in bfloat16. The kernels alternate within each round
-(best of ``--rounds``), so that a busy machine slows both alike. Printed as microseconds per row
-and GFLOP/s, beside this machine's square-matmul peaks (PyTorch's own product), and saved:
+and, for reference, the reduced precisions: bfloat16 (PyTorch's batched product and oneDNN's
+linear) and PyTorch's dynamic int8 product (weights quantized per output row, activations per
+call), each with its largest error relative to the largest exact value (float64). The kernels
+alternate within each round (best of ``--rounds``), so that a busy machine slows all alike. Printed as microseconds per row
+and GFLOP/s, beside this machine's square-matmul peaks (the best of PyTorch's product and
+oneDNN's), and saved:
 
     python benchmarks/lstm_kernels.py --output results/benchmarks/lstm_kernels.json
 """
@@ -22,6 +25,7 @@ import argparse
 import os
 import sys
 import time
+import warnings
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
@@ -45,6 +49,16 @@ def products(size: str) -> list[tuple[str, int, int, int, int]]:
             ("CNN projection", sizes.head, filters, proj, 1)]
 
 
+def int8_weight(weight: torch.Tensor, bias: torch.Tensor) -> object:
+    """``weight`` ``(out, in)`` quantized to int8 per output row (symmetric) and packed with ``bias``
+    for PyTorch's dynamic int8 product (fbgemm / oneDNN with VNNI or AMX-INT8 where the CPU has them)."""
+    scales = (weight.abs().amax(dim=1) / 127).clamp(min=1e-12).double()
+    with warnings.catch_warnings():  # PyTorch's quantized tensors are deprecated in favour of torchao
+        warnings.simplefilter("ignore")
+        quantized = torch.quantize_per_channel(weight, scales, torch.zeros_like(scales, dtype=torch.long), 0, torch.qint8)
+        return torch.ops.quantized.linear_prepack(quantized, bias)
+
+
 def measure(size: str, rounds: int, min_seconds: float) -> list[dict]:
     out = []
     for product, rows, n_in, n_out, directions in products(size):
@@ -52,14 +66,27 @@ def measure(size: str, rounds: int, min_seconds: float) -> list[dict]:
         x = torch.randn(directions, rows, n_in)
         weight, bias = torch.randn(directions, n_out, n_in) * 0.05, torch.randn(n_out)
         x16, w16 = x.bfloat16(), weight.transpose(1, 2).contiguous().bfloat16()
+        weight16 = weight.bfloat16()
+        int8 = [int8_weight(weight[d], bias) for d in range(directions)]
         kernels = {
             "MKL": lambda: [torch.nn.functional.linear(x[d], weight[d], bias) for d in range(directions)],
             "oneDNN": lambda: [torch.ops.mkldnn._linear_pointwise(x[d], weight[d], bias, "none", [], "")
                                for d in range(directions)],
             "bfloat16 batched": lambda: torch.bmm(x16, w16),
+            "bfloat16 oneDNN": lambda: [torch.ops.mkldnn._linear_pointwise(x16[d], weight16[d], None, "none", [], "")
+                                        for d in range(directions)],
+            "int8 dynamic": lambda: [torch.ops.quantized.linear_dynamic(x[d], int8[d], True) for d in range(directions)],
         }
         if not onednn_for("cpu", torch.float32):
-            del kernels["oneDNN"]
+            del kernels["oneDNN"], kernels["bfloat16 oneDNN"]
+        exact = torch.stack([x[d].double() @ weight[d].double().t() + bias.double() for d in range(directions)])
+        error = {}
+        for name, run in kernels.items():
+            got = run()
+            got = torch.stack(got) if isinstance(got, list) else got
+            if name == "bfloat16 batched" or name == "bfloat16 oneDNN":
+                got = got.double() + bias.double()  # (the bias joins in float32 on this path)
+            error[name] = ((got.double() - exact).abs().max() / exact.abs().max()).item()
         for run in kernels.values():
             run()  # warm-up: primitives made, weights in cache
         once = time.perf_counter()
@@ -77,7 +104,7 @@ def measure(size: str, rounds: int, min_seconds: float) -> list[dict]:
             out.append({"size": size, "product": product, "rows": rows, "in": n_in, "out": n_out,
                         "directions": directions, "kernel": name, "seconds": seconds,
                         "us_per_row": seconds / rows * 1e6, "gflops": flops / seconds / 1e9,
-                        "mkl_over_this": best["MKL"] / seconds})
+                        "mkl_over_this": best["MKL"] / seconds, "relative_error": error[name]})
     return out
 
 
@@ -90,11 +117,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     peaks = {"float32": matmul_peak_flops() / 1e9, "bfloat16": matmul_peak_flops(torch.bfloat16) / 1e9}
     rows = [r for size in args.sizes for r in measure(size, args.rounds, args.min_seconds)]
-    print(f"{'size':9}{'product':22}{'block':>6}{'kernel':>18}{'us/row':>9}{'GFLOP/s':>9}{'vs MKL':>8}")
+    print(f"{'size':9}{'product':22}{'block':>6}{'kernel':>18}{'us/row':>9}{'GFLOP/s':>9}{'vs MKL':>8}"
+          f"{'rel. error':>11}")
     for r in rows:
         print(f"{r['size']:9}{r['product']:22}{r['rows']:>6}{r['kernel']:>18}{r['us_per_row']:>9.2f}"
-              f"{r['gflops']:>9.0f}{r['mkl_over_this']:>7.2f}x")
-    print(f"square matmul peak (PyTorch's product): float32 {peaks['float32']:.0f}, "
+              f"{r['gflops']:>9.0f}{r['mkl_over_this']:>7.2f}x{r['relative_error']:>11.1e}")
+    print(f"square matmul peak (best of PyTorch's product and oneDNN's): float32 {peaks['float32']:.0f}, "
           f"bfloat16 {peaks['bfloat16']:.0f} GFLOP/s")
     write_results(args.output, {"peak_gflops": peaks, "results": rows})
     return 0
