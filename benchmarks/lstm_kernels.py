@@ -9,7 +9,9 @@ LSTM's) or one (the character CNN's), float32:
 * ``oneDNN``: oneDNN's linear kernel (``torch.ops.mkldnn._linear_pointwise``), what
   ``elmo.model.blocks.linear`` runs on a CPU where PyTorch has it;
 
-and, for reference, the batched product in bfloat16. The kernels alternate within each round
+and in bfloat16: the batched product (what the runtime ran before issue 49), oneDNN's linear on
+the plain weight and on the weight pre-packed once (``elmo.model.blocks.prepack``, what it runs now
+where oneDNN has the CPU's bfloat16 instructions). The kernels alternate within each round
 (best of ``--rounds``), so that a busy machine slows both alike. Printed as microseconds per row
 and GFLOP/s, beside this machine's square-matmul peaks (PyTorch's own product), and saved:
 
@@ -28,7 +30,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import torch  # noqa: E402
 from common import matmul_peak_flops, write_results  # noqa: E402
 
-from elmo.model.blocks import block_sizes, onednn_for, row_block  # noqa: E402
+from elmo.model.blocks import block_sizes, onednn_for, prepack, row_block  # noqa: E402
 from elmo.model.config import published_config  # noqa: E402
 
 
@@ -57,9 +59,18 @@ def measure(size: str, rounds: int, min_seconds: float) -> list[dict]:
             "oneDNN": lambda: [torch.ops.mkldnn._linear_pointwise(x[d], weight[d], bias, "none", [], "")
                                for d in range(directions)],
             "bfloat16 batched": lambda: torch.bmm(x16, w16),
+            "bf16 oneDNN": lambda: [torch.ops.mkldnn._linear_pointwise(x16[d], wl16[d], bias16, "none", [], "")
+                                    for d in range(directions)],
+            "bf16 oneDNN packed": lambda: [torch.ops.mkldnn._linear_pointwise(x16[d], packed[d], bias16, "none",
+                                                                              [], "") for d in range(directions)],
         }
         if not onednn_for("cpu", torch.float32):
             del kernels["oneDNN"]
+        if onednn_for("cpu", torch.bfloat16):
+            wl16, bias16 = weight.bfloat16(), bias.bfloat16()
+            packed = [prepack(wl16[d], rows) for d in range(directions)]
+        else:
+            del kernels["bf16 oneDNN"], kernels["bf16 oneDNN packed"]
         for run in kernels.values():
             run()  # warm-up: primitives made, weights in cache
         once = time.perf_counter()

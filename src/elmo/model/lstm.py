@@ -22,7 +22,8 @@ from typing import NamedTuple
 import torch
 from torch import nn
 
-from elmo.model.blocks import GATE_BLOCK, block_sizes, in_blocks, linear, onednn_for, pad_rows, padded, row_block
+from elmo.model.blocks import (GATE_BLOCK, block_sizes, in_blocks, linear, onednn_for, pad_rows, padded, prepack,
+                               row_block)
 
 FORGET_BIAS = 1.0
 
@@ -167,12 +168,15 @@ def _tanh(x: torch.Tensor) -> torch.Tensor:
 
 class LinearWeights(NamedTuple):
     """One direction's weights in the layout of :func:`elmo.model.blocks.linear` (``(out, in)``,
-    contiguous), for the CPU's oneDNN products."""
+    contiguous, in float32; in bfloat16 pre-packed by :func:`elmo.model.blocks.prepack` for the
+    block size each runs on), for the CPU's oneDNN products."""
 
     input: torch.Tensor        # (4*dim, input_dim)
     state: torch.Tensor        # (4*dim, proj)
     projection: torch.Tensor   # (proj, dim)
-    bias: torch.Tensor         # (4*dim,), forget bias included
+    # (4*dim,) float32, forget bias included: added by the recurrent product's kernel in float32,
+    # and in float32 to the input half in bfloat16 (never rounded to bfloat16 itself).
+    bias: torch.Tensor
 
 
 class StackedWeights(NamedTuple):
@@ -213,13 +217,22 @@ def stack_directions(forward_layer: LstmLayer, backward_layer: LstmLayer, dtype:
     forget[2 * dim:3 * dim] = FORGET_BIAS * scale[2 * dim:3 * dim]
     biases = [l.bias.detach().float() * scale + forget for l in layers]  # (4*dim,) each
     state_weights = [l.state_weight.detach() * scale.unsqueeze(1) for l in layers]  # (4*dim, proj)
-    if onednn_for(forward_layer.state_weight.device, dtype):
-        # The (out, in) layout oneDNN reads; the batched layout is a view of it, not a second copy.
-        inputs = torch.stack([l.input_weight.detach() * scale.unsqueeze(1) for l in layers])  # (2, 4*dim, in)
-        states = torch.stack(state_weights)  # (2, 4*dim, proj)
-        projections = torch.stack([l.projection.detach() for l in layers])  # (2, proj, dim)
+    device = forward_layer.state_weight.device
+    if onednn_for(device, dtype):
+        # The (out, in) layout oneDNN reads; the batched layout is a view of it, not a second copy
+        # (``.to`` is the tensor itself in float32).
+        inputs = torch.stack([l.input_weight.detach() * scale.unsqueeze(1) for l in layers]).to(dtype)  # (2, 4*dim, in)
+        states = torch.stack(state_weights).to(dtype)  # (2, 4*dim, proj)
+        projections = torch.stack([l.projection.detach() for l in layers]).to(dtype)  # (2, proj, dim)
         bias = torch.stack(biases)  # (2, 4*dim)
-        linear = tuple(LinearWeights(inputs[d], states[d], projections[d], bias[d]) for d in range(2))
+        if dtype == torch.float32:
+            linear = tuple(LinearWeights(inputs[d], states[d], projections[d], bias[d]) for d in range(2))
+        else:
+            # bfloat16: each weight packed once for the block size it runs on, so that no product
+            # reorders it again (docs/speed.md, "bfloat16 on the CPU's own instructions").
+            rows, gate = row_block(forward_layer.state_weight.numel(), device), block_sizes(device).gate
+            linear = tuple(LinearWeights(prepack(inputs[d], gate), prepack(states[d], rows),
+                                         prepack(projections[d], rows), bias[d]) for d in range(2))
         return StackedWeights(inputs.transpose(1, 2), states.transpose(1, 2), projections.transpose(1, 2),
                               bias.unsqueeze(1), linear, doubled)
     return StackedWeights(torch.stack([l.input_weight.detach().t() * scale for l in layers]).to(dtype),
@@ -276,8 +289,10 @@ def _recurrent_gates_in_blocks(x_gates: torch.Tensor, h: torch.Tensor, weights: 
     for start in range(0, padded(rows, block_rows), block_rows):
         block = slice(start, start + block_rows)
         if weights.linear is not None:
+            # In bfloat16 the bias joined the input half in float32 (:func:`_input_gates`).
+            bias = [direction.bias if h.dtype == torch.float32 else None for direction in weights.linear]
             for d, direction in enumerate(weights.linear):
-                gates[d, block] = linear(h[d, block], direction.state, direction.bias)
+                gates[d, block] = linear(h[d, block], direction.state, bias[d])
         elif h.dtype == torch.float32:
             torch.bmm(h[:, block], weights.state, out=gates[:, block])
         else:  # a low-precision product, widened to float32 as it is stored
@@ -290,9 +305,21 @@ def _input_gates(x: torch.Tensor, weights: StackedWeights, dtype: torch.dtype, b
                  ) -> torch.Tensor:
     """The input half of the gates ``(2, rows, 4*dim)`` float32 for ``x`` ``(2, rows, input_dim)``,
     in blocks of ``block`` rows (None: one product, for the static shapes of CUDA graphs); with
-    the bias where the products are batched (the oneDNN recurrent product adds it instead)."""
+    the bias where the products are batched or bfloat16 (the float32 oneDNN recurrent product
+    adds it instead)."""
     x = x.to(dtype)
     width = weights.input.shape[-1]
+    if weights.linear is not None and block is not None and dtype != torch.float32:
+        # oneDNN's bfloat16 products, the float32 bias added as each block is widened to float32.
+        rows = x.shape[1]
+        total = padded(rows, block)
+        x = pad_rows(x, total, dim=1)
+        out = x.new_empty((2, total, width), dtype=torch.float32)
+        for d, direction in enumerate(weights.linear):
+            for start in range(0, total, block):
+                torch.add(linear(x[d, start:start + block], direction.input), direction.bias,
+                          out=out[d, start:start + block])
+        return out[:, :rows]
     if weights.linear is not None and block is not None:
         # The bias joins in the recurrent product's kernel: adding it here would cost a pass more.
         out = x.new_empty((2, x.shape[1], width))
@@ -336,7 +363,7 @@ def bilstm_inference(forward_layer: LstmLayer, backward_layer: LstmLayer, inputs
     dim, proj = forward_layer.dim, forward_layer.projection_dim
     weights = weights if weights is not None else stack_directions(forward_layer, backward_layer, dtype)
     cell_clip, proj_clip = forward_layer.cell_clip, forward_layer.proj_clip
-    low = dtype != torch.float32  # (oneDNN runs float32 only)
+    low = dtype != torch.float32
     # Rows in whole blocks: the products read the rows of the last, partial block too (finished
     # rows and padding are computed there, never stored).
     block_rows = row_block(forward_layer.state_weight.numel(), inputs.device)
