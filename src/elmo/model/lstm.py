@@ -174,8 +174,8 @@ class LinearWeights(NamedTuple):
     input: torch.Tensor        # (4*dim, input_dim)
     state: torch.Tensor        # (4*dim, proj)
     projection: torch.Tensor   # (proj, dim)
-    # (4*dim,) float32, forget bias included: added by the recurrent product's kernel in float32,
-    # and in float32 to the input half in bfloat16 (never rounded to bfloat16 itself).
+    # (4*dim,) float32, forget bias included: added in float32 by the kernel of the recurrent
+    # product (float32) or of the input half (bfloat16, before its result's one rounding).
     bias: torch.Tensor
 
 
@@ -280,16 +280,50 @@ def _recurrent_gates(x_gates: torch.Tensor, h: torch.Tensor, weights: StackedWei
     return torch.add(x_gates, torch.bmm(h, weights.state))  # float32 + low precision: float32
 
 
-def _recurrent_gates_in_blocks(x_gates: torch.Tensor, h: torch.Tensor, weights: StackedWeights, rows: int,
-                               gates: torch.Tensor, block_rows: int) -> torch.Tensor:
+class BlockedGates(NamedTuple):
+    """The input half of the gates of (step, row) pairs in time-major order, kept as the blocks
+    oneDNN's bfloat16 products returned (``blocks[d][k]``: direction ``d``'s pairs ``k*block`` to
+    ``(k+1)*block``, ``(block, 4*dim)`` bfloat16, the float32 bias added in the kernel before its
+    one rounding), for ``rows`` rows per step. Copying them into one buffer of the whole chunk
+    cost more than the products (a fresh buffer of that size is mostly page faults)."""
+
+    blocks: list[list[torch.Tensor]]
+    block: int
+    rows: int
+
+    @staticmethod
+    def of(x: torch.Tensor, linear_weights: tuple[LinearWeights, LinearWeights], block: int) -> "BlockedGates":
+        """The products for ``x`` ``(2, pairs, input_dim)`` (bfloat16), on whole blocks of
+        ``block`` pairs (the last padded with zero rows), for :func:`bilstm_inference`."""
+        pairs = x.shape[1]
+        x = pad_rows(x, padded(pairs, block), dim=1)
+        return BlockedGates([[linear(x[d, start:start + block], direction.input, direction.bias)
+                              for start in range(0, x.shape[1], block)]
+                             for d, direction in enumerate(linear_weights)], block, 0)
+
+    def add_to(self, gates: torch.Tensor, step: int, count: int) -> torch.Tensor:
+        """``gates`` ``(2, count, 4*dim)`` float32 plus the input half of the first ``count`` rows
+        at ``step`` (of the chunk), in place; returns ``gates``."""
+        first, stop = step * self.rows, step * self.rows + count
+        for k in range(first // self.block, -(-stop // self.block)):
+            lo, hi = max(first, k * self.block), min(stop, (k + 1) * self.block)
+            for d in range(2):
+                gates[d, lo - first:hi - first].add_(self.blocks[d][k][lo - k * self.block:hi - k * self.block])
+        return gates
+
+
+def _recurrent_gates_in_blocks(x_gates: torch.Tensor | tuple[BlockedGates, int], h: torch.Tensor,
+                               weights: StackedWeights, rows: int, gates: torch.Tensor, block_rows: int,
+                               ) -> torch.Tensor:
     """``x_gates + h W_h`` ``(2, rows, 4*dim)`` float32 for the ``rows`` rows of ``x_gates`` (the
     running ones), with the products over whole blocks of ``block_rows`` rows of ``h`` (the
     oneDNN product adds the bias), written into ``gates`` ``(2, >= rows rounded up to a block,
-    4*dim)`` float32; ``h`` as in :func:`_recurrent_gates`."""
+    4*dim)`` float32; ``h`` as in :func:`_recurrent_gates`. ``x_gates`` may be a
+    :class:`BlockedGates` and the step to read from it."""
     for start in range(0, padded(rows, block_rows), block_rows):
         block = slice(start, start + block_rows)
         if weights.linear is not None:
-            # In bfloat16 the bias joined the input half in float32 (:func:`_input_gates`).
+            # In bfloat16 the bias joined the input half (:class:`BlockedGates`).
             bias = [direction.bias if h.dtype == torch.float32 else None for direction in weights.linear]
             for d, direction in enumerate(weights.linear):
                 gates[d, block] = linear(h[d, block], direction.state, bias[d])
@@ -298,28 +332,21 @@ def _recurrent_gates_in_blocks(x_gates: torch.Tensor, h: torch.Tensor, weights: 
         else:  # a low-precision product, widened to float32 as it is stored
             gates[:, block] = torch.bmm(h[:, block], weights.state)
     # The input half joins after the product: it exists for the running rows only.
+    if isinstance(x_gates, tuple) and isinstance(x_gates[0], BlockedGates):
+        return x_gates[0].add_to(gates[:, :rows], x_gates[1], rows)
     return gates[:, :rows].add_(x_gates)
 
 
 def _input_gates(x: torch.Tensor, weights: StackedWeights, dtype: torch.dtype, block: int | None = GATE_BLOCK,
-                 ) -> torch.Tensor:
+                 ) -> "torch.Tensor | BlockedGates":
     """The input half of the gates ``(2, rows, 4*dim)`` float32 for ``x`` ``(2, rows, input_dim)``,
     in blocks of ``block`` rows (None: one product, for the static shapes of CUDA graphs); with
-    the bias where the products are batched or bfloat16 (the float32 oneDNN recurrent product
-    adds it instead)."""
+    the bias where the products are batched (the float32 oneDNN recurrent product adds it
+    instead). oneDNN's bfloat16 products give :class:`BlockedGates` (without ``rows``) instead."""
     x = x.to(dtype)
     width = weights.input.shape[-1]
     if weights.linear is not None and block is not None and dtype != torch.float32:
-        # oneDNN's bfloat16 products, the float32 bias added as each block is widened to float32.
-        rows = x.shape[1]
-        total = padded(rows, block)
-        x = pad_rows(x, total, dim=1)
-        out = x.new_empty((2, total, width), dtype=torch.float32)
-        for d, direction in enumerate(weights.linear):
-            for start in range(0, total, block):
-                torch.add(linear(x[d, start:start + block], direction.input), direction.bias,
-                          out=out[d, start:start + block])
-        return out[:, :rows]
+        return BlockedGates.of(x, weights.linear, block)
     if weights.linear is not None and block is not None:
         # The bias joins in the recurrent product's kernel: adding it here would cost a pass more.
         out = x.new_empty((2, x.shape[1], width))
@@ -387,13 +414,18 @@ def bilstm_inference(forward_layer: LstmLayer, backward_layer: LstmLayer, inputs
             break
         rows = running[start]
         x = inputs[:, :rows, start:stop].transpose(1, 2).reshape(2, -1, input_dim)  # time-major
-        x_gates = _input_gates(x, weights, dtype, gate_block).view(2, stop - start, rows, 4 * dim)
+        x_gates = _input_gates(x, weights, dtype, gate_block)
+        if isinstance(x_gates, BlockedGates):
+            x_gates = x_gates._replace(rows=rows)
+        else:
+            x_gates = x_gates.view(2, stop - start, rows, 4 * dim)
         for t in range(start, stop):
             n = running[t]
             if n == 0:
                 break
             m = padded(n, block_rows)  # the blocks holding the running rows
-            step_gates = _recurrent_gates_in_blocks(x_gates[:, t - start, :n], h_prev, weights, n, gates, block_rows)
+            step_input = (x_gates, t - start) if isinstance(x_gates, BlockedGates) else x_gates[:, t - start, :n]
+            step_gates = _recurrent_gates_in_blocks(step_input, h_prev, weights, n, gates, block_rows)
             # Only the running rows' cells advance; the other rows of their block keep an earlier q
             # (projected with the block, never stored).
             lstm_cell_inplace(step_gates, c[:, :n], cell_clip, weights.doubled_j, dtype=dtype, q_out=q[:, :n])
