@@ -280,26 +280,33 @@ def _recurrent_gates(x_gates: torch.Tensor, h: torch.Tensor, weights: StackedWei
     return torch.add(x_gates, torch.bmm(h, weights.state))  # float32 + low precision: float32
 
 
-class BlockedGates(NamedTuple):
-    """The input half of the gates of (step, row) pairs in time-major order, kept as the blocks
-    oneDNN's bfloat16 products returned (``blocks[d][k]``: direction ``d``'s pairs ``k*block`` to
-    ``(k+1)*block``, ``(block, 4*dim)`` bfloat16, the float32 bias added in the kernel before its
-    one rounding), for ``rows`` rows per step. Copying them into one buffer of the whole chunk
-    cost more than the products (a fresh buffer of that size is mostly page faults)."""
+class BlockedGates:
+    """The input half of the gates of one chunk's (step, row) pairs, in time-major order, as
+    oneDNN's bfloat16 products compute it: on whole blocks of ``block`` pairs (the last padded
+    with zero rows), the float32 bias added in the kernel before its one rounding, each block
+    computed when a step first needs it and dropped once the steps have passed it.
 
-    blocks: list[list[torch.Tensor]]
-    block: int
-    rows: int
+    Computing every block of the chunk first and keeping them (hundreds of megabytes at the
+    original size) cost more than the products: memory that large is fresh, and reading it back
+    from memory at every step was slower still. A block's numbers are the same whenever it is
+    computed (the same product on the same rows), so computing them as needed changes none.
+    ``x``: ``(2, pairs, input_dim)`` bfloat16, ``rows`` pairs per step."""
 
-    @staticmethod
-    def of(x: torch.Tensor, linear_weights: tuple[LinearWeights, LinearWeights], block: int) -> "BlockedGates":
-        """The products for ``x`` ``(2, pairs, input_dim)`` (bfloat16), on whole blocks of
-        ``block`` pairs (the last padded with zero rows), for :func:`bilstm_inference`."""
-        pairs = x.shape[1]
-        x = pad_rows(x, padded(pairs, block), dim=1)
-        return BlockedGates([[linear(x[d, start:start + block], direction.input, direction.bias)
-                              for start in range(0, x.shape[1], block)]
-                             for d, direction in enumerate(linear_weights)], block, 0)
+    def __init__(self, x: torch.Tensor, linear_weights: tuple[LinearWeights, LinearWeights], block: int, rows: int):
+        self.x = pad_rows(x, padded(x.shape[1], block), dim=1)
+        self.weights, self.block, self.rows = linear_weights, block, rows
+        self.blocks: dict[int, list[torch.Tensor]] = {}
+
+    def _block(self, k: int) -> list[torch.Tensor]:
+        """Block ``k``'s products, per direction ``(block, 4*dim)`` bfloat16 (steps only move on:
+        the blocks before it are dropped)."""
+        found = self.blocks.get(k)
+        if found is None:
+            for passed in [j for j in self.blocks if j < k]:
+                del self.blocks[passed]
+            part = slice(k * self.block, (k + 1) * self.block)
+            found = self.blocks[k] = [linear(self.x[d, part], w.input, w.bias) for d, w in enumerate(self.weights)]
+        return found
 
     def add_to(self, gates: torch.Tensor, step: int, count: int) -> torch.Tensor:
         """``gates`` ``(2, count, 4*dim)`` float32 plus the input half of the first ``count`` rows
@@ -307,8 +314,9 @@ class BlockedGates(NamedTuple):
         first, stop = step * self.rows, step * self.rows + count
         for k in range(first // self.block, -(-stop // self.block)):
             lo, hi = max(first, k * self.block), min(stop, (k + 1) * self.block)
+            products = self._block(k)
             for d in range(2):
-                gates[d, lo - first:hi - first].add_(self.blocks[d][k][lo - k * self.block:hi - k * self.block])
+                gates[d, lo - first:hi - first].add_(products[d][lo - k * self.block:hi - k * self.block])
         return gates
 
 
@@ -338,15 +346,16 @@ def _recurrent_gates_in_blocks(x_gates: torch.Tensor | tuple[BlockedGates, int],
 
 
 def _input_gates(x: torch.Tensor, weights: StackedWeights, dtype: torch.dtype, block: int | None = GATE_BLOCK,
-                 ) -> "torch.Tensor | BlockedGates":
+                 rows_per_step: int = 1) -> "torch.Tensor | BlockedGates":
     """The input half of the gates ``(2, rows, 4*dim)`` float32 for ``x`` ``(2, rows, input_dim)``,
     in blocks of ``block`` rows (None: one product, for the static shapes of CUDA graphs); with
     the bias where the products are batched (the float32 oneDNN recurrent product adds it
-    instead). oneDNN's bfloat16 products give :class:`BlockedGates` (without ``rows``) instead."""
+    instead). oneDNN's bfloat16 products give :class:`BlockedGates` instead, of ``rows_per_step``
+    rows per step."""
     x = x.to(dtype)
     width = weights.input.shape[-1]
     if weights.linear is not None and block is not None and dtype != torch.float32:
-        return BlockedGates.of(x, weights.linear, block)
+        return BlockedGates(x, weights.linear, block, rows_per_step)
     if weights.linear is not None and block is not None:
         # The bias joins in the recurrent product's kernel: adding it here would cost a pass more.
         out = x.new_empty((2, x.shape[1], width))
@@ -414,10 +423,8 @@ def bilstm_inference(forward_layer: LstmLayer, backward_layer: LstmLayer, inputs
             break
         rows = running[start]
         x = inputs[:, :rows, start:stop].transpose(1, 2).reshape(2, -1, input_dim)  # time-major
-        x_gates = _input_gates(x, weights, dtype, gate_block)
-        if isinstance(x_gates, BlockedGates):
-            x_gates = x_gates._replace(rows=rows)
-        else:
+        x_gates = _input_gates(x, weights, dtype, gate_block, rows)
+        if not isinstance(x_gates, BlockedGates):
             x_gates = x_gates.view(2, stop - start, rows, 4 * dim)
         for t in range(start, stop):
             n = running[t]
