@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -113,6 +114,7 @@ def main(argv: list[str] | None = None) -> int:
         done = subprocess.run([sys.executable, "-c", "import elmo, sys; print(elmo.__file__)"], env=envs["bfloat16"],
                               capture_output=True, text=True, check=True)
         assert done.stdout.strip().startswith(here), done.stdout  # this checkout ran
+    shutil.rmtree(work)  # the outputs of every size and configuration: gigabytes at the original size
     print(f"{len(sentences)} sentences, {tokens} tokens, whole elmo embed processes, median of {args.rounds}")
     print(f"{'size':9}{'configuration':>18}{'seconds':>9}{'vs float32':>12}")
     for r in rows:
