@@ -192,7 +192,8 @@ class StackedWeights(NamedTuple):
     projection: torch.Tensor   # (2, dim, proj)
     bias: torch.Tensor         # (2, 1, 4*dim), float32, forget bias included
     # Per direction, the same weights for oneDNN's products (:func:`elmo.model.blocks.linear`), or
-    # None where the products run through ``torch.bmm`` (a GPU, reduced precision, no oneDNN).
+    # None where the products run through ``torch.bmm`` (a GPU, float16, no oneDNN, or bfloat16
+    # where oneDNN lacks the CPU's bfloat16 instructions).
     linear: tuple[LinearWeights, LinearWeights] | None = None
     doubled_j: bool = False
 
