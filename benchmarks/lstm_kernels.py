@@ -9,8 +9,10 @@ LSTM's) or one (the character CNN's), float32:
 * ``oneDNN``: oneDNN's linear kernel (``torch.ops.mkldnn._linear_pointwise``), what
   ``elmo.model.blocks.linear`` runs on a CPU where PyTorch has it;
 
-and, for reference, the reduced precisions: bfloat16 (PyTorch's batched product and oneDNN's
-linear) and PyTorch's dynamic int8 product (weights quantized per output row, activations per
+and the reduced precisions: bfloat16 through PyTorch's batched product (what the runtime ran
+before issue 49) and through oneDNN's linear on the plain weight and on the weight pre-packed
+once (``elmo.model.blocks.prepack``, what it runs now where oneDNN has the CPU's bfloat16
+instructions), and PyTorch's dynamic int8 product (weights quantized per output row, activations per
 call), each with its largest error relative to the largest exact value (float64). The kernels
 alternate within each round (best of ``--rounds``), so that a busy machine slows all alike. Printed as microseconds per row
 and GFLOP/s, beside this machine's square-matmul peaks (the best of PyTorch's product and
@@ -32,7 +34,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import torch  # noqa: E402
 from common import matmul_peak_flops, write_results  # noqa: E402
 
-from elmo.model.blocks import block_sizes, onednn_for, row_block  # noqa: E402
+from elmo.model.blocks import block_sizes, onednn_for, prepack, row_block  # noqa: E402
 from elmo.model.config import published_config  # noqa: E402
 
 
@@ -75,16 +77,22 @@ def measure(size: str, rounds: int, min_seconds: float) -> list[dict]:
             "bfloat16 batched": lambda: torch.bmm(x16, w16),
             "bfloat16 oneDNN": lambda: [torch.ops.mkldnn._linear_pointwise(x16[d], weight16[d], None, "none", [], "")
                                         for d in range(directions)],
+            "bfloat16 oneDNN packed": lambda: [torch.ops.mkldnn._linear_pointwise(x16[d], packed[d], None, "none", [],
+                                                                                  "") for d in range(directions)],
             "int8 dynamic": lambda: [torch.ops.quantized.linear_dynamic(x[d], int8[d], True) for d in range(directions)],
         }
         if not onednn_for("cpu", torch.float32):
-            del kernels["oneDNN"], kernels["bfloat16 oneDNN"]
+            del kernels["oneDNN"]
+        if onednn_for("cpu", torch.bfloat16):
+            packed = [prepack(weight16[d], rows) for d in range(directions)]
+        else:
+            del kernels["bfloat16 oneDNN"], kernels["bfloat16 oneDNN packed"]
         exact = torch.stack([x[d].double() @ weight[d].double().t() + bias.double() for d in range(directions)])
         error = {}
         for name, run in kernels.items():
             got = run()
             got = torch.stack(got) if isinstance(got, list) else got
-            if name == "bfloat16 batched" or name == "bfloat16 oneDNN":
+            if name.startswith("bfloat16"):
                 got = got.double() + bias.double()  # (the bias joins in float32 on this path)
             error[name] = ((got.double() - exact).abs().max() / exact.abs().max()).item()
         for run in kernels.values():
@@ -117,10 +125,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     peaks = {"float32": matmul_peak_flops() / 1e9, "bfloat16": matmul_peak_flops(torch.bfloat16) / 1e9}
     rows = [r for size in args.sizes for r in measure(size, args.rounds, args.min_seconds)]
-    print(f"{'size':9}{'product':22}{'block':>6}{'kernel':>18}{'us/row':>9}{'GFLOP/s':>9}{'vs MKL':>8}"
+    print(f"{'size':9}{'product':22}{'block':>6}{'kernel':>24}{'us/row':>9}{'GFLOP/s':>9}{'vs MKL':>8}"
           f"{'rel. error':>11}")
     for r in rows:
-        print(f"{r['size']:9}{r['product']:22}{r['rows']:>6}{r['kernel']:>18}{r['us_per_row']:>9.2f}"
+        print(f"{r['size']:9}{r['product']:22}{r['rows']:>6}{r['kernel']:>24}{r['us_per_row']:>9.2f}"
               f"{r['gflops']:>9.0f}{r['mkl_over_this']:>7.2f}x{r['relative_error']:>11.1e}")
     print(f"square matmul peak (best of PyTorch's product and oneDNN's): float32 {peaks['float32']:.0f}, "
           f"bfloat16 {peaks['bfloat16']:.0f} GFLOP/s")

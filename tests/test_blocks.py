@@ -48,6 +48,9 @@ class ProductShapes(TorchDispatchMode):
 
 
 def product_shapes(run) -> set[tuple]:
+    # Which oneDNN kernels work is probed once per process on a tiny product of its own, never on
+    # a batch's rows: done before recording, so that only the inference path's products are seen.
+    blocks.onednn_for("cpu", torch.float32), blocks.onednn_for("cpu", torch.bfloat16)
     with ProductShapes() as recorder:
         run()
     assert recorder.shapes, "no product was recorded: the hook saw nothing"

@@ -352,3 +352,30 @@ def test_a_verb_without_its_extra_names_the_extra(tmp_path, blocked, argv, extra
     assert done.returncode == 2, done.stderr[-2000:]
     assert done.stderr.strip().endswith(f"pip install 'elmo[{extra}]'"), done.stderr
     assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1
+
+
+def test_bfloat16_hint_is_one_line_only_where_it_applies(tmp_path, capsys, monkeypatch):
+    """On a CPU with bfloat16 instructions, a long input embedded in float32 with the progress
+    output on gets one line telling of --precision bfloat16; not with bfloat16 asked for, not
+    without the progress output, not on a short input, not on a CPU without the instructions."""
+    import elmo.cli.embed as embed_cli
+
+    monkeypatch.setattr(embed_cli, "BFLOAT16_HINT_BYTES", 200)
+    flags = {"avx512f", "avx512_bf16"}
+    monkeypatch.setattr(embed_cli, "cpu_flags", lambda: flags)
+    long_input, short_input = tmp_path / "long.txt", tmp_path / "short.txt"
+    long_input.write_text("the cat sat on the mat .\n" * 10)  # 250 bytes
+    short_input.write_text("the cat sat\n")
+
+    def hints(src, *extra):
+        assert main(["embed", str(src), str(tmp_path / "out.hdf5"), "--force", *MODEL_ARGS, *extra]) == 0
+        return [line for line in capsys.readouterr().err.splitlines() if "--precision bfloat16" in line]
+
+    (line,) = hints(long_input, "--progress")
+    assert "avx512_bf16" in line and "cosine" in line and "float32, the default, is exact" in line
+    assert hints(long_input, "--progress", "--precision", "float32")  # asked for explicitly: still told
+    assert not hints(long_input, "--progress", "--precision", "bfloat16")
+    assert not hints(long_input, "--no-progress")
+    assert not hints(short_input, "--progress")
+    flags.clear()  # a CPU without bfloat16 instructions
+    assert not hints(long_input, "--progress")

@@ -6,7 +6,8 @@ import torch
 from conftest import SENTENCES, TEXT, make_config
 
 from elmo import BiLM, batch_to_char_ids
-from elmo.model.encoder import encode_distinct, encode_fast, encode_words_fast
+from elmo.model import blocks
+from elmo.model.encoder import encode_distinct, encode_fast, encode_words_fast, encoder_weights
 
 pytestmark = pytest.mark.exactness
 
@@ -64,3 +65,32 @@ def test_encoder_skips_padding_slots_exactly():
         got = encode_fast(model.token_encoder, batch_ids, mask)
         torch.testing.assert_close(got, model.token_encoder(batch_ids) * mask.unsqueeze(-1), rtol=0, atol=1e-5)
     assert (got[~mask] == 0).all()
+
+
+@pytest.mark.parametrize("onednn", [True, False], ids=["onednn", "pytorch"])
+def test_bfloat16_encoder_stays_close_and_converts_its_weights_once(onednn, monkeypatch):
+    """The character CNN, highway and projection in bfloat16 (oneDNN's packed products where the
+    CPU has bfloat16 instructions) within bfloat16 rounding of the float32 encoder; the converted
+    weights are made once and made again after a parameter changes in place."""
+    monkeypatch.setattr(blocks, "ONEDNN", onednn)
+    torch.manual_seed(3)
+    model = BiLM(make_config(filters=((1, 4), (3, 5), (7, 6)))).eval()
+    words = ["a", "ab", "word", "x" * 40, "z" * 45, "v" * 90, "<S>", "</S>"] + [f"w{i}" for i in range(70)]
+    ids, _ = batch_to_char_ids([[w] for w in words])
+    encoder = model.token_encoder
+    with torch.no_grad():
+        expected = encoder(ids)[:, 0]
+        got = encode_words_fast(encoder, ids[:, 0], torch.bfloat16)
+        assert got.dtype == torch.float32
+        deviation = (got - expected).abs().max()
+        assert 0 < deviation < 0.02 * expected.abs().max(), float(deviation)
+        first = encoder_weights(encoder, torch.bfloat16, 64)
+        assert encoder_weights(encoder, torch.bfloat16, 64) is first  # not converted again
+        packed = blocks.onednn_for("cpu", torch.bfloat16)
+        assert (first.highways[0][0].layout == torch._mkldnn) == packed
+        assert first.highways[0][1].dtype == torch.float32  # biases stay float32
+        encoder.projection.weight.mul_(2.0)
+        again = encoder_weights(encoder, torch.bfloat16, 64)
+        assert again is not first
+        torch.testing.assert_close(encode_words_fast(encoder, ids[:, 0], torch.bfloat16), encoder(ids)[:, 0],
+                                   rtol=0, atol=float(0.02 * expected.abs().max() * 2))

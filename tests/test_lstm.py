@@ -65,8 +65,9 @@ def test_lstm_fast_full_window_matches_plain_values_and_gradients(clip):
 
 def test_product_kernel_choice(monkeypatch):
     """On a CPU whose PyTorch has oneDNN's linear kernel, float32 weights are laid out for it (both
-    sizes); reduced precision keeps the batched products, and the batched layout is a view of
-    oneDNN's, not a second copy of the weights."""
+    sizes), and the batched layout is a view of oneDNN's, not a second copy of the weights;
+    bfloat16 weights are packed for it once where oneDNN has the CPU's bfloat16 instructions;
+    float16 keeps the batched products."""
     layer = LstmLayer(12, 8, 6, cell_clip=3.0, proj_clip=3.0)
     available = blocks_module.onednn_for("cpu", torch.float32)
     assert available == (torch.backends.mkldnn.is_available() and blocks_module._onednn_linear_works())
@@ -75,8 +76,15 @@ def test_product_kernel_choice(monkeypatch):
     if available:
         assert weights.linear[1].state.data_ptr() == weights.state[1].data_ptr()
         assert weights.linear[0].input.is_contiguous() and weights.linear[0].input.shape == (32, 12)
-    assert lstm_module.stack_directions(layer, layer, torch.bfloat16).linear is None
-    assert not blocks_module.onednn_for("cpu", torch.bfloat16)
+    bfloat16 = blocks_module.onednn_for("cpu", torch.bfloat16)
+    assert bfloat16 == (available and torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    low = lstm_module.stack_directions(layer, layer, torch.bfloat16)
+    assert (low.linear is not None) == bfloat16
+    if bfloat16:
+        assert all(w.layout == torch._mkldnn and w.dtype == torch.bfloat16 for w in low.linear[0][:3])
+        assert low.linear[0].bias.dtype == torch.float32  # never rounded to bfloat16
+    assert lstm_module.stack_directions(layer, layer, torch.float16).linear is None
+    assert not blocks_module.onednn_for("cpu", torch.float16)
     assert not blocks_module.onednn_for("cuda", torch.float32)
     monkeypatch.setattr(blocks_module, "ONEDNN", False)
     assert lstm_module.stack_directions(layer, layer, torch.float32).linear is None
@@ -93,6 +101,50 @@ def test_linear_kernel_equals_pytorch_and_keeps_gradients():
     weight.requires_grad_()
     blocks_module.linear(x, weight, bias).sum().backward()
     torch.testing.assert_close(weight.grad, x.sum(0).expand(20, 12), rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("rows", [1, 16, 45])
+def test_bfloat16_products_match_float32_within_bfloat16_rounding(rows):
+    """blocks.linear on bfloat16 operands (oneDNN's kernel on a pre-packed weight where the CPU
+    has bfloat16 instructions, PyTorch's product elsewhere) against the float32 product of the
+    same bfloat16 values: within float32 accumulation and one bfloat16 rounding of the result."""
+    torch.manual_seed(1)
+    x, weight = torch.randn(rows, 96).bfloat16(), (torch.randn(200, 96) * 0.1).bfloat16()
+    expected = x.float() @ weight.float().t()
+    for w in (weight, blocks_module.prepack(weight, rows)):
+        got = blocks_module.linear(x, w)
+        assert got.dtype == torch.bfloat16 and got.shape == (rows, 200)
+        torch.testing.assert_close(got.float(), expected, rtol=2 ** -7, atol=1e-3)
+
+
+@pytest.mark.parametrize("lengths", LONG_LENGTHS[1:])
+def test_bilstm_inference_in_bfloat16_stays_close_to_plain(lengths, product_kernel):
+    """Both directions in bfloat16 products (oneDNN's packed kernel or the batched one), float32
+    cells: within bfloat16 rounding of the float32 specification over hundreds of steps, on rows
+    in several blocks and chunks."""
+    torch.manual_seed(8)
+    layers = [LstmLayer(24, 40, 24, cell_clip=3.0, proj_clip=3.0) for _ in range(2)]
+    for layer in layers:
+        torch.nn.init.uniform_(layer.bias, -0.1, 0.1)
+    batch, time = len(lengths), max(lengths)
+    lengths_tensor = torch.tensor(lengths)
+    mask = torch.arange(time).unsqueeze(0) < lengths_tensor.unsqueeze(1)
+    inputs = torch.randn(2, batch, time, 24) * mask[None, :, :, None]
+    c, h = torch.randn(2, batch, 40) * 0.1, torch.randn(2, batch, 24) * 0.1
+    with torch.no_grad():
+        expected = [lstm_plain(layers[d], inputs[d], mask, (c[d], h[d])) for d in (0, 1)]
+    weights = lstm_module.stack_directions(layers[0], layers[1], torch.bfloat16)
+    assert (weights.linear is not None) == blocks_module.onednn_for("cpu", torch.bfloat16)
+    out, final_c, final_h = bilstm_inference(layers[0], layers[1], inputs, lengths_tensor, c, h, torch.bfloat16,
+                                             weights)
+    assert out.dtype == final_c.dtype == final_h.dtype == torch.float32
+    for d in (0, 1):
+        deviation = (out[d] - expected[d][0]).abs()
+        assert deviation.max() < 0.05, float(deviation.max())  # outputs are O(0.1..1)
+        assert deviation.max() > 0  # bfloat16 really ran
+        assert (out[d][~mask] == 0).all()
+        torch.testing.assert_close(final_c[d], expected[d][1][0], rtol=0, atol=0.05)
+        torch.testing.assert_close(final_h[d], expected[d][1][1], rtol=0, atol=0.05)
 
 
 @pytest.mark.parametrize("lengths", LONG_LENGTHS)

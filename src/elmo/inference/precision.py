@@ -22,6 +22,7 @@ from pathlib import Path
 import torch
 
 from elmo.fileio import atomic_path
+from elmo.model.blocks import onednn_for
 from elmo.model.config import BiLMConfig
 from elmo.model.lstm import LstmLayer, bilstm_inference, stack_directions
 
@@ -78,16 +79,19 @@ def _lstm_step_seconds(dim: int, projection_dim: int, dtype: torch.dtype, rows: 
 def bfloat16_pays(config: BiLMConfig) -> tuple[bool, str]:
     """Whether bfloat16 products make this model's LSTM faster than float32 on this CPU, and why.
 
-    Measured once (a fraction of a second) per CPU, thread count, PyTorch version and LSTM size,
-    and remembered in ``$ELMO_CACHE/precision.json``, so that a given machine always makes the
-    same choice. Hardware support alone does not settle it: the gain depends on the kernels this
-    PyTorch picks for these shapes."""
+    Measured once (a fraction of a second) per CPU, thread count, PyTorch version, LSTM size and
+    route of the bfloat16 products (oneDNN's packed kernel or PyTorch's batched product, which
+    differ up to 2x: a record made for one route never decides for the other), and remembered
+    in ``$ELMO_CACHE/precision.json``, so that a given machine always makes the same choice.
+    Hardware support alone does not settle it: the gain depends on the kernels this PyTorch
+    picks for these shapes."""
     from elmo.fileio import default_cache_dir
 
     dim, proj = config.lstm.dim, config.lstm.projection_dim
     flags = cpu_flags() or set()
     key = "|".join([platform.processor() or platform.machine(), ",".join(sorted(flags & BFLOAT16_FLAGS)),
-                    torch.__version__, f"threads={torch.get_num_threads()}", f"lstm={dim}x{proj}"])
+                    torch.__version__, f"threads={torch.get_num_threads()}", f"lstm={dim}x{proj}",
+                    f"bf16={'onednn-packed' if onednn_for('cpu', torch.bfloat16) else 'batched'}"])
     path = default_cache_dir() / "precision.json"
     try:
         known = json.loads(path.read_text(encoding="utf-8"))

@@ -95,8 +95,11 @@ def pad_rows(x: torch.Tensor, rows: int, dim: int = 0) -> torch.Tensor:
 # Products on a CPU go through oneDNN's float32 linear kernel where this PyTorch has it: on the
 # development CPU (AMD EPYC, AVX-512) it ran every product of the inference path at its block size
 # 1.2x to 3x faster than MKL's (``benchmarks/lstm_kernels.py``), since MKL takes its slower code
-# paths on AMD CPUs while oneDNN picks its kernels from the instruction set. Tests switch it off to
-# run the other branch.
+# paths on AMD CPUs while oneDNN picks its kernels from the instruction set. bfloat16 products go
+# through its bfloat16 kernel where oneDNN has the CPU's bfloat16 instructions (AVX512_BF16, AMX),
+# on weights pre-packed once (:func:`prepack`): on the development CPU 1.04x to 1.8x as fast as
+# ``torch.bmm`` in bfloat16 for every product but the small size's projection (0.75x, a small
+# share of the time; docs/speed.md). Tests switch it off to run the other branch.
 ONEDNN = True
 
 
@@ -113,17 +116,48 @@ def _onednn_linear_works() -> bool:
         return False
 
 
+@functools.cache
+def _onednn_bfloat16_works() -> bool:
+    """Whether oneDNN computes bfloat16 products on this CPU's own instructions (AVX-512 BF16 or
+    AMX: oneDNN says so) and this PyTorch's linear kernel takes them (probed once)."""
+    if not _onednn_linear_works():
+        return False
+    try:
+        if not torch.ops.mkldnn._is_mkldnn_bf16_supported():
+            return False
+        x, w = torch.ones(2, 3, dtype=torch.bfloat16), torch.ones(4, 3, dtype=torch.bfloat16)
+        packed = torch.ops.mkldnn._reorder_linear_weight(w, 2)
+        return bool(torch.equal(torch.ops.mkldnn._linear_pointwise(x, packed, None, "none", [], ""), x @ w.t()))
+    except (AttributeError, RuntimeError, NotImplementedError):
+        return False
+
+
 def onednn_for(device: torch.device | str, dtype: torch.dtype) -> bool:
     """Whether :func:`linear` runs oneDNN's kernel for operands of ``dtype`` on ``device``: float32
-    on a CPU whose PyTorch has it (reduced precision keeps PyTorch's own dispatch)."""
-    return (ONEDNN and torch.device(device).type == "cpu" and dtype == torch.float32
-            and _onednn_linear_works())
+    on a CPU whose PyTorch has it, bfloat16 where oneDNN also has the CPU's bfloat16 instructions
+    (float16 keeps PyTorch's own dispatch)."""
+    if not (ONEDNN and torch.device(device).type == "cpu" and _onednn_linear_works()):
+        return False
+    return dtype == torch.float32 or (dtype == torch.bfloat16 and _onednn_bfloat16_works())
+
+
+def prepack(weight: torch.Tensor, rows: int) -> torch.Tensor:
+    """``weight`` ``(out, in)`` in oneDNN's own blocked layout for products of ``rows`` rows, made
+    once so that no product reorders it again: bfloat16 only (float32 products keep the plain
+    layout, whose numbers the float32 path is pinned to). Only :func:`linear` can read the
+    result; ``weight`` itself where :func:`onednn_for` is False or for float32."""
+    if weight.dtype != torch.bfloat16 or not onednn_for(weight.device, weight.dtype):
+        return weight
+    return torch.ops.mkldnn._reorder_linear_weight(weight.contiguous(), rows)
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
     """``x @ weight.T + bias`` ``(rows, out)`` for ``x`` ``(rows, in)``, ``weight`` ``(out, in)``
-    contiguous and ``bias`` ``(out,)``: oneDNN's kernel where :func:`onednn_for` says so and no
-    gradient is wanted (it has no backward), ``torch.nn.functional.linear`` otherwise."""
+    contiguous (or :func:`prepack`'s result) and ``bias`` ``(out,)``, in ``x``'s dtype: oneDNN's
+    kernel where :func:`onednn_for` says so and no gradient is wanted (it has no backward),
+    ``torch.nn.functional.linear`` otherwise."""
+    if weight.layout == torch._mkldnn:  # prepacked: only oneDNN reads it
+        return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "")
     if (onednn_for(x.device, x.dtype) and weight.dtype == x.dtype
             and not (torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad))):
         return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "")
@@ -151,5 +185,5 @@ def in_blocks(x: torch.Tensor, block: int, product: Callable[[torch.Tensor, torc
 
 
 __all__ = ["BLOCK_SIZES", "GATE_BLOCK", "HEAD_BLOCK", "LARGE_RECURRENT_WEIGHT", "ONEDNN", "ROW_BLOCK", "ROW_BLOCK_LARGE",
-           "WORD_BLOCK", "BlockSizes", "block_sizes", "in_blocks", "linear", "onednn_for", "pad_rows", "padded",
+           "WORD_BLOCK", "BlockSizes", "block_sizes", "in_blocks", "linear", "onednn_for", "pad_rows", "padded", "prepack",
            "row_block"]

@@ -12,12 +12,13 @@ This is the readable reference implementation; the fast path (issue 4) is tested
 from __future__ import annotations
 
 import functools
+import weakref
 from typing import NamedTuple
 
 import torch
 from torch import nn
 
-from elmo.model.blocks import HEAD_BLOCK, block_sizes, linear
+from elmo.model.blocks import HEAD_BLOCK, block_sizes, linear, prepack
 from elmo.model.chars import PAD_CHAR
 from elmo.model.config import CharCNNConfig
 
@@ -264,17 +265,69 @@ def padding_window_constants(encoder: TokenEncoder, dtype: torch.dtype = torch.f
     return out
 
 
+class EncoderWeights(NamedTuple):
+    """The token encoder's weights in the dtype of the products (:func:`encoder_weights`):
+    convolution ``(weight, bias)`` pairs, their :func:`padding_window_constants`, highway
+    ``(carry weight, carry bias, transform weight, transform bias)`` and the projection's
+    ``(weight, bias)`` (None without one). Biases of the highway and projection stay float32
+    (added to the product's result in float32); weights of their products are
+    :func:`~elmo.model.blocks.prepack`'s, for blocks of the head's size."""
+
+    convs: tuple[tuple[torch.Tensor, torch.Tensor], ...]
+    constants: list[torch.Tensor]
+    highways: tuple[tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], ...]
+    projection: tuple[torch.Tensor, torch.Tensor] | None
+
+
+# Reduced-precision copies of an encoder's weights, per encoder, dtype and device, with the
+# parameters' versions they were made from: converted once, not at every block of every call.
+_CONVERTED: "weakref.WeakKeyDictionary[TokenEncoder, dict]" = weakref.WeakKeyDictionary()
+
+
+def encoder_weights(encoder: TokenEncoder, dtype: torch.dtype, head_rows: int) -> EncoderWeights:
+    """``encoder``'s weights for :func:`encode_words_fast` in ``dtype``, for head products of
+    ``head_rows`` rows. In float32 the parameters themselves (no copy); in reduced precision
+    converted (and pre-packed) once and remembered until a parameter changes (a tensor's
+    ``_version`` grows with every in-place update) or the encoder is gone."""
+    if dtype == torch.float32:
+        return EncoderWeights(tuple((conv.weight, conv.bias) for conv in encoder.convs),
+                              padding_window_constants(encoder, dtype),
+                              tuple((h.carry.weight, h.carry.bias, h.transform.weight, h.transform.bias)
+                                    for h in encoder.highways),
+                              (encoder.projection.weight, encoder.projection.bias)
+                              if encoder.projection is not None else None)
+    version = tuple((id(p), p._version) for p in encoder.parameters())
+    device = encoder.char_embedding.weight.device
+    known = _CONVERTED.setdefault(encoder, {})
+    key = (dtype, device, head_rows)
+    cached = known.get(key)
+    if cached is not None and cached[0] == version:
+        return cached[1]
+    with torch.no_grad():  # copies for inference (oneDNN's packed weights have no backward)
+        weights = EncoderWeights(
+            tuple((conv.weight.to(dtype), conv.bias.to(dtype)) for conv in encoder.convs),
+            padding_window_constants(encoder, dtype),
+            tuple((prepack(h.carry.weight.to(dtype), head_rows), h.carry.bias.float(),
+                   prepack(h.transform.weight.to(dtype), head_rows), h.transform.bias.float())
+                  for h in encoder.highways),
+            (prepack(encoder.projection.weight.to(dtype), head_rows), encoder.projection.bias.float())
+            if encoder.projection is not None else None)
+    known[key] = (version, weights)
+    return weights
+
+
 def _cnn_on_real_slots(encoder: TokenEncoder, ids: torch.Tensor, n_real: torch.Tensor, constants: list[torch.Tensor],
-                       dtype: torch.dtype, span: int) -> torch.Tensor:
+                       dtype: torch.dtype, span: int, convs: tuple[tuple[torch.Tensor, torch.Tensor], ...]) -> torch.Tensor:
     """Pooled CNN features ``(n, n_filters)`` of tokens ``ids`` ``(n, slots)`` whose real slots
     (begin-of-word to end-of-word) number at most ``span - max width + 1``: the convolutions run
-    over the first ``span`` slots, which every window touching a real slot lies in."""
+    over the first ``span`` slots, which every window touching a real slot lies in; ``convs``:
+    :attr:`EncoderWeights.convs`."""
     widths = [conv.kernel_size[0] for conv in encoder.convs]
     n_slots = encoder.n_slots
     chars = encoder.char_embedding(ids[:, :span]).to(dtype).transpose(1, 2)  # (n, char_dim, span)
     pooled = []
-    for conv, width, constant in zip(encoder.convs, widths, constants):
-        values = nn.functional.conv1d(chars, conv.weight.to(dtype), conv.bias.to(dtype))  # (n, filters, span-width+1)
+    for (weight, bias), width, constant in zip(convs, widths, constants):
+        values = nn.functional.conv1d(chars, weight, bias)  # (n, filters, span-width+1)
         best = values.max(dim=2).values
         # Only words with an all-padding window in the full slots take the constant into the max.
         has_padding_window = (n_real <= n_slots - width).unsqueeze(1)
@@ -302,12 +355,12 @@ def encode_words_fast(encoder: TokenEncoder, ids: torch.Tensor, dtype: torch.dty
         return out
     word_ids, ids = encoder.split_ids(ids)
     n_real = (ids != encoder.pad_id).sum(dim=1)  # begin-of-word .. end-of-word
-    constants = padding_window_constants(encoder, dtype)
+    sizes = block_sizes(ids.device)
+    word_block, head_block = sizes.word, sizes.head
+    weights = encoder_weights(encoder, dtype, head_block)
     buckets = length_buckets(encoder.n_slots)
     bucket_of = torch.bucketize(n_real, torch.tensor(buckets, device=ids.device))
     widest = max(conv.kernel_size[0] for conv in encoder.convs)
-    sizes = block_sizes(ids.device)
-    word_block, head_block = sizes.word, sizes.head
     for head_start in range(0, n, WORDS_PER_PART):
         part = torch.arange(head_start, min(n, head_start + WORDS_PER_PART), device=ids.device)
         features = torch.empty(len(part), encoder.config.n_filters, dtype=torch.float32, device=ids.device)
@@ -318,13 +371,15 @@ def encode_words_fast(encoder: TokenEncoder, ids: torch.Tensor, dtype: torch.dty
             for start in range(0, len(members), word_block):
                 rows = members[start:start + word_block]
                 block = pad_rows_with_first(rows, word_block)
-                pooled = _cnn_on_real_slots(encoder, ids[block], n_real[block], constants, dtype, span)
+                pooled = _cnn_on_real_slots(encoder, ids[block], n_real[block], weights.constants, dtype, span,
+                                            weights.convs)
                 features[rows - head_start] = pooled[:len(rows)]
         for start in range(0, len(part), head_block):
             rows = part[start:start + head_block]
             block = pad_rows_with_first(rows, head_block)
             words = word_ids[block] if word_ids is not None else None
-            vectors = _highway_and_projection(encoder, encoder.activation(features[block - head_start]), dtype, words)
+            vectors = _highway_and_projection(encoder, encoder.activation(features[block - head_start]), dtype, words,
+                                              weights)
             out[rows] = vectors[:len(rows)]
     return out
 
@@ -334,19 +389,32 @@ def pad_rows_with_first(rows: torch.Tensor, count: int) -> torch.Tensor:
     return torch.cat([rows, rows[:1].expand(count - len(rows))]) if len(rows) < count else rows
 
 
+def _product(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+    """``x @ weight.T + bias`` ``(n, out)`` in float32: the product in ``x``'s dtype, and in
+    reduced precision the float32 ``bias`` added after the result is widened (never rounded; a
+    copy and an add in place, since one add of mixed dtypes took 10x longer on this PyTorch)."""
+    if x.dtype == torch.float32:
+        return linear(x, weight, bias)
+    return linear(x, weight).float().add_(bias)
+
+
 def _highway_and_projection(encoder: TokenEncoder, x: torch.Tensor, dtype: torch.dtype,
-                            word_ids: torch.Tensor | None = None) -> torch.Tensor:
+                            word_ids: torch.Tensor | None = None, weights: EncoderWeights | None = None,
+                            ) -> torch.Tensor:
     """The encoder after pooling, with the matrix products in ``dtype`` and the rest in float32;
-    ``word_ids`` ``(n,)`` for a model with a word embedding."""
-    for highway in encoder.highways:
+    ``word_ids`` ``(n,)`` for a model with a word embedding; ``weights``: :func:`encoder_weights`
+    for ``x``'s rows (None: made here)."""
+    if weights is None:
+        weights = encoder_weights(encoder, dtype, x.shape[0])
+    for carry_weight, carry_bias, transform_weight, transform_bias in weights.highways:
         x_low = x.to(dtype)
-        gate = torch.sigmoid(linear(x_low, highway.carry.weight.to(dtype), highway.carry.bias.to(dtype)).float())
-        transformed = torch.relu(linear(x_low, highway.transform.weight.to(dtype), highway.transform.bias.to(dtype)).float())
+        gate = torch.sigmoid(_product(x_low, carry_weight, carry_bias))
+        transformed = torch.relu(_product(x_low, transform_weight, transform_bias))
         x = gate * transformed + (1.0 - gate) * x
     if word_ids is not None:
         x = torch.cat([encoder.word_embedding.weight[word_ids].float(), x], dim=1)
-    if encoder.projection is not None:
-        x = linear(x.to(dtype), encoder.projection.weight.to(dtype), encoder.projection.bias.to(dtype)).float()
+    if weights.projection is not None:
+        x = _product(x.to(dtype), *weights.projection)
     return x
 
 

@@ -22,7 +22,8 @@ from typing import NamedTuple
 import torch
 from torch import nn
 
-from elmo.model.blocks import GATE_BLOCK, block_sizes, in_blocks, linear, onednn_for, pad_rows, padded, row_block
+from elmo.model.blocks import (GATE_BLOCK, block_sizes, in_blocks, linear, onednn_for, pad_rows, padded, prepack,
+                               row_block)
 
 FORGET_BIAS = 1.0
 
@@ -167,12 +168,15 @@ def _tanh(x: torch.Tensor) -> torch.Tensor:
 
 class LinearWeights(NamedTuple):
     """One direction's weights in the layout of :func:`elmo.model.blocks.linear` (``(out, in)``,
-    contiguous), for the CPU's oneDNN products."""
+    contiguous, in float32; in bfloat16 pre-packed by :func:`elmo.model.blocks.prepack` for the
+    block size each runs on), for the CPU's oneDNN products."""
 
     input: torch.Tensor        # (4*dim, input_dim)
     state: torch.Tensor        # (4*dim, proj)
     projection: torch.Tensor   # (proj, dim)
-    bias: torch.Tensor         # (4*dim,), forget bias included
+    # (4*dim,) float32, forget bias included: added in float32 by the kernel of the recurrent
+    # product (float32) or of the input half (bfloat16, before its result's one rounding).
+    bias: torch.Tensor
 
 
 class StackedWeights(NamedTuple):
@@ -188,7 +192,8 @@ class StackedWeights(NamedTuple):
     projection: torch.Tensor   # (2, dim, proj)
     bias: torch.Tensor         # (2, 1, 4*dim), float32, forget bias included
     # Per direction, the same weights for oneDNN's products (:func:`elmo.model.blocks.linear`), or
-    # None where the products run through ``torch.bmm`` (a GPU, reduced precision, no oneDNN).
+    # None where the products run through ``torch.bmm`` (a GPU, float16, no oneDNN, or bfloat16
+    # where oneDNN lacks the CPU's bfloat16 instructions).
     linear: tuple[LinearWeights, LinearWeights] | None = None
     doubled_j: bool = False
 
@@ -213,13 +218,22 @@ def stack_directions(forward_layer: LstmLayer, backward_layer: LstmLayer, dtype:
     forget[2 * dim:3 * dim] = FORGET_BIAS * scale[2 * dim:3 * dim]
     biases = [l.bias.detach().float() * scale + forget for l in layers]  # (4*dim,) each
     state_weights = [l.state_weight.detach() * scale.unsqueeze(1) for l in layers]  # (4*dim, proj)
-    if onednn_for(forward_layer.state_weight.device, dtype):
-        # The (out, in) layout oneDNN reads; the batched layout is a view of it, not a second copy.
-        inputs = torch.stack([l.input_weight.detach() * scale.unsqueeze(1) for l in layers])  # (2, 4*dim, in)
-        states = torch.stack(state_weights)  # (2, 4*dim, proj)
-        projections = torch.stack([l.projection.detach() for l in layers])  # (2, proj, dim)
+    device = forward_layer.state_weight.device
+    if onednn_for(device, dtype):
+        # The (out, in) layout oneDNN reads; the batched layout is a view of it, not a second copy
+        # (``.to`` is the tensor itself in float32).
+        inputs = torch.stack([l.input_weight.detach() * scale.unsqueeze(1) for l in layers]).to(dtype)  # (2, 4*dim, in)
+        states = torch.stack(state_weights).to(dtype)  # (2, 4*dim, proj)
+        projections = torch.stack([l.projection.detach() for l in layers]).to(dtype)  # (2, proj, dim)
         bias = torch.stack(biases)  # (2, 4*dim)
-        linear = tuple(LinearWeights(inputs[d], states[d], projections[d], bias[d]) for d in range(2))
+        if dtype == torch.float32:
+            linear = tuple(LinearWeights(inputs[d], states[d], projections[d], bias[d]) for d in range(2))
+        else:
+            # bfloat16: each weight packed once for the block size it runs on, so that no product
+            # reorders it again (docs/speed.md, "bfloat16 on the CPU's own instructions").
+            rows, gate = row_block(forward_layer.state_weight.numel(), device), block_sizes(device).gate
+            linear = tuple(LinearWeights(prepack(inputs[d], gate), prepack(states[d], rows),
+                                         prepack(projections[d], rows), bias[d]) for d in range(2))
         return StackedWeights(inputs.transpose(1, 2), states.transpose(1, 2), projections.transpose(1, 2),
                               bias.unsqueeze(1), linear, doubled)
     return StackedWeights(torch.stack([l.input_weight.detach().t() * scale for l in layers]).to(dtype),
@@ -267,32 +281,82 @@ def _recurrent_gates(x_gates: torch.Tensor, h: torch.Tensor, weights: StackedWei
     return torch.add(x_gates, torch.bmm(h, weights.state))  # float32 + low precision: float32
 
 
-def _recurrent_gates_in_blocks(x_gates: torch.Tensor, h: torch.Tensor, weights: StackedWeights, rows: int,
-                               gates: torch.Tensor, block_rows: int) -> torch.Tensor:
+class BlockedGates:
+    """The input half of the gates of one chunk's (step, row) pairs, in time-major order, as
+    oneDNN's bfloat16 products compute it: on whole blocks of ``block`` pairs (the last padded
+    with zero rows), the float32 bias added in the kernel before its one rounding, each block
+    computed when a step first needs it and dropped once the steps have passed it.
+
+    Computing every block of the chunk first and keeping them (hundreds of megabytes at the
+    original size) cost more than the products: memory that large is fresh, and reading it back
+    from memory at every step was slower still. A block's numbers are the same whenever it is
+    computed (the same product on the same rows), so computing them as needed changes none.
+    ``x``: ``(2, pairs, input_dim)`` bfloat16, ``rows`` pairs per step."""
+
+    def __init__(self, x: torch.Tensor, linear_weights: tuple[LinearWeights, LinearWeights], block: int, rows: int):
+        self.x = pad_rows(x, padded(x.shape[1], block), dim=1)
+        self.weights, self.block, self.rows = linear_weights, block, rows
+        self.blocks: dict[int, list[torch.Tensor]] = {}
+
+    def _block(self, k: int) -> list[torch.Tensor]:
+        """Block ``k``'s products, per direction ``(block, 4*dim)`` bfloat16 (steps only move on:
+        the blocks before it are dropped)."""
+        found = self.blocks.get(k)
+        if found is None:
+            for passed in [j for j in self.blocks if j < k]:
+                del self.blocks[passed]
+            part = slice(k * self.block, (k + 1) * self.block)
+            found = self.blocks[k] = [linear(self.x[d, part], w.input, w.bias) for d, w in enumerate(self.weights)]
+        return found
+
+    def add_to(self, gates: torch.Tensor, step: int, count: int) -> torch.Tensor:
+        """``gates`` ``(2, count, 4*dim)`` float32 plus the input half of the first ``count`` rows
+        at ``step`` (of the chunk), in place; returns ``gates``."""
+        first, stop = step * self.rows, step * self.rows + count
+        for k in range(first // self.block, -(-stop // self.block)):
+            lo, hi = max(first, k * self.block), min(stop, (k + 1) * self.block)
+            products = self._block(k)
+            for d in range(2):
+                gates[d, lo - first:hi - first].add_(products[d][lo - k * self.block:hi - k * self.block])
+        return gates
+
+
+def _recurrent_gates_in_blocks(x_gates: torch.Tensor | tuple[BlockedGates, int], h: torch.Tensor,
+                               weights: StackedWeights, rows: int, gates: torch.Tensor, block_rows: int,
+                               ) -> torch.Tensor:
     """``x_gates + h W_h`` ``(2, rows, 4*dim)`` float32 for the ``rows`` rows of ``x_gates`` (the
     running ones), with the products over whole blocks of ``block_rows`` rows of ``h`` (the
     oneDNN product adds the bias), written into ``gates`` ``(2, >= rows rounded up to a block,
-    4*dim)`` float32; ``h`` as in :func:`_recurrent_gates`."""
+    4*dim)`` float32; ``h`` as in :func:`_recurrent_gates`. ``x_gates`` may be a
+    :class:`BlockedGates` and the step to read from it."""
     for start in range(0, padded(rows, block_rows), block_rows):
         block = slice(start, start + block_rows)
         if weights.linear is not None:
+            # In bfloat16 the bias joined the input half (:class:`BlockedGates`).
+            bias = [direction.bias if h.dtype == torch.float32 else None for direction in weights.linear]
             for d, direction in enumerate(weights.linear):
-                gates[d, block] = linear(h[d, block], direction.state, direction.bias)
+                gates[d, block] = linear(h[d, block], direction.state, bias[d])
         elif h.dtype == torch.float32:
             torch.bmm(h[:, block], weights.state, out=gates[:, block])
         else:  # a low-precision product, widened to float32 as it is stored
             gates[:, block] = torch.bmm(h[:, block], weights.state)
     # The input half joins after the product: it exists for the running rows only.
+    if isinstance(x_gates, tuple) and isinstance(x_gates[0], BlockedGates):
+        return x_gates[0].add_to(gates[:, :rows], x_gates[1], rows)
     return gates[:, :rows].add_(x_gates)
 
 
 def _input_gates(x: torch.Tensor, weights: StackedWeights, dtype: torch.dtype, block: int | None = GATE_BLOCK,
-                 ) -> torch.Tensor:
+                 rows_per_step: int = 1) -> "torch.Tensor | BlockedGates":
     """The input half of the gates ``(2, rows, 4*dim)`` float32 for ``x`` ``(2, rows, input_dim)``,
     in blocks of ``block`` rows (None: one product, for the static shapes of CUDA graphs); with
-    the bias where the products are batched (the oneDNN recurrent product adds it instead)."""
+    the bias where the products are batched (the float32 oneDNN recurrent product adds it
+    instead). oneDNN's bfloat16 products give :class:`BlockedGates` instead, of ``rows_per_step``
+    rows per step."""
     x = x.to(dtype)
     width = weights.input.shape[-1]
+    if weights.linear is not None and block is not None and dtype != torch.float32:
+        return BlockedGates(x, weights.linear, block, rows_per_step)
     if weights.linear is not None and block is not None:
         # The bias joins in the recurrent product's kernel: adding it here would cost a pass more.
         out = x.new_empty((2, x.shape[1], width))
@@ -336,7 +400,7 @@ def bilstm_inference(forward_layer: LstmLayer, backward_layer: LstmLayer, inputs
     dim, proj = forward_layer.dim, forward_layer.projection_dim
     weights = weights if weights is not None else stack_directions(forward_layer, backward_layer, dtype)
     cell_clip, proj_clip = forward_layer.cell_clip, forward_layer.proj_clip
-    low = dtype != torch.float32  # (oneDNN runs float32 only)
+    low = dtype != torch.float32
     # Rows in whole blocks: the products read the rows of the last, partial block too (finished
     # rows and padding are computed there, never stored).
     block_rows = row_block(forward_layer.state_weight.numel(), inputs.device)
@@ -360,13 +424,16 @@ def bilstm_inference(forward_layer: LstmLayer, backward_layer: LstmLayer, inputs
             break
         rows = running[start]
         x = inputs[:, :rows, start:stop].transpose(1, 2).reshape(2, -1, input_dim)  # time-major
-        x_gates = _input_gates(x, weights, dtype, gate_block).view(2, stop - start, rows, 4 * dim)
+        x_gates = _input_gates(x, weights, dtype, gate_block, rows)
+        if not isinstance(x_gates, BlockedGates):
+            x_gates = x_gates.view(2, stop - start, rows, 4 * dim)
         for t in range(start, stop):
             n = running[t]
             if n == 0:
                 break
             m = padded(n, block_rows)  # the blocks holding the running rows
-            step_gates = _recurrent_gates_in_blocks(x_gates[:, t - start, :n], h_prev, weights, n, gates, block_rows)
+            step_input = (x_gates, t - start) if isinstance(x_gates, BlockedGates) else x_gates[:, t - start, :n]
+            step_gates = _recurrent_gates_in_blocks(step_input, h_prev, weights, n, gates, block_rows)
             # Only the running rows' cells advance; the other rows of their block keep an earlier q
             # (projected with the block, never stored).
             lstm_cell_inplace(step_gates, c[:, :n], cell_clip, weights.doubled_j, dtype=dtype, q_out=q[:, :n])

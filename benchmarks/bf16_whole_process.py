@@ -1,0 +1,133 @@
+"""Whole-process ``elmo embed --precision bfloat16`` against float32, and bfloat16's deviation
+(issue 49, item 1).
+
+For each ``--size`` (random weights of the published shapes, saved as bilm-tf files), the same
+``--sentences`` sentences are embedded by whole ``elmo embed`` commands (start-up, weight
+loading and writing included; all layers, float32 HDF5 output), the configurations of each round
+run one after another so that a busy machine slows them alike:
+
+* ``float32``: this checkout's default;
+* ``bfloat16``: this checkout with ``--precision bfloat16``;
+* ``bfloat16 before`` (with ``--before SRC``): an earlier checkout's ``--precision bfloat16``.
+
+bfloat16 runs with ``ELMO_BFLOAT16_CHECK=0``, so that it is measured even where the runtime's
+check would choose float32. Each configuration runs once untimed first (the warm state is
+computed and cached per precision). The deviation compares the last round's outputs: for every
+token vector of every layer, its cosine to float32's (the minimum and the 0.1% quantile) and the
+largest absolute difference. Prints a table and writes JSON with the CPU's model and flags.
+
+    python benchmarks/bf16_whole_process.py --text SENTENCES --sizes small original \
+        --before ../elmo-before/src --output results/benchmarks/bf16_whole_process.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from common import machine, time_process, write_results  # noqa: E402
+from embed_speed import load_sentences, make_model  # noqa: E402
+
+
+def deviation(reference: str, other: str) -> dict:
+    """Cosines and largest absolute difference of every token vector of ``other`` against
+    ``reference`` (two ``elmo embed`` HDF5 files of the same sentences)."""
+    import h5py
+    import numpy as np
+
+    cosines, worst = [], 0.0
+    with h5py.File(reference, "r") as a, h5py.File(other, "r") as b:
+        keys = [k for k in a.keys() if isinstance(a[k], h5py.Dataset) and k.isdigit()]
+        assert keys and set(keys) <= set(b.keys()), "outputs hold different sentences"
+        for key in keys:
+            x, y = np.asarray(a[key], dtype=np.float64), np.asarray(b[key], dtype=np.float64)
+            if x.size == 0:
+                continue
+            dot = (x * y).sum(-1)
+            norms = np.linalg.norm(x, axis=-1) * np.linalg.norm(y, axis=-1)
+            cosines.append((dot / np.maximum(norms, 1e-30)).ravel())
+            worst = max(worst, float(np.abs(x - y).max()))
+    values = np.concatenate(cosines)
+    return {"token_vectors": int(values.size), "min_cosine": float(values.min()),
+            "cosine_quantile_0.001": float(np.quantile(values, 0.001)), "max_abs_difference": worst}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--text", required=True, help="tokenized sentences, one per line")
+    parser.add_argument("--sentences", type=int, default=1000)
+    parser.add_argument("--sizes", nargs="+", default=["small", "original"])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--before", help="src/ folder of an earlier checkout, for its bfloat16 row")
+    parser.add_argument("--output", default="results/benchmarks/bf16_whole_process.json")
+    args = parser.parse_args(argv)
+
+    import torch
+
+    from elmo import save_bilm_tf
+    from elmo.inference.precision import BFLOAT16_FLAGS, cpu_flags
+
+    here = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src")
+    work = tempfile.mkdtemp(prefix="elmo-bf16-whole-")
+    text = os.path.join(work, "sentences.txt")
+    sentences = load_sentences(args.text, args.sentences)
+    with open(text, "w", encoding="utf-8") as f:
+        f.writelines(" ".join(s) + "\n" for s in sentences)
+    tokens = sum(map(len, sentences))
+    sources = {"float32": ("float32", here), "bfloat16": ("bfloat16", here)}
+    if args.before:
+        sources["bfloat16 before"] = ("bfloat16", os.path.abspath(args.before))
+    rows, deviations = [], {}
+    for size in args.sizes:
+        folder = os.path.join(work, size)
+        with torch.no_grad():
+            options, weights = map(str, save_bilm_tf(make_model(size, fast=True), folder))
+        commands, envs, outputs = {}, {}, {}
+        for name, (precision, src) in sources.items():
+            outputs[name] = os.path.join(work, f"{size}-{name.replace(' ', '-')}.hdf5")
+            commands[name] = [sys.executable, "-m", "elmo.cli.main", "embed", text, outputs[name], "--force",
+                              "--options", options, "--weights", weights, "--batch-size", str(args.batch_size),
+                              "--precision", precision]
+            envs[name] = {**os.environ, "PYTHONPATH": src, "ELMO_BFLOAT16_CHECK": "0",
+                          "ELMO_CACHE": os.path.join(work, "cache-" + name.replace(" ", "-"))}
+            time_process(commands[name], envs[name])  # the warm state, computed and cached: not counted
+        seconds = {name: [] for name in commands}
+        for _ in range(args.rounds):
+            for name, command in commands.items():
+                seconds[name].append(time_process(command, envs[name]))
+        median_float32 = statistics.median(seconds["float32"])
+        for name, runs in seconds.items():
+            median = statistics.median(runs)
+            rows.append({"size": size, "configuration": name, "sentences": len(sentences), "tokens": tokens,
+                         "seconds": runs, "median_seconds": median, "speedup_over_float32": median_float32 / median})
+        for name in commands:
+            if name != "float32":
+                deviations[f"{size} {name}"] = deviation(outputs["float32"], outputs[name])
+        done = subprocess.run([sys.executable, "-c", "import elmo, sys; print(elmo.__file__)"], env=envs["bfloat16"],
+                              capture_output=True, text=True, check=True)
+        assert done.stdout.strip().startswith(here), done.stdout  # this checkout ran
+    shutil.rmtree(work)  # the outputs of every size and configuration: gigabytes at the original size
+    print(f"{len(sentences)} sentences, {tokens} tokens, whole elmo embed processes, median of {args.rounds}")
+    print(f"{'size':9}{'configuration':>18}{'seconds':>9}{'vs float32':>12}")
+    for r in rows:
+        print(f"{r['size']:9}{r['configuration']:>18}{r['median_seconds']:>9.2f}{r['speedup_over_float32']:>11.2f}x")
+    print(f"{'deviation from float32':32}{'min cosine':>12}{'0.1% cosine':>13}{'max |diff|':>12}")
+    for name, d in deviations.items():
+        print(f"{name:32}{d['min_cosine']:>12.6f}{d['cosine_quantile_0.001']:>13.6f}{d['max_abs_difference']:>12.4f}")
+    flags = sorted((cpu_flags() or set()) & (BFLOAT16_FLAGS | {"avx512f", "avx2", "amx_tile", "amx_int8"}))
+    write_results(args.output, {"machine": {**machine(), "flags": flags}, "sentences": len(sentences),
+                                "tokens": tokens, "batch_size": args.batch_size, "rounds": args.rounds,
+                                "before": args.before, "rows": rows, "deviation": deviations})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
