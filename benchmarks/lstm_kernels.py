@@ -44,7 +44,7 @@ def products(size: str) -> list[tuple[str, int, int, int, int]]:
     lstm, cnn = config.lstm, config.char_cnn
     dim, proj = lstm.dim, lstm.projection_dim
     sizes = block_sizes("cpu")
-    rows = row_block(4 * dim * proj)
+    rows = row_block()
     filters = cnn.n_filters
     return [("recurrent", rows, proj, 4 * dim, 2), ("projection", rows, dim, proj, 2),
             ("input gates", sizes.gate, proj, 4 * dim, 2), ("highway (one of two)", sizes.head, filters, filters, 1),

@@ -19,7 +19,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from elmo import Embedder
 from elmo.model import blocks
-from elmo.model.blocks import GATE_BLOCK, HEAD_BLOCK, ROW_BLOCK, ROW_BLOCK_LARGE, WORD_BLOCK
+from elmo.model.blocks import GATE_BLOCK, HEAD_BLOCK, ROW_BLOCK, WORD_BLOCK
 
 pytestmark = pytest.mark.exactness
 
@@ -86,14 +86,11 @@ KERNELS = [pytest.param({}, id="float32"), pytest.param({"token_memo": 0}, id="n
            pytest.param({"precision": "bfloat16"}, id="bfloat16")]
 
 
-@pytest.mark.parametrize("large", [False, True], ids=["small-weight", "large-weight"])
 @pytest.mark.parametrize("options", KERNELS)
-def test_every_product_runs_on_whole_blocks(options, large, product_kernel, bfloat16_selected, monkeypatch):
+def test_every_product_runs_on_whole_blocks(options, product_kernel, bfloat16_selected):
     """Alone, in a batch of 40 (several row blocks) or of 5, every product has exactly a block's
-    rows; a recurrent weight counted as large (as the original size's) takes the larger blocks."""
-    if large:
-        monkeypatch.setattr(blocks, "LARGE_RECURRENT_WEIGHT", 0)
-    row_block = ROW_BLOCK_LARGE if large else ROW_BLOCK
+    rows."""
+    row_block = ROW_BLOCK
     shapes = set()
     for run in (alone(**options), in_a_batch(**options),
                 lambda: embedder(**options).embed_sentences(LINES[:5], batch_size=5)):
@@ -170,7 +167,7 @@ def test_the_gpu_block_sizes_keep_the_numbers_and_batch_independence(monkeypatch
 
     batch = lambda: embedder(token_memo=0).embed_sentences(LINES[:20], batch_size=20)  # noqa: E731
     rows = {rows_of(shape) for shape in product_shapes(batch)} - {None}
-    assert rows <= {gpu.row, gpu.row_large, gpu.gate, gpu.word, gpu.head}, rows
+    assert rows <= {gpu.row, gpu.gate, gpu.word, gpu.head}, rows
     reference = embedder(token_memo=0).embed_sentences([TARGET])[0]
     for batch_size in (9, 20):  # (on a CPU each one-sentence batch computes whole GPU blocks: slow)
         got = embedder().embed_sentences(LINES[:20], batch_size=batch_size)[LINES.index(TARGET)]

@@ -23,14 +23,11 @@ from dataclasses import dataclass
 import torch
 
 # Rows of one recurrent product (LSTM state -> gates) and of one projection (cell -> h): a batch
-# is computed in blocks of this many rows, a single sentence in one. The size is the model's
-# (never the batch's): 16 rows, 32 where the recurrent weight has at least
-# LARGE_RECURRENT_WEIGHT elements (the original size's 512 x 16384), since every block reads the
-# whole weight from memory. Smaller blocks cost a single sentence less and batches more
-# (docs/speed.md, "Row blocks").
+# is computed in blocks of this many rows, a single sentence in one. The size is fixed (never the
+# batch's). Smaller blocks cost a single sentence less and batches more: with oneDNN's kernel the
+# original size at 16 rows embedded batches 8% slower than at 32 and one sentence 25% faster
+# (docs/speed.md, "Row blocks"), so every size takes 16.
 ROW_BLOCK = 16
-ROW_BLOCK_LARGE = 32
-LARGE_RECURRENT_WEIGHT = 1 << 22
 # Rows of one input-gate product: (row, timestep) pairs, all known before the recurrence runs.
 # Larger blocks read the input weight less often; 128 was faster than 64 on the development CPU.
 GATE_BLOCK = 128
@@ -48,7 +45,6 @@ class BlockSizes:
     """The fixed block sizes of one kind of device (see the constants above for what each is)."""
 
     row: int
-    row_large: int
     gate: int
     word: int
     head: int
@@ -60,8 +56,8 @@ class BlockSizes:
 # words (about 600) a few blocks; not larger, since a single sentence computes whole blocks. Still
 # fixed sizes, so a sentence's numbers there never depend on its batch either (on one GPU model and
 # library version; a GPU and a CPU round differently anyway).
-BLOCK_SIZES = {"cpu": BlockSizes(ROW_BLOCK, ROW_BLOCK_LARGE, GATE_BLOCK, WORD_BLOCK, HEAD_BLOCK),
-               "cuda": BlockSizes(row=64, row_large=64, gate=1024, word=256, head=256)}
+BLOCK_SIZES = {"cpu": BlockSizes(ROW_BLOCK, GATE_BLOCK, WORD_BLOCK, HEAD_BLOCK),
+               "cuda": BlockSizes(row=64, gate=1024, word=256, head=256)}
 
 
 def block_sizes(device: torch.device | str | None = None) -> BlockSizes:
@@ -70,11 +66,9 @@ def block_sizes(device: torch.device | str | None = None) -> BlockSizes:
     return BLOCK_SIZES.get(kind, BLOCK_SIZES["cpu"])
 
 
-def row_block(state_weight_elements: int, device: torch.device | str | None = None) -> int:
-    """The rows of one recurrent product and projection for a recurrent weight of this many
-    elements on ``device`` (on a CPU :data:`ROW_BLOCK` or :data:`ROW_BLOCK_LARGE`)."""
-    sizes = block_sizes(device)
-    return sizes.row_large if state_weight_elements >= LARGE_RECURRENT_WEIGHT else sizes.row
+def row_block(device: torch.device | str | None = None) -> int:
+    """The rows of one recurrent product and projection on ``device`` (:data:`ROW_BLOCK` on a CPU)."""
+    return block_sizes(device).row
 
 
 def padded(rows: int, block: int) -> int:
@@ -184,6 +178,6 @@ def in_blocks(x: torch.Tensor, block: int, product: Callable[[torch.Tensor, torc
     return out.narrow(dim, 0, rows) if total != rows else out
 
 
-__all__ = ["BLOCK_SIZES", "GATE_BLOCK", "HEAD_BLOCK", "LARGE_RECURRENT_WEIGHT", "ONEDNN", "ROW_BLOCK", "ROW_BLOCK_LARGE",
+__all__ = ["BLOCK_SIZES", "GATE_BLOCK", "HEAD_BLOCK", "ONEDNN", "ROW_BLOCK",
            "WORD_BLOCK", "BlockSizes", "block_sizes", "in_blocks", "linear", "onednn_for", "pad_rows", "padded", "prepack",
            "row_block"]

@@ -231,7 +231,7 @@ def stack_directions(forward_layer: LstmLayer, backward_layer: LstmLayer, dtype:
         else:
             # bfloat16: each weight packed once for the block size it runs on, so that no product
             # reorders it again (docs/speed.md, "bfloat16 on the CPU's own instructions").
-            rows, gate = row_block(forward_layer.state_weight.numel(), device), block_sizes(device).gate
+            rows, gate = row_block(device), block_sizes(device).gate
             linear = tuple(LinearWeights(prepack(inputs[d], gate), prepack(states[d], rows),
                                          prepack(projections[d], rows), bias[d]) for d in range(2))
         return StackedWeights(inputs.transpose(1, 2), states.transpose(1, 2), projections.transpose(1, 2),
@@ -283,19 +283,22 @@ def _recurrent_gates(x_gates: torch.Tensor, h: torch.Tensor, weights: StackedWei
 
 class BlockedGates:
     """The input half of the gates of one chunk's (step, row) pairs, in time-major order, as
-    oneDNN's bfloat16 products compute it: on whole blocks of ``block`` pairs (the last padded
-    with zero rows), the float32 bias added in the kernel before its one rounding, each block
-    computed when a step first needs it and dropped once the steps have passed it.
+    oneDNN's products compute it: on whole blocks of ``block`` pairs (the last padded with zero
+    rows), each block computed when a step first needs it and dropped once the steps have passed
+    it. In bfloat16 (``with_bias``) the float32 bias is added in the kernel before its one
+    rounding; in float32 the recurrent product adds it instead.
 
     Computing every block of the chunk first and keeping them (hundreds of megabytes at the
     original size) cost more than the products: memory that large is fresh, and reading it back
     from memory at every step was slower still. A block's numbers are the same whenever it is
     computed (the same product on the same rows), so computing them as needed changes none.
-    ``x``: ``(2, pairs, input_dim)`` bfloat16, ``rows`` pairs per step."""
+    ``x``: ``(2, pairs, input_dim)`` in the products' dtype, ``rows`` pairs per step."""
 
-    def __init__(self, x: torch.Tensor, linear_weights: tuple[LinearWeights, LinearWeights], block: int, rows: int):
+    def __init__(self, x: torch.Tensor, linear_weights: tuple[LinearWeights, LinearWeights], block: int, rows: int,
+                 with_bias: bool = True):
         self.x = pad_rows(x, padded(x.shape[1], block), dim=1)
         self.weights, self.block, self.rows = linear_weights, block, rows
+        self.with_bias = with_bias
         self.blocks: dict[int, list[torch.Tensor]] = {}
 
     def _block(self, k: int) -> list[torch.Tensor]:
@@ -306,7 +309,8 @@ class BlockedGates:
             for passed in [j for j in self.blocks if j < k]:
                 del self.blocks[passed]
             part = slice(k * self.block, (k + 1) * self.block)
-            found = self.blocks[k] = [linear(self.x[d, part], w.input, w.bias) for d, w in enumerate(self.weights)]
+            found = self.blocks[k] = [linear(self.x[d, part], w.input, w.bias if self.with_bias else None)
+                                      for d, w in enumerate(self.weights)]
         return found
 
     def add_to(self, gates: torch.Tensor, step: int, count: int) -> torch.Tensor:
@@ -350,19 +354,13 @@ def _input_gates(x: torch.Tensor, weights: StackedWeights, dtype: torch.dtype, b
                  rows_per_step: int = 1) -> "torch.Tensor | BlockedGates":
     """The input half of the gates ``(2, rows, 4*dim)`` float32 for ``x`` ``(2, rows, input_dim)``,
     in blocks of ``block`` rows (None: one product, for the static shapes of CUDA graphs); with
-    the bias where the products are batched (the float32 oneDNN recurrent product adds it
-    instead). oneDNN's bfloat16 products give :class:`BlockedGates` instead, of ``rows_per_step``
-    rows per step."""
+    the bias where the products are batched. oneDNN's products give :class:`BlockedGates` instead,
+    of ``rows_per_step`` rows per step."""
     x = x.to(dtype)
     width = weights.input.shape[-1]
-    if weights.linear is not None and block is not None and dtype != torch.float32:
-        return BlockedGates(x, weights.linear, block, rows_per_step)
     if weights.linear is not None and block is not None:
-        # The bias joins in the recurrent product's kernel: adding it here would cost a pass more.
-        out = x.new_empty((2, x.shape[1], width))
-        for d, direction in enumerate(weights.linear):
-            out[d] = in_blocks(x[d], block, lambda part, part_out: part_out.copy_(linear(part, direction.input)), width)
-        return out
+        # In float32 the bias joins in the recurrent product's kernel instead.
+        return BlockedGates(x, weights.linear, block, rows_per_step, with_bias=dtype != torch.float32)
     bias = weights.bias.to(dtype)
     if block is None:
         return torch.baddbmm(bias, x, weights.input).float()
@@ -403,7 +401,7 @@ def bilstm_inference(forward_layer: LstmLayer, backward_layer: LstmLayer, inputs
     low = dtype != torch.float32
     # Rows in whole blocks: the products read the rows of the last, partial block too (finished
     # rows and padding are computed there, never stored).
-    block_rows = row_block(forward_layer.state_weight.numel(), inputs.device)
+    block_rows = row_block(inputs.device)
     gate_block = block_sizes(inputs.device).gate
     rows_total = padded(batch, block_rows)
     c = pad_rows(c, rows_total, dim=1).clone()
