@@ -20,21 +20,15 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+from common import RANDOM_MODEL_EMBEDDER  # noqa: E402
+
 ONE = """
 import json, sys, time
 import torch
 from torch.profiler import ProfilerActivity, profile
 from elmo import BiLM, Embedder
 from elmo.model.config import published_config
-torch.manual_seed(0)
-model = BiLM(published_config({size!r})).eval()
-with torch.no_grad():
-    for name, p in model.named_parameters():
-        if name.endswith("bias"):
-            p.uniform_(-0.1, 0.1)
-lines = [line.split() for line in open({text!r}, encoding="utf-8") if line.strip()][:{n}]
-embedder = Embedder(model, precision={precision!r})
-embedder.embed_sentences(lines[:2])
+""" + RANDOM_MODEL_EMBEDDER + """
 start = time.perf_counter()
 embedder.embed_sentences(lines)
 plain = time.perf_counter() - start

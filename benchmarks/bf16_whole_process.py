@@ -33,7 +33,7 @@ import tempfile
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from common import machine, time_process, write_results  # noqa: E402
-from embed_speed import load_sentences, make_model  # noqa: E402
+from embed_speed import make_model, write_sentences  # noqa: E402
 
 
 def deviation(reference: str, other: str) -> dict:
@@ -77,11 +77,7 @@ def main(argv: list[str] | None = None) -> int:
 
     here = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src")
     work = tempfile.mkdtemp(prefix="elmo-bf16-whole-")
-    text = os.path.join(work, "sentences.txt")
-    sentences = load_sentences(args.text, args.sentences)
-    with open(text, "w", encoding="utf-8") as f:
-        f.writelines(" ".join(s) + "\n" for s in sentences)
-    tokens = sum(map(len, sentences))
+    text, sentences, tokens = write_sentences(args.text, args.sentences, work)
     sources = {"float32": ("float32", here), "bfloat16": ("bfloat16", here)}
     if args.before:
         sources["bfloat16 before"] = ("bfloat16", os.path.abspath(args.before))

@@ -116,3 +116,21 @@ sys.path.append(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__f
 import op_counting  # noqa: E402
 
 OpCounter = op_counting.OpCounter
+
+
+# Python source, for ``str.format``, that builds a biLM of the published ``size`` with random
+# weights (biases too), reads the first ``n`` sentences of ``text`` into ``lines`` and warms an
+# ``embedder`` of ``precision`` on two of them: the shared start of the benchmarks' one-process
+# scripts (compare_revisions.py, bf16_profile.py). It needs torch, BiLM, Embedder and
+# published_config imported.
+RANDOM_MODEL_EMBEDDER = """
+torch.manual_seed(0)
+model = BiLM(published_config({size!r})).eval()
+with torch.no_grad():
+    for name, p in model.named_parameters():
+        if name.endswith("bias"):
+            p.uniform_(-0.1, 0.1)
+lines = [line.split() for line in open({text!r}, encoding="utf-8") if line.strip()][:{n}]
+embedder = Embedder(model, precision={precision!r})
+embedder.embed_sentences(lines[:2])
+"""

@@ -55,6 +55,16 @@ from common import (  # noqa: E402
 )
 
 
+def write_sentences(path: str, n: int, work: str) -> tuple[str, list[list[str]], int]:
+    """The first ``n`` sentences of ``path`` written to ``work/sentences.txt``, one per line:
+    ``(that file, the sentences, their token count)``."""
+    sentences = load_sentences(path, n)
+    text = os.path.join(work, "sentences.txt")
+    with open(text, "w", encoding="utf-8") as f:
+        f.writelines(" ".join(s) + "\n" for s in sentences)
+    return text, sentences, sum(map(len, sentences))
+
+
 def load_sentences(path: str, n: int) -> list[list[str]]:
     out = []
     with open(path, encoding="utf-8") as f:
@@ -178,11 +188,7 @@ def whole_process(args) -> list[dict]:
     from elmo import save_bilm_tf
 
     work = tempfile.mkdtemp(prefix="elmo-embed-speed-")
-    text = os.path.join(work, "sentences.txt")
-    sentences = load_sentences(args.text, args.sentences)
-    with open(text, "w", encoding="utf-8") as f:
-        f.writelines(" ".join(s) + "\n" for s in sentences)
-    tokens = sum(map(len, sentences))
+    text, sentences, tokens = write_sentences(args.text, args.sentences, work)
     env = {**os.environ, "ELMO_CACHE": os.path.join(work, "elmo-cache")}
     output = os.path.join(work, "out.hdf5")
     rows = []
