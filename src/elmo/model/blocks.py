@@ -88,7 +88,7 @@ def pad_rows(x: torch.Tensor, rows: int, dim: int = 0) -> torch.Tensor:
 
 # Products on a CPU go through oneDNN's float32 linear kernel where this PyTorch has it: on the
 # development CPU (AMD EPYC, AVX-512) it ran every product of the inference path at its block size
-# 1.2x to 3x faster than MKL's (``benchmarks/lstm_kernels.py``), since MKL takes its slower code
+# as fast as MKL's to 2.9x as fast (``benchmarks/lstm_kernels.py``), since MKL takes its slower code
 # paths on AMD CPUs while oneDNN picks its kernels from the instruction set. bfloat16 products go
 # through its bfloat16 kernel where oneDNN has the CPU's bfloat16 instructions (AVX512_BF16, AMX),
 # on weights pre-packed once (:func:`prepack`): on the development CPU 1.04x to 1.8x as fast as
