@@ -223,6 +223,15 @@ def assert_same(a, b, exact=True):
             np.testing.assert_allclose(x, y, rtol=0, atol=1e-6, err_msg=f"sentence {i}")
 
 
+def assert_gradients_close(got, expected, params, rtol, atol):
+    """The gradients of ``got`` and ``expected`` (tensors of one shape, computed from ``params``)
+    under one random weighting of their elements agree to ``rtol`` / ``atol``."""
+    weight = torch.randn_like(expected)
+    for a, b in zip(torch.autograd.grad((got * weight).sum(), params),
+                    torch.autograd.grad((expected * weight).sum(), params)):
+        torch.testing.assert_close(a, b, rtol=rtol, atol=atol)
+
+
 class Interrupt(Exception):
     pass
 

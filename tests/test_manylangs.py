@@ -13,7 +13,7 @@ import h5py
 import numpy as np
 import pytest
 import torch
-from conftest import FIXTURES, bounded_load, cache_files, zip_with_bomb
+from conftest import FIXTURES, assert_gradients_close, bounded_load, cache_files, zip_with_bomb
 
 from elmo import BiLM, BiLMConfig, CharCNNConfig, Embedder, LSTMConfig, save_checkpoint
 from elmo.hub.checkpoints import load_checkpoint
@@ -343,15 +343,23 @@ def test_malformed_models_name_file_and_entry(tmp_path, monkeypatch, case, expec
     assert not (tmp_path / "PWNED").exists()
 
 
-def test_code_in_a_zipped_pickle_is_refused_too(tmp_path):
-    archive = tmp_path / "m.zip"
+def zipped_model(archive, replace: dict | None = None):
+    """The fixture model's files zipped flat into ``archive``, those named in ``replace`` (name ->
+    contents) replaced."""
+    replace = replace or {}
     with zipfile.ZipFile(archive, "w") as z:
         for path in MODEL.iterdir():
-            if path.name != "encoder.pkl":
+            if path.name not in replace:
                 z.write(path, path.name)
-        buffer = io.BytesIO()
-        pickle.dump({"w": Boom()}, buffer)
-        z.writestr("encoder.pkl", buffer.getvalue())
+        for name, contents in replace.items():
+            z.writestr(name, contents)
+    return archive
+
+
+def test_code_in_a_zipped_pickle_is_refused_too(tmp_path):
+    buffer = io.BytesIO()
+    pickle.dump({"w": Boom()}, buffer)
+    archive = zipped_model(tmp_path / "m.zip", {"encoder.pkl": buffer.getvalue()})
     with pytest.raises(ManyLangsError, match=r"m\.zip:encoder\.pkl: holds Python objects that elmo never runs \(its pickle imports builtins\.exec\)"):
         load_model(str(archive))
 
@@ -374,10 +382,7 @@ def test_allennlp_embedder_runs_their_model(tmp_path):
 
     want = expected()
     assert_close([ElmoEmbedder(str(MODEL)).embed_sentence(SENTENCES[0])], want[:1])
-    archive = tmp_path / "m.zip"
-    with zipfile.ZipFile(archive, "w") as z:
-        for path in MODEL.iterdir():
-            z.write(path, path.name)
+    archive = zipped_model(tmp_path / "m.zip")
     embedder = ElmoEmbedder(str(archive), state="reset")
     assert_close(list(embedder.embed_sentences(SENTENCES)), want)
 
@@ -399,11 +404,7 @@ def test_training_encoder_over_distinct_words_equals_the_encoder_for_dictionary_
     grouped = encode_distinct(encoder, ids, words)
     torch.testing.assert_close(grouped, plain, rtol=0, atol=1e-5)
     torch.testing.assert_close(encode_distinct(encoder, ids), plain, rtol=0, atol=1e-5)  # words found here
-    weight = torch.randn_like(plain)
-    params = list(encoder.parameters())
-    for a, b in zip(torch.autograd.grad((grouped * weight).sum(), params),
-                    torch.autograd.grad((plain * weight).sum(), params)):
-        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+    assert_gradients_close(grouped, plain, list(encoder.parameters()), rtol=1e-4, atol=1e-5)
 
 
 # ------------------------------------------------------------------------------- hostile archives
@@ -520,12 +521,7 @@ def test_config_path_is_found_relative_to_the_model_or_absolute_as_their_loader_
 
 
 def test_config_path_in_an_archive_never_leaves_it(tmp_path):
-    archive = tmp_path / "escape.zip"
-    with zipfile.ZipFile(archive, "w") as z:
-        for path in MODEL.iterdir():
-            if path.name != "config.json":
-                z.write(path, path.name)
-        z.writestr("config.json", json.dumps({"config_path": "../cnn_tiny.json"}))
+    archive = zipped_model(tmp_path / "escape.zip", {"config.json": json.dumps({"config_path": "../cnn_tiny.json"})})
     (tmp_path / "cnn_tiny.json").write_text("{not json")  # beside the archive: never read
     with warnings.catch_warnings():
         warnings.simplefilter("error")
