@@ -22,13 +22,13 @@ largest and mean deviation from float32. Batch 1 also reports the latency of 20-
 ``--whole-process`` times instead what a user times: the whole ``elmo embed TEXT OUT.hdf5``
 command (start-up included) for each size and option, ``--repeats`` times, the runs of all
 configurations interleaved so that the machine's drift falls on all of them alike; with
-``--allennlp-runner`` (a script taking ``OPTIONS WEIGHTS TEXT OUT`` that runs AllenNLP's
-``ElmoEmbedder`` on the same weights), AllenNLP's whole process is timed in the same rounds. One
+``--allennlp-src`` (an unpacked AllenNLP 0.9.0 wheel, run by ``allennlp_embed.py`` as ``allennlp
+elmo --all`` would), AllenNLP's ``ElmoEmbedder`` is timed in the same rounds on the same weights. One
 further process per configuration splits the time into imports, weight loading, warm state and
 embedding with writing.
 
     python benchmarks/embed_speed.py --whole-process --text DATA/wiki-heldout/train/shard-00000.txt \
-        --cache-words DATA/vocab-50k.txt --allennlp-runner /path/to/run_allennlp_embed.py \
+        --cache-words DATA/vocab-50k.txt --allennlp-src "$WORK/allennlp-0.9.0" \
         --output results/benchmarks/embed_whole_process.json
 """
 
@@ -190,6 +190,13 @@ def whole_process(args) -> list[dict]:
     work = tempfile.mkdtemp(prefix="elmo-embed-speed-")
     text, sentences, tokens = write_sentences(args.text, args.sentences, work)
     env = {**os.environ, "ELMO_CACHE": os.path.join(work, "elmo-cache")}
+    # Installed packages carry compiled bytecode; without this a checkout under
+    # PYTHONDONTWRITEBYTECODE would compile every module in every process (see startup.py).
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    env["PYTHONPYCACHEPREFIX"] = os.path.join(work, "pycache")
+    if args.allennlp_src:
+        subprocess.run([sys.executable, "-m", "compileall", "-q", args.allennlp_src], check=True,
+                       stdout=subprocess.DEVNULL, env=env)
     output = os.path.join(work, "out.hdf5")
     rows = []
     for size in args.sizes:
@@ -203,9 +210,11 @@ def whole_process(args) -> list[dict]:
                 "--options", options, "--weights", weights, "--batch-size", str(args.batch_sizes[0])]
         commands = {name: base + ["--precision", precision] + (["--vocab-cache", cache] if cached else [])
                     for name, (precision, cached) in WHOLE_PROCESS_CONFIGURATIONS.items()}
-        if args.allennlp_runner:
-            commands["AllenNLP ElmoEmbedder"] = [sys.executable, args.allennlp_runner, options, weights, text,
-                                                 output, "--batch-size", str(args.batch_sizes[0])]
+        if args.allennlp_src:
+            runner = os.path.join(os.path.dirname(os.path.abspath(__file__)), "allennlp_embed.py")
+            commands["AllenNLP ElmoEmbedder"] = [sys.executable, runner, "--allennlp-src", args.allennlp_src,
+                                                 options, weights, text, output,
+                                                 "--batch-size", str(args.batch_sizes[0])]
         time_process(commands["float32"], env)  # computes and caches the warm state; not counted
         seconds = {name: [] for name in commands}
         for _ in range(args.repeats):
@@ -222,7 +231,7 @@ def whole_process(args) -> list[dict]:
                 out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True, env=env)
                 row["breakdown_seconds"] = json.loads(out.stdout.strip().splitlines()[-1])
             rows.append(row)
-        if args.allennlp_runner:
+        if args.allennlp_src:
             reference = statistics.median(seconds["AllenNLP ElmoEmbedder"])
             for row in rows[-len(commands):]:
                 row["speedup_over_allennlp"] = reference / row["median_seconds"]
@@ -247,7 +256,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--output", default="results/benchmarks/embed_speed.json")
     parser.add_argument("--whole-process", action="store_true", help="time whole elmo embed commands")
     parser.add_argument("--repeats", type=int, default=3, help="runs of each whole-process configuration")
-    parser.add_argument("--allennlp-runner", help="script OPTIONS WEIGHTS TEXT OUT running AllenNLP's ElmoEmbedder")
+    parser.add_argument("--allennlp-src", help="an unpacked allennlp 0.9.0 wheel: time its ElmoEmbedder too")
     parser.add_argument("--one", nargs=4, metavar=("SIZE", "PATH", "BATCH", "SENTENCES"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.one:

@@ -4,9 +4,13 @@ the time goes (imports, weight loading, warm state, first batch).
 Random weights of a published size are written to a temporary folder (or ``--options`` and
 ``--weights`` name real files). Every measurement is a fresh process; the warm-state cache
 starts empty, so the first run computes the warm state and the later ones read it. ``import
-torch`` alone is measured too: it bounds what any PyTorch ELMo can reach.
+torch`` alone is measured too: it bounds what any PyTorch ELMo can reach. With
+``--allennlp-src`` (an unpacked AllenNLP 0.9.0 wheel; see ``allennlp_embed.py``), AllenNLP's
+``ElmoEmbedder`` embeds the same sentence with the same weights in the same rounds, its runs
+interleaved with ours.
 
-    python benchmarks/startup.py --size small --runs 5 --output results/benchmarks/startup.json
+    python benchmarks/startup.py --size small --runs 5 --allennlp-src "$WORK/allennlp-0.9.0" \
+        --output results/benchmarks/startup.json
 """
 
 from __future__ import annotations
@@ -47,6 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--options", help="a real options.json (with --weights) instead of random weights")
     parser.add_argument("--weights")
     parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--allennlp-src", help="an unpacked allennlp 0.9.0 wheel: time its ElmoEmbedder too")
     parser.add_argument("--output", default="results/benchmarks/startup.json")
     args = parser.parse_args(argv)
     work = tempfile.mkdtemp(prefix="elmo-startup-")
@@ -73,7 +78,20 @@ def main(argv: list[str] | None = None) -> int:
     embed = [sys.executable, "-m", "elmo.cli.main", "embed", sentence, "--options", args.options,
              "--weights", args.weights]
     first = time_process(embed, env)
-    cached = [time_process(embed, env) for _ in range(args.runs)]
+    # AllenNLP with the packages of its that are installed here imported, and at its leanest
+    # (every package its ELMo code never calls stood in): see allennlp_embed.py.
+    allennlp = {}
+    if args.allennlp_src:
+        runner = [sys.executable, os.path.join(os.path.dirname(os.path.abspath(__file__)), "allennlp_embed.py"),
+                  "--allennlp-src", args.allennlp_src, args.options, args.weights, sentence,
+                  os.path.join(work, "allennlp.hdf5")]
+        allennlp = {"as installed here": runner, "lean": runner + ["--lean"]}
+        time_process(runner, env)  # compiles AllenNLP's bytecode, as its install would have; not counted
+    cached, allennlp_runs = [], {name: [] for name in allennlp}
+    for _ in range(args.runs):
+        cached.append(time_process(embed, env))
+        for name, command in allennlp.items():
+            allennlp_runs[name].append(time_process(command, env))
     torch_only = [time_process([sys.executable, "-c", "import torch"], env) for _ in range(args.runs)]
     parts = []
     for _ in range(args.runs):
@@ -88,8 +106,15 @@ def main(argv: list[str] | None = None) -> int:
               "first_run_seconds": first, "cached_run_seconds": cached,
               "median_cached_run_seconds": statistics.median(cached),
               "import_torch_seconds": statistics.median(torch_only), "breakdown_seconds": breakdown}
+    if allennlp:
+        result["allennlp"] = {name: {"run_seconds": runs, "median_run_seconds": statistics.median(runs),
+                                     "speedup_over_allennlp": statistics.median(runs) / statistics.median(cached)}
+                              for name, runs in allennlp_runs.items()}
     print(f"elmo embed, one sentence ({result['size']}): first run {first:.2f} s (computes the warm state), "
           f"later runs {statistics.median(cached):.2f} s (median of {args.runs})")
+    for name, row in result.get("allennlp", {}).items():
+        print(f"AllenNLP ElmoEmbedder ({name}), one sentence: {row['median_run_seconds']:.2f} s (median of "
+              f"{args.runs}, interleaved): elmo {row['speedup_over_allennlp']:.2f}x as fast")
     print(f"python -c 'import torch' alone: {result['import_torch_seconds']:.2f} s")
     print(f"later runs without cached bytecode (every elmo module compiled): "
           f"{result['median_run_seconds_compiling_every_module']:.2f} s")
