@@ -379,3 +379,39 @@ def test_bfloat16_hint_is_one_line_only_where_it_applies(tmp_path, capsys, monke
     assert not hints(short_input, "--progress")
     flags.clear()  # a CPU without bfloat16 instructions
     assert not hints(long_input, "--progress")
+
+
+GC_AFTER_IMPORT = """
+import gc, sys
+if sys.argv[1] == "off":
+    gc.disable()
+import elmo
+print(gc.isenabled(), gc.get_freeze_count(), gc.get_count()[0])
+"""
+
+
+@pytest.mark.parametrize("collector", ["on", "off"])
+def test_importing_elmo_leaves_the_collector_as_it_was_and_freezes_nothing(collector):
+    """``import elmo`` holds the cyclic collector off while PyTorch loads, then puts what the
+    imports made in the oldest generation: the collector is on or off as the program had it,
+    nothing stays frozen, and no young collection is left to walk the imports' objects."""
+    done = subprocess.run([sys.executable, "-c", GC_AFTER_IMPORT, collector], capture_output=True, text=True,
+                          check=True)
+    enabled, frozen, young = done.stdout.split()
+    assert enabled == str(collector == "on") and frozen == "0"
+    assert int(young) < 1000, young  # a million objects were made: none are waiting in the youngest generation
+
+
+def test_the_command_line_freezes_its_imports_but_a_call_from_python_does_not(tmp_path):
+    import gc
+
+    text = tmp_path / "words.txt"
+    text.write_text("a b c\n", encoding="utf-8")
+    before = gc.get_freeze_count()
+    assert main(["vocab", str(text), "--output", str(tmp_path / "vocab.txt")]) == 0
+    assert gc.get_freeze_count() == before
+    script = ("import gc, sys; from elmo.cli.main import main; sys.argv = ['elmo', 'vocab', sys.argv[1], "
+              "'--output', sys.argv[2]]; code = main(); print(code, gc.get_freeze_count() > 0)")
+    done = subprocess.run([sys.executable, "-c", script, str(text), str(tmp_path / "vocab2.txt")],
+                          capture_output=True, text=True, check=True)
+    assert done.stdout.split() == ["0", "True"]

@@ -10,22 +10,36 @@ exported folder, ...); the readers it goes through stay in their modules:
 ``elmo.model.weights.load_bilm_tf`` and ``elmo.hub.checkpoints.load_checkpoint``.
 """
 
+import gc as _gc
 import warnings
 
-from elmo.hub.checkpoints import save_checkpoint
-from elmo.hub.resolve import load_model
-from elmo.inference.elmo import Elmo, ElmoOutput
-from elmo.inference.embed import Embedder
-from elmo.inference.embed_file import EmbedReport, FileEmbedder
-from elmo.inference.outputs import Embeddings, open_embeddings
-from elmo.inference.states import DEFAULT_STATE, STATE_MODES
-from elmo.model.bilm import BiLM, BiLMOutput, BiLMState
-from elmo.model.chars import batch_to_char_ids, tokenize
-from elmo.model.config import BiLMConfig, CharCNNConfig, ConfigError, LSTMConfig
-from elmo.model.dictionary import CharacterDictionary
-from elmo.model.scalar_mix import ScalarMix
-from elmo.model.weights import WeightsError, save_bilm_tf
-from elmo.version import __version__ as __version__
+# Importing PyTorch makes about a million objects, none of them garbage, and the cyclic collector
+# would walk them again and again while they are made: 0.2-0.3 s of a one-sentence `elmo embed`
+# (docs/speed.md, "Start-up"). Collection waits until the imports are done, and what they made
+# then joins the oldest generation directly (freeze, then unfreeze), as if it had survived the
+# collections it skipped, instead of being walked by the next young one.
+_collecting = _gc.isenabled()
+_gc.disable()
+try:
+    from elmo.hub.checkpoints import save_checkpoint
+    from elmo.hub.resolve import load_model
+    from elmo.inference.elmo import Elmo, ElmoOutput
+    from elmo.inference.embed import Embedder
+    from elmo.inference.embed_file import EmbedReport, FileEmbedder
+    from elmo.inference.outputs import Embeddings, open_embeddings
+    from elmo.inference.states import DEFAULT_STATE, STATE_MODES
+    from elmo.model.bilm import BiLM, BiLMOutput, BiLMState
+    from elmo.model.chars import batch_to_char_ids, tokenize
+    from elmo.model.config import BiLMConfig, CharCNNConfig, ConfigError, LSTMConfig
+    from elmo.model.dictionary import CharacterDictionary
+    from elmo.model.scalar_mix import ScalarMix
+    from elmo.model.weights import WeightsError, save_bilm_tf
+    from elmo.version import __version__ as __version__
+finally:
+    _gc.freeze()
+    _gc.unfreeze()
+    if _collecting:
+        _gc.enable()
 
 __all__ = [
     "BiLM", "BiLMConfig", "BiLMOutput", "BiLMState", "CharCNNConfig", "CharacterDictionary", "ConfigError",
