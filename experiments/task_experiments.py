@@ -9,6 +9,7 @@
     python experiments/task_experiments.py gap         # the main table's LitBank coreference models scored on GAP
     python experiments/task_experiments.py domain-text --output TEXT [--split dev]  # the task's text, for elmo finetune
     python experiments/task_experiments.py domain --finetuned MODEL_DIR   # the biLM adapted to that text
+    python experiments/task_experiments.py precision   # the biLM in bfloat16 against float32, same seeds (CoNLL-2003)
     python experiments/task_experiments.py main --status   # where each planned run stands; trains nothing
 
 Every run goes to ``--runs/<experiment>/<config>/<variant>/seed-<n>`` and is skipped when its
@@ -51,7 +52,7 @@ def shown_command(script: str, arguments: list[str]) -> str:
 DEFAULT_CONFIGS = {"samples": ["configs/tasks/ner-conll2003.toml", "configs/tasks/sst5.toml"],
                    "domain": ["configs/tasks/ner-wnut17.toml"], "domain-text": ["configs/tasks/ner-wnut17.toml"],
                    "snli": ["configs/tasks/sick.toml"], "gap": ["configs/tasks/coref-litbank.toml"],
-                   "diagnose": ["configs/tasks/sick.toml"]}
+                   "diagnose": ["configs/tasks/sick.toml"], "precision": ["configs/tasks/ner-conll2003.toml"]}
 
 VARIANTS = {
     "main": {"baseline": {"elmo": {"enabled": False}}, "elmo": {}},
@@ -61,6 +62,8 @@ VARIANTS = {
                "average": {"elmo": {"layers": "average"}}},
     "placement": {"input": {"elmo": {"placement": "input"}}, "output": {"elmo": {"placement": "output"}},
                   "both": {"elmo": {"placement": "both"}}},
+    # The float32 variant has the main table's +ELMo settings, so it reuses those runs where they are.
+    "precision": {"float32": {}, "bfloat16": {"bilm": {"precision": "bfloat16"}}},
 }
 
 # The variants a table runs when --variants does not name them: every one, except that the layer
@@ -400,6 +403,42 @@ def table(args, experiment: str, variants: dict) -> list[str]:
     return lines
 
 
+def precision_table(args) -> list[str]:
+    """The ``precision`` table: the task with float32 and with bfloat16 biLM layers (mean ± std
+    over seeds), then each seed's pair and its difference. A bfloat16 run that fell back to
+    float32 (a CPU without bfloat16 instructions: its config.json records the precision that ran)
+    stops the experiment, since its score would say nothing about bfloat16."""
+    os.environ["ELMO_BFLOAT16_CHECK"] = "0"  # run bfloat16 where the CPU has it, even where float32 is faster
+    variants = {v: o for v, o in VARIANTS["precision"].items() if not args.variants or v in args.variants}
+    if not variants:
+        raise SystemExit(f"--variants: none of {', '.join(args.variants)} among {', '.join(VARIANTS['precision'])}")
+    lines = ["| task | metric | split | " + " | ".join(variants) + " |", "|---|---|---|" + "---:|" * len(variants)]
+    pairs = ["", "| task | seed | float32 | bfloat16 | bfloat16 - float32 |", "|---|---:|---:|---:|---:|"]
+    for config_path in args.configs:
+        scores = {}
+        for variant, overrides in variants.items():
+            scores[variant] = [reported(run_variant(args, "precision", config_path, variant, overrides, seed))
+                               for seed in args.seeds]
+            for seed in args.seeds:
+                config = variant_config(args, "precision", config_path, variant, overrides, seed)
+                own = os.path.join(config.output, "config.json")
+                if os.path.isfile(own):
+                    with open(own, encoding="utf-8") as f:
+                        ran = json.load(f).get("bilm", {}).get("precision", "float32")
+                    if ran != config.bilm.precision:
+                        raise SystemExit(f"{config.output}: asked for a {config.bilm.precision} biLM, ran {ran} (this "
+                                         "CPU has no bfloat16 instructions); the comparison needs a CPU that has them")
+        config = load_task_config(config_path)
+        split = "test" if config.data.test is not None else "dev"
+        lines.append(f"| {task_name(config_path)} | {config.metric} | {split} | "
+                     + " | ".join(mean_std(scores[v]) for v in variants) + " |")
+        if len(variants) == 2:
+            for seed, exact, reduced in zip(args.seeds, scores["float32"], scores["bfloat16"]):
+                pairs.append(f"| {task_name(config_path)} | {seed} | {100 * exact:.2f} | {100 * reduced:.2f} | "
+                             f"{100 * (reduced - exact):+.2f} |")
+    return lines + (pairs if len(variants) == 2 else [])
+
+
 def write_markdown(args, path: str, title: str, command: str, lines: list[str]) -> None:
     if args.experiment == "weights":
         cost = "Read from the runs' metrics.json: trains nothing."
@@ -709,7 +748,7 @@ def write_task_text(config_path: str, split: str, output: str, data_root: str | 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("experiment", choices=["main", "layers", "placement", "samples", "weights", "snli", "gap",
-                                               "diagnose", "domain-text", "domain"])
+                                               "diagnose", "domain-text", "domain", "precision"])
     parser.add_argument("--configs", nargs="+", help="task configs (default: depends on the experiment)")
     parser.add_argument("--seeds", nargs="+", type=int, default=[1, 2, 3])
     parser.add_argument("--variants", nargs="+", help="main, layers, placement: run only these variants (default: all; for layers, all but average)")
@@ -741,7 +780,9 @@ def main(argv: list[str] | None = None) -> int:
               "placement": "Where to include ELMo (the paper's Table 3)",
               "weights": "Learned layer weights (the paper's Figure 2), from the placement experiment's \"both\" runs",
               "samples": "Sample efficiency (the paper's Figure 1)",
-              "domain": "Domain fine-tuning of the biLM", "snli": "SICK models scored on SNLI (an extra test set)",
+              "domain": "Domain fine-tuning of the biLM",
+              "precision": "The biLM in bfloat16 against float32: what reduced precision does to a task",
+              "snli": "SICK models scored on SNLI (an extra test set)",
               "gap": "LitBank coreference models scored on GAP (out of domain)",
               "diagnose": f"What ELMo changes in {task_name(args.configs[0])}: learning curves, per-class errors, layer weights"}
     output = args.output or f"docs/tasks/{args.experiment}.md"
@@ -749,7 +790,8 @@ def main(argv: list[str] | None = None) -> int:
         planned = {"main": lambda: table(args, "main", VARIANTS["main"]),
                    "layers": lambda: table(args, "layers", VARIANTS["layers"]),
                    "placement": lambda: table(args, "placement", VARIANTS["placement"]),
-                   "samples": lambda: samples(args), "domain": lambda: table(args, "domain", domain_variants(args))}
+                   "samples": lambda: samples(args), "domain": lambda: table(args, "domain", domain_variants(args)),
+                   "precision": lambda: table(args, "precision", VARIANTS["precision"])}
         if args.experiment not in planned:
             parser.error(f"--status covers {', '.join(planned)}, not {args.experiment}")
         if args.experiment == "domain" and not args.finetuned:
@@ -761,6 +803,8 @@ def main(argv: list[str] | None = None) -> int:
         write_markdown(args, output, titles[args.experiment], command, table(args, args.experiment, VARIANTS[args.experiment]))
     elif args.experiment == "samples":
         write_markdown(args, output, titles["samples"], command, samples(args))
+    elif args.experiment == "precision":
+        write_markdown(args, output, titles["precision"], command, precision_table(args))
     elif args.experiment == "snli":
         write_markdown(args, output, titles["snli"], command, snli_transfer(args))
     elif args.experiment == "gap":

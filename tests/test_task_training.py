@@ -5,6 +5,7 @@ import json
 import random
 from pathlib import Path
 
+import h5py
 import numpy as np
 import pytest
 import torch
@@ -351,6 +352,52 @@ def test_layer_cache_matches_the_embedder_and_is_reused(tmp_path, bilm_dir):
     assert len(list(tmp_path.glob("toy-*.hdf5"))) == 2  # other sentences, another file
     batch = cache.batch([1, 0], time=4)
     assert batch.shape == (2, 3, 4, 32) and float(batch[0, :, 2:].abs().sum()) == 0.0
+
+
+def test_layer_cache_keeps_each_precision_apart(tmp_path, bilm_dir, bfloat16_selected):
+    from elmo.inference.layer_cache import cache_path
+
+    sentences = [["The", "cat", "sat"], ["A", "dog"]]
+    exact = Embedder.from_files(bilm_dir / "options.json", bilm_dir / "weights.hdf5")
+    reduced = Embedder.from_files(bilm_dir / "options.json", bilm_dir / "weights.hdf5", precision="bfloat16")
+    assert (exact.precision, reduced.precision) == ("float32", "bfloat16")
+    float32_layers = load_or_compute(exact, sentences, tmp_path, "toy", progress=False)
+    bfloat16_layers = load_or_compute(reduced, sentences, tmp_path, "toy", progress=False)
+    files = {h5py.File(f, "r").attrs["precision"]: f.name for f in tmp_path.glob("toy-*.hdf5")}
+    assert set(files) == {"float32", "bfloat16"}
+    # float32's file name is the one caches made before the key had a precision: they stay valid.
+    assert files["float32"] == cache_path(tmp_path, "toy", exact.model, exact.state, sentences).name
+    assert not np.array_equal(float32_layers.layers, bfloat16_layers.layers)
+    np.testing.assert_allclose(bfloat16_layers.layers.astype(np.float32), float32_layers.layers.astype(np.float32),
+                               atol=0.05, rtol=0.05)
+
+
+def test_task_bilm_precision_reaches_the_embedder_and_is_checked(ner_config, bfloat16_selected, capsys):
+    config = load_task_config(ner_config)
+    assert config.bilm.precision == "float32" and load_bilm_source(config).precision == "float32"
+    ner_config.write_text(ner_config.read_text().replace("[bilm]\n", '[bilm]\nprecision = "bfloat16"\n'))
+    assert load_bilm_source(load_task_config(ner_config)).precision == "bfloat16"
+    ner_config.write_text(ner_config.read_text().replace('precision = "bfloat16"', 'precision = "int4"'))
+    with pytest.raises(TaskConfigError, match=f"{ner_config}: bilm.precision: expected one of float32, bfloat16"):
+        load_task_config(ner_config)
+    assert main(["task", "train", str(ner_config)]) == 2
+    assert "bilm.precision: expected one of" in capsys.readouterr().err
+
+
+def test_a_task_run_records_the_precision_that_ran(ner_config, tmp_path, monkeypatch):
+    """bfloat16 asked for on a CPU without its instructions runs float32 (with a warning); the
+    run's config.json says float32, so that evaluating it later computes the same layers."""
+    import elmo.inference.precision
+
+    monkeypatch.setattr(elmo.inference.precision, "cpu_has_bfloat16", lambda: False)
+    ner_config.write_text(ner_config.read_text().replace("[bilm]\n", '[bilm]\nprecision = "bfloat16"\n'))
+    config = load_task_config(ner_config)
+    config.train.epochs = 1
+    with pytest.warns(UserWarning, match="neither AVX-512 BF16 nor AMX"):
+        train_task(config, progress=False)
+    assert json.loads((tmp_path / "run" / "config.json").read_text())["bilm"]["precision"] == "float32"
+    cached = [h5py.File(f, "r").attrs["precision"] for f in (tmp_path / "cache").glob("*.hdf5")]
+    assert cached and set(cached) == {"float32"}
 
 
 def test_class_scores_count_by_hand():

@@ -157,6 +157,12 @@ class Embedder:
     def state(self) -> str:
         return self.runtime.state
 
+    @property
+    def precision(self) -> str:
+        """The precision the biLM runs at: the one asked for, or float32 where bfloat16 would not
+        pay on this CPU (:func:`~elmo.inference.precision.effective_precision`)."""
+        return self.runtime.precision
+
     def reset_state(self) -> None:
         """Forget the state carried between calls in stateful mode."""
         self.runtime.reset_state()

@@ -21,6 +21,7 @@ import torch
 
 from elmo.fileio import atomic_path
 from elmo.inference.embed import Embedder
+from elmo.inference.precision import DEFAULT_PRECISION
 from elmo.model.bilm import BiLM
 from elmo.model.weights import weights_fingerprint
 
@@ -69,16 +70,19 @@ class LayerCache:
 
 
 def cache_path(cache_dir: str | os.PathLike, name: str, model: BiLM, state: str,
-               sentences: Sequence[Sequence[str]]) -> Path:
-    """Where the layers of ``sentences`` under ``model`` are (or will be) cached."""
-    key = hashlib.sha256(f"{weights_fingerprint(model)}:{state}:{sentences_fingerprint(sentences)}".encode())
+               sentences: Sequence[Sequence[str]], precision: str = DEFAULT_PRECISION) -> Path:
+    """Where the layers of ``sentences`` under ``model`` run at ``precision`` are (or will be) cached."""
+    key = f"{weights_fingerprint(model)}:{state}:{sentences_fingerprint(sentences)}"
+    if precision != DEFAULT_PRECISION:  # float32's key is the one caches made before precisions had
+        key += f":{precision}"
+    key = hashlib.sha256(key.encode())
     return Path(cache_dir) / f"{name}-{key.hexdigest()[:16]}.hdf5"
 
 
 def load_or_compute(embedder: Embedder, sentences: Sequence[Sequence[str]], cache_dir: str | os.PathLike,
                     name: str, *, dtype: str = "float16", progress: bool = True) -> LayerCache:
     """The layers of ``sentences``: read from ``cache_dir`` if cached, else computed and saved."""
-    path = cache_path(cache_dir, name, embedder.model, embedder.state, sentences)
+    path = cache_path(cache_dir, name, embedder.model, embedder.state, sentences, embedder.precision)
     if path.is_file():
         with h5py.File(path, "r") as f:
             if f.attrs.get("format") == FORMAT and len(f["offsets"]) == len(sentences) + 1:
@@ -94,6 +98,7 @@ def load_or_compute(embedder: Embedder, sentences: Sequence[Sequence[str]], cach
     with atomic_path(path, make_parents=True) as tmp, h5py.File(tmp, "w") as f:
         f.attrs["format"] = FORMAT
         f.attrs["state"] = embedder.state
+        f.attrs["precision"] = embedder.precision
         f.create_dataset("layers", data=layers)
         f.create_dataset("offsets", data=offsets)
     return LayerCache(layers, offsets)

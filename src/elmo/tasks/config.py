@@ -44,6 +44,7 @@ from typing import Any
 
 from elmo.hub.pretrained import DEFAULT_MODEL
 from elmo.inference.embed import DEFAULT_BATCH_SIZE
+from elmo.inference.precision import DEFAULT_PRECISION, PRECISIONS
 from elmo.inference.states import DEFAULT_STATE
 from elmo.tasks.base import ModelSettings
 from elmo.tasks.catalog import TASKS
@@ -89,6 +90,13 @@ class BiLMSource:
     model: str = DEFAULT_MODEL
     state: str = DEFAULT_STATE
     batch_size: int = DEFAULT_BATCH_SIZE
+    # The biLM's arithmetic (elmo.inference.precision.PRECISIONS). Its layers are cached per
+    # precision, so a float32 run and a bfloat16 run never share them.
+    precision: str = DEFAULT_PRECISION
+
+    def __post_init__(self):
+        if self.precision not in PRECISIONS:
+            raise ValueError(f"bilm.precision: expected one of {', '.join(PRECISIONS)}, got {self.precision!r}")
 
 
 @dataclass
@@ -195,10 +203,13 @@ def task_config_from_dict(values: dict, where: str = "config") -> TaskConfig:
 def upgrade_config_dict(values: dict) -> dict:
     """A config dict written by an earlier version (a run's ``config.json``, a checkpoint's
     config) in today's shape: renamed tasks get their new name, coreference's
-    ``data.chunk_sentences`` moves to ``model``, and the fields of the one flat ``model`` section
+    ``data.chunk_sentences`` moves to ``model``, the fields of the one flat ``model`` section
     of old that the task's own settings do not have (they were never read by its model) are
-    dropped. A dict in today's shape comes back equal."""
+    dropped, and a ``bilm`` section from before ``precision`` existed gets float32, which is what
+    ran. A dict in today's shape comes back equal."""
     values = copy.deepcopy(values)
+    if isinstance(values.get("bilm"), dict):
+        values["bilm"].setdefault("precision", DEFAULT_PRECISION)
     task = values.get("task")
     if isinstance(task, str) and task in RENAMED_TASKS:
         task = values["task"] = RENAMED_TASKS[task]

@@ -121,7 +121,8 @@ def load_bilm_source(config: TaskConfig):
         return None
     from elmo.inference.embed import Embedder
 
-    return Embedder.from_pretrained(config.bilm.model, state=config.bilm.state, batch_size=config.bilm.batch_size)
+    return Embedder.from_pretrained(config.bilm.model, state=config.bilm.state, batch_size=config.bilm.batch_size,
+                                    precision=config.bilm.precision)
 
 
 def bilm_layer_shape(embedder) -> tuple[int, int]:
@@ -243,16 +244,19 @@ def _setup_bilm_layers(config: TaskConfig, data: dict[str, Split], progress: boo
                        ) -> tuple[int, int, TaskConfig]:
     """Each split's biLM layers (from the layer cache, or computed into it) set on the split;
     returns ``(n_layers, dim)`` of those layers (:func:`bilm_layer_shape`) and the config, with
-    its biLM pinned where the source resolved to an exact revision (a Hub commit)."""
+    its biLM pinned where the source resolved to an exact revision (a Hub commit) and its
+    precision the one that ran."""
     embedder = load_bilm_source(config)
     if embedder is not None:
         for name, split in data.items():
             split.layers = load_or_compute(embedder, split.sentences, config.cache_dir, f"{config.data.kind}-{name}",
                                            progress=progress)
-    if embedder is not None and embedder.source != config.bilm.model:
-        # A Hub id pinned to the commit it resolved to: the run's config and checkpoints name the
-        # exact biLM, so that evaluating the task model later computes its layers from the same one.
-        config = dataclasses.replace(config, bilm=dataclasses.replace(config.bilm, model=embedder.source))
+    if embedder is not None and (embedder.source, embedder.precision) != (config.bilm.model, config.bilm.precision):
+        # A Hub id pinned to the commit it resolved to, and the precision that ran (bfloat16 falls
+        # back to float32 where it would not pay): the run's config and checkpoints name the exact
+        # biLM and arithmetic, so that evaluating the task model later computes the same layers.
+        config = dataclasses.replace(config, bilm=dataclasses.replace(config.bilm, model=embedder.source,
+                                                                      precision=embedder.precision))
     return (*bilm_layer_shape(embedder), config)
 
 
