@@ -103,6 +103,29 @@ def test_linear_kernel_equals_pytorch_and_keeps_gradients():
     torch.testing.assert_close(weight.grad, x.sum(0).expand(20, 12), rtol=0, atol=1e-5)
 
 
+@pytest.mark.parametrize("with_bias", [True, False])
+def test_trained_linear_equals_addmm_values_and_gradients(product_kernel, with_bias):
+    """blocks.trained_linear (the sampled softmax's product in training): oneDNN's kernel forward
+    and for the input's gradient, or ``torch.addmm``, against the float64 product, values and the
+    gradients of the input, the weight and the bias; the fallback is ``addmm`` itself, bit for bit."""
+    torch.manual_seed(2)
+    x, weight = torch.randn(40, 24).t()[:, :30], torch.randn(50, 30)  # x strided, as a slice
+    bias = torch.randn(50) if with_bias else None
+    leaves = [t.clone().requires_grad_() for t in (x, weight) + ((bias,) if with_bias else ())]
+    out = blocks_module.trained_linear(*leaves, *(() if with_bias else (None,)))
+    grad_out = torch.randn(24, 50)
+    out.backward(grad_out)
+    exact = [t.double().requires_grad_() for t in (x, weight) + ((bias,) if with_bias else ())]
+    reference = exact[0] @ exact[1].t() + (exact[2] if with_bias else 0)
+    reference.backward(grad_out.double())
+    torch.testing.assert_close(out.double(), reference, rtol=0, atol=2e-5)
+    for leaf, ref in zip(leaves, exact):
+        torch.testing.assert_close(leaf.grad.double(), ref.grad, rtol=0, atol=5e-5)
+    if product_kernel == "bmm":
+        expected = torch.addmm(bias, x, weight.t()) if with_bias else x @ weight.t()
+        assert torch.equal(blocks_module.trained_linear(x, weight, bias), expected)
+
+
 @pytest.mark.parametrize("rows", [1, 16, 45])
 def test_bfloat16_products_match_float32_within_bfloat16_rounding(rows):
     """blocks.linear on bfloat16 operands (oneDNN's kernel on a pre-packed weight where the CPU

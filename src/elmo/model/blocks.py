@@ -158,6 +158,44 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     return torch.nn.functional.linear(x, weight, bias)
 
 
+class _TrainedLinear(torch.autograd.Function):
+    """``x @ weight.T + bias`` on oneDNN's kernel, forward and for ``x``'s gradient; the weight's
+    gradient, a sum over the rows, stays PyTorch's product (oneDNN's would read both operands
+    transposed into copies)."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias):
+        ctx.save_for_backward(x, weight)
+        ctx.has_bias = bias is not None
+        return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "")
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad):
+        x, weight = ctx.saved_tensors
+        grad = grad.contiguous()
+        grad_x = grad_weight = grad_bias = None
+        if ctx.needs_input_grad[0]:
+            grad_x = torch.ops.mkldnn._linear_pointwise(grad, weight.t().contiguous(), None, "none", [], "")
+        if ctx.needs_input_grad[1]:
+            grad_weight = grad.t().mm(x)
+        if ctx.has_bias and ctx.needs_input_grad[2]:
+            grad_bias = grad.sum(0)
+        return grad_x, grad_weight, grad_bias
+
+
+def trained_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """``x @ weight.T + bias`` ``(rows, out)`` for a training step, with gradients: ``x`` ``(rows,
+    in)``, ``weight`` ``(out, in)``, ``bias`` ``(out,)``. On a CPU in float32 where
+    :func:`onednn_for` says so, oneDNN's kernel (on the development EPYC 2.3x MKL's at the sampled
+    softmax's shapes, single-threaded); elsewhere ``torch.addmm`` (``torch.mm`` without a bias)."""
+    if x.dtype == weight.dtype == torch.float32 and onednn_for(x.device, x.dtype):
+        return _TrainedLinear.apply(x.contiguous(), weight.contiguous(), bias)
+    if bias is None:
+        return x @ weight.t()
+    return torch.addmm(bias, x, weight.t())
+
+
 def in_blocks(x: torch.Tensor, block: int, product: Callable[[torch.Tensor, torch.Tensor], object],
               width: int, dim: int = 0) -> torch.Tensor:
     """A row-wise matrix product of ``x`` in blocks of exactly ``block`` rows along ``dim`` (the
@@ -180,4 +218,4 @@ def in_blocks(x: torch.Tensor, block: int, product: Callable[[torch.Tensor, torc
 
 __all__ = ["BLOCK_SIZES", "GATE_BLOCK", "HEAD_BLOCK", "ONEDNN", "ROW_BLOCK",
            "WORD_BLOCK", "BlockSizes", "block_sizes", "in_blocks", "linear", "onednn_for", "pad_rows", "padded", "prepack",
-           "row_block"]
+           "row_block", "trained_linear"]

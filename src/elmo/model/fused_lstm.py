@@ -35,6 +35,7 @@ from typing import NamedTuple
 
 import torch
 
+from elmo.model import blocks
 from elmo.model.lstm import FORGET_BIAS, LstmLayer
 
 
@@ -164,6 +165,38 @@ def _stack(weights: Sequence[torch.Tensor], dtype: torch.dtype) -> torch.Tensor:
     return torch.stack(list(weights)).to(dtype)
 
 
+def _per_direction(x: torch.Tensor, weight: torch.Tensor) -> bool:
+    """Whether a step's product runs as oneDNN's kernel once per direction rather than as one
+    batched product: float32 on a CPU whose PyTorch has the kernel (:func:`elmo.model.blocks.onednn_for`).
+    At a training step's shapes (batch 32, the packaged model) it ran 1.3-1.7x as fast as MKL's
+    batched product on the development EPYC, single-threaded (docs/training.md)."""
+    return x.dtype == weight.dtype == torch.float32 and blocks.onednn_for(x.device, x.dtype)
+
+
+def _product(x: torch.Tensor, weight: torch.Tensor, add: torch.Tensor | None = None,
+             out: torch.Tensor | None = None, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """``x @ weight.T`` per direction, plus ``add`` ``(n, rows, out)`` or ``bias`` ``(n, out)``
+    if given: ``x`` ``(n, rows, in)``, ``weight`` ``(n, out, in)``; written into ``out`` when
+    given. One batched product (``torch.bmm``/``baddbmm``, the GPU's branch), or oneDNN's kernel
+    per direction where :func:`_per_direction` says so (it reads ``weight`` contiguous)."""
+    if not _per_direction(x, weight):
+        if bias is not None:
+            add = bias.unsqueeze(1)
+        if add is None:
+            return torch.bmm(x, weight.transpose(1, 2), out=out)
+        return torch.baddbmm(add, x, weight.transpose(1, 2), out=out)
+    if out is None:
+        out = x.new_empty((x.shape[0], x.shape[1], weight.shape[1]))
+    for direction in range(x.shape[0]):
+        product = blocks.linear(x[direction].contiguous(), weight[direction].contiguous(),
+                                bias[direction] if bias is not None else None)
+        if add is None:
+            out[direction].copy_(product)
+        else:
+            torch.add(product, add[direction], out=out[direction])
+    return out
+
+
 class _FusedWindow(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x: torch.Tensor, c0: torch.Tensor, h0: torch.Tensor, plan: _Plan, *weights: torch.Tensor):
@@ -184,7 +217,7 @@ def _window_forward(ctx, x, c0, h0, plan: _Plan, weights):
     dim, proj = w_p.shape[2], w_p.shape[1]
     bias[:, 2 * dim:3 * dim] += FORGET_BIAS  # a fresh tensor: the parameters are untouched
     xs = x.to(dtype).reshape(n, time * batch, input_dim)
-    x_gates = torch.baddbmm(bias.unsqueeze(1), xs, w_x.transpose(1, 2)).view(n, time, batch, 4 * dim)
+    x_gates = _product(xs, w_x, bias=bias).view(n, time, batch, 4 * dim)
     c, h = c0.to(cell_dtype), h0.to(dtype)
     cells_fn, cell_clip, proj_clip = plan.cells, plan.cell_clip, plan.proj_clip
     if cells_fn is EAGER_CELLS:
@@ -200,19 +233,19 @@ def _window_forward(ctx, x, c0, h0, plan: _Plan, weights):
         raw_c_t = raw_c.unbind(1) if raw_c is not None else None
         raw_h_t = raw_h.unbind(1) if raw_h is not None else None
         for t, x_gates_t in enumerate(x_gates.unbind(1)):
-            gates = torch.baddbmm(x_gates_t, h, w_h.transpose(1, 2))  # (n, batch, 4*dim)
+            gates = _product(h, w_h, add=x_gates_t)  # (n, batch, 4*dim)
             out = (acts_t[t], raw_c_t[t], c_t[t + 1], m_t[t]) if raw_c_t is not None else (acts_t[t], c_t[t + 1], None, m_t[t])
             _, _, c, m = cells_fn.forward(gates, c, cell_clip, out)
             if raw_h_t is not None:
-                h = torch.clamp(torch.bmm(m, w_p.transpose(1, 2), out=raw_h_t[t]), -proj_clip, proj_clip, out=h_t[t + 1])
+                h = torch.clamp(_product(m, w_p, out=raw_h_t[t]), -proj_clip, proj_clip, out=h_t[t + 1])
             else:
-                h = torch.bmm(m, w_p.transpose(1, 2), out=h_t[t + 1])
+                h = _product(m, w_p, out=h_t[t + 1])
     else:
         acts_steps, raw_cells, cells, m_steps, raw_outputs, outputs = [], [], [c], [], [], [h]
         for x_gates_t in x_gates.unbind(1):
-            gates = torch.baddbmm(x_gates_t, h, w_h.transpose(1, 2))  # (n, batch, 4*dim)
+            gates = _product(h, w_h, add=x_gates_t)  # (n, batch, 4*dim)
             acts, c_raw, c, m = cells_fn.forward(gates, c, cell_clip)
-            h_raw = torch.bmm(m, w_p.transpose(1, 2))  # (n, batch, proj)
+            h_raw = _product(m, w_p)  # (n, batch, proj)
             h = h_raw.clamp(-proj_clip, proj_clip) if proj_clip is not None else h_raw
             acts_steps.append(acts)
             raw_cells.append(c_raw)
@@ -282,15 +315,19 @@ def _window_backward(ctx, d_out, d_c, d_h):
         d_gates_out, dh_out = d_gates_buffer.unbind(1), dh_buffer.unbind(1)
     d_gates, d_hs = [None] * time, [None] * time
     d_gates_next = None
+    # The step products of the backward multiply by the weights, not their transposes: (out, in)
+    # copies of the transposes, made once per window, are what a per-direction kernel reads.
+    w_h_back = w_h.transpose(1, 2).contiguous() if _per_direction(w_h, w_h) else w_h.transpose(1, 2)
+    w_p_back = w_p.transpose(1, 2).contiguous() if _per_direction(w_p, w_p) else w_p.transpose(1, 2)
     for t in range(time - 1, -1, -1):
         if raw_h_steps is not None:
-            dh = d_out_last if d_gates_next is None else torch.baddbmm(d_out_steps[t], d_gates_next, w_h)
+            dh = d_out_last if d_gates_next is None else _product(d_gates_next, w_h_back, add=d_out_steps[t])
             dh = cells.clip_backward(dh, raw_h_steps[t], plan.proj_clip, out=dh_out[t] if eager else None)
         elif d_gates_next is None:
             dh = dh_out[t].copy_(d_out_last) if eager else d_out_last
         else:  # (n, batch, 4*dim) @ (n, 4*dim, proj)
-            dh = torch.baddbmm(d_out_steps[t], d_gates_next, w_h, out=dh_out[t] if eager else None)
-        dm = torch.bmm(dh, w_p)  # (n, batch, proj) @ (n, proj, dim)
+            dh = _product(d_gates_next, w_h_back, add=d_out_steps[t], out=dh_out[t] if eager else None)
+        dm = _product(dh, w_p_back)  # (n, batch, proj) @ (n, proj, dim)
         f_next = acts_steps[t + 1][..., 2 * dim:3 * dim] if t + 1 < time else None
         dc, d_gates_next = cells.backward(dm, dc, acts_steps[t], cell_steps[t], cell_steps[t + 1], raw_c_steps[t],
                                           f_next, plan.cell_clip, extra[t] if extra is not None else None,
@@ -305,15 +342,18 @@ def _window_backward(ctx, d_out, d_c, d_h):
     needs = ctx.needs_input_grad
     dx = dc0 = dh0 = None
     if needs[0]:
-        dx = torch.bmm(all_d_gates, w_x).view(n, time, batch, input_dim)
+        w_x_back = w_x.transpose(1, 2).contiguous() if _per_direction(w_x, w_x) else w_x.transpose(1, 2)
+        dx = _product(all_d_gates, w_x_back).view(n, time, batch, input_dim)
     if needs[1]:
         dc0 = dc * acts[:, 0, :, 2 * dim:3 * dim]
         if plan.lengths is not None:
             dc0 = dc0 + d_c * (plan.lengths == 0).unsqueeze(-1)
     if needs[2]:
-        dh0 = torch.bmm(d_gates_next, w_h)
+        dh0 = _product(d_gates_next, w_h_back)
         if plan.lengths is not None:
             dh0 = dh0 + d_h * (plan.lengths == 0).unsqueeze(-1)
+    # Sums over every row of the window, kept as batched products: oneDNN's kernel would read both
+    # operands transposed into copies, which cost it what it saved (docs/training.md).
     d_gates_t = all_d_gates.transpose(1, 2)  # (n, 4*dim, time * batch)
     grads = (torch.bmm(d_gates_t, xs),  # input weights (n, 4*dim, in)
              torch.bmm(d_gates_t, all_h[:, :-1].reshape(n, time * batch, proj)),  # state weights

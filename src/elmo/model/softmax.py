@@ -12,6 +12,8 @@ import math
 import torch
 from torch import nn
 
+from elmo.model.blocks import trained_linear
+
 
 class Softmax(nn.Module):
     """``logits = h W^T + b``; ``weight``: ``(vocab, projection_dim)``, ``bias``: ``(vocab,)``."""
@@ -76,7 +78,7 @@ class Softmax(nn.Module):
                 # The product comes out in the autocast dtype; the float32 bias keeps the sum float32.
                 sampled_logits = h @ sampled_w.t() + correction
             else:  # the bias joins the product's kernel: no (n, k) pass for it
-                sampled_logits = torch.addmm(correction, h, sampled_w.t())
+                sampled_logits = trained_linear(h, sampled_w, correction)
             hits = wanted.unsqueeze(1) == sampled.unsqueeze(0)
             sampled_logits = sampled_logits.masked_fill(hits, torch.finfo(sampled_logits.dtype).min)
             # -log_softmax([true, sampled])[0], without copying the logits into one (n, k + 1) tensor.
