@@ -99,6 +99,7 @@ lane_a() {  # the baselines and SQuAD +ELMo, then sample efficiency, then the la
   step "A: main baselines"; E main --variants baseline --output "$RUNS/main-baseline.md"
   step "A: main squad +ELMo"; E main --variants elmo --configs configs/tasks/squad.toml --output "$RUNS/main-squad.md"
   step "A: samples"; E samples --output "$RUNS/samples.md"
+  step "A: precision"; E precision --variants bfloat16 --output "$RUNS/precision.md"
   step "A: layers"; E layers --configs "${FIVE[@]}" --variants mix-l2-1 top --output "$RUNS/layers-a.md"
   step "A: done"
 }
@@ -153,6 +154,7 @@ everything() {
   E layers --configs "${FIVE[@]}" --output docs/tasks/layers.md
   E placement --configs "${FIVE[@]}" --output docs/tasks/placement.md
   E samples --output docs/tasks/samples.md
+  E precision --output docs/tasks/precision.md  # its float32 column is the main table's CoNLL-2003 +ELMo runs
   E weights --configs "${FIVE[@]}"
   E snli --output docs/tasks/snli.md
   E gap --output docs/tasks/coref-gap.md
@@ -179,6 +181,7 @@ status() {  # every planned training run: done, reused, partly trained or not st
   E layers --configs "${FIVE[@]}" --status
   E placement --configs "${FIVE[@]}" --status
   E samples --status
+  E precision --status
   echo; tail -n 4 "$LOGS/steps.log" 2>/dev/null || true
 }
 case "${3:-}" in
