@@ -8,7 +8,8 @@ run one after another so that a busy machine slows them alike:
 
 * ``float32``: this checkout's default;
 * ``bfloat16``: this checkout with ``--precision bfloat16``;
-* ``bfloat16 before`` (with ``--before SRC``): an earlier checkout's ``--precision bfloat16``.
+* ``bfloat16 before`` (with ``--before SRC``): an earlier checkout's ``--precision bfloat16``;
+* ``int8`` (with ``--int8``): this checkout with ``--precision int8``.
 
 bfloat16 runs with ``ELMO_BFLOAT16_CHECK=0``, so that it is measured even where the runtime's
 check would choose float32. Each configuration runs once untimed first (the warm state is
@@ -67,6 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--before", help="src/ folder of an earlier checkout, for its bfloat16 row")
+    parser.add_argument("--int8", action="store_true", help="also time --precision int8")
     parser.add_argument("--output", default="results/benchmarks/bf16_whole_process.json")
     args = parser.parse_args(argv)
 
@@ -81,6 +83,8 @@ def main(argv: list[str] | None = None) -> int:
     sources = {"float32": ("float32", here), "bfloat16": ("bfloat16", here)}
     if args.before:
         sources["bfloat16 before"] = ("bfloat16", os.path.abspath(args.before))
+    if args.int8:
+        sources["int8"] = ("int8", here)
     rows, deviations = [], {}
     for size in args.sizes:
         folder = os.path.join(work, size)

@@ -28,6 +28,10 @@ aten = torch.ops.aten
 ROWS_AT = {aten.mm: (0, 0), aten.addmm: (1, 0), aten.linear: (0, 0), aten.matmul: (0, -2), aten.bmm: (0, 1),
            aten.baddbmm: (1, 1), aten.conv1d: (0, 0), aten.convolution: (0, 0), aten.mkldnn_linear: (0, 0),
            torch.ops.mkldnn._linear_pointwise: (0, 0)}
+# oneDNN's int8 product (precision int8), where this PyTorch has it: its weight is packed (in, out).
+QLINEAR = getattr(torch.ops.onednn, "qlinear_pointwise", None)
+if QLINEAR is not None:
+    ROWS_AT[QLINEAR] = (0, 0)
 # Products whose operands are the model's weights alone (no rows of a batch).
 MODEL_ONLY = {aten.einsum}
 
@@ -83,7 +87,18 @@ def in_a_batch(**kwargs):
 
 
 KERNELS = [pytest.param({}, id="float32"), pytest.param({"token_memo": 0}, id="no-memo"),
-           pytest.param({"precision": "bfloat16"}, id="bfloat16")]
+           pytest.param({"precision": "bfloat16"}, id="bfloat16"), pytest.param({"precision": "int8"}, id="int8")]
+
+
+@pytest.fixture(autouse=True)
+def _int8_here(request):
+    """The int8 cases need oneDNN's int8 kernel (elsewhere int8 runs float32, tested elsewhere)."""
+    params = request.node.callspec.params if hasattr(request.node, "callspec") else {}
+    if params.get("options", {}).get("precision") == "int8":
+        if params.get("product_kernel") == "bmm":
+            pytest.skip("int8 is oneDNN's kernel: no batched-product branch to test")
+        if not blocks.int8_for("cpu"):
+            pytest.skip("this PyTorch has no oneDNN int8 linear kernel")
 
 
 @pytest.mark.parametrize("options", KERNELS)
@@ -113,7 +128,8 @@ def split(shapes: set[tuple]) -> tuple[set[tuple], set[tuple]]:
     """The LSTM's products and the character CNN's (convolutions, highway, projection)."""
     assert not LSTM_WEIGHTS & CNN_WEIGHTS  # else the weights could not tell them apart
     lstm = {s for s in shapes
-            if s[0] in LSTM_PRODUCTS or (s[0] == "_linear_pointwise" and s[1][1] in LSTM_WEIGHTS)}
+            if s[0] in LSTM_PRODUCTS or (s[0] == "_linear_pointwise" and s[1][1] in LSTM_WEIGHTS)
+            or (s[0] == "qlinear_pointwise" and s[1][1][::-1] in LSTM_WEIGHTS)}
     return lstm, shapes - lstm
 
 
@@ -138,18 +154,20 @@ def test_a_sentence_meets_the_same_products_alone_and_in_any_batch(options, prod
             assert reference_cnn <= cnn, label
 
 
-def test_vectors_are_the_same_bits_alone_in_any_batch_and_resumed():
+@pytest.mark.parametrize("options", [pytest.param({}, id="float32"), pytest.param({"precision": "int8"}, id="int8")])
+def test_vectors_are_the_same_bits_alone_in_any_batch_and_resumed(options):
     """The consequence, checked on this CPU: a sentence's vectors to the bit, whatever its batch
     (sizes 1, 3, 16, 17 and 40: one row block, a partial one, two), its position, the memo's
-    contents and where the run started."""
-    reference = embedder(token_memo=0).embed_sentences([TARGET])[0]
-    shared = embedder()
+    contents and where the run started. int8 quantizes each row on its own scale and sums in
+    int32, exactly: the same holds."""
+    reference = embedder(token_memo=0, **options).embed_sentences([TARGET])[0]
+    shared = embedder(**options)
     for batch_size in (1, 3, 16, 17, 40):
-        got = embedder().embed_sentences(LINES[:40], batch_size=batch_size)[LINES.index(TARGET)]
+        got = embedder(**options).embed_sentences(LINES[:40], batch_size=batch_size)[LINES.index(TARGET)]
         assert np.array_equal(got, reference), batch_size
     shared.embed_sentences(LINES[20:40])
     assert np.array_equal(shared.embed_sentences(LINES[:40])[LINES.index(TARGET)], reference)
-    resumed = embedder().embed_sentences(LINES[LINES.index(TARGET):40])[0]
+    resumed = embedder(**options).embed_sentences(LINES[LINES.index(TARGET):40])[0]
     assert np.array_equal(resumed, reference)
 
 

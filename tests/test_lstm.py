@@ -126,6 +126,27 @@ def test_trained_linear_equals_addmm_values_and_gradients(product_kernel, with_b
         assert torch.equal(blocks_module.trained_linear(x, weight, bias), expected)
 
 
+def test_int8_products_are_close_and_each_row_its_own():
+    """blocks.quantize + blocks.linear: within int8's rounding of the float64 product (each
+    operand to 1/254 of its row's largest value), the bias added in float32; and a row's result
+    is the same bits whatever the block's other rows hold (each row has its own scale, the sums
+    are exact int32)."""
+    if not blocks_module.int8_for("cpu"):
+        pytest.skip("this PyTorch has no oneDNN int8 linear kernel")
+    torch.manual_seed(3)
+    x, weight, bias = torch.randn(16, 96), torch.randn(40, 96) * 0.1, torch.randn(40)
+    packed = blocks_module.quantize(weight, 16)
+    got = blocks_module.linear(x, packed, bias)
+    exact = x.double() @ weight.double().t() + bias.double()
+    assert got.dtype == torch.float32
+    assert float((got.double() - exact).norm() / (exact - bias.double()).norm()) < 0.02
+    other = torch.randn(16, 96) * 100.0
+    other[3] = x[3]
+    assert torch.equal(blocks_module.linear(other, packed, bias)[3], got[3])
+    assert blocks_module.linear(torch.zeros(16, 96), packed).abs().max() == 0.0  # padding rows stay zero
+    assert not blocks_module.int8_for("cuda")
+
+
 @pytest.mark.parametrize("rows", [1, 16, 45])
 def test_bfloat16_products_match_float32_within_bfloat16_rounding(rows):
     """blocks.linear on bfloat16 operands (oneDNN's kernel on a pre-packed weight where the CPU

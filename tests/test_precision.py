@@ -93,3 +93,32 @@ def test_real_measurement_runs_both_precisions():
     """The timing itself, on a tiny size: positive seconds for both precisions."""
     for dtype in (torch.float32, torch.bfloat16):
         assert elmo.inference.precision._lstm_step_seconds(16, 8, dtype, rows=4, steps=2) > 0
+
+
+def test_int8_is_opt_in_close_to_float32_and_falls_back_where_it_cannot_run(monkeypatch):
+    """precision int8: float32 activations, int8 products; every token vector within cosine 0.999
+    of float32's (the fixture model), no timing check (it is asked for, not measured), and
+    float32 with a warning where oneDNN's int8 kernel is missing. The caller's model is not
+    changed."""
+    import numpy as np
+
+    from elmo import Embedder
+    from elmo.model import blocks
+
+    model = load_fixture_model("allennlp")
+    before = {name: p.detach().clone() for name, p in model.named_parameters()}
+    sentences = [["The", "cat", "sat", "on", "the", "mat", "."], ["Colourless", "green", "ideas", "sleep"]]
+    exact = Embedder(model).embed_sentences(sentences)
+    if blocks.int8_for("cpu"):
+        runtime = Runtime(model, precision="int8")
+        assert runtime.precision == "int8" and runtime.dtype == torch.float32
+        reduced = Embedder(model, precision="int8").embed_sentences(sentences)
+        for a, b in zip(reduced, exact):
+            a, b = a.reshape(-1, a.shape[-1]), b.reshape(-1, b.shape[-1])
+            cosines = (a * b).sum(1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))
+            assert cosines.min() >= 0.999
+            assert not np.array_equal(a, b)  # int8 really ran
+    monkeypatch.setattr(blocks, "_onednn_int8_works", lambda: False)
+    with pytest.warns(UserWarning, match="int8 products need oneDNN's int8 kernel"):
+        assert Runtime(model, precision="int8").precision == "float32"
+    assert all(torch.equal(p, before[name]) for name, p in model.named_parameters())

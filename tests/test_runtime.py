@@ -44,7 +44,7 @@ def test_bfloat16_stays_close_to_float32(bfloat16_selected):
     scale = max(float(np.abs(b).max()) for b in reference if b.size)
     assert 0 < worst < 0.05 * scale
     with pytest.raises(ValueError, match="precision"):
-        Embedder(model, precision="int8")
+        Embedder(model, precision="int4")
 
 
 LONG_SENTENCE = """

@@ -30,7 +30,8 @@ def add_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--port", type=int, default=8080, help="port to listen on (0: any free port, printed)")
     parser.add_argument("--device", default=DEFAULT_DEVICE, help=f"torch device: {DEVICES}")
     parser.add_argument("--precision", default=DEFAULT_PRECISION, choices=list(PRECISIONS),
-                        help="matrix products in this precision (bfloat16: fast on CPUs with AVX-512 BF16 or AMX)")
+                        help="matrix products in this precision (bfloat16: fast on CPUs with AVX-512 BF16 or AMX; "
+                             "int8: CPUs, the original size)")
     parser.add_argument("--state", default=DEFAULT_STATE, choices=("warm", "reset"),
                         help="LSTM state policy; both make every answer independent of other requests")
     parser.add_argument("--threads", type=int,

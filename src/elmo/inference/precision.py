@@ -22,12 +22,15 @@ from pathlib import Path
 import torch
 
 from elmo.fileio import atomic_path
-from elmo.model.blocks import onednn_for
+from elmo.model.blocks import int8_for, onednn_for
 from elmo.model.config import BiLMConfig
 from elmo.model.lstm import LstmLayer, bilstm_inference, stack_directions
 
 # Precision of the matrix products on the fast path; states and nonlinearities stay float32.
-PRECISIONS = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+# Each name maps to the dtype the activations take. int8 keeps them float32 and runs the LSTM's
+# and the highway and projection layers' products on int8 operands (elmo.model.blocks.quantize):
+# a CPU with oneDNN's int8 kernel only, opt-in (docs/speed.md, "int8").
+PRECISIONS = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16, "int8": torch.float32}
 DEFAULT_PRECISION = "float32"
 # /proc/cpuinfo flags of x86 CPUs that compute bfloat16 products in hardware.
 BFLOAT16_FLAGS = frozenset({"avx512_bf16", "amx_bf16"})
@@ -119,7 +122,13 @@ def effective_precision(precision: str, device: torch.device, config: BiLMConfig
     """The precision to run: ``precision``, except bfloat16 on a CPU where it would be slower
     than float32, where float32 runs and a warning says why: an x86 CPU without bfloat16
     hardware (it would be emulated), or one where :func:`bfloat16_pays` measured it slower for
-    this model's size. ``$ELMO_BFLOAT16_CHECK=0`` skips that measurement."""
+    this model's size. ``$ELMO_BFLOAT16_CHECK=0`` skips that measurement. int8 runs only on a
+    CPU with oneDNN's int8 kernel (elsewhere float32, with a warning); it is asked for, not
+    measured, since it is opt-in and its gain depends on the model's size (docs/speed.md)."""
+    if precision == "int8" and not int8_for(device):
+        warnings.warn(f"precision: int8 products need oneDNN's int8 kernel on a CPU, not available on {device} "
+                      "here; running float32", stacklevel=3)
+        return "float32"
     if precision != "bfloat16" or device.type != "cpu":
         return precision
     if cpu_has_bfloat16() is False:

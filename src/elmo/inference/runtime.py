@@ -89,6 +89,7 @@ class Runtime:
         precision = effective_precision(precision, self.device, self.model.config)
         self.dtype = PRECISIONS[precision]
         self.precision = precision
+        self.int8 = precision == "int8"  # float32 activations, int8 products (PRECISIONS)
         self._stacked: dict[int, tuple[tuple, StackedWeights]] = {}
         # Token vectors never depend on context: a word seen in an earlier batch is looked up,
         # not encoded again. Bounded, and dropped whenever the encoder's weights change.
@@ -183,7 +184,7 @@ class Runtime:
         key = tuple((id(p), p._version) for layer in layers for p in layer.parameters())
         cached = self._stacked.get(index)
         if cached is None or cached[0] != key:
-            cached = (key, stack_directions(*layers, self.dtype))
+            cached = (key, stack_directions(*layers, self.dtype, self.int8))
             self._stacked[index] = cached
         return cached[1]
 
@@ -216,7 +217,7 @@ class Runtime:
             texts = [w for w in words if w not in marker_ids]
             by_word = dict(zip(texts, characters.batch([[w] for w in texts])[0][:, 0])) if texts else {}
             rows_ids = torch.stack([torch.as_tensor(marker_ids[w]) if w in marker_ids else by_word[w] for w in words])
-            vectors = encode_words_fast(self.model.token_encoder, rows_ids.to(self.device), self.dtype)
+            vectors = encode_words_fast(self.model.token_encoder, rows_ids.to(self.device), self.dtype, self.int8)
             for word, vector in zip(words, vectors):
                 found[word] = vector
                 if self.token_memo_size > 0:
@@ -239,7 +240,7 @@ class Runtime:
         batch = char_ids.shape[0]
         ids, full_mask = add_boundaries(char_ids, mask, model.characters.bos_ids, model.characters.eos_ids)
         if tokens is None:
-            tokens = encode_fast(model.token_encoder, ids, full_mask, self.dtype)
+            tokens = encode_fast(model.token_encoder, ids, full_mask, self.dtype, self.int8)
         if state is None:
             state = model.zero_state(batch)
         lengths = full_mask.sum(dim=1)

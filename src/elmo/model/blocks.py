@@ -19,6 +19,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 
@@ -126,6 +127,59 @@ def _onednn_bfloat16_works() -> bool:
         return False
 
 
+@functools.cache
+def _onednn_int8_works() -> bool:
+    """Whether this PyTorch has oneDNN's int8 linear kernel and it computes a product (probed
+    once: the operators are PyTorch's own, used by its quantization, not a documented API)."""
+    if not _onednn_linear_works():
+        return False
+    try:
+        weight = quantize(torch.ones(4, 3), 2)
+        return bool(torch.equal(linear(torch.ones(2, 3), weight), torch.full((2, 4), 3.0)))
+    except (AttributeError, RuntimeError, NotImplementedError):
+        return False
+
+
+def int8_for(device: torch.device | str) -> bool:
+    """Whether int8 products (:func:`quantize`) run on ``device``: a CPU whose PyTorch has
+    oneDNN's int8 linear kernel (VNNI or AMX-INT8 where the CPU has them)."""
+    return ONEDNN and torch.device(device).type == "cpu" and _onednn_int8_works()
+
+
+class Int8Weight(NamedTuple):
+    """A float32 weight ``(out, in)`` quantized to int8 per output row (symmetric: ``weight ~
+    scales[:, None] * values``) and packed for oneDNN's int8 kernel: what :func:`quantize`
+    makes and :func:`linear` reads."""
+
+    packed: torch.Tensor
+    scales: torch.Tensor       # (out,) float32
+    zero_points: torch.Tensor  # (out,) zeros: the quantization is symmetric
+
+
+def quantize(weight: torch.Tensor, rows: int) -> Int8Weight:
+    """``weight`` ``(out, in)`` float32 quantized once per output row and packed for products of
+    ``rows`` rows (docs/speed.md, "int8")."""
+    weight = weight.detach().float()
+    scales = weight.abs().amax(1).clamp_min(torch.finfo(torch.float32).tiny) / 127
+    values = torch.round(weight / scales.unsqueeze(1)).to(torch.int8)
+    packed = torch.ops.onednn.qlinear_prepack(values, [rows, weight.shape[1]])
+    return Int8Weight(packed, scales, torch.zeros(len(scales), dtype=torch.long, device=weight.device))
+
+
+def _int8_linear(x: torch.Tensor, weight: Int8Weight, bias: torch.Tensor | None) -> torch.Tensor:
+    """:func:`linear` on an int8 weight: each row of ``x`` quantized on its own scale (read from
+    that row alone, so that no row's result depends on another's), the integer product summed
+    exactly in int32 by oneDNN, then scaled back by the row's and the column's scales."""
+    x = x.float().contiguous()
+    row_scales = x.abs().amax(1, keepdim=True).clamp_min(torch.finfo(torch.float32).tiny) / 127
+    # The x86 kernel takes unsigned activations: the symmetric values shifted by a zero point of 128.
+    shifted = torch.round(x / row_scales).add_(128).to(torch.uint8)
+    y = torch.ops.onednn.qlinear_pointwise(shifted, 1.0, 128, weight.packed, weight.scales, weight.zero_points,
+                                           None, 1.0, 0, torch.float32, "none", [], "")
+    y.mul_(row_scales)
+    return y.add_(bias) if bias is not None else y
+
+
 def onednn_for(device: torch.device | str, dtype: torch.dtype) -> bool:
     """Whether :func:`linear` runs oneDNN's kernel for operands of ``dtype`` on ``device``: float32
     on a CPU whose PyTorch has it, bfloat16 where oneDNN also has the CPU's bfloat16 instructions
@@ -149,7 +203,10 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     """``x @ weight.T + bias`` ``(rows, out)`` for ``x`` ``(rows, in)``, ``weight`` ``(out, in)``
     contiguous (or :func:`prepack`'s result) and ``bias`` ``(out,)``, in ``x``'s dtype: oneDNN's
     kernel where :func:`onednn_for` says so and no gradient is wanted (it has no backward),
-    ``torch.nn.functional.linear`` otherwise."""
+    ``torch.nn.functional.linear`` otherwise; for :func:`quantize`'s weight, oneDNN's int8 kernel
+    on ``x`` quantized row by row (float32 result)."""
+    if isinstance(weight, Int8Weight):
+        return _int8_linear(x, weight, bias)
     if weight.layout == torch._mkldnn:  # prepacked: only oneDNN reads it
         return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "")
     if (onednn_for(x.device, x.dtype) and weight.dtype == x.dtype
@@ -217,5 +274,5 @@ def in_blocks(x: torch.Tensor, block: int, product: Callable[[torch.Tensor, torc
 
 
 __all__ = ["BLOCK_SIZES", "GATE_BLOCK", "HEAD_BLOCK", "ONEDNN", "ROW_BLOCK",
-           "WORD_BLOCK", "BlockSizes", "block_sizes", "in_blocks", "linear", "onednn_for", "pad_rows", "padded", "prepack",
-           "row_block", "trained_linear"]
+           "WORD_BLOCK", "BlockSizes", "Int8Weight", "block_sizes", "in_blocks", "int8_for", "linear", "onednn_for",
+           "pad_rows", "padded", "prepack", "quantize", "row_block", "trained_linear"]

@@ -18,7 +18,7 @@ from typing import NamedTuple
 import torch
 from torch import nn
 
-from elmo.model.blocks import HEAD_BLOCK, block_sizes, linear, prepack
+from elmo.model.blocks import HEAD_BLOCK, block_sizes, int8_for, linear, prepack, quantize
 from elmo.model.chars import PAD_CHAR
 from elmo.model.config import CharCNNConfig
 
@@ -284,12 +284,15 @@ class EncoderWeights(NamedTuple):
 _CONVERTED: "weakref.WeakKeyDictionary[TokenEncoder, dict]" = weakref.WeakKeyDictionary()
 
 
-def encoder_weights(encoder: TokenEncoder, dtype: torch.dtype, head_rows: int) -> EncoderWeights:
+def encoder_weights(encoder: TokenEncoder, dtype: torch.dtype, head_rows: int, int8: bool = False) -> EncoderWeights:
     """``encoder``'s weights for :func:`encode_words_fast` in ``dtype``, for head products of
     ``head_rows`` rows. In float32 the parameters themselves (no copy); in reduced precision
-    converted (and pre-packed) once and remembered until a parameter changes (a tensor's
-    ``_version`` grows with every in-place update) or the encoder is gone."""
-    if dtype == torch.float32:
+    converted (and pre-packed) once, and with ``int8`` (float32 ``dtype``) the highway and
+    projection weights quantized once (:func:`elmo.model.blocks.quantize`; the convolutions stay
+    float32), remembered until a parameter changes (a tensor's ``_version`` grows with every
+    in-place update) or the encoder is gone."""
+    int8 = int8 and dtype == torch.float32 and int8_for(encoder.char_embedding.weight.device)
+    if dtype == torch.float32 and not int8:
         return EncoderWeights(tuple((conv.weight, conv.bias) for conv in encoder.convs),
                               padding_window_constants(encoder, dtype),
                               tuple((h.carry.weight, h.carry.bias, h.transform.weight, h.transform.bias)
@@ -299,11 +302,22 @@ def encoder_weights(encoder: TokenEncoder, dtype: torch.dtype, head_rows: int) -
     version = tuple((id(p), p._version) for p in encoder.parameters())
     device = encoder.char_embedding.weight.device
     known = _CONVERTED.setdefault(encoder, {})
-    key = (dtype, device, head_rows)
+    key = (dtype, device, head_rows, int8)
     cached = known.get(key)
     if cached is not None and cached[0] == version:
         return cached[1]
     with torch.no_grad():  # copies for inference (oneDNN's packed weights have no backward)
+        if int8:
+            weights = EncoderWeights(
+                tuple((conv.weight, conv.bias) for conv in encoder.convs),
+                padding_window_constants(encoder, dtype),
+                tuple((quantize(h.carry.weight, head_rows), h.carry.bias.float(),
+                       quantize(h.transform.weight, head_rows), h.transform.bias.float())
+                      for h in encoder.highways),
+                (quantize(encoder.projection.weight, head_rows), encoder.projection.bias.float())
+                if encoder.projection is not None else None)
+            known[key] = (version, weights)
+            return weights
         weights = EncoderWeights(
             tuple((conv.weight.to(dtype), conv.bias.to(dtype)) for conv in encoder.convs),
             padding_window_constants(encoder, dtype),
@@ -335,7 +349,8 @@ def _cnn_on_real_slots(encoder: TokenEncoder, ids: torch.Tensor, n_real: torch.T
     return torch.cat(pooled, dim=1)
 
 
-def encode_words_fast(encoder: TokenEncoder, ids: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+def encode_words_fast(encoder: TokenEncoder, ids: torch.Tensor, dtype: torch.dtype = torch.float32,
+                      int8: bool = False) -> torch.Tensor:
     """Token vectors ``(n, output_dim)`` for ``n`` *distinct, real* tokens ``ids`` ``(n, width)``.
 
     Equal to ``encoder(ids)`` up to float rounding, but convolves each word only over the
@@ -347,7 +362,8 @@ def encode_words_fast(encoder: TokenEncoder, ids: torch.Tensor, dtype: torch.dty
     decide: a word's vector is the same bits whatever other words are encoded with it
     (:mod:`elmo.model.blocks`), and memory stays bounded however many words come in. ``dtype``
     may be ``torch.bfloat16`` (or float16 on GPU) for the convolutions and matrix products; the
-    result is float32.
+    result is float32. ``int8``: the highway and projection products on int8 operands
+    (:func:`encoder_weights`).
     """
     n = ids.shape[0]
     out = ids.new_zeros((n, encoder.output_dim), dtype=torch.float32)
@@ -357,7 +373,7 @@ def encode_words_fast(encoder: TokenEncoder, ids: torch.Tensor, dtype: torch.dty
     n_real = (ids != encoder.pad_id).sum(dim=1)  # begin-of-word .. end-of-word
     sizes = block_sizes(ids.device)
     word_block, head_block = sizes.word, sizes.head
-    weights = encoder_weights(encoder, dtype, head_block)
+    weights = encoder_weights(encoder, dtype, head_block, int8)
     buckets = length_buckets(encoder.n_slots)
     bucket_of = torch.bucketize(n_real, torch.tensor(buckets, device=ids.device))
     widest = max(conv.kernel_size[0] for conv in encoder.convs)
@@ -419,7 +435,7 @@ def _highway_and_projection(encoder: TokenEncoder, x: torch.Tensor, dtype: torch
 
 
 def encode_fast(encoder: TokenEncoder, char_ids: torch.Tensor, mask: torch.Tensor,
-                dtype: torch.dtype = torch.float32) -> torch.Tensor:
+                dtype: torch.dtype = torch.float32, int8: bool = False) -> torch.Tensor:
     """Token vectors ``(batch, time, output_dim)`` for ``char_ids`` ``(batch, time, width)``,
     running the encoder once per distinct real token and never on padding (zero there)."""
     batch, time, n_chars = char_ids.shape
@@ -428,5 +444,5 @@ def encode_fast(encoder: TokenEncoder, char_ids: torch.Tensor, mask: torch.Tenso
     if real.shape[0] == 0:
         return out
     distinct, inverse = unique_rows(real)
-    out[mask] = encode_words_fast(encoder, distinct, dtype)[inverse]
+    out[mask] = encode_words_fast(encoder, distinct, dtype, int8)[inverse]
     return out

@@ -22,8 +22,8 @@ from typing import NamedTuple
 import torch
 from torch import nn
 
-from elmo.model.blocks import (GATE_BLOCK, block_sizes, in_blocks, linear, onednn_for, pad_rows, padded, prepack,
-                               row_block)
+from elmo.model.blocks import (GATE_BLOCK, block_sizes, in_blocks, int8_for, linear, onednn_for, pad_rows, padded,
+                               prepack, quantize, row_block)
 
 FORGET_BIAS = 1.0
 
@@ -169,7 +169,8 @@ def _tanh(x: torch.Tensor) -> torch.Tensor:
 class LinearWeights(NamedTuple):
     """One direction's weights in the layout of :func:`elmo.model.blocks.linear` (``(out, in)``,
     contiguous, in float32; in bfloat16 pre-packed by :func:`elmo.model.blocks.prepack` for the
-    block size each runs on), for the CPU's oneDNN products."""
+    block size each runs on; for int8, :func:`elmo.model.blocks.quantize`'s weights), for the CPU's
+    oneDNN products."""
 
     input: torch.Tensor        # (4*dim, input_dim)
     state: torch.Tensor        # (4*dim, proj)
@@ -205,8 +206,11 @@ def tanh_by_sigmoid(device: torch.device) -> bool:
 
 
 @torch.inference_mode()
-def stack_directions(forward_layer: LstmLayer, backward_layer: LstmLayer, dtype: torch.dtype) -> StackedWeights:
-    """Both directions' weights for :func:`bilstm_inference`, in ``dtype`` (the bias in float32)."""
+def stack_directions(forward_layer: LstmLayer, backward_layer: LstmLayer, dtype: torch.dtype,
+                     int8: bool = False) -> StackedWeights:
+    """Both directions' weights for :func:`bilstm_inference`, in ``dtype`` (the bias in float32);
+    with ``int8`` (float32 ``dtype``, a CPU where :func:`elmo.model.blocks.int8_for`), the
+    products' weights quantized to int8 (:func:`elmo.model.blocks.quantize`)."""
     layers = (forward_layer, backward_layer)
     dim = forward_layer.dim
     doubled = tanh_by_sigmoid(forward_layer.state_weight.device)
@@ -226,12 +230,16 @@ def stack_directions(forward_layer: LstmLayer, backward_layer: LstmLayer, dtype:
         states = torch.stack(state_weights).to(dtype)  # (2, 4*dim, proj)
         projections = torch.stack([l.projection.detach() for l in layers]).to(dtype)  # (2, proj, dim)
         bias = torch.stack(biases)  # (2, 4*dim)
-        if dtype == torch.float32:
+        rows, gate = row_block(device), block_sizes(device).gate
+        if int8 and dtype == torch.float32 and int8_for(device):
+            # Quantized once per direction and product, for the block size it runs on.
+            linear = tuple(LinearWeights(quantize(inputs[d], gate), quantize(states[d], rows),
+                                         quantize(projections[d], rows), bias[d]) for d in range(2))
+        elif dtype == torch.float32:
             linear = tuple(LinearWeights(inputs[d], states[d], projections[d], bias[d]) for d in range(2))
         else:
             # bfloat16: each weight packed once for the block size it runs on, so that no product
             # reorders it again (docs/speed.md, "bfloat16 on the CPU's own instructions").
-            rows, gate = row_block(device), block_sizes(device).gate
             linear = tuple(LinearWeights(prepack(inputs[d], gate), prepack(states[d], rows),
                                          prepack(projections[d], rows), bias[d]) for d in range(2))
         return StackedWeights(inputs.transpose(1, 2), states.transpose(1, 2), projections.transpose(1, 2),
