@@ -385,21 +385,31 @@ GC_AFTER_IMPORT = """
 import gc, sys
 if sys.argv[1] == "off":
     gc.disable()
+mine = [[] for _ in range(1000)]
+if sys.argv[1] == "frozen":
+    gc.freeze()
+frozen_before = gc.get_freeze_count()
 import elmo
-print(gc.isenabled(), gc.get_freeze_count(), gc.get_count()[0])
+print(gc.isenabled(), frozen_before, gc.get_freeze_count(), gc.get_count()[0])
 """
 
 
-@pytest.mark.parametrize("collector", ["on", "off"])
+@pytest.mark.parametrize("collector", ["on", "off", "frozen"])
 def test_importing_elmo_leaves_the_collector_as_it_was_and_freezes_nothing(collector):
     """``import elmo`` holds the cyclic collector off while PyTorch loads, then puts what the
     imports made in the oldest generation: the collector is on or off as the program had it,
-    nothing stays frozen, and no young collection is left to walk the imports' objects."""
+    nothing stays frozen, and no young collection is left to walk the imports' objects. What the
+    program froze itself stays frozen."""
     done = subprocess.run([sys.executable, "-c", GC_AFTER_IMPORT, collector], capture_output=True, text=True,
                           check=True)
-    enabled, frozen, young = done.stdout.split()
-    assert enabled == str(collector == "on") and frozen == "0"
-    assert int(young) < 1000, young  # a million objects were made: none are waiting in the youngest generation
+    enabled, frozen_before, frozen, young = done.stdout.split()
+    assert enabled == str(collector != "off")
+    if collector == "frozen":
+        # Nothing of the program's was unfrozen (a few frozen objects are freed by the imports).
+        assert int(frozen) > int(frozen_before) // 2 > 0
+    else:
+        assert frozen == "0"
+        assert int(young) < 1000, young  # a million objects were made: none are waiting in the youngest generation
 
 
 def test_the_command_line_freezes_its_imports_but_a_call_from_python_does_not(tmp_path):

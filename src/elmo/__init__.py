@@ -17,8 +17,10 @@ import warnings
 # would walk them again and again while they are made: 0.2-0.3 s of a one-sentence `elmo embed`
 # (docs/speed.md, "Start-up"). Collection waits until the imports are done, and what they made
 # then joins the oldest generation directly (freeze, then unfreeze), as if it had survived the
-# collections it skipped, instead of being walked by the next young one.
+# collections it skipped, instead of being walked by the next young one. A program that froze
+# objects of its own (before forking workers, say) keeps them frozen: then nothing is moved.
 _collecting = _gc.isenabled()
+_frozen_by_caller = _gc.get_freeze_count() > 0
 _gc.disable()
 try:
     from elmo.hub.checkpoints import save_checkpoint
@@ -36,8 +38,9 @@ try:
     from elmo.model.weights import WeightsError, save_bilm_tf
     from elmo.version import __version__ as __version__
 finally:
-    _gc.freeze()
-    _gc.unfreeze()
+    if not _frozen_by_caller:
+        _gc.freeze()
+        _gc.unfreeze()
     if _collecting:
         _gc.enable()
 
