@@ -178,7 +178,8 @@ print(json.dumps({{"imports": t1 - t0, "weight_loading": t2 - t1, "warm_state": 
 
 # The whole-process configurations: (precision, with the vocabulary cache).
 WHOLE_PROCESS_CONFIGURATIONS = {"float32": ("float32", False), "bfloat16": ("bfloat16", False),
-                                "float32+cache": ("float32", True), "bfloat16+cache": ("bfloat16", True)}
+                                "int8": ("int8", False), "float32+cache": ("float32", True),
+                                "bfloat16+cache": ("bfloat16", True)}
 
 
 def whole_process(args) -> list[dict]:
