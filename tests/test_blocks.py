@@ -98,7 +98,7 @@ def _int8_here(request):
         if params.get("product_kernel") == "bmm":
             pytest.skip("int8 is oneDNN's kernel: no batched-product branch to test")
         if not blocks.int8_for("cpu"):
-            pytest.skip("this PyTorch has no oneDNN int8 linear kernel")
+            pytest.skip("no exact oneDNN int8 kernel here (this PyTorch, or a CPU without VNNI)")
 
 
 @pytest.mark.parametrize("options", KERNELS)

@@ -132,7 +132,7 @@ def test_int8_products_are_close_and_each_row_its_own():
     is the same bits whatever the block's other rows hold (each row has its own scale, the sums
     are exact int32)."""
     if not blocks_module.int8_for("cpu"):
-        pytest.skip("this PyTorch has no oneDNN int8 linear kernel")
+        pytest.skip("no exact oneDNN int8 kernel here (this PyTorch, or a CPU without VNNI)")
     torch.manual_seed(3)
     x, weight, bias = torch.randn(16, 96), torch.randn(40, 96) * 0.1, torch.randn(40)
     packed = blocks_module.quantize(weight, 16)

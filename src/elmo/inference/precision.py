@@ -126,8 +126,8 @@ def effective_precision(precision: str, device: torch.device, config: BiLMConfig
     CPU with oneDNN's int8 kernel (elsewhere float32, with a warning); it is asked for, not
     measured, since it is opt-in and its gain depends on the model's size (docs/speed.md)."""
     if precision == "int8" and not int8_for(device):
-        warnings.warn(f"precision: int8 products need oneDNN's int8 kernel on a CPU, not available on {device} "
-                      "here; running float32", stacklevel=3)
+        warnings.warn(f"precision: int8 products need oneDNN's int8 kernel on a CPU with VNNI or AMX-INT8, not "
+                      f"available on {device} here; running float32", stacklevel=3)
         return "float32"
     if precision != "bfloat16" or device.type != "cpu":
         return precision

@@ -129,8 +129,11 @@ def _onednn_bfloat16_works() -> bool:
 
 @functools.cache
 def _onednn_int8_works() -> bool:
-    """Whether this PyTorch has oneDNN's int8 linear kernel and it computes a product (probed
-    once: the operators are PyTorch's own, used by its quantization, not a documented API)."""
+    """Whether this PyTorch has oneDNN's int8 linear kernel and it computes a product exactly on
+    this CPU (probed once: the operators are PyTorch's own, used by its quantization, not a
+    documented API). The probe multiplies the largest values, 255 x 127 per term: without VNNI
+    (AVX2 alone) oneDNN sums pairs of such terms in 16 bits, which saturate (it returned 1.02
+    for 3.0 with ONEDNN_MAX_CPU_ISA=AVX2), and int8 must not run there."""
     if not _onednn_linear_works():
         return False
     try:
@@ -142,7 +145,8 @@ def _onednn_int8_works() -> bool:
 
 def int8_for(device: torch.device | str) -> bool:
     """Whether int8 products (:func:`quantize`) run on ``device``: a CPU whose PyTorch has
-    oneDNN's int8 linear kernel (VNNI or AMX-INT8 where the CPU has them)."""
+    oneDNN's int8 linear kernel and where it sums exactly (VNNI or AMX-INT8; see
+    :func:`_onednn_int8_works`)."""
     return ONEDNN and torch.device(device).type == "cpu" and _onednn_int8_works()
 
 
