@@ -99,7 +99,7 @@ lane_a() {  # the baselines and SQuAD +ELMo, then sample efficiency, then the la
   step "A: main baselines"; E main --variants baseline --output "$RUNS/main-baseline.md"
   step "A: main squad +ELMo"; E main --variants elmo --configs configs/tasks/squad.toml --output "$RUNS/main-squad.md"
   step "A: samples"; E samples --output "$RUNS/samples.md"
-  step "A: precision"; E precision --variants bfloat16 --output "$RUNS/precision.md"
+  step "A: precision"; E precision --variants bfloat16 int8 --output "$RUNS/precision.md"
   step "A: layers"; E layers --configs "${FIVE[@]}" --variants mix-l2-1 top --output "$RUNS/layers-a.md"
   step "A: done"
 }

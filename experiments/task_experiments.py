@@ -9,7 +9,7 @@
     python experiments/task_experiments.py gap         # the main table's LitBank coreference models scored on GAP
     python experiments/task_experiments.py domain-text --output TEXT [--split dev]  # the task's text, for elmo finetune
     python experiments/task_experiments.py domain --finetuned MODEL_DIR   # the biLM adapted to that text
-    python experiments/task_experiments.py precision   # the biLM in bfloat16 against float32, same seeds (CoNLL-2003)
+    python experiments/task_experiments.py precision   # the biLM in bfloat16 and int8 against float32, same seeds (CoNLL-2003)
     python experiments/task_experiments.py main --status   # where each planned run stands; trains nothing
 
 Every run goes to ``--runs/<experiment>/<config>/<variant>/seed-<n>`` and is skipped when its
@@ -63,7 +63,7 @@ VARIANTS = {
     "placement": {"input": {"elmo": {"placement": "input"}}, "output": {"elmo": {"placement": "output"}},
                   "both": {"elmo": {"placement": "both"}}},
     # The float32 variant has the main table's +ELMo settings, so it reuses those runs where they are.
-    "precision": {"float32": {}, "bfloat16": {"bilm": {"precision": "bfloat16"}}},
+    "precision": {"float32": {}, "bfloat16": {"bilm": {"precision": "bfloat16"}}, "int8": {"bilm": {"precision": "int8"}}},
 }
 
 # The variants a table runs when --variants does not name them: every one, except that the layer
@@ -404,16 +404,19 @@ def table(args, experiment: str, variants: dict) -> list[str]:
 
 
 def precision_table(args) -> list[str]:
-    """The ``precision`` table: the task with float32 and with bfloat16 biLM layers (mean ± std
-    over seeds), then each seed's pair and its difference. A bfloat16 run that fell back to
-    float32 (a CPU without bfloat16 instructions: its config.json records the precision that ran)
-    stops the experiment, since its score would say nothing about bfloat16."""
+    """The ``precision`` table: the task with float32, bfloat16 and int8 biLM layers (mean ± std
+    over seeds), then each seed's scores and each reduced precision's difference from float32. A
+    reduced-precision run that fell back to float32 (a CPU without the instructions: its
+    config.json records the precision that ran) stops the experiment, since its score would say
+    nothing about that precision."""
     os.environ["ELMO_BFLOAT16_CHECK"] = "0"  # run bfloat16 where the CPU has it, even where float32 is faster
     variants = {v: o for v, o in VARIANTS["precision"].items() if not args.variants or v in args.variants}
     if not variants:
         raise SystemExit(f"--variants: none of {', '.join(args.variants)} among {', '.join(VARIANTS['precision'])}")
     lines = ["| task | metric | split | " + " | ".join(variants) + " |", "|---|---|---|" + "---:|" * len(variants)]
-    pairs = ["", "| task | seed | float32 | bfloat16 | bfloat16 - float32 |", "|---|---:|---:|---:|---:|"]
+    reduced = [v for v in variants if v != "float32"] if "float32" in variants else []
+    pairs = ["", "| task | seed | float32 | " + " | ".join(f"{v} | {v} - float32" for v in reduced) + " |",
+             "|---|---:|---:|" + "---:|---:|" * len(reduced)]
     for config_path in args.configs:
         scores = {}
         for variant, overrides in variants.items():
@@ -427,16 +430,17 @@ def precision_table(args) -> list[str]:
                         ran = json.load(f).get("bilm", {}).get("precision", "float32")
                     if ran != config.bilm.precision:
                         raise SystemExit(f"{config.output}: asked for a {config.bilm.precision} biLM, ran {ran} (this "
-                                         "CPU has no bfloat16 instructions); the comparison needs a CPU that has them")
+                                         "CPU lacks its instructions); the comparison needs a CPU that has them")
         config = load_task_config(config_path)
         split = "test" if config.data.test is not None else "dev"
         lines.append(f"| {task_name(config_path)} | {config.metric} | {split} | "
                      + " | ".join(mean_std(scores[v]) for v in variants) + " |")
-        if len(variants) == 2:
-            for seed, exact, reduced in zip(args.seeds, scores["float32"], scores["bfloat16"]):
-                pairs.append(f"| {task_name(config_path)} | {seed} | {100 * exact:.2f} | {100 * reduced:.2f} | "
-                             f"{100 * (reduced - exact):+.2f} |")
-    return lines + (pairs if len(variants) == 2 else [])
+        for i, seed in enumerate(args.seeds):
+            exact = scores.get("float32", [None] * len(args.seeds))[i]
+            cells = [f"{100 * scores[v][i]:.2f} | {100 * (scores[v][i] - exact):+.2f}" for v in reduced]
+            pairs.append(f"| {task_name(config_path)} | {seed} | {100 * exact:.2f} | " + " | ".join(cells) + " |"
+                         if reduced else "")
+    return lines + (pairs if reduced else [])
 
 
 def write_markdown(args, path: str, title: str, command: str, lines: list[str]) -> None:

@@ -385,17 +385,17 @@ def test_weights_average_the_both_runs_over_seeds_and_table_them(experiments, tm
 
 def test_precision_table_pairs_seeds_reuses_main_runs_and_refuses_a_fallen_back_run(experiments, tmp_path,
                                                                                    monkeypatch):
-    """The float32 column is the main table's +ELMo runs (same settings); the bfloat16 runs train,
-    and each seed's pair gets its difference. A bfloat16 run whose config records that float32 ran
-    (no bfloat16 instructions) stops the table."""
+    """The float32 column is the main table's +ELMo runs (same settings); the bfloat16 and int8
+    runs train, and each seed's scores get their differences from float32. A run whose config
+    records that float32 ran (no bfloat16 instructions) stops the table."""
     args = _args(tmp_path)
     _finished_main_runs(experiments, args, {"elmo": [0.60, 0.62]})
-    ran = {"precision": "bfloat16"}
+    fall_back = []  # the precisions that run float32 instead
 
     def fake_train(config, resume, progress):
         settings = config.to_dict()
-        if config.bilm.precision == "bfloat16":
-            settings["bilm"] = {**settings["bilm"], **ran}
+        if config.bilm.precision in fall_back:
+            settings["bilm"] = {**settings["bilm"], "precision": "float32"}
         _run(config.output, settings)
         metrics = {"dev": 0.61, "test": 0.61, "seconds": 1.0}
         with open(os.path.join(config.output, "metrics.json"), "w") as f:
@@ -405,10 +405,12 @@ def test_precision_table_pairs_seeds_reuses_main_runs_and_refuses_a_fallen_back_
     monkeypatch.setattr(experiments, "train_task", fake_train)
     monkeypatch.setattr(experiments, "with_evaluated_test", lambda args, folder, config, metrics: metrics)
     lines = experiments.precision_table(args)
-    assert lines[0] == "| task | metric | split | float32 | bfloat16 |"
-    assert "| coref-litbank | 1 | 60.00 | 61.00 | +1.00 |" in lines
-    assert "| coref-litbank | 2 | 62.00 | 61.00 | -1.00 |" in lines
+    assert lines[0] == "| task | metric | split | float32 | bfloat16 | int8 |"
+    assert "| coref-litbank | 1 | 60.00 | 61.00 | +1.00 | 61.00 | +1.00 |" in lines
+    assert "| coref-litbank | 2 | 62.00 | 61.00 | -1.00 | 61.00 | -1.00 |" in lines
     assert args.reused == 2
-    ran["precision"] = "float32"
+    only = experiments.precision_table(_args(tmp_path, variants=["bfloat16"]))
+    assert only[0] == "| task | metric | split | bfloat16 |" and len(only) == 3  # no pairs without float32
+    fall_back.append("bfloat16")
     with pytest.raises(SystemExit, match="asked for a bfloat16 biLM, ran float32"):
         experiments.precision_table(_args(tmp_path / "other"))
