@@ -160,7 +160,7 @@ class Embedder:
     @property
     def precision(self) -> str:
         """The precision the biLM runs at: the one asked for, or float32 where bfloat16 would not
-        pay on this CPU (:func:`~elmo.inference.precision.effective_precision`)."""
+        pay or int8 cannot run on this CPU (:func:`~elmo.inference.precision.effective_precision`)."""
         return self.runtime.precision
 
     def reset_state(self) -> None:

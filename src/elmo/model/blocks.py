@@ -160,11 +160,17 @@ class Int8Weight(NamedTuple):
     zero_points: torch.Tensor  # (out,) zeros: the quantization is symmetric
 
 
+def _row_scales(m: torch.Tensor) -> torch.Tensor:
+    """The symmetric int8 scale of each row of ``m`` ``(rows, k)``: ``(rows, 1)``, its largest
+    magnitude over 127 (never zero, so that a zero row quantizes to zeros)."""
+    return m.abs().amax(1, keepdim=True).clamp_min(torch.finfo(torch.float32).tiny) / 127
+
+
 def quantize(weight: torch.Tensor, rows: int) -> Int8Weight:
     """``weight`` ``(out, in)`` float32 quantized once per output row and packed for products of
     ``rows`` rows (docs/speed.md, "int8")."""
     weight = weight.detach().float()
-    scales = weight.abs().amax(1).clamp_min(torch.finfo(torch.float32).tiny) / 127
+    scales = _row_scales(weight).squeeze(1)
     values = torch.round(weight / scales.unsqueeze(1)).to(torch.int8)
     packed = torch.ops.onednn.qlinear_prepack(values, [rows, weight.shape[1]])
     return Int8Weight(packed, scales, torch.zeros(len(scales), dtype=torch.long, device=weight.device))
@@ -175,7 +181,7 @@ def _int8_linear(x: torch.Tensor, weight: Int8Weight, bias: torch.Tensor | None)
     that row alone, so that no row's result depends on another's), the integer product summed
     exactly in int32 by oneDNN, then scaled back by the row's and the column's scales."""
     x = x.float().contiguous()
-    row_scales = x.abs().amax(1, keepdim=True).clamp_min(torch.finfo(torch.float32).tiny) / 127
+    row_scales = _row_scales(x)
     # The x86 kernel takes unsigned activations: the symmetric values shifted by a zero point of 128.
     shifted = torch.round(x / row_scales).add_(128).to(torch.uint8)
     y = torch.ops.onednn.qlinear_pointwise(shifted, 1.0, 128, weight.packed, weight.scales, weight.zero_points,
@@ -245,12 +251,19 @@ class _TrainedLinear(torch.autograd.Function):
         return grad_x, grad_weight, grad_bias
 
 
+def onednn_trains(x: torch.Tensor, weight: torch.Tensor) -> bool:
+    """Whether a training step's product of ``x`` and ``weight`` runs on oneDNN's kernel: both
+    float32, on a CPU where :func:`onednn_for` says so (MKL takes its slower paths on AMD CPUs:
+    docs/training.md). Elsewhere, bfloat16 autocast and GPUs included, PyTorch's own products."""
+    return x.dtype == weight.dtype == torch.float32 and onednn_for(x.device, x.dtype)
+
+
 def trained_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
     """``x @ weight.T + bias`` ``(rows, out)`` for a training step, with gradients: ``x`` ``(rows,
-    in)``, ``weight`` ``(out, in)``, ``bias`` ``(out,)``. On a CPU in float32 where
-    :func:`onednn_for` says so, oneDNN's kernel (on the development EPYC 2.3x MKL's at the sampled
-    softmax's shapes, single-threaded); elsewhere ``torch.addmm`` (``torch.mm`` without a bias)."""
-    if x.dtype == weight.dtype == torch.float32 and onednn_for(x.device, x.dtype):
+    in)``, ``weight`` ``(out, in)``, ``bias`` ``(out,)``. Where :func:`onednn_trains`, oneDNN's
+    kernel (on the development EPYC 2.3x MKL's at the sampled softmax's shapes,
+    single-threaded); elsewhere ``torch.addmm`` (``torch.mm`` without a bias)."""
+    if onednn_trains(x, weight):
         return _TrainedLinear.apply(x.contiguous(), weight.contiguous(), bias)
     if bias is None:
         return x @ weight.t()
@@ -279,4 +292,4 @@ def in_blocks(x: torch.Tensor, block: int, product: Callable[[torch.Tensor, torc
 
 __all__ = ["BLOCK_SIZES", "GATE_BLOCK", "HEAD_BLOCK", "ONEDNN", "ROW_BLOCK",
            "WORD_BLOCK", "BlockSizes", "Int8Weight", "block_sizes", "in_blocks", "int8_for", "linear", "onednn_for",
-           "pad_rows", "padded", "prepack", "quantize", "row_block", "trained_linear"]
+           "onednn_trains", "pad_rows", "padded", "prepack", "quantize", "row_block", "trained_linear"]

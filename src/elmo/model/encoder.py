@@ -306,25 +306,16 @@ def encoder_weights(encoder: TokenEncoder, dtype: torch.dtype, head_rows: int, i
     cached = known.get(key)
     if cached is not None and cached[0] == version:
         return cached[1]
+    # A head weight (highway, projection) in what its products read: quantized for int8 (whose
+    # dtype is float32, so the convolutions stay the parameters), else converted and packed.
+    head = (lambda w: quantize(w, head_rows)) if int8 else (lambda w: prepack(w.to(dtype), head_rows))
     with torch.no_grad():  # copies for inference (oneDNN's packed weights have no backward)
-        if int8:
-            weights = EncoderWeights(
-                tuple((conv.weight, conv.bias) for conv in encoder.convs),
-                padding_window_constants(encoder, dtype),
-                tuple((quantize(h.carry.weight, head_rows), h.carry.bias.float(),
-                       quantize(h.transform.weight, head_rows), h.transform.bias.float())
-                      for h in encoder.highways),
-                (quantize(encoder.projection.weight, head_rows), encoder.projection.bias.float())
-                if encoder.projection is not None else None)
-            known[key] = (version, weights)
-            return weights
         weights = EncoderWeights(
             tuple((conv.weight.to(dtype), conv.bias.to(dtype)) for conv in encoder.convs),
             padding_window_constants(encoder, dtype),
-            tuple((prepack(h.carry.weight.to(dtype), head_rows), h.carry.bias.float(),
-                   prepack(h.transform.weight.to(dtype), head_rows), h.transform.bias.float())
+            tuple((head(h.carry.weight), h.carry.bias.float(), head(h.transform.weight), h.transform.bias.float())
                   for h in encoder.highways),
-            (prepack(encoder.projection.weight.to(dtype), head_rows), encoder.projection.bias.float())
+            (head(encoder.projection.weight), encoder.projection.bias.float())
             if encoder.projection is not None else None)
     known[key] = (version, weights)
     return weights

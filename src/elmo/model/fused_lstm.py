@@ -165,12 +165,12 @@ def _stack(weights: Sequence[torch.Tensor], dtype: torch.dtype) -> torch.Tensor:
     return torch.stack(list(weights)).to(dtype)
 
 
-def _per_direction(x: torch.Tensor, weight: torch.Tensor) -> bool:
-    """Whether a step's product runs as oneDNN's kernel once per direction rather than as one
-    batched product: float32 on a CPU whose PyTorch has the kernel (:func:`elmo.model.blocks.onednn_for`).
-    At a training step's shapes (batch 32, the packaged model) it ran 1.3-1.7x as fast as MKL's
-    batched product on the development EPYC, single-threaded (docs/training.md)."""
-    return x.dtype == weight.dtype == torch.float32 and blocks.onednn_for(x.device, x.dtype)
+def _backward_weight(weight: torch.Tensor) -> torch.Tensor:
+    """``weight`` ``(n, out, in)`` transposed, for the backward's products, which multiply by the
+    weight rather than by its transpose: a contiguous ``(n, in, out)`` copy, made once per window,
+    where :func:`_product` runs oneDNN's kernel (which reads it so), else a view."""
+    transposed = weight.transpose(1, 2)
+    return transposed.contiguous() if blocks.onednn_trains(weight, weight) else transposed
 
 
 def _product(x: torch.Tensor, weight: torch.Tensor, add: torch.Tensor | None = None,
@@ -178,8 +178,10 @@ def _product(x: torch.Tensor, weight: torch.Tensor, add: torch.Tensor | None = N
     """``x @ weight.T`` per direction, plus ``add`` ``(n, rows, out)`` or ``bias`` ``(n, out)``
     if given: ``x`` ``(n, rows, in)``, ``weight`` ``(n, out, in)``; written into ``out`` when
     given. One batched product (``torch.bmm``/``baddbmm``, the GPU's branch), or oneDNN's kernel
-    per direction where :func:`_per_direction` says so (it reads ``weight`` contiguous)."""
-    if not _per_direction(x, weight):
+    once per direction where :func:`elmo.model.blocks.onednn_trains` says so (it reads ``weight``
+    contiguous): at a training step's shapes (batch 32, the packaged model) 1.3-1.7x as fast as
+    MKL's batched product on the development EPYC, single-threaded (docs/training.md)."""
+    if not blocks.onednn_trains(x, weight):
         if bias is not None:
             add = bias.unsqueeze(1)
         if add is None:
@@ -315,10 +317,7 @@ def _window_backward(ctx, d_out, d_c, d_h):
         d_gates_out, dh_out = d_gates_buffer.unbind(1), dh_buffer.unbind(1)
     d_gates, d_hs = [None] * time, [None] * time
     d_gates_next = None
-    # The step products of the backward multiply by the weights, not their transposes: (out, in)
-    # copies of the transposes, made once per window, are what a per-direction kernel reads.
-    w_h_back = w_h.transpose(1, 2).contiguous() if _per_direction(w_h, w_h) else w_h.transpose(1, 2)
-    w_p_back = w_p.transpose(1, 2).contiguous() if _per_direction(w_p, w_p) else w_p.transpose(1, 2)
+    w_h_back, w_p_back = _backward_weight(w_h), _backward_weight(w_p)
     for t in range(time - 1, -1, -1):
         if raw_h_steps is not None:
             dh = d_out_last if d_gates_next is None else _product(d_gates_next, w_h_back, add=d_out_steps[t])
@@ -342,8 +341,7 @@ def _window_backward(ctx, d_out, d_c, d_h):
     needs = ctx.needs_input_grad
     dx = dc0 = dh0 = None
     if needs[0]:
-        w_x_back = w_x.transpose(1, 2).contiguous() if _per_direction(w_x, w_x) else w_x.transpose(1, 2)
-        dx = _product(all_d_gates, w_x_back).view(n, time, batch, input_dim)
+        dx = _product(all_d_gates, _backward_weight(w_x)).view(n, time, batch, input_dim)
     if needs[1]:
         dc0 = dc * acts[:, 0, :, 2 * dim:3 * dim]
         if plan.lengths is not None:

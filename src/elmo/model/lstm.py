@@ -231,17 +231,12 @@ def stack_directions(forward_layer: LstmLayer, backward_layer: LstmLayer, dtype:
         projections = torch.stack([l.projection.detach() for l in layers]).to(dtype)  # (2, proj, dim)
         bias = torch.stack(biases)  # (2, 4*dim)
         rows, gate = row_block(device), block_sizes(device).gate
-        if int8 and dtype == torch.float32 and int8_for(device):
-            # Quantized once per direction and product, for the block size it runs on.
-            linear = tuple(LinearWeights(quantize(inputs[d], gate), quantize(states[d], rows),
-                                         quantize(projections[d], rows), bias[d]) for d in range(2))
-        elif dtype == torch.float32:
-            linear = tuple(LinearWeights(inputs[d], states[d], projections[d], bias[d]) for d in range(2))
-        else:
-            # bfloat16: each weight packed once for the block size it runs on, so that no product
-            # reorders it again (docs/speed.md, "bfloat16 on the CPU's own instructions").
-            linear = tuple(LinearWeights(prepack(inputs[d], gate), prepack(states[d], rows),
-                                         prepack(projections[d], rows), bias[d]) for d in range(2))
+        # Each weight made once into what its products read, for the block size it runs on: int8
+        # quantized; bfloat16 packed, so that no product reorders it again (docs/speed.md,
+        # "bfloat16 on the CPU's own instructions"); float32 as it is (prepack leaves it).
+        pack = quantize if int8 and dtype == torch.float32 and int8_for(device) else prepack
+        linear = tuple(LinearWeights(pack(inputs[d], gate), pack(states[d], rows), pack(projections[d], rows), bias[d])
+                       for d in range(2))
         return StackedWeights(inputs.transpose(1, 2), states.transpose(1, 2), projections.transpose(1, 2),
                               bias.unsqueeze(1), linear, doubled)
     return StackedWeights(torch.stack([l.input_weight.detach().t() * scale for l in layers]).to(dtype),
