@@ -123,6 +123,13 @@ def import_allennlp(source: str, lean: bool = False):
     return ElmoEmbedder
 
 
+def allennlp_command(source: str, options: str, weights: str, text: str, output: str, *extra: str) -> list[str]:
+    """The command line that runs this script on those files with AllenNLP's code from
+    ``source``, for the benchmarks that time it as a whole process."""
+    return [sys.executable, os.path.abspath(__file__), "--allennlp-src", source, options, weights, text, output,
+            *extra]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--allennlp-src", required=True, help="an unpacked allennlp 0.9.0 wheel")

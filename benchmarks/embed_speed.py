@@ -45,7 +45,9 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+from allennlp_embed import allennlp_command  # noqa: E402
 from common import (  # noqa: E402
+    installed_env,
     lstm_flops,
     matmul_peak_flops,
     peak_rss_bytes,
@@ -190,11 +192,7 @@ def whole_process(args) -> list[dict]:
 
     work = tempfile.mkdtemp(prefix="elmo-embed-speed-")
     text, sentences, tokens = write_sentences(args.text, args.sentences, work)
-    env = {**os.environ, "ELMO_CACHE": os.path.join(work, "elmo-cache")}
-    # Installed packages carry compiled bytecode; without this a checkout under
-    # PYTHONDONTWRITEBYTECODE would compile every module in every process (see startup.py).
-    env.pop("PYTHONDONTWRITEBYTECODE", None)
-    env["PYTHONPYCACHEPREFIX"] = os.path.join(work, "pycache")
+    env = installed_env({**os.environ, "ELMO_CACHE": os.path.join(work, "elmo-cache")}, work)
     if args.allennlp_src:
         subprocess.run([sys.executable, "-m", "compileall", "-q", args.allennlp_src], check=True,
                        stdout=subprocess.DEVNULL, env=env)
@@ -212,10 +210,8 @@ def whole_process(args) -> list[dict]:
         commands = {name: base + ["--precision", precision] + (["--vocab-cache", cache] if cached else [])
                     for name, (precision, cached) in WHOLE_PROCESS_CONFIGURATIONS.items()}
         if args.allennlp_src:
-            runner = os.path.join(os.path.dirname(os.path.abspath(__file__)), "allennlp_embed.py")
-            commands["AllenNLP ElmoEmbedder"] = [sys.executable, runner, "--allennlp-src", args.allennlp_src,
-                                                 options, weights, text, output,
-                                                 "--batch-size", str(args.batch_sizes[0])]
+            commands["AllenNLP ElmoEmbedder"] = allennlp_command(args.allennlp_src, options, weights, text, output,
+                                                                 "--batch-size", str(args.batch_sizes[0]))
         time_process(commands["float32"], env)  # computes and caches the warm state; not counted
         seconds = {name: [] for name in commands}
         for _ in range(args.repeats):

@@ -1,7 +1,9 @@
-"""Whether int8 products would pay for embedding on this CPU: speed and deviation, measured
-before building an int8 precision (issue 49, item 4).
+"""Whether int8 products pay for embedding on this CPU: speed and deviation (issue 49, item 4).
 
-int8 here is dynamic and batch-independent by construction: each weight quantized once per
+It was first run before ``--precision int8`` existed, with its own copy of the int8 product
+swapped into the runtime (the numbers in docs/speed.md's probe table); that product is now the
+library's (:func:`elmo.model.blocks.quantize` and :func:`~elmo.model.blocks.linear`), and this
+script measures it through the runtime's int8 precision. int8 is dynamic and batch-independent by construction: each weight quantized once per
 output row (symmetric), each input row quantized on its own scale (symmetric, read from that row
 alone), the integer product on oneDNN's int8 kernel (``torch.ops.onednn.qlinear_pointwise``:
 VNNI or AMX-INT8 where the CPU has them) with exact int32 sums, then each result scaled by its
@@ -11,9 +13,9 @@ row's and column's scales. Two measurements, 2 threads, random weights of the pu
   bfloat16 packed (what ``--precision bfloat16`` runs) and int8, microseconds per call (best of
   5, kernels interleaved), with each one's relative error against float64;
 * **embedding**: ``--sentences`` sentences of ``--text`` embedded in-process by the runtime in
-  float32, in bfloat16, and in float32 with every product of the LSTM and of the highway and
-  projection layers replaced by the int8 one (the character convolutions stay float32): tokens/s,
-  and every token vector's cosine to float32's.
+  float32, in bfloat16 and in int8 (every product of the LSTM and of the highway and projection
+  layers on int8 operands; the character convolutions stay float32): tokens/s, and every token
+  vector's cosine to float32's.
 
     python benchmarks/int8_probe.py --text sentences.txt --size original --sentences 300 \\
         --output results/benchmarks/int8_probe_original.json
@@ -34,39 +36,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import write_results  # noqa: E402
 from embed_speed import load_sentences, make_model  # noqa: E402
 
-import elmo.model.encoder as encoder_module  # noqa: E402
-import elmo.model.lstm as lstm_module  # noqa: E402
 from elmo.model import blocks  # noqa: E402
-
-
-class Int8Products:
-    """``linear(x, weight, bias)`` with int8 operands as the module docstring says; each weight is
-    quantized and packed once per block size it meets."""
-
-    def __init__(self):
-        self.packed: dict[tuple, tuple] = {}
-
-    def weight(self, weight: torch.Tensor, rows: int) -> tuple:
-        key = (weight.data_ptr(), tuple(weight.shape), rows)
-        if key not in self.packed:
-            scales = (weight.abs().amax(1).clamp_min(1e-12) / 127).float()
-            quantized = torch.round(weight / scales[:, None]).to(torch.int8)
-            self.packed[key] = (torch.ops.onednn.qlinear_prepack(quantized, [rows, weight.shape[1]]), scales,
-                                torch.zeros(len(scales), dtype=torch.long))
-        return self.packed[key]
-
-    def __call__(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-        if x.dtype != torch.float32 or weight.layout != torch.strided:
-            return blocks.linear(x, weight, bias)
-        packed, scales, zero_points = self.weight(weight, x.shape[0])
-        x = x.contiguous()
-        row_scales = x.abs().amax(1, keepdim=True).clamp_min(1e-12) / 127
-        # uint8 with zero point 128 holds the symmetric int8 values, as the x86 kernel wants them.
-        shifted = torch.round(x / row_scales).add_(128).to(torch.uint8)
-        y = torch.ops.onednn.qlinear_pointwise(shifted, 1.0, 128, packed, scales, zero_points, None, 1.0, 0,
-                                               torch.float32, "none", [], "")
-        y.mul_(row_scales)
-        return y.add_(bias) if bias is not None else y
 
 
 def best_time(function, repeats: int = 5, calls: int = 20) -> float:
@@ -90,15 +60,15 @@ def product_rows(config) -> list[tuple[str, int, int, int]]:
             ("input gates", blocks.GATE_BLOCK, proj, 4 * dim), ("highway", blocks.HEAD_BLOCK, highway, 2 * highway)]
 
 
-def products(config, int8: Int8Products) -> list[dict]:
+def products(config) -> list[dict]:
     rows = []
     for name, m, k, n in product_rows(config):
         torch.manual_seed(0)
         x, weight = torch.randn(m, k), torch.randn(n, k) / k ** 0.5
         exact = x.double() @ weight.double().t()
-        x16, packed16 = x.bfloat16(), blocks.prepack(weight.bfloat16(), m)
+        x16, packed16, quantized = x.bfloat16(), blocks.prepack(weight.bfloat16(), m), blocks.quantize(weight, m)
         kernels = {"float32": lambda: blocks.linear(x, weight), "bfloat16": lambda: blocks.linear(x16, packed16),
-                   "int8": lambda: int8(x, weight)}
+                   "int8": lambda: blocks.linear(x, quantized)}
         times = {key: [] for key in kernels}
         for _ in range(5):
             for key, kernel in kernels.items():
@@ -111,7 +81,7 @@ def products(config, int8: Int8Products) -> list[dict]:
     return rows
 
 
-def embed(size: str, sentences: list[list[str]], int8: Int8Products) -> dict:
+def embed(size: str, sentences: list[list[str]]) -> dict:
     from elmo import Embedder
 
     os.environ["ELMO_BFLOAT16_CHECK"] = "0"
@@ -119,17 +89,11 @@ def embed(size: str, sentences: list[list[str]], int8: Int8Products) -> dict:
     tokens = sum(map(len, sentences))
     runs, vectors = {}, {}
     for name in ("float32", "bfloat16", "int8"):
-        embedder = Embedder(model, precision="bfloat16" if name == "bfloat16" else "float32", batch_size=64)
-        saved = lstm_module.linear, encoder_module.linear
-        if name == "int8":
-            lstm_module.linear = encoder_module.linear = int8
-        try:
-            embedder.embed_sentences(sentences[:64], layers="all")  # packs, warms
-            start = time.perf_counter()
-            vectors[name] = embedder.embed_sentences(sentences, layers="all")
-            runs[name] = {"seconds": time.perf_counter() - start}
-        finally:
-            lstm_module.linear, encoder_module.linear = saved
+        embedder = Embedder(model, precision=name, batch_size=64)
+        embedder.embed_sentences(sentences[:64], layers="all")  # packs, warms
+        start = time.perf_counter()
+        vectors[name] = embedder.embed_sentences(sentences, layers="all")
+        runs[name] = {"seconds": time.perf_counter() - start}
         runs[name]["tokens_per_second"] = tokens / runs[name]["seconds"]
     for name in ("bfloat16", "int8"):
         cosines = []
@@ -149,19 +113,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sentences", type=int, default=300)
     parser.add_argument("--output", default="results/benchmarks/int8_probe.json")
     args = parser.parse_args(argv)
-    if not hasattr(torch.ops.onednn, "qlinear_pointwise") or not blocks.onednn_for("cpu", torch.float32):
-        raise SystemExit("this PyTorch has no oneDNN int8 linear kernel (torch.ops.onednn.qlinear_pointwise)")
+    if not blocks.int8_for("cpu"):
+        raise SystemExit("no exact oneDNN int8 kernel here (this PyTorch, or a CPU without VNNI or AMX-INT8)")
     from elmo.model.config import published_config
 
-    int8 = Int8Products()
-    product_table = products(published_config(args.size), int8)
+    product_table = products(published_config(args.size))
     print(f"{'product':12}{'rows':>5}{'in':>6}{'out':>7}{'f32 us':>9}{'bf16 us':>9}{'int8 us':>9}"
           f"{'int8/bf16 speed':>16}{'bf16 err':>10}{'int8 err':>10}")
     for r in product_table:
         print(f"{r['product']:12}{r['rows']:>5}{r['in']:>6}{r['out']:>7}{r['float32_us']:>9.1f}{r['bfloat16_us']:>9.1f}"
               f"{r['int8_us']:>9.1f}{r['bfloat16_us'] / r['int8_us']:>15.2f}x{r['bfloat16_relative_error']:>10.4f}"
               f"{r['int8_relative_error']:>10.4f}")
-    embedding = embed(args.size, load_sentences(args.text, args.sentences), int8)
+    embedding = embed(args.size, load_sentences(args.text, args.sentences))
     print(f"\nembedding {embedding['sentences']} sentences ({embedding['tokens']} tokens), {args.size} size:")
     for name, run in embedding["runs"].items():
         extra = (f"  min cosine {run['min_cosine']:.6f}, mean {run['mean_cosine']:.6f}, "

@@ -44,7 +44,8 @@ print(json.dumps({{"imports": t1 - t0, "weight_loading": t2 - t1, "warm_state": 
 
 
 def main(argv: list[str] | None = None) -> int:
-    from common import time_process, write_results
+    from allennlp_embed import allennlp_command
+    from common import installed_env, time_process, write_results
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--size", default="small", help="published size for random weights")
@@ -68,12 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     sentence = os.path.join(work, "one.txt")
     with open(sentence, "w", encoding="utf-8") as f:
         f.write("The cat sat on the mat .\n")
-    env = {**os.environ, "ELMO_CACHE": os.path.join(work, "cache")}  # starts empty
-    # An installed package carries compiled bytecode; a checkout run with PYTHONDONTWRITEBYTECODE
-    # (some sandboxes set it) would compile every elmo module in every process instead, about
-    # 0.3 s that no user pays. The bytecode goes to a folder of this run, not into the checkout.
-    env.pop("PYTHONDONTWRITEBYTECODE", None)
-    env["PYTHONPYCACHEPREFIX"] = os.path.join(work, "pycache")
+    env = installed_env({**os.environ, "ELMO_CACHE": os.path.join(work, "cache")}, work)  # the cache starts empty
     subprocess.run([sys.executable, "-c", "import elmo.cli.main, elmo.cli.embed"], check=True, env=env)
     embed = [sys.executable, "-m", "elmo.cli.main", "embed", sentence, "--options", args.options,
              "--weights", args.weights]
@@ -82,9 +78,8 @@ def main(argv: list[str] | None = None) -> int:
     # (every package its ELMo code never calls stood in): see allennlp_embed.py.
     allennlp = {}
     if args.allennlp_src:
-        runner = [sys.executable, os.path.join(os.path.dirname(os.path.abspath(__file__)), "allennlp_embed.py"),
-                  "--allennlp-src", args.allennlp_src, args.options, args.weights, sentence,
-                  os.path.join(work, "allennlp.hdf5")]
+        runner = allennlp_command(args.allennlp_src, args.options, args.weights, sentence,
+                                  os.path.join(work, "allennlp.hdf5"))
         allennlp = {"as installed here": runner, "lean": runner + ["--lean"]}
         time_process(runner, env)  # compiles AllenNLP's bytecode, as its install would have; not counted
     cached, allennlp_runs = [], {name: [] for name in allennlp}
