@@ -83,6 +83,31 @@ def test_stacked_weights_follow_weight_changes():
     assert (after - before).abs().max() > 1e-4
 
 
+
+def test_weights_fingerprint_is_hashed_once_and_follows_weight_changes(monkeypatch):
+    import elmo.inference.runtime as runtime_module
+    from elmo.model.weights import weights_fingerprint
+
+    torch.manual_seed(6)
+    model = BiLM(make_config()).eval()
+    runtime = Runtime(model)
+    hashed = []
+    monkeypatch.setattr(runtime_module, "weights_fingerprint", lambda m: hashed.append(m) or weights_fingerprint(m))
+    first = runtime.weights_fingerprint()
+    assert first == weights_fingerprint(model)
+    assert runtime.weights_fingerprint() == first and runtime_module.warm_state_key(runtime)
+    assert len(hashed) == 1  # the second call and the warm state's key reuse it
+    with torch.no_grad():
+        model.backward_layers[1].bias.add_(0.25)
+    changed = runtime.weights_fingerprint()
+    assert changed != first and changed == weights_fingerprint(model)
+    assert len(hashed) == 2
+    with torch.no_grad():
+        model.backward_layers[1].bias.sub_(0.25)
+    # A parameter replaced by another tensor is seen too, even with the same version count.
+    model.forward_layers[0].bias = torch.nn.Parameter(model.forward_layers[0].bias.detach() + 1)
+    assert runtime.weights_fingerprint() == weights_fingerprint(model) != first
+
 @pytest.mark.parametrize("lengths", LONG_LENGTHS)
 @pytest.mark.exactness
 def test_runtime_equals_plain_bilm_on_sentences_longer_than_one_chunk(lengths, product_kernel):

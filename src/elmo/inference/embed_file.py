@@ -59,7 +59,6 @@ from elmo.inference.outputs import (
 )
 from elmo.model.bilm import BiLMState
 from elmo.model.chars import tokenize
-from elmo.model.weights import weights_fingerprint
 from elmo.version import __version__
 
 # A longer line is refused (with its line number) rather than held: its text and token list are
@@ -110,7 +109,7 @@ class FileEmbedder:
         for word in sorted(runtime.cache):
             cache.update(word.encode("utf-8", "surrogatepass") + b"\0")
             cache.update(runtime.cache[word].float().cpu().numpy().tobytes())
-        return {"elmo": __version__, "model": weights_fingerprint(embedder.model),
+        return {"elmo": __version__, "model": runtime.weights_fingerprint(),
                 "vocab_cache": cache.hexdigest() if runtime.cache else None, "state": embedder.state,
                 "precision": runtime.precision, "device": embedder.device.type, "batch_size": embedder.batch_size,
                 "max_tokens": embedder.max_tokens, "chunk_sentences": chunk_sentences, "shard": list(shard),
