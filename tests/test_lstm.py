@@ -14,6 +14,7 @@ from elmo.model.lstm import (
     bilstm_inference,
     lstm_fast,
     lstm_plain,
+    stack_directions,
 )
 
 pytestmark = pytest.mark.exactness
@@ -145,6 +146,32 @@ def test_int8_products_are_close_and_each_row_its_own():
     assert torch.equal(blocks_module.linear(other, packed, bias)[3], got[3])
     assert blocks_module.linear(torch.zeros(16, 96), packed).abs().max() == 0.0  # padding rows stay zero
     assert not blocks_module.int8_for("cuda")
+
+
+def test_int8_is_a_products_dtype_on_float32_rows(monkeypatch):
+    """``torch.int8`` as the products' dtype of stack_directions and bilstm_inference: weights
+    quantized, the rows and outputs float32, the outputs within int8's rounding of float32's;
+    where the int8 kernel cannot run, float32's weights and numbers exactly."""
+    torch.manual_seed(4)
+    forward_layer, backward_layer = (LstmLayer(24, 40, 24, cell_clip=3.0, proj_clip=3.0) for _ in range(2))
+    inputs, lengths = torch.randn(2, 3, 7, 24), torch.tensor([7, 5, 2])
+    c, h = torch.zeros(2, 3, 40), torch.zeros(2, 3, 24)
+    reference = bilstm_inference(forward_layer, backward_layer, inputs, lengths, c, h)[0]
+    assert blocks_module.activation_dtype(torch.int8) == torch.float32
+    assert blocks_module.activation_dtype(torch.bfloat16) == torch.bfloat16
+    if blocks_module.int8_for("cpu"):
+        weights = stack_directions(forward_layer, backward_layer, torch.int8)
+        assert isinstance(weights.linear[0].state, blocks_module.Int8Weight) and weights.input.dtype == torch.float32
+        out = bilstm_inference(forward_layer, backward_layer, inputs, lengths, c, h, torch.int8, weights)[0]
+        assert out.dtype == torch.float32 and not torch.equal(out, reference)
+        assert float((out - reference).norm() / reference.norm()) < 0.05
+    monkeypatch.setattr(blocks_module, "_onednn_int8_works", lambda: False)
+    assert blocks_module.products_dtype(torch.int8, "cpu") == torch.float32
+    assert blocks_module.products_dtype(torch.bfloat16, "cpu") == torch.bfloat16
+    weights = stack_directions(forward_layer, backward_layer, torch.int8)
+    assert weights.linear is None or not isinstance(weights.linear[0].state, blocks_module.Int8Weight)
+    assert torch.equal(bilstm_inference(forward_layer, backward_layer, inputs, lengths, c, h, torch.int8)[0],
+                       reference)
 
 
 @pytest.mark.parametrize("rows", [1, 16, 45])

@@ -111,7 +111,7 @@ def test_int8_is_opt_in_close_to_float32_and_falls_back_where_it_cannot_run(monk
     exact = Embedder(model).embed_sentences(sentences)
     if blocks.int8_for("cpu"):
         runtime = Runtime(model, precision="int8")
-        assert runtime.precision == "int8" and runtime.dtype == torch.float32
+        assert runtime.precision == "int8" and runtime.dtype == torch.int8
         reduced = Embedder(model, precision="int8").embed_sentences(sentences)
         for a, b in zip(reduced, exact):
             a, b = a.reshape(-1, a.shape[-1]), b.reshape(-1, b.shape[-1])

@@ -27,10 +27,11 @@ from elmo.model.config import BiLMConfig
 from elmo.model.lstm import LstmLayer, bilstm_inference, stack_directions
 
 # Precision of the matrix products on the fast path; states and nonlinearities stay float32.
-# Each name maps to the dtype the activations take. int8 keeps them float32 and runs the LSTM's
-# and the highway and projection layers' products on int8 operands (elmo.model.blocks.quantize):
-# a CPU with oneDNN's int8 kernel only, opt-in (docs/speed.md, "int8").
-PRECISIONS = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16, "int8": torch.float32}
+# Each name maps to the dtype of the products, which the activations take too, except for int8:
+# activations stay float32 and the LSTM's and the highway and projection layers' products run
+# on int8 operands (elmo.model.blocks.quantize, activation_dtype): a CPU with oneDNN's int8
+# kernel only, opt-in (docs/speed.md, "int8").
+PRECISIONS = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16, "int8": torch.int8}
 DEFAULT_PRECISION = "float32"
 # /proc/cpuinfo flags of x86 CPUs that compute bfloat16 products in hardware.
 BFLOAT16_FLAGS = frozenset({"avx512_bf16", "amx_bf16"})

@@ -66,7 +66,8 @@ class Runtime:
     """Fast, exact inference over one biLM.
 
     ``precision`` is the dtype of the matrix products (``"float32"``, ``"bfloat16"``,
-    ``"float16"``); ``state`` the LSTM state policy (:mod:`elmo.inference.states`); ``vocab_cache`` a file
+    ``"float16"``, ``"int8"``: :data:`~elmo.inference.precision.PRECISIONS`; :attr:`dtype` holds
+    it as a ``torch.dtype``); ``state`` the LSTM state policy (:mod:`elmo.inference.states`); ``vocab_cache`` a file
     from ``elmo cache-vocab``; ``token_memo`` how many token vectors to remember between batches.
     A model whose ``fast`` flag is off runs its reference path instead (the specification).
     ``cuda_graphs`` (CUDA only) replays the LSTM's steps from CUDA graphs for batch shapes that
@@ -87,9 +88,8 @@ class Runtime:
         # The caller's model stays where it is: a model on another device is copied, not moved.
         self.model = model if self.device == current else copy.deepcopy(model).to(self.device)
         precision = effective_precision(precision, self.device, self.model.config)
-        self.dtype = PRECISIONS[precision]
+        self.dtype = PRECISIONS[precision]  # the products' (torch.int8: on float32 rows)
         self.precision = precision
-        self.int8 = precision == "int8"  # float32 activations, int8 products (PRECISIONS)
         self._stacked: dict[int, tuple[tuple, StackedWeights]] = {}
         self._fingerprint: tuple[tuple, str] | None = None
         # Token vectors never depend on context: a word seen in an earlier batch is looked up,
@@ -195,7 +195,7 @@ class Runtime:
         key = tuple((id(p), p._version) for layer in layers for p in layer.parameters())
         cached = self._stacked.get(index)
         if cached is None or cached[0] != key:
-            cached = (key, stack_directions(*layers, self.dtype, self.int8))
+            cached = (key, stack_directions(*layers, self.dtype))
             self._stacked[index] = cached
         return cached[1]
 
@@ -228,7 +228,7 @@ class Runtime:
             texts = [w for w in words if w not in marker_ids]
             by_word = dict(zip(texts, characters.batch([[w] for w in texts])[0][:, 0])) if texts else {}
             rows_ids = torch.stack([torch.as_tensor(marker_ids[w]) if w in marker_ids else by_word[w] for w in words])
-            vectors = encode_words_fast(self.model.token_encoder, rows_ids.to(self.device), self.dtype, self.int8)
+            vectors = encode_words_fast(self.model.token_encoder, rows_ids.to(self.device), self.dtype)
             for word, vector in zip(words, vectors):
                 found[word] = vector
                 if self.token_memo_size > 0:
@@ -251,7 +251,7 @@ class Runtime:
         batch = char_ids.shape[0]
         ids, full_mask = add_boundaries(char_ids, mask, model.characters.bos_ids, model.characters.eos_ids)
         if tokens is None:
-            tokens = encode_fast(model.token_encoder, ids, full_mask, self.dtype, self.int8)
+            tokens = encode_fast(model.token_encoder, ids, full_mask, self.dtype)
         if state is None:
             state = model.zero_state(batch)
         lengths = full_mask.sum(dim=1)

@@ -150,6 +150,18 @@ def int8_for(device: torch.device | str) -> bool:
     return ONEDNN and torch.device(device).type == "cpu" and _onednn_int8_works()
 
 
+def products_dtype(dtype: torch.dtype, device: torch.device | str) -> torch.dtype:
+    """The dtype the inference path's products run in on ``device`` when ``dtype`` is asked
+    for: ``dtype`` itself, except ``torch.int8`` where :func:`int8_for` is False (float32)."""
+    return torch.float32 if dtype == torch.int8 and not int8_for(device) else dtype
+
+
+def activation_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype activations take for products in ``dtype``: float32 for int8 products (each row
+    of their input is quantized inside the product, :func:`linear`), ``dtype`` itself otherwise."""
+    return torch.float32 if dtype == torch.int8 else dtype
+
+
 class Int8Weight(NamedTuple):
     """A float32 weight ``(out, in)`` quantized to int8 per output row (symmetric: ``weight ~
     scales[:, None] * values``) and packed for oneDNN's int8 kernel: what :func:`quantize`
@@ -290,6 +302,6 @@ def in_blocks(x: torch.Tensor, block: int, product: Callable[[torch.Tensor, torc
     return out.narrow(dim, 0, rows) if total != rows else out
 
 
-__all__ = ["BLOCK_SIZES", "GATE_BLOCK", "HEAD_BLOCK", "ONEDNN", "ROW_BLOCK",
-           "WORD_BLOCK", "BlockSizes", "Int8Weight", "block_sizes", "in_blocks", "int8_for", "linear", "onednn_for",
-           "onednn_trains", "pad_rows", "padded", "prepack", "quantize", "row_block", "trained_linear"]
+__all__ = ["BLOCK_SIZES", "GATE_BLOCK", "HEAD_BLOCK", "ONEDNN", "ROW_BLOCK", "WORD_BLOCK", "BlockSizes", "Int8Weight",
+           "activation_dtype", "block_sizes", "in_blocks", "int8_for", "linear", "onednn_for", "onednn_trains",
+           "pad_rows", "padded", "prepack", "products_dtype", "quantize", "row_block", "trained_linear"]

@@ -18,7 +18,8 @@ from typing import NamedTuple
 import torch
 from torch import nn
 
-from elmo.model.blocks import HEAD_BLOCK, block_sizes, int8_for, linear, prepack, quantize
+from elmo.model.blocks import (HEAD_BLOCK, activation_dtype, block_sizes, linear, prepack, products_dtype,
+                               quantize)
 from elmo.model.chars import PAD_CHAR
 from elmo.model.config import CharCNNConfig
 
@@ -284,15 +285,17 @@ class EncoderWeights(NamedTuple):
 _CONVERTED: "weakref.WeakKeyDictionary[TokenEncoder, dict]" = weakref.WeakKeyDictionary()
 
 
-def encoder_weights(encoder: TokenEncoder, dtype: torch.dtype, head_rows: int, int8: bool = False) -> EncoderWeights:
-    """``encoder``'s weights for :func:`encode_words_fast` in ``dtype``, for head products of
-    ``head_rows`` rows. In float32 the parameters themselves (no copy); in reduced precision
-    converted (and pre-packed) once, and with ``int8`` (float32 ``dtype``) the highway and
-    projection weights quantized once (:func:`elmo.model.blocks.quantize`; the convolutions stay
-    float32), remembered until a parameter changes (a tensor's ``_version`` grows with every
-    in-place update) or the encoder is gone."""
-    int8 = int8 and dtype == torch.float32 and int8_for(encoder.char_embedding.weight.device)
-    if dtype == torch.float32 and not int8:
+def encoder_weights(encoder: TokenEncoder, dtype: torch.dtype, head_rows: int) -> EncoderWeights:
+    """``encoder``'s weights for :func:`encode_words_fast`'s products in ``dtype``, for head
+    products of ``head_rows`` rows. In float32 the parameters themselves (no copy); in reduced
+    precision converted (and pre-packed) once; for ``torch.int8`` (on a CPU where
+    :func:`elmo.model.blocks.int8_for`, elsewhere float32) the highway and projection weights
+    quantized once (:func:`elmo.model.blocks.quantize`) and the convolutions' left float32.
+    Remembered until a parameter changes (a tensor's ``_version`` grows with every in-place
+    update) or the encoder is gone."""
+    device = encoder.char_embedding.weight.device
+    dtype = products_dtype(dtype, device)
+    if dtype == torch.float32:
         return EncoderWeights(tuple((conv.weight, conv.bias) for conv in encoder.convs),
                               padding_window_constants(encoder, dtype),
                               tuple((h.carry.weight, h.carry.bias, h.transform.weight, h.transform.bias)
@@ -300,19 +303,19 @@ def encoder_weights(encoder: TokenEncoder, dtype: torch.dtype, head_rows: int, i
                               (encoder.projection.weight, encoder.projection.bias)
                               if encoder.projection is not None else None)
     version = tuple((id(p), p._version) for p in encoder.parameters())
-    device = encoder.char_embedding.weight.device
     known = _CONVERTED.setdefault(encoder, {})
-    key = (dtype, device, head_rows, int8)
+    key = (dtype, device, head_rows)
     cached = known.get(key)
     if cached is not None and cached[0] == version:
         return cached[1]
-    # A head weight (highway, projection) in what its products read: quantized for int8 (whose
-    # dtype is float32, so the convolutions stay the parameters), else converted and packed.
+    # A head weight (highway, projection) in what its products read: quantized for int8, else
+    # converted and packed. The convolutions run in the activations' dtype (float32 for int8).
+    int8, activations = dtype == torch.int8, activation_dtype(dtype)
     head = (lambda w: quantize(w, head_rows)) if int8 else (lambda w: prepack(w.to(dtype), head_rows))
     with torch.no_grad():  # copies for inference (oneDNN's packed weights have no backward)
         weights = EncoderWeights(
-            tuple((conv.weight.to(dtype), conv.bias.to(dtype)) for conv in encoder.convs),
-            padding_window_constants(encoder, dtype),
+            tuple((conv.weight.to(activations), conv.bias.to(activations)) for conv in encoder.convs),
+            padding_window_constants(encoder, activations),
             tuple((head(h.carry.weight), h.carry.bias.float(), head(h.transform.weight), h.transform.bias.float())
                   for h in encoder.highways),
             (head(encoder.projection.weight), encoder.projection.bias.float())
@@ -340,8 +343,7 @@ def _cnn_on_real_slots(encoder: TokenEncoder, ids: torch.Tensor, n_real: torch.T
     return torch.cat(pooled, dim=1)
 
 
-def encode_words_fast(encoder: TokenEncoder, ids: torch.Tensor, dtype: torch.dtype = torch.float32,
-                      int8: bool = False) -> torch.Tensor:
+def encode_words_fast(encoder: TokenEncoder, ids: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
     """Token vectors ``(n, output_dim)`` for ``n`` *distinct, real* tokens ``ids`` ``(n, width)``.
 
     Equal to ``encoder(ids)`` up to float rounding, but convolves each word only over the
@@ -352,9 +354,9 @@ def encode_words_fast(encoder: TokenEncoder, ids: torch.Tensor, dtype: torch.dty
     :data:`~elmo.model.blocks.BLOCK_SIZES`; each last block padded with copies of its first word), so every convolution and product has a shape that the model and the word's bucket
     decide: a word's vector is the same bits whatever other words are encoded with it
     (:mod:`elmo.model.blocks`), and memory stays bounded however many words come in. ``dtype``
-    may be ``torch.bfloat16`` (or float16 on GPU) for the convolutions and matrix products; the
-    result is float32. ``int8``: the highway and projection products on int8 operands
-    (:func:`encoder_weights`).
+    may be ``torch.bfloat16`` (or float16 on GPU) for the convolutions and matrix products, or
+    ``torch.int8`` for the highway and projection products (:func:`encoder_weights`); the result
+    is float32.
     """
     n = ids.shape[0]
     out = ids.new_zeros((n, encoder.output_dim), dtype=torch.float32)
@@ -364,7 +366,8 @@ def encode_words_fast(encoder: TokenEncoder, ids: torch.Tensor, dtype: torch.dty
     n_real = (ids != encoder.pad_id).sum(dim=1)  # begin-of-word .. end-of-word
     sizes = block_sizes(ids.device)
     word_block, head_block = sizes.word, sizes.head
-    weights = encoder_weights(encoder, dtype, head_block, int8)
+    weights = encoder_weights(encoder, dtype, head_block)
+    dtype = activation_dtype(products_dtype(dtype, ids.device))  # what the words' rows are in
     buckets = length_buckets(encoder.n_slots)
     bucket_of = torch.bucketize(n_real, torch.tensor(buckets, device=ids.device))
     widest = max(conv.kernel_size[0] for conv in encoder.convs)
@@ -426,14 +429,15 @@ def _highway_and_projection(encoder: TokenEncoder, x: torch.Tensor, dtype: torch
 
 
 def encode_fast(encoder: TokenEncoder, char_ids: torch.Tensor, mask: torch.Tensor,
-                dtype: torch.dtype = torch.float32, int8: bool = False) -> torch.Tensor:
+                dtype: torch.dtype = torch.float32) -> torch.Tensor:
     """Token vectors ``(batch, time, output_dim)`` for ``char_ids`` ``(batch, time, width)``,
-    running the encoder once per distinct real token and never on padding (zero there)."""
+    running the encoder once per distinct real token and never on padding (zero there), with
+    products in ``dtype`` (:func:`encode_words_fast`)."""
     batch, time, n_chars = char_ids.shape
     out = char_ids.new_zeros((batch, time, encoder.output_dim), dtype=torch.float32)
     real = char_ids[mask]  # (n_real, width)
     if real.shape[0] == 0:
         return out
     distinct, inverse = unique_rows(real)
-    out[mask] = encode_words_fast(encoder, distinct, dtype, int8)[inverse]
+    out[mask] = encode_words_fast(encoder, distinct, dtype)[inverse]
     return out

@@ -22,8 +22,8 @@ from typing import NamedTuple
 import torch
 from torch import nn
 
-from elmo.model.blocks import (GATE_BLOCK, block_sizes, in_blocks, int8_for, linear, onednn_for, pad_rows, padded,
-                               prepack, quantize, row_block)
+from elmo.model.blocks import (GATE_BLOCK, activation_dtype, block_sizes, in_blocks, linear, onednn_for, pad_rows,
+                               padded, prepack, products_dtype, quantize, row_block)
 
 FORGET_BIAS = 1.0
 
@@ -206,13 +206,16 @@ def tanh_by_sigmoid(device: torch.device) -> bool:
 
 
 @torch.inference_mode()
-def stack_directions(forward_layer: LstmLayer, backward_layer: LstmLayer, dtype: torch.dtype,
-                     int8: bool = False) -> StackedWeights:
-    """Both directions' weights for :func:`bilstm_inference`, in ``dtype`` (the bias in float32);
-    with ``int8`` (float32 ``dtype``, a CPU where :func:`elmo.model.blocks.int8_for`), the
-    products' weights quantized to int8 (:func:`elmo.model.blocks.quantize`)."""
+def stack_directions(forward_layer: LstmLayer, backward_layer: LstmLayer, dtype: torch.dtype) -> StackedWeights:
+    """Both directions' weights for :func:`bilstm_inference`'s products in ``dtype`` (the bias in
+    float32). For ``torch.int8``, on a CPU where :func:`elmo.model.blocks.int8_for` (elsewhere
+    float32), the oneDNN products' weights are quantized to int8
+    (:func:`elmo.model.blocks.quantize`) and the batched layout stays float32."""
     layers = (forward_layer, backward_layer)
     dim = forward_layer.dim
+    device = forward_layer.state_weight.device
+    dtype = products_dtype(dtype, device)
+    int8, dtype = dtype == torch.int8, activation_dtype(dtype)
     doubled = tanh_by_sigmoid(forward_layer.state_weight.device)
     # Per gate row: 2 for j's rows where doubled (exact in floating point), 1 elsewhere.
     scale = torch.ones(4 * dim, device=forward_layer.state_weight.device)
@@ -222,7 +225,6 @@ def stack_directions(forward_layer: LstmLayer, backward_layer: LstmLayer, dtype:
     forget[2 * dim:3 * dim] = FORGET_BIAS * scale[2 * dim:3 * dim]
     biases = [l.bias.detach().float() * scale + forget for l in layers]  # (4*dim,) each
     state_weights = [l.state_weight.detach() * scale.unsqueeze(1) for l in layers]  # (4*dim, proj)
-    device = forward_layer.state_weight.device
     if onednn_for(device, dtype):
         # The (out, in) layout oneDNN reads; the batched layout is a view of it, not a second copy
         # (``.to`` is the tensor itself in float32).
@@ -234,7 +236,7 @@ def stack_directions(forward_layer: LstmLayer, backward_layer: LstmLayer, dtype:
         # Each weight made once into what its products read, for the block size it runs on: int8
         # quantized; bfloat16 packed, so that no product reorders it again (docs/speed.md,
         # "bfloat16 on the CPU's own instructions"); float32 as it is (prepack leaves it).
-        pack = quantize if int8 and dtype == torch.float32 and int8_for(device) else prepack
+        pack = quantize if int8 else prepack
         linear = tuple(LinearWeights(pack(inputs[d], gate), pack(states[d], rows), pack(projections[d], rows), bias[d])
                        for d in range(2))
         return StackedWeights(inputs.transpose(1, 2), states.transpose(1, 2), projections.transpose(1, 2),
@@ -391,7 +393,8 @@ def bilstm_inference(forward_layer: LstmLayer, backward_layer: LstmLayer, inputs
     running are computed, so little work goes to padding. ``c`` ``(2, batch, dim)`` and ``h``
     ``(2, batch, proj)`` are the initial states. Returns ``outputs`` ``(2, batch, time, proj)``
     (zero at padding) and the final ``(c, h)``. Matrix products run in ``dtype`` (bfloat16/float16
-    for speed); the cell state and nonlinearities stay float32. Same numbers as
+    for speed, or ``torch.int8`` on float32 rows: :func:`stack_directions`); the cell state and
+    nonlinearities stay float32. Same numbers as
     :func:`lstm_plain` in float32. ``weights`` are :func:`stack_directions`'s result, when the
     caller keeps them between calls.
 
@@ -407,6 +410,7 @@ def bilstm_inference(forward_layer: LstmLayer, backward_layer: LstmLayer, inputs
     _, batch, time, input_dim = inputs.shape
     dim, proj = forward_layer.dim, forward_layer.projection_dim
     weights = weights if weights is not None else stack_directions(forward_layer, backward_layer, dtype)
+    dtype = activation_dtype(dtype)  # int8 products take float32 rows
     cell_clip, proj_clip = forward_layer.cell_clip, forward_layer.proj_clip
     low = dtype != torch.float32
     # Rows in whole blocks: the products read the rows of the last, partial block too (finished
