@@ -290,7 +290,8 @@ def encoder_weights(encoder: TokenEncoder, dtype: torch.dtype, head_rows: int) -
     products of ``head_rows`` rows. In float32 the parameters themselves (no copy); in reduced
     precision converted (and pre-packed) once; for ``torch.int8`` (on a CPU where
     :func:`elmo.model.blocks.int8_for`, elsewhere float32) the highway and projection weights
-    quantized once (:func:`elmo.model.blocks.quantize`) and the convolutions' left float32.
+    quantized once (:func:`elmo.model.blocks.quantize`) and the convolutions' weights left
+    float32.
     Remembered until a parameter changes (a tensor's ``_version`` grows with every in-place
     update) or the encoder is gone."""
     device = encoder.char_embedding.weight.device

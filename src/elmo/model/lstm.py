@@ -216,9 +216,9 @@ def stack_directions(forward_layer: LstmLayer, backward_layer: LstmLayer, dtype:
     device = forward_layer.state_weight.device
     dtype = products_dtype(dtype, device)
     int8, dtype = dtype == torch.int8, activation_dtype(dtype)
-    doubled = tanh_by_sigmoid(forward_layer.state_weight.device)
+    doubled = tanh_by_sigmoid(device)
     # Per gate row: 2 for j's rows where doubled (exact in floating point), 1 elsewhere.
-    scale = torch.ones(4 * dim, device=forward_layer.state_weight.device)
+    scale = torch.ones(4 * dim, device=device)
     if doubled:
         scale[dim:2 * dim] = 2.0
     forget = torch.zeros_like(scale)
