@@ -12,7 +12,8 @@ run one after another so that a busy machine slows them alike:
 * ``int8`` (with ``--int8``): this checkout with ``--precision int8``.
 
 bfloat16 runs with ``ELMO_BFLOAT16_CHECK=0``, so that it is measured even where the runtime's
-check would choose float32. Each configuration runs once untimed first (the warm state is
+check would choose float32. Each timed run's peak resident memory is recorded too (the
+process's own ``ru_maxrss``). Each configuration runs once untimed first (the warm state is
 computed and cached per precision). The deviation compares the last round's outputs: for every
 token vector of every layer, its cosine to float32's (the minimum and the 0.1% quantile) and the
 largest absolute difference. Prints a table and writes JSON with the CPU's model and flags.
@@ -33,7 +34,7 @@ import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from common import machine, time_process, write_results  # noqa: E402
+from common import machine, time_and_peak_process, time_process, write_results  # noqa: E402
 from embed_speed import make_model, write_sentences  # noqa: E402
 
 
@@ -99,15 +100,18 @@ def main(argv: list[str] | None = None) -> int:
             envs[name] = {**os.environ, "PYTHONPATH": src, "ELMO_BFLOAT16_CHECK": "0",
                           "ELMO_CACHE": os.path.join(work, "cache-" + name.replace(" ", "-"))}
             time_process(commands[name], envs[name])  # the warm state, computed and cached: not counted
-        seconds = {name: [] for name in commands}
+        seconds, peaks = {name: [] for name in commands}, {name: [] for name in commands}
         for _ in range(args.rounds):
             for name, command in commands.items():
-                seconds[name].append(time_process(command, envs[name]))
+                took, peak = time_and_peak_process(command, envs[name])
+                seconds[name].append(took)
+                peaks[name].append(peak)
         median_float32 = statistics.median(seconds["float32"])
         for name, runs in seconds.items():
             median = statistics.median(runs)
             rows.append({"size": size, "configuration": name, "sentences": len(sentences), "tokens": tokens,
-                         "seconds": runs, "median_seconds": median, "speedup_over_float32": median_float32 / median})
+                         "seconds": runs, "median_seconds": median, "speedup_over_float32": median_float32 / median,
+                         "peak_mb": peaks[name], "median_peak_mb": statistics.median(peaks[name])})
         for name in commands:
             if name != "float32":
                 deviations[f"{size} {name}"] = deviation(outputs["float32"], outputs[name])
@@ -116,9 +120,10 @@ def main(argv: list[str] | None = None) -> int:
         assert done.stdout.strip().startswith(here), done.stdout  # this checkout ran
     shutil.rmtree(work)  # the outputs of every size and configuration: gigabytes at the original size
     print(f"{len(sentences)} sentences, {tokens} tokens, whole elmo embed processes, median of {args.rounds}")
-    print(f"{'size':9}{'configuration':>18}{'seconds':>9}{'vs float32':>12}")
+    print(f"{'size':9}{'configuration':>18}{'seconds':>9}{'vs float32':>12}{'peak MB':>9}")
     for r in rows:
-        print(f"{r['size']:9}{r['configuration']:>18}{r['median_seconds']:>9.2f}{r['speedup_over_float32']:>11.2f}x")
+        print(f"{r['size']:9}{r['configuration']:>18}{r['median_seconds']:>9.2f}{r['speedup_over_float32']:>11.2f}x"
+              f"{r['median_peak_mb']:>9.0f}")
     print(f"{'deviation from float32':32}{'min cosine':>12}{'0.1% cosine':>13}{'max |diff|':>12}")
     for name, d in deviations.items():
         print(f"{name:32}{d['min_cosine']:>12.6f}{d['cosine_quantile_0.001']:>13.6f}{d['max_abs_difference']:>12.4f}")

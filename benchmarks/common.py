@@ -33,12 +33,22 @@ def machine() -> dict:
 def time_process(command: list[str], env: dict | None = None) -> float:
     """Wall-clock seconds of one whole process; its standard output is discarded, and a failure
     stops the benchmark with the command's standard error."""
+    return time_and_peak_process(command, env)[0]
+
+
+def time_and_peak_process(command: list[str], env: dict | None = None) -> tuple[float, float]:
+    """Wall-clock seconds and peak resident memory (MB, the kernel's ``ru_maxrss`` of that one
+    process) of one whole process, as :func:`time_process` runs it."""
     start = time.perf_counter()
-    done = subprocess.run(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
+    child = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
+    stderr = child.stderr.read()
+    _, status, usage = os.wait4(child.pid, 0)
     seconds = time.perf_counter() - start
-    if done.returncode != 0:
-        raise SystemExit(f"{' '.join(command)} failed ({done.returncode}):\n{done.stderr}")
-    return seconds
+    child.returncode = os.waitstatus_to_exitcode(status)
+    child.stderr.close()
+    if child.returncode != 0:
+        raise SystemExit(f"{' '.join(command)} failed ({child.returncode}):\n{stderr}")
+    return seconds, usage.ru_maxrss / 1024  # Linux reports kilobytes
 
 
 def installed_env(env: dict, work: str) -> dict:

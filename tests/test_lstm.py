@@ -150,8 +150,9 @@ def test_int8_products_are_close_and_each_row_its_own():
 
 def test_int8_is_a_products_dtype_on_float32_rows(monkeypatch):
     """``torch.int8`` as the products' dtype of stack_directions and bilstm_inference: weights
-    quantized, the rows and outputs float32, the outputs within int8's rounding of float32's;
-    where the int8 kernel cannot run, float32's weights and numbers exactly."""
+    quantized (and no float32 copy kept), the rows and outputs float32, the outputs within int8's
+    rounding of float32's; where the int8 kernel cannot run, float32's weights and numbers
+    exactly."""
     torch.manual_seed(4)
     forward_layer, backward_layer = (LstmLayer(24, 40, 24, cell_clip=3.0, proj_clip=3.0) for _ in range(2))
     inputs, lengths = torch.randn(2, 3, 7, 24), torch.tensor([7, 5, 2])
@@ -161,7 +162,8 @@ def test_int8_is_a_products_dtype_on_float32_rows(monkeypatch):
     assert blocks_module.activation_dtype(torch.bfloat16) == torch.bfloat16
     if blocks_module.int8_for("cpu"):
         weights = stack_directions(forward_layer, backward_layer, torch.int8)
-        assert isinstance(weights.linear[0].state, blocks_module.Int8Weight) and weights.input.dtype == torch.float32
+        assert isinstance(weights.linear[0].state, blocks_module.Int8Weight)
+        assert weights.input is None and weights.state is None  # no float32 copy kept beside the int8 one
         out = bilstm_inference(forward_layer, backward_layer, inputs, lengths, c, h, torch.int8, weights)[0]
         assert out.dtype == torch.float32 and not torch.equal(out, reference)
         assert float((out - reference).norm() / reference.norm()) < 0.05

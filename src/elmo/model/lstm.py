@@ -188,10 +188,12 @@ class StackedWeights(NamedTuple):
     so that one sigmoid over all four gates also gives ``tanh(j) = 2 sigmoid(2j) - 1``.
     """
 
-    input: torch.Tensor        # (2, input_dim, 4*dim)
-    state: torch.Tensor        # (2, proj, 4*dim)
-    projection: torch.Tensor   # (2, dim, proj)
-    bias: torch.Tensor         # (2, 1, 4*dim), float32, forget bias included
+    # The batched layout, or None where only oneDNN's products run and it would be a second copy
+    # of the weights (bfloat16 and int8 on a CPU: ``linear`` holds theirs).
+    input: torch.Tensor | None        # (2, input_dim, 4*dim)
+    state: torch.Tensor | None        # (2, proj, 4*dim)
+    projection: torch.Tensor | None   # (2, dim, proj)
+    bias: torch.Tensor                # (2, 1, 4*dim), float32, forget bias included
     # Per direction, the same weights for oneDNN's products (:func:`elmo.model.blocks.linear`), or
     # None where the products run through ``torch.bmm`` (a GPU, float16, no oneDNN, or bfloat16
     # where oneDNN lacks the CPU's bfloat16 instructions).
@@ -239,8 +241,12 @@ def stack_directions(forward_layer: LstmLayer, backward_layer: LstmLayer, dtype:
         pack = quantize if int8 else prepack
         linear = tuple(LinearWeights(pack(inputs[d], gate), pack(states[d], rows), pack(projections[d], rows), bias[d])
                        for d in range(2))
-        return StackedWeights(inputs.transpose(1, 2), states.transpose(1, 2), projections.transpose(1, 2),
-                              bias.unsqueeze(1), linear, doubled)
+        if pack is prepack and dtype == torch.float32:  # views of the same weights: kept, for free
+            return StackedWeights(inputs.transpose(1, 2), states.transpose(1, 2), projections.transpose(1, 2),
+                                  bias.unsqueeze(1), linear, doubled)
+        # Packed or quantized copies: the plain ones are dropped (at the original size 144 MB in
+        # bfloat16, 288 MB in float32 for int8), since no product here reads them.
+        return StackedWeights(None, None, None, bias.unsqueeze(1), linear, doubled)
     return StackedWeights(torch.stack([l.input_weight.detach().t() * scale for l in layers]).to(dtype),
                           torch.stack([w.t() for w in state_weights]).to(dtype),
                           torch.stack([l.projection.detach().t() for l in layers]).to(dtype),
@@ -369,7 +375,7 @@ def _input_gates(x: torch.Tensor, weights: StackedWeights, dtype: torch.dtype, b
     the bias where the products are batched. oneDNN's products give :class:`BlockedGates` instead,
     of ``rows_per_step`` rows per step."""
     x = x.to(dtype)
-    width = weights.input.shape[-1]
+    width = weights.bias.shape[-1]
     if weights.linear is not None and block is not None:
         # In float32 the bias joins in the recurrent product's kernel instead.
         return BlockedGates(x, weights.linear, block, rows_per_step, with_bias=dtype != torch.float32)
@@ -494,6 +500,9 @@ def bilstm_static_chunk(layers: Sequence[tuple[LstmLayer, LstmLayer]], weights: 
     low = dtype != torch.float32
     x = inputs
     for index, ((forward_layer, _), stacked) in enumerate(zip(layers, weights)):
+        if stacked.input is None:
+            raise ValueError("bilstm_static_chunk needs the batched layout of the weights: stack them for a GPU "
+                             "(stack_directions without oneDNN's reduced-precision products)")
         stacked = stacked._replace(linear=None)
         dim, cell_clip, proj_clip = forward_layer.dim, forward_layer.cell_clip, forward_layer.proj_clip
         x_gates = _input_gates(x.transpose(0, 1).reshape(2, steps * rows, -1), stacked, dtype, block=None)
