@@ -36,19 +36,33 @@ def time_process(command: list[str], env: dict | None = None) -> float:
     return time_and_peak_process(command, env)[0]
 
 
+# Runs a command and prints its seconds, peak memory and exit status. The peak is read by a small
+# process of its own: Linux gives a child the high-water mark of the memory it was forked from
+# (the benchmark's, which holds models) as its own ru_maxrss, so the command must be started from
+# a small process for its peak to be its own.
+_LAUNCHER = """
+import json, os, subprocess, sys, time
+start = time.perf_counter()
+child = subprocess.Popen(sys.argv[1:], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+stderr = child.stderr.read()
+_, status, usage = os.wait4(child.pid, 0)
+child.returncode = os.waitstatus_to_exitcode(status)
+seconds = time.perf_counter() - start
+sys.stderr.buffer.write(stderr)
+print(json.dumps({"seconds": seconds, "peak_mb": usage.ru_maxrss / 1024, "returncode": child.returncode}))
+"""
+
+
 def time_and_peak_process(command: list[str], env: dict | None = None) -> tuple[float, float]:
-    """Wall-clock seconds and peak resident memory (MB, the kernel's ``ru_maxrss`` of that one
-    process) of one whole process, as :func:`time_process` runs it."""
-    start = time.perf_counter()
-    child = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
-    stderr = child.stderr.read()
-    _, status, usage = os.wait4(child.pid, 0)
-    seconds = time.perf_counter() - start
-    child.returncode = os.waitstatus_to_exitcode(status)
-    child.stderr.close()
-    if child.returncode != 0:
-        raise SystemExit(f"{' '.join(command)} failed ({child.returncode}):\n{stderr}")
-    return seconds, usage.ru_maxrss / 1024  # Linux reports kilobytes
+    """Wall-clock seconds and peak resident memory (MB: the kernel's ``ru_maxrss``) of one whole
+    process, as :func:`time_process` runs it, started from a small launcher (see ``_LAUNCHER``),
+    whose own start-up is not counted."""
+    done = subprocess.run([sys.executable, "-c", _LAUNCHER, *command], capture_output=True, text=True, env=env)
+    lines = done.stdout.strip().splitlines()
+    result = json.loads(lines[-1]) if lines else {"returncode": done.returncode}
+    if result["returncode"] != 0:
+        raise SystemExit(f"{' '.join(command)} failed ({result['returncode']}):\n{done.stderr}")
+    return result["seconds"], result["peak_mb"]
 
 
 def installed_env(env: dict, work: str) -> dict:

@@ -188,9 +188,9 @@ class Runtime:
 
     # ---------------------------------------------------------------------------- internals
     def _stacked_weights(self, index: int) -> StackedWeights:
-        """Layer ``index``'s weights in the batched layout, rebuilt only when a parameter changed
-        (a tensor's ``_version`` grows with every in-place update): stacking them on every call
-        cost 35% of the time of embedding one sentence."""
+        """Layer ``index``'s weights as :func:`~elmo.model.lstm.stack_directions` lays them out,
+        rebuilt only when a parameter changed (a tensor's ``_version`` grows with every in-place
+        update): stacking them on every call cost 35% of the time of embedding one sentence."""
         layers = (self.model.forward_layers[index], self.model.backward_layers[index])
         key = tuple((id(p), p._version) for layer in layers for p in layer.parameters())
         cached = self._stacked.get(index)
