@@ -65,8 +65,8 @@ def test_lstm_fast_full_window_matches_plain_values_and_gradients(clip):
 
 
 def test_product_kernel_choice(monkeypatch):
-    """On a CPU whose PyTorch has oneDNN's linear kernel, float32 weights are laid out for it (both
-    sizes), and the batched layout is a view of oneDNN's, not a second copy of the weights;
+    """On a CPU whose PyTorch has oneDNN's linear kernel, float32 products read the layers' own
+    weights (no copy: j is doubled on the gates instead) and no batched layout is kept;
     bfloat16 weights are packed for it once where oneDNN has the CPU's bfloat16 instructions;
     float16 keeps the batched products."""
     layer = LstmLayer(12, 8, 6, cell_clip=3.0, proj_clip=3.0)
@@ -75,8 +75,10 @@ def test_product_kernel_choice(monkeypatch):
     weights = lstm_module.stack_directions(layer, layer, torch.float32)
     assert (weights.linear is not None) == available
     if available:
-        assert weights.linear[1].state.data_ptr() == weights.state[1].data_ptr()
+        assert weights.linear[1].state.data_ptr() == layer.state_weight.data_ptr()
+        assert weights.linear[0].input.data_ptr() == layer.input_weight.data_ptr()
         assert weights.linear[0].input.is_contiguous() and weights.linear[0].input.shape == (32, 12)
+        assert weights.input is None and weights.double_j_after and weights.doubled_j
     bfloat16 = blocks_module.onednn_for("cpu", torch.bfloat16)
     assert bfloat16 == (available and torch.ops.mkldnn._is_mkldnn_bf16_supported())
     low = lstm_module.stack_directions(layer, layer, torch.bfloat16)

@@ -185,11 +185,13 @@ class StackedWeights(NamedTuple):
 
     The gate arithmetic is folded into them, exactly or to float rounding: the bias includes the
     forget gate's +1, and where ``doubled_j`` the rows of the ``j`` gate are multiplied by 2 (exact)
-    so that one sigmoid over all four gates also gives ``tanh(j) = 2 sigmoid(2j) - 1``.
+    so that one sigmoid over all four gates also gives ``tanh(j) = 2 sigmoid(2j) - 1``. Where
+    ``double_j_after``, the weights are the layers' own instead (no copy) and the ``j`` quarter
+    of the gates is doubled once they are summed: the same bits, since doubling is exact.
     """
 
-    # The batched layout, or None where only oneDNN's products run and it would be a second copy
-    # of the weights (bfloat16 and int8 on a CPU: ``linear`` holds theirs).
+    # The batched layout, or None where only oneDNN's products run (a CPU): ``linear`` holds
+    # their weights, and a batched copy would double the memory they take.
     input: torch.Tensor | None        # (2, input_dim, 4*dim)
     state: torch.Tensor | None        # (2, proj, 4*dim)
     projection: torch.Tensor | None   # (2, dim, proj)
@@ -199,6 +201,7 @@ class StackedWeights(NamedTuple):
     # where oneDNN lacks the CPU's bfloat16 instructions).
     linear: tuple[LinearWeights, LinearWeights] | None = None
     doubled_j: bool = False
+    double_j_after: bool = False
 
 
 def tanh_by_sigmoid(device: torch.device) -> bool:
@@ -226,26 +229,27 @@ def stack_directions(forward_layer: LstmLayer, backward_layer: LstmLayer, dtype:
     forget = torch.zeros_like(scale)
     forget[2 * dim:3 * dim] = FORGET_BIAS * scale[2 * dim:3 * dim]
     biases = [l.bias.detach().float() * scale + forget for l in layers]  # (4*dim,) each
+    if onednn_for(device, dtype) and dtype == torch.float32 and not int8:
+        # The layers' own weights, in the (out, in) layout oneDNN reads: no copy (288 MB at the
+        # original size). j's doubling moves to the summed gates (double_j_after), and so does
+        # the bias's: the bias and the forget gate's +1 here are unscaled.
+        bias = torch.stack([l.bias.detach().float() + forget / scale for l in layers])  # (2, 4*dim)
+        linear = tuple(LinearWeights(l.input_weight.detach().contiguous(), l.state_weight.detach().contiguous(),
+                                     l.projection.detach().contiguous(), bias[d]) for d, l in enumerate(layers))
+        return StackedWeights(None, None, None, bias.unsqueeze(1), linear, doubled, double_j_after=doubled)
     state_weights = [l.state_weight.detach() * scale.unsqueeze(1) for l in layers]  # (4*dim, proj)
     if onednn_for(device, dtype):
-        # The (out, in) layout oneDNN reads; the batched layout is a view of it, not a second copy
-        # (``.to`` is the tensor itself in float32).
-        inputs = torch.stack([l.input_weight.detach() * scale.unsqueeze(1) for l in layers]).to(dtype)  # (2, 4*dim, in)
-        states = torch.stack(state_weights).to(dtype)  # (2, 4*dim, proj)
-        projections = torch.stack([l.projection.detach() for l in layers]).to(dtype)  # (2, proj, dim)
+        inputs = torch.stack([l.input_weight.detach() * scale.unsqueeze(1) for l in layers])  # (2, 4*dim, in)
+        states = torch.stack(state_weights)  # (2, 4*dim, proj)
+        projections = torch.stack([l.projection.detach() for l in layers])  # (2, proj, dim)
         bias = torch.stack(biases)  # (2, 4*dim)
         rows, gate = row_block(device), block_sizes(device).gate
         # Each weight made once into what its products read, for the block size it runs on: int8
         # quantized; bfloat16 packed, so that no product reorders it again (docs/speed.md,
-        # "bfloat16 on the CPU's own instructions"); float32 as it is (prepack leaves it).
-        pack = quantize if int8 else prepack
+        # "bfloat16 on the CPU's own instructions"). Only these copies are kept.
+        pack = quantize if int8 else (lambda weight, block: prepack(weight.to(dtype), block))
         linear = tuple(LinearWeights(pack(inputs[d], gate), pack(states[d], rows), pack(projections[d], rows), bias[d])
                        for d in range(2))
-        if pack is prepack and dtype == torch.float32:  # views of the same weights: kept, for free
-            return StackedWeights(inputs.transpose(1, 2), states.transpose(1, 2), projections.transpose(1, 2),
-                                  bias.unsqueeze(1), linear, doubled)
-        # Packed or quantized copies: the plain ones are dropped (at the original size 144 MB in
-        # bfloat16, 288 MB in float32 for int8), since no product here reads them.
         return StackedWeights(None, None, None, bias.unsqueeze(1), linear, doubled)
     return StackedWeights(torch.stack([l.input_weight.detach().t() * scale for l in layers]).to(dtype),
                           torch.stack([w.t() for w in state_weights]).to(dtype),
@@ -343,7 +347,8 @@ def _recurrent_gates_in_blocks(x_gates: torch.Tensor | tuple[BlockedGates, int],
     running ones), with the products over whole blocks of ``block_rows`` rows of ``h`` (the
     oneDNN product adds the bias), written into ``gates`` ``(2, >= rows rounded up to a block,
     4*dim)`` float32; ``h`` as in :func:`_recurrent_gates`. ``x_gates`` may be a
-    :class:`BlockedGates` and the step to read from it."""
+    :class:`BlockedGates` and the step to read from it. The ``j`` quarter comes out doubled where
+    ``weights.doubled_j``."""
     starts = range(0, padded(rows, block_rows), block_rows)
     if weights.linear is not None:
         # Direction by direction, all of its blocks in a row: a direction's weight (16 MB in
@@ -364,8 +369,13 @@ def _recurrent_gates_in_blocks(x_gates: torch.Tensor | tuple[BlockedGates, int],
                 gates[:, block] = torch.bmm(h[:, block], weights.state)
     # The input half joins after the product: it exists for the running rows only.
     if isinstance(x_gates, tuple) and isinstance(x_gates[0], BlockedGates):
-        return x_gates[0].add_to(gates[:, :rows], x_gates[1], rows)
-    return gates[:, :rows].add_(x_gates)
+        summed = x_gates[0].add_to(gates[:, :rows], x_gates[1], rows)
+    else:
+        summed = gates[:, :rows].add_(x_gates)
+    if weights.double_j_after:  # what doubled weights would have given, bit for bit
+        dim = summed.shape[-1] // 4
+        summed[..., dim:2 * dim].mul_(2.0)
+    return summed
 
 
 def _input_gates(x: torch.Tensor, weights: StackedWeights, dtype: torch.dtype, block: int | None = GATE_BLOCK,
