@@ -232,22 +232,23 @@ def stack_directions(forward_layer: LstmLayer, backward_layer: LstmLayer, dtype:
     if onednn_for(device, dtype) and dtype == torch.float32 and not int8:
         # The layers' own weights, in the (out, in) layout oneDNN reads: no copy (288 MB at the
         # original size). j's doubling moves to the summed gates (double_j_after), and so does
-        # the bias's: the bias and the forget gate's +1 here are unscaled.
-        bias = torch.stack([l.bias.detach().float() + forget / scale for l in layers])  # (2, 4*dim)
+        # the bias's: the bias here is unscaled (forget's +1 is on f's rows, never doubled).
+        bias = torch.stack([l.bias.detach().float() + forget for l in layers])  # (2, 4*dim)
         linear = tuple(LinearWeights(l.input_weight.detach().contiguous(), l.state_weight.detach().contiguous(),
                                      l.projection.detach().contiguous(), bias[d]) for d, l in enumerate(layers))
         return StackedWeights(None, None, None, bias.unsqueeze(1), linear, doubled, double_j_after=doubled)
     state_weights = [l.state_weight.detach() * scale.unsqueeze(1) for l in layers]  # (4*dim, proj)
     if onednn_for(device, dtype):
-        inputs = torch.stack([l.input_weight.detach() * scale.unsqueeze(1) for l in layers])  # (2, 4*dim, in)
-        states = torch.stack(state_weights)  # (2, 4*dim, proj)
-        projections = torch.stack([l.projection.detach() for l in layers])  # (2, proj, dim)
+        inputs = torch.stack([l.input_weight.detach() * scale.unsqueeze(1) for l in layers]).to(dtype)  # (2, 4*dim, in)
+        states = torch.stack(state_weights).to(dtype)  # (2, 4*dim, proj)
+        projections = torch.stack([l.projection.detach() for l in layers]).to(dtype)  # (2, proj, dim)
         bias = torch.stack(biases)  # (2, 4*dim)
         rows, gate = row_block(device), block_sizes(device).gate
         # Each weight made once into what its products read, for the block size it runs on: int8
         # quantized; bfloat16 packed, so that no product reorders it again (docs/speed.md,
-        # "bfloat16 on the CPU's own instructions"). Only these copies are kept.
-        pack = quantize if int8 else (lambda weight, block: prepack(weight.to(dtype), block))
+        # "bfloat16 on the CPU's own instructions"). Only these are kept: the plain copies above
+        # (144 MB in bfloat16 at the original size, 288 MB in float32 for int8) go.
+        pack = quantize if int8 else prepack
         linear = tuple(LinearWeights(pack(inputs[d], gate), pack(states[d], rows), pack(projections[d], rows), bias[d])
                        for d in range(2))
         return StackedWeights(None, None, None, bias.unsqueeze(1), linear, doubled)
