@@ -213,9 +213,11 @@ def tanh_by_sigmoid(device: torch.device) -> bool:
 @torch.inference_mode()
 def stack_directions(forward_layer: LstmLayer, backward_layer: LstmLayer, dtype: torch.dtype) -> StackedWeights:
     """Both directions' weights for :func:`bilstm_inference`'s products in ``dtype`` (the bias in
-    float32). For ``torch.int8``, on a CPU where :func:`elmo.model.blocks.int8_for` (elsewhere
-    float32), the oneDNN products' weights are quantized to int8
-    (:func:`elmo.model.blocks.quantize`) and the batched layout stays float32."""
+    float32). Where oneDNN's products run (a CPU), only what they read is kept
+    (:attr:`StackedWeights.linear`): in float32 the layers' own weights, no copy; in bfloat16
+    packed copies; for ``torch.int8`` (where :func:`elmo.model.blocks.int8_for`, elsewhere
+    float32) quantized ones (:func:`elmo.model.blocks.quantize`). Elsewhere (a GPU, float16, no
+    oneDNN) the batched layout for ``torch.bmm``."""
     layers = (forward_layer, backward_layer)
     dim = forward_layer.dim
     device = forward_layer.state_weight.device
