@@ -86,6 +86,7 @@ def test_product_kernel_choice(monkeypatch):
     if bfloat16:
         assert all(w.layout == torch._mkldnn and w.dtype == torch.bfloat16 for w in low.linear[0][:3])
         assert low.linear[0].bias.dtype == torch.float32  # never rounded to bfloat16
+        assert low.input is None and low.state is None and low.projection is None  # no unpacked copy kept
     assert lstm_module.stack_directions(layer, layer, torch.float16).linear is None
     assert not blocks_module.onednn_for("cpu", torch.float16)
     assert not blocks_module.onednn_for("cuda", torch.float32)
