@@ -179,3 +179,36 @@ def test_check_output_file_refuses_folders_devices_and_existing_files(tmp_path):
         check_output_file(tmp_path / "fifo", overwrite=True)
     with pytest.raises(FileNotFoundError, match="does not exist"):
         check_output_file(tmp_path / "typo" / "out.hdf5", overwrite=True)
+
+
+def test_claim_folder_takes_the_folder_another_process_made_at_the_same_moment(tmp_path, monkeypatch):
+    """Two ranks of one torchrun job claim the shard folder at once: the second's rename lands on
+    the first's folder, already in place with its marker (ENOTEMPTY), and the second takes that
+    folder instead of failing (a flaky 'Directory not empty' in CI before). A folder of another
+    kind made at that moment is still refused."""
+    import elmo.fileio as fileio
+
+    rename, made = os.rename, {}
+
+    def other_process_first(kind):
+        def racing_rename(source, target):
+            if os.path.basename(os.fspath(source)).startswith(".") and not made:  # our folder, about to land
+                made["id"] = claim_folder_without_race(target, kind)
+            return rename(source, target)
+        return racing_rename
+
+    def claim_folder_without_race(target, kind):
+        monkeypatch.setattr(fileio.os, "rename", rename)
+        try:
+            return fileio.make_owned_folder(target, kind)
+        finally:
+            monkeypatch.setattr(fileio.os, "rename", other_process_first(kind))
+
+    monkeypatch.setattr(fileio.os, "rename", other_process_first("embeddings"))
+    assert claim_folder(tmp_path / "out", "embeddings") == made["id"]
+    assert read_owner(tmp_path / "out")["id"] == made["id"]
+    assert sorted(os.listdir(tmp_path)) == ["out"]  # no leftover of the losing process's folder
+    made.clear()
+    monkeypatch.setattr(fileio.os, "rename", other_process_first("training run"))
+    with pytest.raises(ForeignFolderError, match="training run"):
+        claim_folder(tmp_path / "other", "embeddings")

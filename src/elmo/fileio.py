@@ -4,6 +4,7 @@ makes, transparent gzip reading (damage reported in one line) and standard input
 from __future__ import annotations
 
 import contextlib
+import errno
 import gzip
 import itertools
 import json
@@ -233,8 +234,13 @@ def claim_folder(path: str | os.PathLike, kind: str, *, recognise: Callable[[str
     if not check_folder(path, kind, recognise=recognise, option=option):
         try:
             return make_owned_folder(path, kind, make_parents)
-        except ForeignFolderError:
-            if not check_folder(path, kind, recognise=recognise, option=option):  # another process's, at once
+        except OSError as error:
+            # Another process made it at the same moment (the ranks of one torchrun job): its
+            # folder, with its marker, is in place, and renaming ours onto it failed (ENOTEMPTY
+            # on Linux, EEXIST elsewhere). Take that folder if it is one of this kind.
+            if not isinstance(error, ForeignFolderError) and error.errno not in (errno.ENOTEMPTY, errno.EEXIST):
+                raise
+            if not check_folder(path, kind, recognise=recognise, option=option):
                 raise
     owner = read_owner(path)
     if owner is not None:
