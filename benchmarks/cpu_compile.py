@@ -56,13 +56,16 @@ class PlainStep(torch.nn.Module):
     """One step of both directions as formulas, for Inductor: ``(x_gates, h, c) -> (h_new, c_new)``
     with ``x_gates`` ``(2, rows, 4*dim)`` float32 (input half and bias), ``h`` ``(2, rows, proj)``
     in the products' dtype, ``c`` ``(2, rows, dim)`` float32. ``state`` ``(2, 4*dim, proj)`` and
-    ``projection`` ``(2, proj, dim)``: the runtime's weights (``j`` doubled, as it folds them)."""
+    ``projection`` ``(2, proj, dim)``: the runtime's weights, ``j``'s rows doubled as it folds
+    them, or, with ``gate_scale`` ``(4*dim,)``, the layers' own, the summed gates scaled instead
+    (the runtime's float32 route: ``StackedWeights.double_j_after``)."""
 
-    def __init__(self, state: torch.Tensor, projection: torch.Tensor, clip: float, block: int | None):
+    def __init__(self, state: torch.Tensor, projection: torch.Tensor, clip: float, block: int | None,
+                 gate_scale: torch.Tensor | None):
         super().__init__()
         self.state = torch.nn.Parameter(state, requires_grad=False)
         self.projection = torch.nn.Parameter(projection, requires_grad=False)
-        self.clip, self.block = clip, block
+        self.clip, self.block, self.gate_scale = clip, block, gate_scale
 
     def product(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
         """``x @ weight.T``: on row blocks of ``block`` rows as the runtime's (None: one product)."""
@@ -75,6 +78,8 @@ class PlainStep(torch.nn.Module):
         outputs, cells = [], []
         for d in range(2):
             gates = self.product(h[d], self.state[d]).float() + x_gates[d]
+            if self.gate_scale is not None:
+                gates = gates * self.gate_scale
             i, j, f, o = torch.sigmoid(gates).chunk(4, -1)
             cell = (c[d] * f + i * (2 * j - 1)).clamp(-self.clip, self.clip)
             q = (o * torch.tanh(cell)).to(h.dtype)
@@ -120,15 +125,20 @@ def measure(size: str, dtype: torch.dtype, rows: int, rounds: int, calls: int) -
                 h_new[d, start:start + block] = linear(q[d, start:start + block], direction.projection)
         return h_new[:, :rows].clamp_(-clip, clip), c
 
-    # The runtime's weights, in the (out, in) layout, j's rows doubled as it folds them: the same
-    # step, so the results can be compared.
+    # The runtime's weights, in the (out, in) layout, with j doubled where it doubles it (in the
+    # weights, or on the summed gates): the same step, so the results can be compared.
     state = torch.stack([l.state_weight.detach() for l in layers]).clone()
-    state[:, dim:2 * dim] *= 2
+    gate_scale = None
+    if weights.double_j_after:
+        gate_scale = torch.ones(4 * dim)
+        gate_scale[dim:2 * dim] = 2.0
+    else:
+        state[:, dim:2 * dim] *= 2
     projection = torch.stack([l.projection.detach() for l in layers]).to(dtype)
     # The runtime's row blocks (what keeps a row's numbers independent of its batch), and one
     # product over all rows (not batch-independent: for scale).
-    plain = {"blocks": PlainStep(state.to(dtype), projection, clip, block).eval(),
-             "one product": PlainStep(state.to(dtype), projection, clip, None).eval()}
+    plain = {"blocks": PlainStep(state.to(dtype), projection, clip, block, gate_scale).eval(),
+             "one product": PlainStep(state.to(dtype), projection, clip, None, gate_scale).eval()}
 
     result = {"size": size, "dtype": str(dtype).replace("torch.", ""), "rows": rows}
     # Both compute x + b + h W: in float32 the runtime's recurrent product adds the bias, in
