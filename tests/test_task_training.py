@@ -355,7 +355,10 @@ def test_layer_cache_matches_the_embedder_and_is_reused(tmp_path, bilm_dir):
 
 
 def test_layer_cache_keeps_each_precision_apart(tmp_path, bilm_dir, bfloat16_selected):
-    from elmo.inference.layer_cache import cache_path
+    import hashlib
+
+    from elmo.inference.layer_cache import cache_path, sentences_fingerprint
+    from elmo.model.weights import weights_fingerprint
 
     sentences = [["The", "cat", "sat"], ["A", "dog"]]
     exact = Embedder.from_files(bilm_dir / "options.json", bilm_dir / "weights.hdf5")
@@ -366,7 +369,9 @@ def test_layer_cache_keeps_each_precision_apart(tmp_path, bilm_dir, bfloat16_sel
     files = {h5py.File(f, "r").attrs["precision"]: f.name for f in tmp_path.glob("toy-*.hdf5")}
     assert set(files) == {"float32", "bfloat16"}
     # float32's file name is the one caches made before the key had a precision: they stay valid.
-    assert files["float32"] == cache_path(tmp_path, "toy", exact.model, exact.state, sentences).name
+    old_key = f"{weights_fingerprint(exact.model)}:{exact.state}:{sentences_fingerprint(sentences)}"
+    assert files["float32"] == f"toy-{hashlib.sha256(old_key.encode()).hexdigest()[:16]}.hdf5"
+    assert files["float32"] == cache_path(tmp_path, "toy", exact, sentences).name
     assert not np.array_equal(float32_layers.layers, bfloat16_layers.layers)
     np.testing.assert_allclose(bfloat16_layers.layers.astype(np.float32), float32_layers.layers.astype(np.float32),
                                atol=0.05, rtol=0.05)

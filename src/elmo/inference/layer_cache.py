@@ -22,8 +22,6 @@ import torch
 from elmo.fileio import atomic_path
 from elmo.inference.embed import Embedder
 from elmo.inference.precision import DEFAULT_PRECISION
-from elmo.model.bilm import BiLM
-from elmo.model.weights import weights_fingerprint
 
 FORMAT = "elmo-layer-cache-1"
 
@@ -69,12 +67,13 @@ class LayerCache:
         return out
 
 
-def cache_path(cache_dir: str | os.PathLike, name: str, model: BiLM, state: str,
-               sentences: Sequence[Sequence[str]], precision: str = DEFAULT_PRECISION) -> Path:
-    """Where the layers of ``sentences`` under ``model`` run at ``precision`` are (or will be) cached."""
-    key = f"{weights_fingerprint(model)}:{state}:{sentences_fingerprint(sentences)}"
-    if precision != DEFAULT_PRECISION:  # float32's key is the one caches made before precisions had
-        key += f":{precision}"
+def cache_path(cache_dir: str | os.PathLike, name: str, embedder: Embedder, sentences: Sequence[Sequence[str]]) -> Path:
+    """Where the layers of ``sentences`` under ``embedder`` (its model's weights, its state policy
+    and the precision it runs at) are (or will be) cached. The weights' hash is the runtime's,
+    made once for all of a task's splits."""
+    key = f"{embedder.runtime.weights_fingerprint()}:{embedder.state}:{sentences_fingerprint(sentences)}"
+    if embedder.precision != DEFAULT_PRECISION:  # float32's key is the one caches made before precisions had
+        key += f":{embedder.precision}"
     key = hashlib.sha256(key.encode())
     return Path(cache_dir) / f"{name}-{key.hexdigest()[:16]}.hdf5"
 
@@ -82,7 +81,7 @@ def cache_path(cache_dir: str | os.PathLike, name: str, model: BiLM, state: str,
 def load_or_compute(embedder: Embedder, sentences: Sequence[Sequence[str]], cache_dir: str | os.PathLike,
                     name: str, *, dtype: str = "float16", progress: bool = True) -> LayerCache:
     """The layers of ``sentences``: read from ``cache_dir`` if cached, else computed and saved."""
-    path = cache_path(cache_dir, name, embedder.model, embedder.state, sentences, embedder.precision)
+    path = cache_path(cache_dir, name, embedder, sentences)
     if path.is_file():
         with h5py.File(path, "r") as f:
             if f.attrs.get("format") == FORMAT and len(f["offsets"]) == len(sentences) + 1:
