@@ -82,8 +82,7 @@ def add_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--precision", default=DEFAULT_PRECISION, choices=list(PRECISIONS),
                         help="matrix products in this precision (bfloat16: fast on CPUs with AVX-512 BF16 or AMX; "
                              "float16: GPUs; int8: CPUs with VNNI or AMX, large models, further from float32 "
-                             "than bfloat16); "
-                             "states stay float32")
+                             "than bfloat16); states stay float32")
     parser.add_argument("--cuda-graphs", action="store_true",
                         help="on a GPU, replay the LSTM's steps from CUDA graphs for batch shapes that repeat "
                              "(fewer kernel launches; the same vectors to float rounding)")
