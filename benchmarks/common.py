@@ -168,3 +168,19 @@ lines = [line.split() for line in open({text!r}, encoding="utf-8") if line.strip
 embedder = Embedder(model, precision={precision!r})
 embedder.embed_sentences(lines[:2])
 """
+
+# Then the speed of that embedder: the lines at batch 64 (tokens/s), and the median latency of
+# up to 30 of their 20-token sentences embedded alone; printed as the process's last line of
+# JSON (compare_revisions.py, row_block_sizes.py). It needs json, statistics and time imported.
+EMBED_SPEED = RANDOM_MODEL_EMBEDDER + """
+start = time.perf_counter()
+embedder.embed_sentences(lines)
+seconds = time.perf_counter() - start
+latencies = []
+for sentence in [s for s in lines if len(s) == 20][:30]:
+    t0 = time.perf_counter()
+    embedder.embed_sentences([sentence], batch_size=1)
+    latencies.append(time.perf_counter() - t0)
+print(json.dumps({{"tokens_per_second": sum(map(len, lines)) / seconds,
+                  "latency_20_tokens_ms": 1000 * statistics.median(latencies)}}))
+"""

@@ -21,7 +21,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from common import RANDOM_MODEL_EMBEDDER  # noqa: E402
+from common import EMBED_SPEED  # noqa: E402
 
 ONE = """
 import json, statistics, sys, time
@@ -31,18 +31,7 @@ import elmo
 from elmo import BiLM, Embedder
 from elmo.model.config import published_config
 assert elmo.__file__.startswith({src!r}), elmo.__file__
-""" + RANDOM_MODEL_EMBEDDER + """
-start = time.perf_counter()
-embedder.embed_sentences(lines)
-seconds = time.perf_counter() - start
-latencies = []
-for sentence in [s for s in lines if len(s) == 20][:30]:
-    t0 = time.perf_counter()
-    embedder.embed_sentences([sentence], batch_size=1)
-    latencies.append(time.perf_counter() - t0)
-print(json.dumps({{"tokens_per_second": sum(map(len, lines)) / seconds,
-                  "latency_20_tokens_ms": 1000 * statistics.median(latencies)}}))
-"""
+""" + EMBED_SPEED
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -4,7 +4,8 @@ one recurrent product and projection on a CPU).
 
 For each ``--blocks`` size, a fresh process replaces the CPU's block sizes before anything runs,
 embeds ``--sentences`` sentences with ``Embedder`` defaults at batch 64 (random weights of the
-published ``--size``, ``--precision``), then 20 sentences one at a time (their mean latency). The sizes alternate
+published ``--size``, ``--precision``), then up to 30 of their 20-token sentences one at a time (their
+median latency): ``common.EMBED_SPEED``, as ``compare_revisions.py`` measures. The sizes alternate
 within each of ``--rounds`` rounds; medians are reported. Prints a table and writes JSON:
 
     python benchmarks/row_block_sizes.py --text sentences.txt --size original --precision bfloat16 \\
@@ -25,28 +26,17 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from common import RANDOM_MODEL_EMBEDDER, write_results  # noqa: E402
+from common import EMBED_SPEED, write_results  # noqa: E402
 
 ONE = """
-import json, time
+import json, statistics, time
 import torch
 import elmo.model.blocks as blocks
 from elmo import BiLM, Embedder
 from elmo.model.config import published_config
 cpu = blocks.BLOCK_SIZES["cpu"]
 blocks.BLOCK_SIZES["cpu"] = blocks.BlockSizes({block}, cpu.gate, cpu.word, cpu.head)
-""" + RANDOM_MODEL_EMBEDDER + """
-start = time.perf_counter()
-embedder.embed_sentences(lines)
-seconds = time.perf_counter() - start
-latencies = []
-for sentence in lines[:20]:
-    t0 = time.perf_counter()
-    embedder.embed_sentences([sentence])
-    latencies.append(time.perf_counter() - t0)
-print(json.dumps({{"tokens_per_second": sum(map(len, lines)) / seconds,
-                  "latency_ms": 1000 * sum(latencies) / len(latencies)}}))
-"""
+""" + EMBED_SPEED
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -69,12 +59,13 @@ def main(argv: list[str] | None = None) -> int:
             runs[block].append(json.loads(out.stdout.strip().splitlines()[-1]))
     rows = [{"block": block, "runs": results,
              "tokens_per_second": statistics.median(r["tokens_per_second"] for r in results),
-             "latency_ms": statistics.median(r["latency_ms"] for r in results)} for block, results in runs.items()]
-    print(f"{args.size}, {args.precision}, {args.sentences} sentences at batch 64, then 20 one at a time;"
+             "latency_20_tokens_ms": statistics.median(r["latency_20_tokens_ms"] for r in results)}
+            for block, results in runs.items()]
+    print(f"{args.size}, {args.precision}, {args.sentences} sentences at batch 64, then their 20-token ones alone;"
           f" median of {args.rounds}")
-    print(f"{'rows per block':>15}{'tokens/s':>10}{'one sentence':>14}")
+    print(f"{'rows per block':>15}{'tokens/s':>10}{'20-token sentence':>19}")
     for r in rows:
-        print(f"{r['block']:>15}{r['tokens_per_second']:>10.0f}{r['latency_ms']:>11.1f} ms")
+        print(f"{r['block']:>15}{r['tokens_per_second']:>10.0f}{r['latency_20_tokens_ms']:>16.1f} ms")
     write_results(args.output, {"size": args.size, "precision": args.precision, "sentences": args.sentences,
                                 "rounds": args.rounds, "rows": rows})
     return 0
