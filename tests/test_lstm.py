@@ -259,3 +259,35 @@ def test_gate_chunking_matches_plain_at_any_chunk_size(monkeypatch, product_kern
     for d in (0, 1):
         torch.testing.assert_close(out[d], expected[d][0], rtol=0, atol=1e-5)
         torch.testing.assert_close(final_h[d], expected[d][1][1], rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("part", [24, 64])
+def test_float32_recurrent_product_in_column_parts_matches_plain(monkeypatch, product_kernel, part):
+    """oneDNN's float32 recurrent product in parts of gate columns (blocks.COLUMN_BLOCK; 24 leaves a
+    partial last part of the 64 columns, 64 is one part): the specification's numbers, over rows in
+    several blocks, and a sentence's numbers the same bits alone and in a batch (sizes in multiples
+    of 16, as a model's are: the cell's vectorised functions then see each row alike)."""
+    monkeypatch.setattr(blocks_module, "COLUMN_BLOCK", part)
+    torch.manual_seed(11)
+    layers = [LstmLayer(16, 16, 16, cell_clip=3.0, proj_clip=3.0) for _ in range(2)]
+    weights = lstm_module.stack_directions(layers[0], layers[1], torch.float32)
+    if product_kernel == "onednn":
+        parts = lstm_module._column_parts(weights.linear[0], weights.linear[0].bias)
+        assert [p[2] for p in parts] == [slice(lo, min(lo + part, 64)) for lo in range(0, 64, part)]
+    else:
+        assert weights.linear is None  # the batched products have no parts
+    lengths = torch.tensor([30, 30, 25, 19, 17, 9, 4, 3, 3, 2, 2, 1, 1, 1, 1, 1, 1, 1])  # two row blocks
+    time = int(lengths.max())
+    mask = torch.arange(time).unsqueeze(0) < lengths.unsqueeze(1)
+    inputs = torch.randn(2, len(lengths), time, 16) * mask[None, :, :, None]
+    c, h = torch.randn(2, len(lengths), 16) * 0.1, torch.randn(2, len(lengths), 16) * 0.1
+    with torch.no_grad():
+        expected = [lstm_plain(layers[d], inputs[d], mask, (c[d], h[d])) for d in (0, 1)]
+    out, final_c, final_h = bilstm_inference(layers[0], layers[1], inputs, lengths, c, h, weights=weights)
+    for d in (0, 1):
+        torch.testing.assert_close(out[d], expected[d][0], rtol=0, atol=1e-5)
+        torch.testing.assert_close(final_c[d], expected[d][1][0], rtol=0, atol=1e-5)
+        torch.testing.assert_close(final_h[d], expected[d][1][1], rtol=0, atol=1e-5)
+    alone, _, _ = bilstm_inference(layers[0], layers[1], inputs[:, 3:4, :19], lengths[3:4], c[:, 3:4], h[:, 3:4],
+                                   weights=weights)
+    assert torch.equal(alone[:, 0], out[:, 3, :19])

@@ -37,6 +37,13 @@ WORD_BLOCK = 16
 # Words of one highway / projection product (words of any length): its weights are large (the
 # original size's highway layers are 2048 x 2048), so fewer, larger blocks read them less often.
 HEAD_BLOCK = 64
+# Gate columns of one float32 recurrent product on a CPU. The original size's recurrent weight is
+# 32 MB per direction in float32, as large as the development CPU's L3, so each row block of a
+# step read it from memory again; in parts of this many columns (8 MB) the step's row blocks
+# find it in the cache (1.2x on that product there; docs/speed.md). Like the row blocks, a
+# constant: which part a column falls in never depends on the batch. bfloat16's packed weight
+# (16 MB) fits already and was slower in parts, so it stays whole.
+COLUMN_BLOCK = 4096
 
 
 
@@ -302,6 +309,6 @@ def in_blocks(x: torch.Tensor, block: int, product: Callable[[torch.Tensor, torc
     return out.narrow(dim, 0, rows) if total != rows else out
 
 
-__all__ = ["BLOCK_SIZES", "GATE_BLOCK", "HEAD_BLOCK", "ONEDNN", "ROW_BLOCK", "WORD_BLOCK", "BlockSizes", "Int8Weight",
+__all__ = ["BLOCK_SIZES", "COLUMN_BLOCK", "GATE_BLOCK", "HEAD_BLOCK", "ONEDNN", "ROW_BLOCK", "WORD_BLOCK", "BlockSizes", "Int8Weight",
            "activation_dtype", "block_sizes", "in_blocks", "int8_for", "linear", "onednn_for", "onednn_trains",
            "pad_rows", "padded", "prepack", "products_dtype", "quantize", "row_block", "trained_linear"]

@@ -22,6 +22,7 @@ from typing import NamedTuple
 import torch
 from torch import nn
 
+from elmo.model import blocks
 from elmo.model.blocks import (GATE_BLOCK, activation_dtype, block_sizes, in_blocks, linear, onednn_for, pad_rows,
                                padded, prepack, products_dtype, quantize, row_block)
 
@@ -343,6 +344,19 @@ class BlockedGates:
         return gates
 
 
+def _column_parts(direction: LinearWeights, bias: torch.Tensor | None) -> list[tuple[object, torch.Tensor | None, slice]]:
+    """One direction's recurrent product in parts of gate columns: ``[(weight, bias, columns),
+    ...]``. A plain float32 weight comes in parts of :data:`~elmo.model.blocks.COLUMN_BLOCK`
+    columns (views, no copy); a packed or quantized one whole (they cannot be sliced, and
+    bfloat16's fits the cache)."""
+    state = direction.state
+    if not (isinstance(state, torch.Tensor) and state.dtype == torch.float32 and state.layout == torch.strided):
+        return [(state, bias, slice(None))]
+    width, part = state.shape[0], blocks.COLUMN_BLOCK
+    return [(state[lo:lo + part], bias[lo:lo + part] if bias is not None else None, slice(lo, min(lo + part, width)))
+            for lo in range(0, width, part)]
+
+
 def _recurrent_gates_in_blocks(x_gates: torch.Tensor | tuple[BlockedGates, int], h: torch.Tensor,
                                weights: StackedWeights, rows: int, gates: torch.Tensor, block_rows: int,
                                ) -> torch.Tensor:
@@ -357,12 +371,15 @@ def _recurrent_gates_in_blocks(x_gates: torch.Tensor | tuple[BlockedGates, int],
         # Direction by direction, all of its blocks in a row: a direction's weight (16 MB in
         # bfloat16 at the original size) is then read from memory once per step and from the
         # cache for its other blocks, not once per block (both directions' weights do not fit in
-        # a 32 MB L3 together). The same products on the same rows: the same numbers.
+        # a 32 MB L3 together); float32's 32 MB weight, in column parts (:func:`_column_parts`).
+        # The same products on the same rows: the same numbers.
         for d, direction in enumerate(weights.linear):
             # In bfloat16 the bias joined the input half (:class:`BlockedGates`).
             bias = direction.bias if h.dtype == torch.float32 else None
-            for start in starts:
-                gates[d, start:start + block_rows] = linear(h[d, start:start + block_rows], direction.state, bias)
+            for state, part_bias, columns in _column_parts(direction, bias):
+                for start in starts:
+                    gates[d, start:start + block_rows, columns] = linear(h[d, start:start + block_rows], state,
+                                                                         part_bias)
     else:
         for start in starts:
             block = slice(start, start + block_rows)
