@@ -291,3 +291,34 @@ def test_float32_recurrent_product_in_column_parts_matches_plain(monkeypatch, pr
     alone, _, _ = bilstm_inference(layers[0], layers[1], inputs[:, 3:4, :19], lengths[3:4], c[:, 3:4], h[:, 3:4],
                                    weights=weights)
     assert torch.equal(alone[:, 0], out[:, 3, :19])
+
+
+def test_input_products_compute_the_running_pairs_only(monkeypatch):
+    """oneDNN's input products run on the running (step, row) pairs alone: one sentence of 100
+    steps beside fifteen of one step is 115 pairs, one block of GATE_BLOCK, not the 1,600 pairs
+    of the padded batch (13 blocks); the numbers are the specification's."""
+    if not blocks_module.onednn_for("cpu", torch.float32):
+        pytest.skip("this PyTorch has no oneDNN linear kernel")
+    monkeypatch.setattr(blocks_module, "ONEDNN", True)
+    torch.manual_seed(12)
+    layers = [LstmLayer(16, 16, 16, cell_clip=3.0, proj_clip=3.0) for _ in range(2)]
+    lengths = torch.tensor([100] + [1] * 15)
+    mask = torch.arange(100).unsqueeze(0) < lengths.unsqueeze(1)
+    inputs = torch.randn(2, 16, 100, 16) * mask[None, :, :, None]
+    c, h = torch.zeros(2, 16, 16), torch.zeros(2, 16, 16)
+    calls = []
+
+    def counting(x, weight, bias=None):
+        if id(weight) in input_weights:
+            calls.append(x.shape[0])
+        return blocks_module.linear(x, weight, bias)
+
+    weights = lstm_module.stack_directions(layers[0], layers[1], torch.float32)
+    input_weights = {id(w.input) for w in weights.linear}
+    monkeypatch.setattr(lstm_module, "linear", counting)
+    out, _, _ = bilstm_inference(layers[0], layers[1], inputs, lengths, c, h, weights=weights)
+    assert calls == [blocks_module.GATE_BLOCK] * 2  # one block per direction
+    with torch.no_grad():
+        expected = [lstm_plain(layers[d], inputs[d], mask) for d in (0, 1)]
+    for d in (0, 1):
+        torch.testing.assert_close(out[d], expected[d][0], rtol=0, atol=1e-5)

@@ -15,6 +15,7 @@ each row is the state after its last real token (TF's ``dynamic_rnn`` with ``seq
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Sequence
 from typing import NamedTuple
@@ -301,22 +302,27 @@ def _recurrent_gates(x_gates: torch.Tensor, h: torch.Tensor, weights: StackedWei
 
 
 class BlockedGates:
-    """The input half of the gates of one chunk's (step, row) pairs, in time-major order, as
-    oneDNN's products compute it: on whole blocks of ``block`` pairs (the last padded with zero
+    """The input half of the gates of one chunk's running (step, row) pairs, in time-major order,
+    as oneDNN's products compute it: on whole blocks of ``block`` pairs (the last padded with zero
     rows), each block computed when a step first needs it and dropped once the steps have passed
-    it. In bfloat16 (``with_bias``) the float32 bias is added in the kernel before its one
+    it. Only the running pairs are in ``x``: with the padding of a batch's shorter sentences
+    beside them, the blocks of its last steps were mostly padding (half of the input products'
+    work at the original size on 1,000 Wikipedia sentences); each pair's numbers are the same
+    wherever its block puts it. In bfloat16 (``with_bias``) the float32 bias is added in the kernel before its one
     rounding; in float32 the recurrent product adds it instead.
 
     Computing every block of the chunk first and keeping them (hundreds of megabytes at the
     original size) cost more than the products: memory that large is fresh, and reading it back
     from memory at every step was slower still. A block's numbers are the same whenever it is
     computed (the same product on the same rows), so computing them as needed changes none.
-    ``x``: ``(2, pairs, input_dim)`` in the products' dtype, ``rows`` pairs per step."""
+    ``x``: ``(2, pairs, input_dim)`` in the products' dtype, ``step_rows[i]`` pairs (the first rows)
+    for the chunk's step ``i``."""
 
-    def __init__(self, x: torch.Tensor, linear_weights: tuple[LinearWeights, LinearWeights], block: int, rows: int,
-                 with_bias: bool = True):
+    def __init__(self, x: torch.Tensor, linear_weights: tuple[LinearWeights, LinearWeights], block: int,
+                 step_rows: Sequence[int], with_bias: bool = True):
         self.x = pad_rows(x, padded(x.shape[1], block), dim=1)
-        self.weights, self.block, self.rows = linear_weights, block, rows
+        self.weights, self.block = linear_weights, block
+        self.firsts = [0, *itertools.accumulate(step_rows)]  # each step's first pair
         self.with_bias = with_bias
         self.blocks: dict[int, list[torch.Tensor]] = {}
 
@@ -334,8 +340,10 @@ class BlockedGates:
 
     def add_to(self, gates: torch.Tensor, step: int, count: int) -> torch.Tensor:
         """``gates`` ``(2, count, 4*dim)`` float32 plus the input half of the first ``count`` rows
-        at ``step`` (of the chunk), in place; returns ``gates``."""
-        first, stop = step * self.rows, step * self.rows + count
+        at ``step`` (of the chunk; at most its running rows), in place; returns ``gates``."""
+        first = self.firsts[step]
+        stop = first + count
+        assert stop <= self.firsts[step + 1], "more rows than the step's running ones"
         for k in range(first // self.block, -(-stop // self.block)):
             lo, hi = max(first, k * self.block), min(stop, (k + 1) * self.block)
             products = self._block(k)
@@ -399,16 +407,16 @@ def _recurrent_gates_in_blocks(x_gates: torch.Tensor | tuple[BlockedGates, int],
 
 
 def _input_gates(x: torch.Tensor, weights: StackedWeights, dtype: torch.dtype, block: int | None = GATE_BLOCK,
-                 rows_per_step: int = 1) -> "torch.Tensor | BlockedGates":
+                 step_rows: Sequence[int] = ()) -> "torch.Tensor | BlockedGates":
     """The input half of the gates ``(2, rows, 4*dim)`` float32 for ``x`` ``(2, rows, input_dim)``,
     in blocks of ``block`` rows (None: one product, for the static shapes of CUDA graphs); with
     the bias where the products are batched. oneDNN's products give :class:`BlockedGates` instead,
-    of ``rows_per_step`` rows per step."""
+    ``x`` then holding ``step_rows[i]`` rows for step ``i``."""
     x = x.to(dtype)
     width = weights.bias.shape[-1]
     if weights.linear is not None and block is not None:
         # In float32 the bias joins in the recurrent product's kernel instead.
-        return BlockedGates(x, weights.linear, block, rows_per_step, with_bias=dtype != torch.float32)
+        return BlockedGates(x, weights.linear, block, step_rows, with_bias=dtype != torch.float32)
     bias = weights.bias.to(dtype)
     if block is None:
         return torch.baddbmm(bias, x, weights.input).float()
@@ -471,9 +479,12 @@ def bilstm_inference(forward_layer: LstmLayer, backward_layer: LstmLayer, inputs
         if running[start] == 0:
             break
         rows = running[start]
-        x = inputs[:, :rows, start:stop].transpose(1, 2).reshape(2, -1, input_dim)  # time-major
-        x_gates = _input_gates(x, weights, dtype, gate_block, rows)
-        if not isinstance(x_gates, BlockedGates):
+        x = inputs[:, :rows, start:stop].transpose(1, 2)  # (2, steps, rows, input_dim): time-major
+        if weights.linear is not None:  # oneDNN's blocks: the running pairs alone (BlockedGates)
+            x_gates = _input_gates(x[:, running_rows[start:stop, :rows]], weights, dtype, gate_block,
+                                   running[start:stop])
+        else:
+            x_gates = _input_gates(x.reshape(2, -1, input_dim), weights, dtype, gate_block)
             x_gates = x_gates.view(2, stop - start, rows, 4 * dim)
         for t in range(start, stop):
             n = running[t]
