@@ -65,7 +65,7 @@ def measure_parts(size: str, dtype: torch.dtype, n_blocks: int, rounds: int, min
     whole = runs[max(runs)]()
     same_bits = {part: torch.equal(run(), whole) for part, run in runs.items()}
     once = time.perf_counter()
-    whole = runs[max(runs)]()
+    runs[max(runs)]()
     repeats = max(3, int(min_seconds / max(time.perf_counter() - once, 1e-6)))
     seconds = {part: [] for part in runs}
     for _ in range(rounds):
@@ -73,8 +73,9 @@ def measure_parts(size: str, dtype: torch.dtype, n_blocks: int, rounds: int, min
             seconds[part].append(timed(run, repeats))
     flops = 2 * 2 * h.shape[1] * proj * width
     base = statistics.median(seconds[max(runs)])
+    element_bytes = torch.empty((), dtype=dtype).element_size()
     return [{"size": size, "dtype": str(dtype).replace("torch.", ""), "row_blocks": n_blocks, "part_columns": part,
-             "parts": -(-width // part), "weight_mb_per_part": part * proj * (4 if dtype == torch.float32 else 2) / 2**20,
+             "parts": -(-width // part), "weight_mb_per_part": part * proj * element_bytes / 2**20,
              "seconds": statistics.median(times), "gflops": flops / statistics.median(times) / 1e9,
              "speedup_over_whole": base / statistics.median(times), "same_bits_as_whole": same_bits[part]}
             for part, times in seconds.items()]
@@ -113,8 +114,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'size':<9} {'dtype':<9} {'columns':>8} {'parts':>5} {'MB/part':>8} {'ms':>8} {'GFLOP/s':>8} "
           f"{'x whole':>8}  same bits")
     for r in rows:
-        print(f"{r['size']:<9} {r['dtype']:<9} {r['part_columns']:>8} {r['parts']:>5} {r['weight_mb_per_part']:>8.1f} "
-              f"{r['seconds'] * 1e3:>8.2f} {r['gflops']:>8.0f} {r['speedup_over_whole']:>7.2f}x  {r['same_bits_as_whole']}")
+        print(f"{r['size']:<9} {r['dtype']:<9} {r['part_columns']:>8} {r['parts']:>5} "
+              f"{r['weight_mb_per_part']:>8.1f} {r['seconds'] * 1e3:>8.2f} {r['gflops']:>8.0f} "
+              f"{r['speedup_over_whole']:>7.2f}x  {r['same_bits_as_whole']}")
     print("one 16-row float32 block, its weight hot in the cache")
     for r in hot:
         print(f"  ({r['in']} -> {r['out']}), {r['weight_mb']:.1f} MB: {r['gflops']:.0f} GFLOP/s")

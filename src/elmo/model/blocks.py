@@ -310,6 +310,6 @@ def in_blocks(x: torch.Tensor, block: int, product: Callable[[torch.Tensor, torc
     return out.narrow(dim, 0, rows) if total != rows else out
 
 
-__all__ = ["BLOCK_SIZES", "COLUMN_BLOCK", "GATE_BLOCK", "HEAD_BLOCK", "ONEDNN", "ROW_BLOCK", "WORD_BLOCK", "BlockSizes", "Int8Weight",
-           "activation_dtype", "block_sizes", "in_blocks", "int8_for", "linear", "onednn_for", "onednn_trains",
-           "pad_rows", "padded", "prepack", "products_dtype", "quantize", "row_block", "trained_linear"]
+__all__ = ["BLOCK_SIZES", "COLUMN_BLOCK", "GATE_BLOCK", "HEAD_BLOCK", "ONEDNN", "ROW_BLOCK", "WORD_BLOCK", "BlockSizes",
+           "Int8Weight", "activation_dtype", "block_sizes", "in_blocks", "int8_for", "linear", "onednn_for",
+           "onednn_trains", "pad_rows", "padded", "prepack", "products_dtype", "quantize", "row_block", "trained_linear"]

@@ -306,10 +306,10 @@ class BlockedGates:
     as oneDNN's products compute it: on whole blocks of ``block`` pairs (the last padded with zero
     rows), each block computed when a step first needs it and dropped once the steps have passed
     it. Only the running pairs are in ``x``: with the padding of a batch's shorter sentences
-    beside them, the blocks of its last steps were mostly padding (half of the input products'
-    work at the original size on 1,000 Wikipedia sentences); each pair's numbers are the same
-    wherever its block puts it. In bfloat16 (``with_bias``) the float32 bias is added in the kernel before its one
-    rounding; in float32 the recurrent product adds it instead.
+    beside them, the blocks of its last steps were mostly padding (328 blocks where 244 do now,
+    at the original size on 300 Wikipedia sentences); each pair's numbers are the same wherever
+    its block puts it. In bfloat16 (``with_bias``) the float32 bias is added in the kernel before
+    its one rounding; in float32 the recurrent product adds it instead.
 
     Computing every block of the chunk first and keeping them (hundreds of megabytes at the
     original size) cost more than the products: memory that large is fresh, and reading it back
@@ -352,7 +352,8 @@ class BlockedGates:
         return gates
 
 
-def _column_parts(direction: LinearWeights, bias: torch.Tensor | None) -> list[tuple[object, torch.Tensor | None, slice]]:
+def _column_parts(direction: LinearWeights, bias: torch.Tensor | None,
+                  ) -> list[tuple[object, torch.Tensor | None, slice]]:
     """One direction's recurrent product in parts of gate columns: ``[(weight, bias, columns),
     ...]``. A plain float32 weight comes in parts of :data:`~elmo.model.blocks.COLUMN_BLOCK`
     columns (views, no copy); a packed or quantized one whole (they cannot be sliced, and
