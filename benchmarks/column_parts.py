@@ -1,15 +1,18 @@
-"""One step's recurrent products in parts of gate columns: what sets
-``elmo.model.blocks.COLUMN_BLOCK`` (issue 49).
+"""One step's recurrent products in parts of gate columns, and transposed: what sets
+``elmo.model.blocks.COLUMN_BLOCK`` and the float32 product's orientation (issue 49).
 
 A batch of ``--blocks`` row blocks (16 rows each on a CPU) computes, at every step and for each
 direction in turn, its recurrent product ``h W`` on every block. With the weight whole, each
 block reads all of it; in parts of P gate columns, every block of the step runs on one part
 before the next part, so that a part read from memory by the first block is in the cache for
 the others. For each published size, float32 (the layer's own weight, as the runtime reads it)
-and bfloat16 (pre-packed per part), both directions, the parts' sizes alternate within each
-round (median of ``--rounds``), and each result is checked against the whole weight's, bit for
-bit on this machine. Also one block alone at several weight sizes, hot in the cache: the rate a
-16-row block can reach when its weight does not come from memory. Prints tables and writes JSON.
+and bfloat16 (pre-packed per part), both directions; float32 also ``transposed``, as the
+runtime runs it: ``part @ block.T`` (the part's thousands of gate rows as oneDNN's rows, the
+block's 16 rows as its weight) with the bias added after, against ``block @ part.T`` with the
+bias in the kernel. The variants alternate within each round (median of ``--rounds``), and each
+result is checked against the whole weight's, bit for bit on this machine. Also one block
+alone at several weight sizes, hot in the cache: the rate a 16-row block can reach when its
+weight does not come from memory. Prints tables and writes JSON.
 
     python benchmarks/column_parts.py --output results/benchmarks/column_parts.json
 """
@@ -33,14 +36,20 @@ from elmo.model.config import published_config  # noqa: E402
 PARTS = (16384, 8192, 4096, 2048, 1024)
 
 
-def step_products(h: torch.Tensor, weights: list[list[torch.Tensor]], part: int, width: int) -> torch.Tensor:
-    """``(2, rows, width)``: each direction's ``h[d] W[d]^T`` in row blocks, part by part."""
+def step_products(h: torch.Tensor, weights: list[list[torch.Tensor]], biases: list[list[torch.Tensor]], part: int,
+                  width: int, transposed: bool) -> torch.Tensor:
+    """``(2, rows, width)``: each direction's ``h[d] W[d]^T + b[d]`` in row blocks, part by part
+    (bfloat16: without the bias, which the runtime adds with the input half)."""
     rows, out = blocks.row_block(), torch.empty(2, h.shape[1], width)
     for d in range(2):
-        for index, weight in enumerate(weights[d]):
-            lo = index * part
+        for index, (weight, bias) in enumerate(zip(weights[d], biases[d])):
+            columns = slice(index * part, index * part + weight.shape[0])
             for start in range(0, h.shape[1], rows):
-                out[d, start:start + rows, lo:lo + weight.shape[0]] = blocks.linear(h[d, start:start + rows], weight)
+                block = h[d, start:start + rows]
+                if transposed:
+                    torch.add(blocks.linear(weight, block).t(), bias, out=out[d, start:start + rows, columns])
+                else:
+                    out[d, start:start + rows, columns] = blocks.linear(block, weight, bias)
     return out
 
 
@@ -56,29 +65,36 @@ def measure_parts(size: str, dtype: torch.dtype, n_blocks: int, rounds: int, min
     width, proj = 4 * lstm.dim, lstm.projection_dim
     torch.manual_seed(0)
     plain = [torch.randn(width, proj) * 0.05 for _ in range(2)]
+    bias = [torch.randn(width) for _ in range(2)]
     h = torch.randn(2, n_blocks * blocks.row_block(), proj).to(dtype)
     runs = {}
-    for part in [p for p in PARTS if p <= width]:
-        weights = [[blocks.prepack(w[lo:lo + part].to(dtype).contiguous(), blocks.row_block())
-                    if dtype != torch.float32 else w[lo:lo + part] for lo in range(0, width, part)] for w in plain]
-        runs[part] = (lambda weights=weights, part=part: step_products(h, weights, part, width))
-    whole = runs[max(runs)]()
-    same_bits = {part: torch.equal(run(), whole) for part, run in runs.items()}
+    for transposed in ([False, True] if dtype == torch.float32 else [False]):
+        for part in [p for p in PARTS if p <= width]:
+            cuts = range(0, width, part)
+            weights = [[blocks.prepack(w[lo:lo + part].to(dtype).contiguous(), blocks.row_block())
+                        if dtype != torch.float32 else w[lo:lo + part] for lo in cuts] for w in plain]
+            biases = [[b[lo:lo + part] if dtype == torch.float32 else None for lo in cuts] for b in bias]
+            runs[part, transposed] = (lambda weights=weights, biases=biases, part=part, transposed=transposed:
+                                      step_products(h, weights, biases, part, width, transposed))
+    whole_key = (width if width in PARTS else max(p for p in PARTS if p <= width), False)
+    whole = runs[whole_key]()
+    same_bits = {key: torch.equal(run(), whole) for key, run in runs.items()}
     once = time.perf_counter()
-    runs[max(runs)]()
+    runs[whole_key]()
     repeats = max(3, int(min_seconds / max(time.perf_counter() - once, 1e-6)))
-    seconds = {part: [] for part in runs}
+    seconds = {key: [] for key in runs}
     for _ in range(rounds):
-        for part, run in runs.items():
-            seconds[part].append(timed(run, repeats))
+        for key, run in runs.items():
+            seconds[key].append(timed(run, repeats))
     flops = 2 * 2 * h.shape[1] * proj * width
-    base = statistics.median(seconds[max(runs)])
+    base = statistics.median(seconds[whole_key])
     element_bytes = torch.empty((), dtype=dtype).element_size()
     return [{"size": size, "dtype": str(dtype).replace("torch.", ""), "row_blocks": n_blocks, "part_columns": part,
-             "parts": -(-width // part), "weight_mb_per_part": part * proj * element_bytes / 2**20,
+             "transposed": transposed, "parts": -(-width // part),
+             "weight_mb_per_part": part * proj * element_bytes / 2**20,
              "seconds": statistics.median(times), "gflops": flops / statistics.median(times) / 1e9,
-             "speedup_over_whole": base / statistics.median(times), "same_bits_as_whole": same_bits[part]}
-            for part, times in seconds.items()]
+             "speedup_over_whole": base / statistics.median(times), "same_bits_as_whole": same_bits[part, transposed]}
+            for (part, transposed), times in seconds.items()]
 
 
 def measure_hot(proj: int, rounds: int, min_seconds: float) -> list[dict]:
@@ -111,10 +127,10 @@ def main(argv: list[str] | None = None) -> int:
             for row in measure_parts(size, dtype, args.blocks, args.rounds, args.min_seconds)]
     hot = measure_hot(published_config("original").lstm.projection_dim, args.rounds, args.min_seconds)
     print(f"one step, {args.blocks} row blocks, both directions; median of {args.rounds}")
-    print(f"{'size':<9} {'dtype':<9} {'columns':>8} {'parts':>5} {'MB/part':>8} {'ms':>8} {'GFLOP/s':>8} "
-          f"{'x whole':>8}  same bits")
+    print(f"{'size':<9} {'dtype':<9} {'transposed':>10} {'columns':>8} {'parts':>5} {'MB/part':>8} {'ms':>8} "
+          f"{'GFLOP/s':>8} {'x whole':>8}  same bits")
     for r in rows:
-        print(f"{r['size']:<9} {r['dtype']:<9} {r['part_columns']:>8} {r['parts']:>5} "
+        print(f"{r['size']:<9} {r['dtype']:<9} {str(r['transposed']):>10} {r['part_columns']:>8} {r['parts']:>5} "
               f"{r['weight_mb_per_part']:>8.1f} {r['seconds'] * 1e3:>8.2f} {r['gflops']:>8.0f} "
               f"{r['speedup_over_whole']:>7.2f}x  {r['same_bits_as_whole']}")
     print("one 16-row float32 block, its weight hot in the cache")

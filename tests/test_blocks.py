@@ -66,6 +66,8 @@ def rows_of(shape: tuple) -> int | None:
     at = {packet.__name__: where for packet, where in ROWS_AT.items()}.get(name)
     if at is None:
         return None
+    if name == "_linear_pointwise" and operands[0] in STATE_PARTS:
+        return operands[1][0]  # the transposed recurrent product: the block's rows are its weight
     index, dim = at
     return operands[index][dim]
 
@@ -122,13 +124,18 @@ LSTM_PRODUCTS = {"bmm", "baddbmm", "mkldnn_linear"}
 MODEL = load_fixture_model("allennlp")
 LSTM_WEIGHTS = {tuple(p.shape) for layer in MODEL.forward_layers for p in layer.parameters() if p.dim() == 2}
 CNN_WEIGHTS = {tuple(p.shape) for p in MODEL.token_encoder.parameters() if p.dim() == 2}
+# float32's recurrent product runs on a CPU as (weight part) x (block)^T (lstm._column_parts): the
+# parts of the state weight come first, the block's rows second.
+STATE_PARTS = {(min(blocks.COLUMN_BLOCK, width - lo), proj) for layer in MODEL.forward_layers
+               for width, proj in [tuple(layer.state_weight.shape)] for lo in range(0, width, blocks.COLUMN_BLOCK)}
 
 
 def split(shapes: set[tuple]) -> tuple[set[tuple], set[tuple]]:
     """The LSTM's products and the character CNN's (convolutions, highway, projection)."""
     assert not LSTM_WEIGHTS & CNN_WEIGHTS  # else the weights could not tell them apart
     lstm = {s for s in shapes
-            if s[0] in LSTM_PRODUCTS or (s[0] == "_linear_pointwise" and s[1][1] in LSTM_WEIGHTS)
+            if s[0] in LSTM_PRODUCTS
+            or (s[0] == "_linear_pointwise" and (s[1][1] in LSTM_WEIGHTS or s[1][0] in STATE_PARTS))
             or (s[0] == "qlinear_pointwise" and s[1][1][::-1] in LSTM_WEIGHTS)}
     return lstm, shapes - lstm
 
