@@ -375,8 +375,8 @@ def _recurrent_gates_in_blocks(x_gates: torch.Tensor | tuple[BlockedGates, int],
                                weights: StackedWeights, rows: int, gates: torch.Tensor, block_rows: int,
                                ) -> torch.Tensor:
     """``x_gates + h W_h`` ``(2, rows, 4*dim)`` float32 for the ``rows`` rows of ``x_gates`` (the
-    running ones), with the products over whole blocks of ``block_rows`` rows of ``h`` (the
-    oneDNN product adds the bias), written into ``gates`` ``(2, >= rows rounded up to a block,
+    running ones), with the products over whole blocks of ``block_rows`` rows of ``h`` (the bias
+    added with them), written into ``gates`` ``(2, >= rows rounded up to a block,
     4*dim)`` float32; ``h`` as in :func:`_recurrent_gates`. ``x_gates`` may be a
     :class:`BlockedGates` and the step to read from it. The ``j`` quarter comes out doubled where
     ``weights.doubled_j``."""
