@@ -15,6 +15,7 @@ import time
 import torch
 
 from elmo.fileio import atomic_write_text
+from elmo.inference.precision import cpu_flags
 from elmo.model.config import BiLMConfig
 
 
@@ -26,8 +27,22 @@ def machine() -> dict:
             cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
     except (OSError, StopIteration):
         pass
+    flags = cpu_flags() or set()
     return {"cpu": cpu, "threads": torch.get_num_threads(), "torch": torch.__version__,
-            "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None}
+            "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+            "vector_extensions": sorted(flags & VECTOR_EXTENSIONS),
+            # What PyTorch's own kernels run with, which ISA_LIMITS can hold below the hardware's.
+            "aten_cpu_capability": torch.backends.cpu.get_cpu_capability(),
+            "isa_limits": {name: os.environ[name] for name in ISA_LIMITS if name in os.environ}}
+
+
+# The /proc/cpuinfo flags that decide which kernels the products run on.
+VECTOR_EXTENSIONS = frozenset({"avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512_vnni", "avx_vnni",
+                               "avx512_bf16", "amx_bf16", "amx_int8", "amx_tile"})
+# Environment variables that hold PyTorch (ATen), MKL or oneDNN to a smaller instruction set
+# than the CPU has: how an AVX2-only machine is imitated on a newer one.
+ISA_LIMITS = ("ATEN_CPU_CAPABILITY", "MKL_ENABLE_INSTRUCTIONS", "ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA",
+              "MKL_DEBUG_CPU_TYPE")
 
 
 def time_process(command: list[str], env: dict | None = None) -> float:

@@ -208,11 +208,13 @@ def whole_process(args) -> list[dict]:
         base = [sys.executable, "-m", "elmo.cli.main", "embed", text, output, "--force",
                 "--options", options, "--weights", weights, "--batch-size", str(args.batch_sizes[0])]
         commands = {name: base + ["--precision", precision] + (["--vocab-cache", cache] if cached else [])
-                    for name, (precision, cached) in WHOLE_PROCESS_CONFIGURATIONS.items()}
+                    for name, (precision, cached) in WHOLE_PROCESS_CONFIGURATIONS.items()
+                    if name in args.configurations}
         if args.allennlp_src:
             commands["AllenNLP ElmoEmbedder"] = allennlp_command(args.allennlp_src, options, weights, text, output,
                                                                  "--batch-size", str(args.batch_sizes[0]))
-        time_process(commands["float32"], env)  # computes and caches the warm state; not counted
+        for precision in {WHOLE_PROCESS_CONFIGURATIONS[name][0] for name in args.configurations}:
+            time_process(base + ["--precision", precision], env)  # computes and caches its warm state; not counted
         seconds = {name: [] for name in commands}
         for _ in range(args.repeats):
             for name, command in commands.items():
@@ -254,6 +256,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--whole-process", action="store_true", help="time whole elmo embed commands")
     parser.add_argument("--repeats", type=int, default=3, help="runs of each whole-process configuration")
     parser.add_argument("--allennlp-src", help="an unpacked allennlp 0.9.0 wheel: time its ElmoEmbedder too")
+    parser.add_argument("--configurations", nargs="+", choices=list(WHOLE_PROCESS_CONFIGURATIONS),
+                        default=list(WHOLE_PROCESS_CONFIGURATIONS),
+                        help="the whole-process configurations to time (all by default); each precision runs once "
+                             "first, untimed, to cache its warm state")
     parser.add_argument("--one", nargs=4, metavar=("SIZE", "PATH", "BATCH", "SENTENCES"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.one:
