@@ -20,6 +20,12 @@ largest absolute difference. Prints a table and writes JSON with the CPU's model
 
     python benchmarks/bf16_whole_process.py --text SENTENCES --sizes small original \
         --before ../elmo-before/src --output results/benchmarks/bf16_whole_process.json
+
+On a machine without data (a GPU lease, whose host may have AMX), ``--generate`` makes the
+sentences, and ``--threads 2`` with ``taskset`` holds it to two cores as the issue measured:
+
+    taskset -c 0,1 python benchmarks/bf16_whole_process.py --generate --sizes original --rounds 1 \
+        --int8 --threads 2 --output "$OUT/bf16_whole_process_amx.json"
 """
 
 from __future__ import annotations
@@ -63,8 +69,13 @@ def deviation(reference: str, other: str) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--text", required=True, help="tokenized sentences, one per line")
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--text", help="tokenized sentences, one per line (the first --sentences are used)")
+    source.add_argument("--generate", action="store_true",
+                        help="--sentences made-up sentences instead, as the GPU suite makes them (the packaged "
+                             "model's words, news-like lengths): for a machine without data, such as a lease")
     parser.add_argument("--sentences", type=int, default=1000)
+    parser.add_argument("--threads", type=int, help="elmo embed --threads (default: its own, all cores)")
     parser.add_argument("--sizes", nargs="+", default=["small", "original"])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--batch-size", type=int, default=64)
@@ -80,7 +91,15 @@ def main(argv: list[str] | None = None) -> int:
 
     here = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src")
     work = tempfile.mkdtemp(prefix="elmo-bf16-whole-")
-    text, sentences, tokens = write_sentences(args.text, args.sentences, work)
+    if args.generate:
+        from gpu_suite import generate_sentences, packaged_words
+
+        sentences = generate_sentences(args.sentences, seed=5, words=packaged_words())
+        text, tokens = os.path.join(work, "sentences.txt"), sum(map(len, sentences))
+        with open(text, "w", encoding="utf-8") as f:
+            f.writelines(" ".join(s) + "\n" for s in sentences)
+    else:
+        text, sentences, tokens = write_sentences(args.text, args.sentences, work)
     sources = {"float32": ("float32", here), "bfloat16": ("bfloat16", here)}
     if args.before:
         sources["bfloat16 before"] = ("bfloat16", os.path.abspath(args.before))
@@ -96,7 +115,9 @@ def main(argv: list[str] | None = None) -> int:
             outputs[name] = os.path.join(work, f"{size}-{name.replace(' ', '-')}.hdf5")
             commands[name] = [sys.executable, "-m", "elmo.cli.main", "embed", text, outputs[name], "--force",
                               "--options", options, "--weights", weights, "--batch-size", str(args.batch_size),
-                              "--precision", precision]
+                              "--precision", precision, "--device", "cpu"]  # the CPU, on a GPU's host too
+            if args.threads:
+                commands[name] += ["--threads", str(args.threads)]
             envs[name] = {**os.environ, "PYTHONPATH": src, "ELMO_BFLOAT16_CHECK": "0",
                           "ELMO_CACHE": os.path.join(work, "cache-" + name.replace(" ", "-"))}
             time_process(commands[name], envs[name])  # the warm state, computed and cached: not counted
@@ -129,7 +150,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{name:32}{d['min_cosine']:>12.6f}{d['cosine_quantile_0.001']:>13.6f}{d['max_abs_difference']:>12.4f}")
     flags = sorted((cpu_flags() or set()) & (BFLOAT16_FLAGS | {"avx512f", "avx2", "amx_tile", "amx_int8"}))
     write_results(args.output, {"machine": {**machine(), "flags": flags}, "sentences": len(sentences),
-                                "tokens": tokens, "batch_size": args.batch_size, "rounds": args.rounds,
+                                "tokens": tokens, "text": "generated" if args.generate else "given",
+                                "threads": args.threads, "batch_size": args.batch_size, "rounds": args.rounds,
                                 "before": args.before, "rows": rows, "deviation": deviations})
     return 0
 
