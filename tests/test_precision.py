@@ -67,8 +67,10 @@ def test_the_choice_is_measured_once_per_machine_and_size(measured, monkeypatch)
     with pytest.warns(UserWarning, match="slower than float32"):
         assert Runtime(model, precision="bfloat16").dtype == torch.float32
     assert len(calls) == 4 and len(json.loads(record.read_text())) == 2
-    # A record made for the other route of the bfloat16 products does not decide for this one.
-    monkeypatch.setattr(elmo.inference.precision, "onednn_for", lambda device, dtype: False)
+    # A record made for the other route of the bfloat16 products does not decide for this one
+    # (the other route: a CPU without oneDNN's bfloat16 kernel, AVX2 only, starts on the batched one).
+    route = elmo.inference.precision.onednn_for("cpu", torch.bfloat16)
+    monkeypatch.setattr(elmo.inference.precision, "onednn_for", lambda device, dtype: not route)
     with pytest.warns(UserWarning, match="slower than float32"):
         assert Runtime(model, precision="bfloat16").dtype == torch.float32
     assert len(calls) == 6 and len(json.loads(record.read_text())) == 3

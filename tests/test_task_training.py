@@ -87,7 +87,9 @@ def best_model_predictions(run, examples):
     embedder = load_bilm_source(config)
     if embedder is not None:
         split.layers = load_or_compute(embedder, split.sentences, config.cache_dir, "check", progress=False)
-    return task.predict(model, split, vocab, labels, batch_size=4)
+    # Training's batch size, as its evaluation ran: the task model's own products may round
+    # differently in another batch (only the biLM's are batch-independent).
+    return task.predict(model, split, vocab, labels, batch_size=config.train.batch_size)
 
 
 def accuracy(predicted, examples):
