@@ -227,6 +227,35 @@ def test_sampled_loss_masks_accidental_hits():
     torch.testing.assert_close(loss.double(), torch.tensor(expected, dtype=torch.float64), rtol=0, atol=1e-6)
 
 
+def test_sampled_losses_gradients_with_accidental_hits_match_float64():
+    """With accidental hits masked, the gradients of the hidden states, the softmax weight and
+    its bias (both directions, rows with and without a hit, the weight's rows gathered in one
+    index) are those of the same loss written plainly in float64."""
+    torch.manual_seed(4)
+    softmax = Softmax(400, 8)
+    with torch.no_grad():
+        softmax.bias.normal_()
+    hidden = [torch.randn(30, 8, requires_grad=True) for _ in range(2)]
+    targets = [torch.randint(0, 40, (30,)) for _ in range(2)]  # frequent ids: many hits
+    samples = [log_uniform_sample(400, 60, "cpu", torch.Generator().manual_seed(7 + d)) for d in range(2)]
+    sum(loss.sum() for loss in softmax.sampled_losses(hidden, targets, samples)).backward()
+    weight = softmax.weight.detach().double().requires_grad_()
+    bias = softmax.bias.detach().double().requires_grad_()
+    plain_hidden = [h.detach().double().requires_grad_() for h in hidden]
+    total, hits_seen = 0.0, []
+    for h, wanted, (sampled, sampled_count, tries) in zip(plain_hidden, targets, samples):
+        true = (h * weight[wanted]).sum(-1) + bias[wanted] - torch.log(expected_count(wanted, 400, tries).double())
+        logits = h @ weight[sampled].t() + bias[sampled] - torch.log(sampled_count.double())
+        hits = wanted.unsqueeze(1) == sampled.unsqueeze(0)
+        hits_seen.append(hits.any(1))
+        logits = logits.masked_fill(hits, -torch.inf)
+        total = total + (torch.logaddexp(true, torch.logsumexp(logits, dim=1)) - true).sum()
+    total.backward()
+    assert all(seen.any() and not seen.all() for seen in hits_seen)
+    for got, want in [*zip(hidden, plain_hidden), (softmax.weight, weight), (softmax.bias, bias)]:
+        torch.testing.assert_close(got.grad.double(), want.grad, rtol=1e-5, atol=1e-6)
+
+
 def test_sampled_loss_under_bfloat16_autocast_keeps_float32_logits():
     """Under autocast the product is bf16 but the bias, the correction and the loss stay float32:
     the loss is as close to the float32 one as a bf16 product allows (the same product added in
