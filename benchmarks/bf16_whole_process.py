@@ -16,7 +16,8 @@ check would choose float32. Each timed run's peak resident memory is recorded to
 process's own ``ru_maxrss``). Each configuration runs once untimed first (the warm state is
 computed and cached per precision). The deviation compares the last round's outputs: for every
 token vector of every layer, its cosine to float32's (the minimum and the 0.1% quantile) and the
-largest absolute difference. Prints a table and writes JSON with the CPU's model and flags.
+largest absolute difference. Prints a table and writes JSON with the CPU's model and vector
+extensions.
 
     python benchmarks/bf16_whole_process.py --text SENTENCES --sizes small original \
         --before ../elmo-before/src --output results/benchmarks/bf16_whole_process.json
@@ -40,7 +41,7 @@ import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from common import machine, time_and_peak_process, time_process, write_results  # noqa: E402
+from common import time_and_peak_process, time_process, write_results  # noqa: E402
 from embed_speed import make_model, write_sentences  # noqa: E402
 
 
@@ -87,17 +88,17 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from elmo import save_bilm_tf
-    from elmo.inference.precision import BFLOAT16_FLAGS, cpu_flags
 
     here = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src")
     work = tempfile.mkdtemp(prefix="elmo-bf16-whole-")
     if args.generate:
-        from gpu_suite import generate_sentences, packaged_words
+        from pathlib import Path
+
+        from gpu_suite import generate_sentences, packaged_words, write_corpus
 
         sentences = generate_sentences(args.sentences, seed=5, words=packaged_words())
         text, tokens = os.path.join(work, "sentences.txt"), sum(map(len, sentences))
-        with open(text, "w", encoding="utf-8") as f:
-            f.writelines(" ".join(s) + "\n" for s in sentences)
+        write_corpus(Path(text), sentences)
     else:
         text, sentences, tokens = write_sentences(args.text, args.sentences, work)
     sources = {"float32": ("float32", here), "bfloat16": ("bfloat16", here)}
@@ -148,8 +149,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'deviation from float32':32}{'min cosine':>12}{'0.1% cosine':>13}{'max |diff|':>12}")
     for name, d in deviations.items():
         print(f"{name:32}{d['min_cosine']:>12.6f}{d['cosine_quantile_0.001']:>13.6f}{d['max_abs_difference']:>12.4f}")
-    flags = sorted((cpu_flags() or set()) & (BFLOAT16_FLAGS | {"avx512f", "avx2", "amx_tile", "amx_int8"}))
-    write_results(args.output, {"machine": {**machine(), "flags": flags}, "sentences": len(sentences),
+    # write_results adds machine(), whose vector_extensions include the bfloat16 and AMX flags.
+    write_results(args.output, {"sentences": len(sentences),
                                 "tokens": tokens, "text": "generated" if args.generate else "given",
                                 "threads": args.threads, "batch_size": args.batch_size, "rounds": args.rounds,
                                 "before": args.before, "rows": rows, "deviation": deviations})
