@@ -479,6 +479,55 @@ def test_bad_config_names_file_and_field(ner_config, capsys):
     assert f"{ner_config}: elmo.placement: expected one of input, output, both" in capsys.readouterr().err
 
 
+def set_field(config, section: str, name: str, value: str) -> None:
+    """Rewrite TOML ``config`` with ``[section] name = value`` (replacing the field if it is there)."""
+    lines, current = [], None
+    for line in config.read_text().splitlines():
+        if line.startswith("["):
+            current = line.strip("[]")
+        if not (current == section and line.startswith(f"{name} = ")):
+            lines.append(line)
+        if line == f"[{section}]":
+            lines.append(f"{name} = {value}")
+    config.write_text("\n".join(lines) + "\n")
+
+
+@pytest.mark.parametrize("section,name,value,wording", [
+    ("train", "batch_size", "-1", "must be at least 1, got -1"),
+    ("train", "batch_size", "0", "must be at least 1, got 0"),
+    ("train", "epochs", "0", "must be at least 1, got 0"),
+    ("train", "learning_rate", "-0.01", "must be above 0, got -0.01"),
+    ("train", "learning_rate", "nan", "must be above 0, got nan, which is not a finite number"),
+    ("train", "patience", "-1", "must be at least 0, got -1"),
+    ("train", "grad_clip", "0.0", "must be above 0, got 0"),
+    ("train", "seed", "-1", "must be at least 0 and at most 4294967295, got -1"),
+    ("model", "hidden", "0", "must be at least 1, got 0"),
+    ("model", "dropout", "1.0", "must be at least 0 and below 1, got 1"),
+    ("model", "char_filters", "-8", "must be at least 0, got -8"),
+    ("model", "layers", "0", "must be at least 1, got 0"),
+    ("elmo", "dropout", "-0.1", "must be at least 0 and below 1, got -0.1"),
+    ("elmo", "l2", "inf", "must be at least 0, got inf, which is not a finite number"),
+    ("bilm", "batch_size", "-1", "must be at least 1, got -1"),
+])
+def test_a_bad_number_in_a_task_config_is_one_line_naming_file_and_field(ner_config, tmp_path, capsys, section,
+                                                                         name, value, wording):
+    """Every numeric setting is checked when the config is read (a batch size of -1 used to
+    train every epoch on no batch and report success): one line naming the file and the field,
+    exit status 2, nothing created."""
+    set_field(ner_config, section, name, value)
+    assert main(["task", "train", str(ner_config), "--no-progress"]) == 2
+    assert capsys.readouterr().err == f"elmo task: error: {ner_config}: {section}.{name}: {wording}\n"
+    with pytest.raises(TaskConfigError, match=f"{section}.{name}: "):
+        load_task_config(ner_config)
+    assert not (tmp_path / "run").exists() and not (tmp_path / "cache").exists()
+
+
+def test_a_bad_epochs_option_names_the_field(ner_config, tmp_path, capsys):
+    assert main(["task", "train", str(ner_config), "--epochs", "0"]) == 2
+    assert capsys.readouterr().err == f"elmo task: error: {ner_config}: train.epochs: must be at least 1, got 0\n"
+    assert not (tmp_path / "run").exists()
+
+
 # ------------------------------------------------------------- paths that are not there
 @pytest.mark.parametrize("field", ["data.train", "data.dev", "data.test", "data.vectors", "bilm.model"])
 def test_missing_path_fails_before_anything_is_created(ner_config, tmp_path, capsys, field):

@@ -88,7 +88,7 @@ def test_unknown_config_names_the_presets(tmp_path, capsys):
 def test_the_python_api_validates_too(tmp_path):
     for bad, match in [(dict(checkpoint_every=0), "--checkpoint-every: must be at least 1, got 0"),
                        (dict(log_every=-2), "--log-every: must be at least 1, got -2"),
-                       (dict(epochs=0.0, max_tokens=None), "--epochs: must be a number above 0, got 0.0"),
+                       (dict(epochs=0.0, max_tokens=None), "--epochs: must be above 0, got 0"),
                        (dict(keep_checkpoints=0), "--keep-checkpoints: must be at least 1, got 0"),
                        (dict(device="banana"), "--device: 'banana' is not a device"),
                        (dict(config="tinyy"), "neither a preset"),

@@ -22,6 +22,7 @@ from elmo.allennlp.commands import (
     ElmoEmbedder,
     check_lines,
 )
+from elmo.checks import check_count
 from elmo.fileio import STDIN, check_output_file, read_lines
 
 PROG = "python -m elmo.allennlp"
@@ -88,8 +89,7 @@ def run(args: argparse.Namespace) -> int:
             raise ValueError(f"--include-package: cannot import {package!r}: {e}") from None
     if args.vocab_path is not None:
         warnings.warn("--vocab-path is ignored (AllenNLP 0.9's elmo command ignored it too)", stacklevel=2)
-    if args.batch_size < 1:
-        raise ValueError(f"--batch-size: must be at least 1, got {args.batch_size}")
+    check_count(args.batch_size, "--batch-size")
     output_format = "all" if args.all else "top" if args.top else "average"
     check_output(args.input_file, args.output_file)
     # The whole input is read first, as AllenNLP did: its errors come before the model loads.

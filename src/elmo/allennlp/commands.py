@@ -20,6 +20,7 @@ import numpy as np
 import torch
 
 from elmo.allennlp.modules import ALLENNLP_STATE, _ElmoBiLm
+from elmo.checks import check_count
 from elmo.hub.archives import looks_like_model
 from elmo.inference.runtime import resolve_device
 from elmo.model.bilm import remove_boundaries
@@ -90,8 +91,7 @@ class ElmoEmbedder:
                         ) -> Iterator[np.ndarray]:
         """Lazily embed sentences in batches of ``batch_size`` in input order (a generator, as
         AllenNLP's)."""
-        if batch_size < 1:
-            raise ValueError(f"batch_size: must be at least 1, got {batch_size}")
+        check_count(batch_size, "batch_size")
         batch: list[list[str]] = []
         for sentence in sentences:
             batch.append(sentence)
@@ -128,8 +128,7 @@ class ElmoEmbedder:
 
         if output_format not in OUTPUT_FORMATS:
             raise ValueError(f"output_format: expected 'all', 'top' or 'average', got {output_format!r}")
-        if batch_size < 1:
-            raise ValueError(f"batch_size: must be at least 1, got {batch_size}")
+        check_count(batch_size, "batch_size")
         check_output_file(output_file_path, overwrite=True)  # a folder in the way: found before the work
         if not checked:
             check_lines(sentences, source, use_sentence_keys)

@@ -9,10 +9,11 @@ import sys
 import numpy as np
 import torch
 
+from elmo.checks import check_count
 from elmo.cli.common import add_model_arguments, model_and_source_from_args
 from elmo.devices import DEFAULT_DEVICE, DEVICES, torchrun_environment
 from elmo.fileio import STDIN, chunks, read_lines
-from elmo.inference.embed import DEFAULT_BATCH_SIZE, DEFAULT_MAX_TOKENS, Embedder, check_count
+from elmo.inference.embed import DEFAULT_BATCH_SIZE, DEFAULT_MAX_TOKENS, Embedder
 from elmo.inference.embed_file import (
     MAX_BYTES_PER_TOKEN,
     MAX_LINE_TOKENS,
@@ -139,8 +140,8 @@ def placement(args: argparse.Namespace) -> tuple[tuple[int, int], str, int | Non
     if threads is None and env is not None and device == "cpu":
         # torchrun sets OMP_NUM_THREADS=1 for every process; the cores are shared instead.
         threads = max(1, len(os.sched_getaffinity(0)) // max(1, local_world))
-    if threads is not None and threads < 1:
-        raise ValueError(f"--threads: must be at least 1, got {threads}")
+    if threads is not None:
+        check_count(threads, "--threads")
     return shard, device, threads, local_rank
 
 

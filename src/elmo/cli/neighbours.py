@@ -28,13 +28,13 @@ def add_parser(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from elmo.checks import check_count
     from elmo.fileio import read_lines
     from elmo.inference.embed import Embedder
     from elmo.inference.neighbours import contextual_neighbours, word_positions
     from elmo.model.chars import tokenize
 
-    if args.k < 1:
-        raise ValueError(f"-k: must be at least 1, got {args.k}")
+    check_count(args.k, "-k")
     query = tokenize(args.sentence)
     if not word_positions(query, args.word):  # before the model and the corpus load: fail fast
         raise ValueError(f"--word: {args.word!r} is not a token of the sentence {' '.join(query)!r}")

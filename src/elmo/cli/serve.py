@@ -8,6 +8,7 @@ import os
 import socket
 import sys
 
+from elmo.checks import check_count, check_number
 from elmo.cli.common import add_model_arguments, model_source_from_args
 from elmo.devices import DEFAULT_DEVICE, DEVICES
 from elmo.inference.runtime import DEFAULT_PRECISION, PRECISIONS
@@ -58,10 +59,20 @@ def add_parser(parser: argparse.ArgumentParser) -> None:
                         help="one line per request on standard error")
 
 
-def positive(args: argparse.Namespace, name: str, minimum: float = 1) -> None:
-    value = getattr(args, name)
-    if value < minimum:
-        raise ValueError(f"--{name.replace('_', '-')}: must be at least {minimum:g}, got {value:g}")
+def check_options(args: argparse.Namespace) -> None:
+    """Refuse a count below 1 or a time below 0 (or not finite), naming the option, before
+    anything starts."""
+    for name in ("max_batch_tokens", "max_request_tokens", "max_input_tokens", "max_inputs", "max_body_bytes"):
+        check_count(getattr(args, name), _option(name))
+    for name in ("max_wait_ms", "graceful_timeout"):
+        check_number(getattr(args, name), _option(name))
+    if args.threads is not None:
+        check_count(args.threads, "--threads")
+
+
+def _option(name: str) -> str:
+    """The command-line option of an argument's name: ``max_wait_ms`` -> ``--max-wait-ms``."""
+    return "--" + name.replace("_", "-")
 
 
 def listening_socket(host: str, port: int) -> socket.socket:
@@ -116,12 +127,7 @@ def model_threads(threads: int | None) -> int | None:
 
 
 def run(args: argparse.Namespace) -> int:
-    for name in ("max_batch_tokens", "max_request_tokens", "max_input_tokens", "max_inputs", "max_body_bytes"):
-        positive(args, name)
-    positive(args, "max_wait_ms", 0)
-    positive(args, "graceful_timeout", 0)
-    if args.threads is not None:
-        positive(args, "threads")
+    check_options(args)
     try:
         import uvicorn
 

@@ -8,6 +8,7 @@ import os
 import socket
 import sys
 
+from elmo.checks import check_count
 from elmo.devices import DEVICES
 from elmo.model.bilm import DEFAULT_LSTM_PATH, LSTM_PATHS
 from elmo.model.config import PRESETS
@@ -141,8 +142,7 @@ def launch(settings: TrainSettings, gpus: str | None, processes: int) -> int:
     """Run ``train`` in this process, or spawn one process per GPU / CPU worker (the one-machine
     shortcut for ``torchrun --nproc-per-node``)."""
     gpu_list = _gpu_ids(gpus) if gpus is not None else None
-    if processes < 1:
-        raise ValueError(f"--processes: must be at least 1, got {processes}")
+    check_count(processes, "--processes")
     if gpu_list and processes != 1:
         raise ValueError(f"--gpus {gpus} and --processes {processes}: give one (--gpus runs one process per GPU)")
     world = len(gpu_list) if gpu_list else processes

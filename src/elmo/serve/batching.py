@@ -38,6 +38,7 @@ from typing import Protocol
 
 import numpy as np
 
+from elmo.checks import check_count, check_number
 from elmo.inference.embed import Embedder
 from elmo.inference.states import warmup_sentences
 
@@ -209,10 +210,8 @@ class Batcher:
                  max_wait_ms: float = DEFAULT_MAX_WAIT_MS, on_batch: Callable[[BatchRecord], None] | None = None,
                  model_thread: ThreadPoolExecutor | None = None, on_restart: Callable[[], None] | None = None,
                  on_fatal: Callable[[str], None] | None = None):
-        if max_batch_tokens < 1:
-            raise ValueError(f"max_batch_tokens: must be at least 1, got {max_batch_tokens}")
-        if max_wait_ms < 0:
-            raise ValueError(f"max_wait_ms: must not be negative, got {max_wait_ms}")
+        check_count(max_batch_tokens, "max_batch_tokens")
+        check_number(max_wait_ms, "max_wait_ms")
         self.runner: Runner = InThreadModel(model, model_thread) if isinstance(model, Embedder) else model
         refuse_stateful(self.runner.info["state"])
         self.max_batch_tokens = max_batch_tokens

@@ -25,6 +25,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from elmo.checks import check_count
 from elmo.inference.embed import select_layers
 from elmo.model.chars import tokenize
 
@@ -52,8 +53,7 @@ class Limits:
 
     def __post_init__(self):
         for name, value in asdict(self).items():
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"{name}: must be a whole number of at least 1, got {value!r}")
+            check_count(value, name)
 
     def as_dict(self) -> dict[str, int]:
         return asdict(self)

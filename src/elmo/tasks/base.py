@@ -27,6 +27,7 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
+from elmo.checks import check_count, check_number
 from elmo.inference.layer_cache import LayerCache
 from elmo.tasks.features import TokenFeatures, WordVocab, char_ids, word_ids
 from elmo.tasks.integration import TaskElmo
@@ -42,6 +43,11 @@ class ModelSettings:
     dropout: float = 0.5
     char_filters: int = 50
     freeze_vectors: bool = True
+
+    def __post_init__(self):
+        check_count(self.hidden, "model.hidden")
+        check_number(self.dropout, "model.dropout", 0, below=1)
+        check_count(self.char_filters, "model.char_filters", 0)
 
 
 @dataclass

@@ -42,6 +42,7 @@ import tomllib
 from dataclasses import dataclass, field
 from typing import Any
 
+from elmo.checks import check_count, check_number
 from elmo.hub.pretrained import DEFAULT_MODEL
 from elmo.inference.embed import DEFAULT_BATCH_SIZE
 from elmo.inference.precision import DEFAULT_PRECISION, PRECISIONS
@@ -53,6 +54,9 @@ from elmo.tasks.integration import ElmoOptions
 # The data root in a config's data paths ("$ELMO_DATA/ner/train.txt"), and the variable that sets it.
 DATA_ROOT_ENV = "ELMO_DATA"
 _DATA_ROOT_PREFIXES = ("$ELMO_DATA/", "${ELMO_DATA}/")
+
+# The largest seed: numpy's generator takes 0 to 2**32 - 1.
+SEED_MOST = 2**32 - 1
 
 # Task names of earlier versions, as run directories made by them name their task.
 RENAMED_TASKS = {"pair": "entailment"}
@@ -95,18 +99,32 @@ class BiLMSource:
     precision: str = DEFAULT_PRECISION
 
     def __post_init__(self):
+        check_count(self.batch_size, "bilm.batch_size")
         if self.precision not in PRECISIONS:
             raise ValueError(f"bilm.precision: expected one of {', '.join(PRECISIONS)}, got {self.precision!r}")
 
 
 @dataclass
 class TrainConfig:
+    """``[train]``: how the task model trains. ``patience`` 0 stops at the first epoch that does
+    not improve the dev score; ``grad_clip`` is the largest gradient norm."""
+
     epochs: int = 20
     batch_size: int = 32
     learning_rate: float = 0.001
     patience: int = 4  # epochs without a better dev score before stopping
     grad_clip: float = 5.0
     seed: int = 1
+
+    def __post_init__(self):
+        # Each would otherwise fail late or not at all: a batch size of -1 trained every epoch
+        # on no batch and reported success, a seed outside numpy's range failed after the data loaded.
+        check_count(self.epochs, "train.epochs")
+        check_count(self.batch_size, "train.batch_size")
+        check_number(self.learning_rate, "train.learning_rate", 0, above=True)
+        check_count(self.patience, "train.patience", 0)
+        check_number(self.grad_clip, "train.grad_clip", 0, above=True)
+        check_count(self.seed, "train.seed", 0, SEED_MOST)
 
 
 @dataclass

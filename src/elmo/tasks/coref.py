@@ -47,6 +47,7 @@ import torch
 from scorch import scores as _scorch
 from torch import nn
 
+from elmo.checks import check_count, check_number
 from elmo.model.dropout import Dropout
 from elmo.tasks.base import (
     Evaluation,
@@ -385,8 +386,12 @@ class CorefSettings(ModelSettings):
     chunk_sentences: int = 0
 
     def __post_init__(self):
-        if self.chunk_sentences < 0:
-            raise ValueError(f"model.chunk_sentences: expected 0 (whole documents) or more, got {self.chunk_sentences}")
+        super().__post_init__()
+        for name in ("max_span_width", "max_antecedents", "feature_dim", "ffnn_hidden"):
+            check_count(getattr(self, name), f"model.{name}")
+        check_number(self.spans_per_word, "model.spans_per_word", 0, above=True)
+        check_number(self.mention_loss, "model.mention_loss")
+        check_count(self.chunk_sentences, "model.chunk_sentences", 0)  # 0: whole documents
 
 
 class CorefModel(nn.Module):

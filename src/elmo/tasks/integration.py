@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from elmo.checks import check_number
 from elmo.inference.elmo import Elmo
 from elmo.model.scalar_mix import ScalarMix
 
@@ -41,10 +42,8 @@ class ElmoOptions:
             raise ValueError(f"elmo.placement: expected one of {', '.join(PLACEMENTS)}, got {self.placement!r}")
         if not (isinstance(self.layers, int) or self.layers in ("mix", "average", "top")):
             raise ValueError(f"elmo.layers: expected 'mix', 'average', 'top' or a layer index, got {self.layers!r}")
-        if not 0.0 <= self.dropout < 1.0:
-            raise ValueError(f"elmo.dropout: expected a value in [0, 1), got {self.dropout}")
-        if self.l2 < 0:
-            raise ValueError(f"elmo.l2: must not be negative, got {self.l2}")
+        check_number(self.dropout, "elmo.dropout", 0, below=1)
+        check_number(self.l2, "elmo.l2")
 
 
 class TaskElmo(nn.Module):

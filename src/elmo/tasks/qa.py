@@ -38,6 +38,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from elmo.checks import check_count
 from elmo.fileio import open_text
 from elmo.model.dropout import Dropout
 from elmo.tasks.base import (
@@ -266,6 +267,11 @@ class QaSettings(ModelSettings):
 
     modelling_layers: int = 1
     max_answer_length: int = 30
+
+    def __post_init__(self):
+        super().__post_init__()
+        check_count(self.modelling_layers, "model.modelling_layers")
+        check_count(self.max_answer_length, "model.max_answer_length")
 
 
 class BiDAF(nn.Module):

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from elmo.checks import check_count
 from elmo.model.dropout import Dropout
 from elmo.tasks.base import (
     Evaluation,
@@ -292,6 +293,11 @@ class SrlSettings(ModelSettings):
 
     layers: int = 1
     predicate_dim: int = 10
+
+    def __post_init__(self):
+        super().__post_init__()
+        check_count(self.layers, "model.layers")
+        check_count(self.predicate_dim, "model.predicate_dim")
 
 
 class SrlTagger(nn.Module):

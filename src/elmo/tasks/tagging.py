@@ -40,6 +40,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from elmo.checks import check_count
 from elmo.model.dropout import Dropout
 from elmo.tasks.base import (
     Evaluation,
@@ -377,6 +378,10 @@ class TaggingSettings(ModelSettings):
 
     layers: int = 1
     crf: bool = True
+
+    def __post_init__(self):
+        super().__post_init__()
+        check_count(self.layers, "model.layers")
 
 
 class Tagger(nn.Module):

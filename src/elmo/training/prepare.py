@@ -27,6 +27,7 @@ from sacremoses import MosesTokenizer
 from sacremoses.corpus import NonbreakingPrefixes
 from tqdm import tqdm
 
+from elmo.checks import check_count
 from elmo.fileio import atomic_path, atomic_write_text, read_lines
 
 # Wikipedia's inline citation and maintenance markers are not prose, and the language model
@@ -259,10 +260,8 @@ def prepare_corpus(inputs: Sequence[str | os.PathLike], output_dir: str | os.Pat
         raise ValueError("no input files given")
     if not 0.0 <= heldout_fraction <= 1.0:
         raise ValueError(f"heldout_fraction: must be in [0, 1], got {heldout_fraction}")
-    if sentences_per_shard < 1:
-        raise ValueError(f"sentences_per_shard: must be at least 1, got {sentences_per_shard}")
-    if min_tokens < 1:
-        raise ValueError(f"min_tokens: must be at least 1, got {min_tokens}")
+    check_count(sentences_per_shard, "sentences_per_shard")
+    check_count(min_tokens, "min_tokens")
     _check_lang(lang)
     for path in inputs:
         if not os.path.isfile(path):

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
+from elmo.checks import check_count, check_number
 from elmo.devices import DEFAULT_DEVICE, resolve_device
 from elmo.model.bilm import DEFAULT_LSTM_PATH, LSTM_PATHS
 from elmo.model.config import PRESETS, BiLMConfig, ConfigError, preset_config
@@ -75,16 +76,6 @@ def finetune_batch_size(run_tokens: int, unroll_steps: int, pretraining_batch: i
 
 
 
-def _check_count(option: str, value: int | None, least: int) -> None:
-    """``value`` (when given) must be an integer of at least ``least``."""
-    if value is None:
-        return
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ValueError(f"{option}: must be an integer, got {value!r}")
-    if value < least:
-        raise ValueError(f"{option}: must be at least {least}, got {value}")
-
-
 @dataclass
 class TrainSettings:
     """What ``elmo train`` / ``elmo finetune`` are asked to do. ``None`` means: take the value
@@ -141,10 +132,10 @@ class TrainSettings:
                                  f"nor an options.json file that exists")
         if self.max_tokens is not None and self.epochs is not None:
             raise ValueError(f"--max-tokens {self.max_tokens} and --epochs {self.epochs}: give one, not both")
-        _check_count("--max-tokens", self.max_tokens, 1)
-        if self.epochs is not None and not (isinstance(self.epochs, (int, float)) and math.isfinite(self.epochs)
-                                            and self.epochs > 0):
-            raise ValueError(f"--epochs: must be a number above 0, got {self.epochs}")
+        if self.max_tokens is not None:
+            check_count(self.max_tokens, "--max-tokens")
+        if self.epochs is not None:
+            check_number(self.epochs, "--epochs", 0, above=True)
         for option, value, least in (("--batch-size", self.batch_size, 1), ("--unroll-steps", self.unroll_steps, 1),
                                      ("--negative-samples", self.n_negative_samples, 0),
                                      ("--warmup-steps", self.warmup_steps, 0), ("--seed", self.seed, 0),
@@ -152,13 +143,14 @@ class TrainSettings:
                                      ("--keep-checkpoints", self.keep_checkpoints, 1),
                                      ("--log-every", self.log_every, 1), ("--eval-every", self.eval_every, 0),
                                      ("--eval-targets", self.eval_targets, 1), ("--prefetch", self.prefetch, 0)):
-            _check_count(option, value, least)
+            if value is not None:  # None: the config's value, or the run's on resume
+                check_count(value, option, least)
         if self.optimizer is not None and self.optimizer not in OPTIMIZERS:
             raise ValueError(f"--optimizer: expected {' or '.join(OPTIMIZERS)}, got {self.optimizer!r}")
-        if self.learning_rate is not None and not (math.isfinite(self.learning_rate) and self.learning_rate > 0):
-            raise ValueError(f"--learning-rate: must be above 0, got {self.learning_rate}")
-        if self.dropout is not None and not 0 <= self.dropout < 1:
-            raise ValueError(f"--dropout: must be at least 0 and below 1, got {self.dropout}")
+        if self.learning_rate is not None:
+            check_number(self.learning_rate, "--learning-rate", 0, above=True)
+        if self.dropout is not None:
+            check_number(self.dropout, "--dropout", 0, below=1)
         if self.eval_every and not self.heldout:
             raise ValueError(f"--eval-every {self.eval_every}: there is nothing to evaluate on; give --heldout shards")
         if self.lstm_path is not None and self.lstm_path not in LSTM_PATHS:
