@@ -1,7 +1,9 @@
 """Entry point of the ``elmo`` command: dispatches to one module per verb.
 
 Only the module of the verb being run is imported (``elmo embed`` never loads the task,
-training or text-preparation code); ``elmo --help`` imports them all to list them.
+training or text-preparation code); ``elmo --help`` imports them all to list them. No verb's
+module imports a package of an optional extra before the verb runs, so that the help of every
+verb works on a core install, and a verb whose extra is missing says which, in one line.
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ from __future__ import annotations
 import argparse
 import gc
 import importlib
+import importlib.util
 import os
 import sys
 import warnings
@@ -144,6 +147,16 @@ def _missing_extra(verb: str, error: ModuleNotFoundError) -> int:
     print(f"elmo {verb}: error: this command needs {package}, from the optional extra {extra!r}: "
           f"pip install 'elmo[{extra}]'", file=sys.stderr)
     return 2
+
+
+def require_extra(extra: str) -> None:
+    """Raise ModuleNotFoundError for the first package of the optional extra ``extra`` that is not
+    installed (the command then names the extra, in one line). For a verb to call when it runs,
+    before any work, where it would otherwise import a package of its extra only late. Nothing is
+    imported: the verb's parser and ``--help`` never need the extra."""
+    for package, of in EXTRA_OF_PACKAGE.items():
+        if of == extra and importlib.util.find_spec(package) is None:
+            raise ModuleNotFoundError(f"No module named {package!r}", name=package)
 
 
 def _broken_pipe() -> int:

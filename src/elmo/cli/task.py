@@ -41,6 +41,11 @@ def add_parser(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from elmo.cli.main import require_extra
+
+    # The whole [tasks] extra, now: a task imports some of its packages only to score, which
+    # comes after the data is read and the first epoch trained.
+    require_extra("tasks")
     from elmo.fileio import atomic_write_text
     from elmo.tasks.catalog import make_task
     from elmo.tasks.config import check_task_paths, load_task_config

@@ -19,6 +19,7 @@ choose others.
 from __future__ import annotations
 
 import base64
+import functools
 import json
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
@@ -28,11 +29,6 @@ import numpy as np
 from elmo.checks import check_count
 from elmo.inference.embed import select_layers
 from elmo.model.chars import tokenize
-
-try:  # several times faster than json for arrays; the [serve] extra installs it
-    import orjson
-except ImportError:  # pragma: no cover - exercised only without the extra's orjson
-    orjson = None
 
 POOLINGS = ("mean", "max")
 DEFAULT_POOLING = "mean"
@@ -223,9 +219,22 @@ def pool(layers: np.ndarray, which: str | int = DEFAULT_POOLED_LAYERS, pooling: 
     return vector.astype(np.float32, copy=False)
 
 
+@functools.cache
+def _orjson():
+    """orjson, several times faster than json for arrays, where the [serve] extra installed it;
+    else None. Imported at the first answer, not with this module: elmo serve's parser reads its
+    defaults from here, and ``elmo --help`` imports no optional package."""
+    try:
+        import orjson
+    except ImportError:  # pragma: no cover - exercised only without the extra's orjson
+        return None
+    return orjson
+
+
 def dumps(value) -> bytes:
     """JSON bytes; numpy arrays as nested lists of numbers. float32 values are written as the
     float64 they convert to exactly, so that parsing gives back the same float32 bits."""
+    orjson = _orjson()
     if orjson is not None:
         return orjson.dumps(value, option=orjson.OPT_SERIALIZE_NUMPY, default=_orjson_default)
     return json.dumps(value, default=_json_default, separators=(",", ":")).encode()

@@ -44,7 +44,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from scorch import scores as _scorch
 from torch import nn
 
 from elmo.checks import check_count, check_number
@@ -580,12 +579,16 @@ def coref_scores(gold: Sequence[Sequence[Hashable]], predicted: Sequence[Sequenc
             if shared:
                 raise ValueError(f"coref_scores: the {side} clusters share mention(s) {sorted(shared)[:3]}")
             seen |= cluster
+    # Here, not at the module's top: the [tasks] extra installs scorch, and elmo's parser (elmo
+    # task --help) imports this module without it.
+    from scorch import scores
+
     result: dict = {}
     for name in METRICS:
         if not key and not response:
             p = r = f = 0.0
         else:
-            r, p, f = getattr(_scorch, name)(key, response)
+            r, p, f = getattr(scores, name)(key, response)
         result[name] = {"precision": float(p), "recall": float(r), "f1": float(f)}
     result["conll_f1"] = sum(result[name]["f1"] for name in METRICS) / len(METRICS)
     return result

@@ -21,14 +21,17 @@ import re
 import warnings
 from collections.abc import Iterable, Iterator, Sequence
 from importlib.metadata import version
+from typing import TYPE_CHECKING
 
-from nltk.tokenize.punkt import PunktParameters, PunktSentenceTokenizer, PunktTrainer
-from sacremoses import MosesTokenizer
-from sacremoses.corpus import NonbreakingPrefixes
 from tqdm import tqdm
 
 from elmo.checks import check_count
 from elmo.fileio import atomic_path, atomic_write_text, read_lines
+
+# NLTK and sacremoses come with an optional extra: they are imported where they run, so that this
+# module (and elmo prepare --help, which takes its defaults from prepare_corpus) loads without them.
+if TYPE_CHECKING:
+    from nltk.tokenize.punkt import PunktParameters
 
 # Wikipedia's inline citation and maintenance markers are not prose, and the language model
 # should not learn to predict them. Removed: numbered notes "[12]" and named note groups
@@ -65,6 +68,8 @@ def remove_citations(text: str) -> str:
 
 
 def _check_lang(lang: str) -> None:
+    from sacremoses.corpus import NonbreakingPrefixes
+
     known = sorted(set(NonbreakingPrefixes().available_langs.values()))
     if lang not in known:
         raise ValueError(f"lang: the Moses tokenizer has no rules for {lang!r}; known: {', '.join(known)}")
@@ -78,6 +83,9 @@ class ParagraphTokenizer:
     """
 
     def __init__(self, punkt: PunktParameters, lang: str = "en"):
+        from nltk.tokenize.punkt import PunktSentenceTokenizer
+        from sacremoses import MosesTokenizer
+
         _check_lang(lang)
         self.lang = lang
         self._sentences = PunktSentenceTokenizer(punkt)
@@ -89,6 +97,8 @@ class ParagraphTokenizer:
         """Train Punkt unsupervised on paragraphs (citations removed) until ``sample_chars``
         characters are read; returns the tokenizer and the number of characters it learned from.
         Reads no further than that, so ``paragraphs`` may be an endless stream."""
+        from nltk.tokenize.punkt import PunktTrainer
+
         _check_lang(lang)  # before the slow training
         sample: list[str] = []
         size = 0
