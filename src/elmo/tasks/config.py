@@ -29,8 +29,9 @@ root: the folder where the user keeps their copies of the datasets, given by ``d
 task train --data-root``) or else the environment variable ``ELMO_DATA`` (the shipped configs name
 their data so). Other relative paths are relative to the directory the command runs in. ``[model]`` is typed by the task: each family's ``Settings`` dataclass (a subclass of
 :class:`~elmo.tasks.base.ModelSettings`) gives its fields and their defaults. Every unknown or
-mistyped field is an error naming the file, the section and the field, and so is a path that is
-not there (:func:`check_task_paths`, run before training creates anything).
+mistyped field is an error naming the file, the section and the field, and so is a number out of
+its range (each section's ``__post_init__``, with :mod:`elmo.checks`) and a path that is not
+there (:func:`check_task_paths`, run before training creates anything).
 """
 
 from __future__ import annotations
