@@ -1,44 +1,61 @@
-"""One prepared run of every GPU measurement of issue 37, for a short GPU lease: JSON out, a table
-printed at the end, every section in its own process under its own time limit.
+"""One prepared run of every GPU measurement, for a short GPU lease: JSON out, a table printed at
+the end, every section in its own process under its own time limit, each planned to fit it.
 
     PYTHONPATH=src python benchmarks/gpu_suite.py --out "$OUT/gpu_suite.json"     # on the GPU (8 min at most)
-    PYTHONPATH=src python benchmarks/gpu_suite.py --device cpu --quick --out suite.json   # anywhere
-    PYTHONPATH=src python benchmarks/gpu_suite.py --before-src before/src --out "$OUT/gpu_suite.json"  # + old rows
+    PYTHONPATH=src python benchmarks/gpu_suite.py --device cpu --quick --out suite.json   # anywhere, ~2 min
+    PYTHONPATH=src python benchmarks/gpu_suite.py --before-src before/src --out "$OUT/gpu_before.json"  # old rows
     python benchmarks/gpu_suite.py --render "$OUT/gpu_suite.json"   # the Markdown tables, printed
-    python benchmarks/gpu_suite.py --render gpu_suite.json --into docs/speed.md   # ... put into the docs
+    python benchmarks/gpu_suite.py --render gpu_suite.json --into docs/gpu.md   # ... put into the docs
+    PYTHONPATH=src python benchmarks/gpu_suite.py --host-step --device cpu --out host_step.json  # item 6 alone
 
-Sections, in this order (a section that fails or runs out of time is recorded as such, with what it
-measured so far, and the suite goes on; the JSON is rewritten after every section):
+Sections, in this order; each has a limit (:data:`TIMEOUTS`, which add up to less than the
+budget), plans its rows by value (the defaults first) and leaves out, recorded under
+``not_measured`` with the reason, each row whose estimated cost no longer fits what is left of
+its limit. A section ends ``ok`` when its code ran to its end; ``failed`` on an error or a result
+out of tolerance; ``timeout`` only if its plan was wrong. The suite exits 0 when every section
+ended ``ok``. The JSON is rewritten after every section, and each section's own record after
+every row, so a kill loses nothing measured.
 
-* ``environment``: GPU, driver, torch/CUDA/cuDNN, CPU; measured fp32, TF32 and bf16 matmul peaks.
+* ``environment``: GPU, driver, torch/CUDA/cuDNN, CPU; measured fp32, TF32, bf16 and fp16 matmul peaks.
 * ``exactness``: every fast path (training: each LSTM path's outputs and gradients, the CUDA
   graph of the training window on its top layer; inference: eager, CUDA graphs) against the CPU
   plain path on the parity fixtures.
-* ``cuda_tests``: ``pytest tests/test_cuda.py`` in a subprocess (parallel workers where
-  pytest-xdist is installed): counts, the slowest tests and the failures' text.
-* ``embed``: embedding tokens/s per path (plain, eager, CUDA graphs) and precision, with a per-stage breakdown (host, encoder, LSTM, rest of the forward, copy to the
-  host, HDF5 writing).
-* ``train_packaged`` (then ``train_original``): training tokens/s per direction, s/step, peak
+* ``cuda_tests``: ``pytest tests/test_cuda.py`` in parallel workers (pytest-xdist, in the
+  ``test`` extra), each test's outcome and seconds recorded as it ends (``pytest_progress.py``).
+* ``train_original`` (then ``train_packaged``): training tokens/s per direction, s/step, peak
   memory, model FLOP utilisation and kernels per step (the real ``Trainer`` step on generated
   text with the real batcher), per LSTM path and precision, with each trainer's set-up time, the
-  host's preparation of a step (batches, distinct words) and a profile of the first row's step.
-* ``embed_process``: whole-process ``elmo embed`` of 10,000 generated sentences, with and without
-  CUDA graphs, and an in-process breakdown (imports, loading, embedding without and with HDF5).
+  host's share of a step (batches, distinct words, CNN shapes) and a profile of the first row.
+* ``embed``: embedding tokens/s per path (eager, CUDA graphs, plain) and precision, with a
+  per-stage breakdown (host, encoder, LSTM, rest of the forward, copy to the host, HDF5 writing).
+* ``embed_process``: whole-process ``elmo embed`` of generated sentences, eager and with CUDA
+  graphs, and an in-process breakdown (imports, loading, embedding without and with HDF5).
 * ``train_process``: whole-process ``elmo train`` on a generated corpus with the real batcher.
-* ``batcher``: the host's batch building alone, one thread (``benchmarks/lm_batcher.py``), on
-  this host; with ``--before-batcher-src``, an older checkout's batcher against the current one.
+* ``host_step``: the host's part of a training step at the original size, batches 512 and
+  2,048, one thread: seconds per step for the two directions' batches and their distinct words,
+  and how many distinct CNN input shapes the steps meet (each new one costs cuDNN a plan).
+* ``host_cpu``: the lease's own CPU (on the H200's, an Intel Xeon with AMX): the tests marked
+  ``exactness`` with CUDA hidden, and ``bf16_whole_process.py --generate`` (bfloat16 and int8
+  against float32, whole process, two cores).
 
-The code before a change is measured from a checkout of the older commit, not from copies kept
-here. ``--before-src DIR`` (an old commit's ``src/``, carried beside this tree: ``git archive
-167ab73 src | tar -x -C before``) runs the sections of :data:`BEFORE_SECTIONS` once more after the
-others, in processes whose ``elmo`` is that one (recorded as ``embed@before`` and so on: there the
-old code's own paths, e.g. its ``fast`` LSTM and its inference kernel, are the pre-#37 ones).
-``--before-batcher-src DIR`` (``dc5ac8f^``) gives the batcher section its old column. Without
-them these rows are left out and the JSON's ``suite.before`` says so.
+Only :class:`Device` differs between a GPU and a CPU. On a CPU (``--device cpu --quick``, run by
+``tests/test_gpu_suite.py``) every section plans the same rows as on a GPU; a row that needs CUDA
+(CUDA graphs at inference, compiled cells) is recorded under ``not_measured`` with that reason,
+and the training window's CUDA graph runs its code with the window left eager.
 
-FLOPs per token are derived from the config the way the issue counts them: per token of one
-direction, the encoder and the LSTM stack of both directions' inputs and both softmaxes, times
-three for forward and backward (the original size with 8,192 negatives: ~0.82 GFLOP).
+The code before a change is measured from a checkout of the older commit, as a command of its own
+(it does not fit in the same 8 minutes): ``--before-src DIR`` (an old commit's ``src/``, carried
+beside this tree: ``git archive 167ab73 src | tar -x -C before``) runs :data:`BEFORE_SECTIONS`
+in processes whose ``elmo`` is that one (recorded as ``embed@before`` and so on).
+
+Model FLOPs (:func:`train_flops_per_token`, docs/gpu.md): per token of one direction, what a
+training step really computes, forward times three: the character CNN over the step's distinct
+words (both directions' batches) and over each length group's real span of character slots
+(not the 50 slots of the model's input, not the padding of fixed shapes), the highway layers and
+projection of those words, both directions' LSTM stacks, and both softmaxes (sampled: the target
+and the shared negatives). MFU divides the achieved FLOP/s by the measured matmul peak of the
+mode that ran: bfloat16 rows bfloat16's (float16's where the LSTM kernel ran float16), float32
+rows TF32's where float32 matmuls may use TF32, else plain float32's.
 """
 
 from __future__ import annotations
@@ -47,9 +64,11 @@ import argparse
 import contextlib
 import gc
 import json
+import math
 import os
 import platform
 import re
+import shutil
 import signal
 import statistics
 import subprocess
@@ -67,22 +86,23 @@ SRC = os.environ.get("ELMO_SUITE_SRC") or str(ROOT / "src")
 sys.path[:0] = [SRC, str(HERE)]
 os.environ["PYTHONPATH"] = os.pathsep.join([SRC, *filter(None, [os.environ.get("PYTHONPATH")])])
 
-# Cheap sections first, so that a budget that runs out cuts the dearest. The limits come from the
-# two runs on one H200 (2026-11-27, results/benchmarks/gpu_suite-h200-*.json), with room to spare.
-SECTIONS = ("environment", "exactness", "cuda_tests", "embed", "train_packaged", "train_original", "embed_process",
-            "train_process", "batcher")
-# Seconds each section may take (full run; --quick gives each QUICK_TIMEOUT). Measured there:
-# environment 6-7, exactness 28-30, embed 51, embed_process 90 (now half the sentences, ~45);
-# cuda_tests ran 18 of 32 tests in 135 s one at a time (now in parallel workers, estimated 60-100);
-# the training sections time rows until their limit cuts them. Expected in all: about 470 s.
-TIMEOUTS = {"environment": 20, "exactness": 45, "cuda_tests": 100, "embed": 60, "train_packaged": 70,
-            "train_original": 100, "embed_process": 60, "train_process": 45, "batcher": 25}
-# Sections run once more on the package of --before-src, after all the others.
+SECTIONS = ("environment", "exactness", "cuda_tests", "train_original", "train_packaged", "embed", "embed_process",
+            "train_process", "host_step", "host_cpu")
+# Seconds each section may take, child process start included. From the two H200 runs
+# (results/benchmarks/gpu_suite-h200-*.json): environment 6-7 s, exactness 28-30 s, embed 51 s
+# (fewer sentences now), cuda_tests 18 of 32 tests in 135 s one at a time; the training, embedding
+# and process sections plan their rows to fit whatever they are given.
+TIMEOUTS = {"environment": 15, "exactness": 35, "cuda_tests": 100, "train_original": 70, "train_packaged": 45,
+            "embed": 40, "embed_process": 35, "train_process": 25, "host_step": 15, "host_cpu": 80}
+DEFAULT_BUDGET_S = 480  # the whole suite: 8 minutes of a 15-minute lease
+DRIVER_SLACK_S = 15  # the driver's own time between sections, kept out of the limits' sum
+assert sum(TIMEOUTS.values()) + DRIVER_SLACK_S <= DEFAULT_BUDGET_S, "the sections' limits exceed the budget"
+# Sections run once more on the package of --before-src: a command of its own.
 BEFORE_SECTIONS = ("embed", "train_packaged")
-QUICK_TIMEOUT = 100  # per section on a CPU with --quick
-DEFAULT_BUDGET_S = 480  # the whole suite: 8 minutes
-MIN_SECTION_S = 20  # a section is skipped when less than this is left of the budget
-CUDA_TEST_WORKERS = 6  # pytest-xdist workers for tests/test_cuda.py on a GPU host
+QUICK_TIMEOUT = 150  # per section on a CPU with --quick
+MIN_SECTION_S = 10  # a section is skipped when less than this is left of the budget
+SECTION_RESERVE_S = 4  # of a section's limit, kept for writing its record and ending its process
+CUDA_TEST_WORKERS = 8  # pytest-xdist workers for tests/test_cuda.py on a GPU host
 ORIGINAL_VOCAB = 793_471  # the 1B Word Benchmark vocabulary the original model was trained with
 
 
@@ -96,12 +116,12 @@ def run_suite(args: argparse.Namespace) -> dict:
               "sections": {}}
     wanted = args.sections or list(SECTIONS)
     before_src = getattr(args, "before_src", None)
-    if before_src:
-        wanted = wanted + [f"{name}@before" for name in BEFORE_SECTIONS if name in wanted]
-        report["suite"]["before"] = {"src": before_src, "sections": [n for n in wanted if n.endswith("@before")]}
+    if before_src:  # its own command: the old package's sections alone
+        wanted = [f"{name}@before" for name in BEFORE_SECTIONS if name in wanted]
+        report["suite"]["before"] = {"src": before_src, "sections": wanted}
     else:
-        report["suite"]["before"] = ("skipped: no --before-src given (the old code's rows come from an old "
-                                     "commit's src/, see docs/speed.md)")
+        report["suite"]["before"] = ("skipped: no --before-src given (the old code's rows are a command of their own, "
+                                     "see docs/gpu.md)")
     # Each section's own record lives beside the output, so that it survives even a kill of this
     # process in the middle of the section; generated text and HDF5 files go to a temporary folder.
     parts = out.with_name(out.stem + "-parts")
@@ -128,15 +148,14 @@ def run_suite(args: argparse.Namespace) -> dict:
 def run_section(name: str, args: argparse.Namespace, work: str, limit: float, parts: Path | None = None) -> dict:
     """Run one section in a child process (its own session, killed whole at the limit); what the
     child recorded (in ``parts``, default ``work``) survives any end. ``NAME@before`` runs section
-    NAME on the package of ``args.before_src``."""
+    NAME on the package of ``args.before_src``. The child plans against the same clock: it is
+    told the wall-clock time its limit ends (``--ends-at``)."""
     part = Path(parts or work) / f"{name}.json"
     with contextlib.suppress(FileNotFoundError):
         part.unlink()  # a record of an earlier run must not pass for this one's
     section, _, before = name.partition("@")
     command = [sys.executable, str(Path(__file__)), "--section", section, "--part", str(part), "--device", args.device,
-               "--work", work, "--limit", str(limit)] + (["--quick"] if args.quick else [])
-    if getattr(args, "before_batcher_src", None):
-        command += ["--before-batcher-src", os.path.abspath(args.before_batcher_src)]
+               "--work", work, "--ends-at", f"{time.time() + limit:.3f}"] + (["--quick"] if args.quick else [])
     env = dict(os.environ)
     if before:
         src = os.path.abspath(args.before_src)
@@ -184,6 +203,31 @@ class Recorder:
         write_json(self.path, self.data)
         print(json.dumps(row, default=str), flush=True)
 
+    def fail(self, message: str) -> None:
+        """The section goes on, and ends ``failed`` with ``message`` (the first one kept)."""
+        if "_error" not in self.data:
+            self.set("_error", message)
+
+    def not_measured(self, row: dict, why: str) -> None:
+        self.add("not_measured", {**row, "why": why})
+
+
+class Deadline:
+    """The wall-clock end of a section's limit, less :data:`SECTION_RESERVE_S`; rows ask it
+    whether their estimated cost still fits."""
+
+    def __init__(self, ends_at: float, reserve: float = SECTION_RESERVE_S):
+        self.ends_at = ends_at - reserve
+
+    def left(self) -> float:
+        return self.ends_at - time.time()
+
+    def fits(self, estimate_s: float) -> bool:
+        return estimate_s <= self.left()
+
+    def why_not(self, estimate_s: float) -> str:
+        return f"no time: needs about {estimate_s:.0f} s, {max(self.left(), 0):.0f} s of the section's limit left"
+
 
 def write_json(path: Path, data: dict) -> None:
     path = Path(path)
@@ -200,28 +244,87 @@ def read_json(path: Path) -> dict | None:
         return None
 
 
-# ========================================================================= shared helpers
-def device_sync(device) -> None:
-    import torch
+# ================================================================= the device, in one place
+class Device:
+    """Everything the suite does differently on a GPU: synchronising, peak memory, profiling,
+    CUDA graphs, and which rows need CUDA at all. Every other line of the suite runs the same on
+    a CPU, which is how ``--device cpu --quick`` checks it between leases."""
 
-    if torch.device(device).type == "cuda":
-        torch.cuda.synchronize()
+    def __init__(self, name: str):
+        import torch
 
+        self.name = name
+        self.cuda = torch.device(name).type == "cuda"
 
-def reset_peak_memory(device) -> None:
-    import torch
+    def sync(self) -> None:
+        import torch
 
-    if torch.device(device).type == "cuda":
-        torch.cuda.reset_peak_memory_stats()
+        if self.cuda:
+            torch.cuda.synchronize()
 
+    def reset_peak_memory(self) -> None:
+        import torch
 
-def peak_memory_bytes(device) -> int:
-    import torch
-    from common import peak_rss_bytes
+        if self.cuda:
+            torch.cuda.reset_peak_memory_stats()
 
-    if torch.device(device).type == "cuda":
-        return int(torch.cuda.max_memory_allocated())
-    return peak_rss_bytes()  # the process's peak so far (CPU)
+    def peak_memory_bytes(self) -> int:
+        import torch
+        from common import peak_rss_bytes
+
+        return int(torch.cuda.max_memory_allocated()) if self.cuda else peak_rss_bytes()
+
+    def release(self) -> None:
+        import torch
+
+        gc.collect()
+        if self.cuda:
+            torch.cuda.empty_cache()
+
+    def why_not(self, needs: str | None) -> str | None:
+        """Why a row that ``needs`` ("cuda": CUDA graphs at inference; "compile": torch.compile's
+        kernels) does not run here, or None when it does."""
+        if needs is None or self.cuda:
+            return None
+        if needs == "compile":
+            return "not run on a CPU: compiling the cells takes minutes here (the GPU run times it)"
+        return "needs a CUDA device"
+
+    def profiler_activities(self) -> list:
+        from torch.profiler import ProfilerActivity
+
+        return [ProfilerActivity.CPU, ProfilerActivity.CUDA] if self.cuda else [ProfilerActivity.CPU]
+
+    def graphed(self, module, sample_args: tuple):
+        """``module`` as CUDA graphs (``torch.cuda.make_graphed_callables``); on a CPU the module
+        itself, so that the code around the capture runs (its numbers then are eager ones)."""
+        import torch
+
+        if not self.cuda:
+            return module
+        return torch.cuda.make_graphed_callables(module, sample_args)
+
+    def matmul_modes(self) -> list[str]:
+        return ["float32", "tf32", "bfloat16", "float16"] if self.cuda else ["float32", "bfloat16"]
+
+    @contextlib.contextmanager
+    def tf32(self, enabled: bool):
+        """Float32 matmuls and cuDNN convolutions with or without TF32 within the block."""
+        import torch
+
+        old = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = enabled
+        try:
+            yield
+        finally:
+            torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = old
+
+    def float32_matmul_mode(self) -> str:
+        """What float32 matmuls run as now: "tf32" where TF32 is allowed on a GPU, else "float32"."""
+        import torch
+
+        tf32 = torch.backends.cuda.matmul.allow_tf32 or torch.get_float32_matmul_precision() != "highest"
+        return "tf32" if self.cuda and tf32 else "float32"
 
 
 def generate_sentences(n: int, seed: int, words: list[str]) -> list[list[str]]:
@@ -259,96 +362,109 @@ def write_vocab(path: Path, words: list[str], size: int) -> None:
     path.write_text("\n".join(entries) + "\n", encoding="utf-8")
 
 
-def train_flops_per_token(config, n_samples: int, vocab_size: int) -> float:
-    """Model FLOPs of one training token of one direction (forward and backward): the encoder and
-    the LSTM stack over both directions' inputs, and both directions' softmax, forward times 3."""
-    from common import lstm_flops, token_encoder_flops
+# ======================================================================== FLOPs and peaks
+def encoder_step_flops(config, words) -> float:
+    """Forward FLOPs of the token encoder on one step's distinct words (``words``:
+    :func:`elmo.model.encoder.distinct_words` of both directions' character ids): each length
+    group's convolutions over its real span (:func:`elmo.model.encoder.group_shapes` without
+    fixed shapes: what the model must compute, not the padding a GPU adds for fewer shapes), then
+    the highway layers and the projection of every distinct word."""
+    from elmo.model.encoder import group_shapes
+
+    cnn = config.char_cnn
+    widest = max(width for width, _ in cnn.filters)
+    flops = 0.0
+    for start, stop, rows, span in group_shapes(words, cnn.max_characters_per_token, widest, fixed_shapes=False):
+        flops += rows * sum(2 * width * cnn.embedding_dim * n * (span - width + 1) for width, n in cnn.filters)
+    head = cnn.n_highway * 2 * (2 * cnn.n_filters ** 2)
+    if cnn.n_filters != config.lstm.projection_dim:
+        head += 2 * cnn.n_filters * config.lstm.projection_dim
+    return flops + len(words.distinct) * head
+
+
+def train_flops_per_token(config, n_samples: int, vocab_size: int, encoder_flops_per_token: float) -> float:
+    """Model FLOPs of one training token of one direction, forward and backward (forward times 3):
+    ``encoder_flops_per_token`` (:func:`encoder_step_flops` of a step over the tokens of one
+    direction's batch: the encoder runs once for both directions), both directions' LSTM stacks
+    and both softmaxes (sampled: each token's target row and the shared negatives; full: every
+    row)."""
+    from common import lstm_flops
 
     width = (n_samples + 1) if n_samples else vocab_size
-    forward = 2 * token_encoder_flops(config) + 2 * lstm_flops(config) + 2 * 2 * config.lstm.projection_dim * width
+    forward = encoder_flops_per_token + 2 * lstm_flops(config) + 2 * 2 * config.lstm.projection_dim * width
     return 3.0 * forward
 
 
-def matmul_peak(device: str, dtype_name: str, size: int, repeats: int) -> float:
-    """Best FLOP/s of a square product in ``dtype_name``: float32 (TF32 off), tf32, bfloat16."""
+def matmul_peak(device: Device, mode: str, size: int, repeats: int) -> float:
+    """Best FLOP/s of a square product in ``mode``: float32 (TF32 off), tf32, bfloat16, float16."""
     import torch
 
-    dtype = {"float32": torch.float32, "tf32": torch.float32, "bfloat16": torch.bfloat16}[dtype_name]
-    old = torch.backends.cuda.matmul.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32 = dtype_name == "tf32"
-    try:
-        a = torch.randn(size, size, device=device).to(dtype)
-        b = torch.randn(size, size, device=device).to(dtype)
+    dtype = {"float32": torch.float32, "tf32": torch.float32, "bfloat16": torch.bfloat16,
+             "float16": torch.float16}[mode]
+    with device.tf32(mode == "tf32"):
+        a = torch.randn(size, size, device=device.name).to(dtype)
+        b = torch.randn(size, size, device=device.name).to(dtype)
         best = float("inf")
         for _ in range(repeats + 2):  # the first two warm up
-            device_sync(device)
+            device.sync()
             start = time.perf_counter()
             for _ in range(4):
                 a @ b
-            device_sync(device)
+            device.sync()
             best = min(best, (time.perf_counter() - start) / 4)
-        return 2 * size ** 3 / best
-    finally:
-        torch.backends.cuda.matmul.allow_tf32 = old
+    return 2 * size ** 3 / best
 
 
-def measured_peaks(device: str, quick: bool) -> dict:
-    """The suite's own peaks, measured once per process where a section needs them (cheap)."""
-    size = 512 if quick or device == "cpu" else 8192
-    repeats = 2 if quick or device == "cpu" else 5
-    peaks = {"float32": matmul_peak(device, "float32", size, repeats)}
-    if device != "cpu":
-        peaks["tf32"] = matmul_peak(device, "tf32", size, repeats)
-    peaks["bfloat16"] = matmul_peak(device, "bfloat16", size, repeats)
-    return peaks
+def measured_peaks(device: Device, quick: bool) -> dict:
+    """The suite's own matmul peaks per mode (:meth:`Device.matmul_modes`), measured once per
+    process where a section needs them (cheap)."""
+    size = 8192 if device.cuda and not quick else 512
+    repeats = 5 if device.cuda and not quick else 2
+    return {mode: matmul_peak(device, mode, size, repeats) for mode in device.matmul_modes()}
 
 
-@contextlib.contextmanager
-def exact_float32():
-    """No TF32 anywhere (matmuls and cuDNN convolutions): the exactness checks need full float32."""
-    import torch
-
-    old = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
-    try:
-        yield
-    finally:
-        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = old
+def peak_mode(device: Device, precision: str, lstm_ran_in: str | None = None) -> str:
+    """The matmul mode whose peak a row's MFU divides by: the precision that ran (a cuDNN row
+    asked for bfloat16 may run its LSTM in float16), and for float32 whether TF32 was allowed."""
+    if precision == "bfloat16":
+        return "float16" if lstm_ran_in == "float16" else "bfloat16"
+    return device.float32_matmul_mode()
 
 
 PROFILE_TOP = 12  # operators kept per table of a profiled call
 
 
-def count_kernels(device: str, run, profile_top: int = 0) -> dict:
+def count_kernels(device: Device, run, profile_top: int = 0) -> dict:
     """Kernels of one call of ``run``: on a GPU the profiler's device events (kernels, copies and
-    fills, from every thread), and with ``profile_top`` the operators that took the most host
-    time and the most device time (where a step's time goes); on a CPU, the ATen operators that
-    launch one (:class:`common.OpCounter`). On a GPU a profiler failure is recorded, not
-    replaced by the operator count (a dispatch mode could make compiled code recompile)."""
+    fills, from every thread), on a CPU the ATen operators that launch one
+    (:class:`common.OpCounter`); with ``profile_top``, the operators that took the most host time
+    and the most device time, from ``torch.profiler`` on either (where a step's time goes). A
+    profiler failure is recorded, not replaced (a dispatch mode could make compiled code recompile)."""
     import torch
 
     counts = {}
-    if torch.device(device).type == "cuda":
+    if device.cuda or profile_top:
         try:
-            from torch.profiler import ProfilerActivity, profile
+            from torch.profiler import profile
 
             start = time.perf_counter()
-            with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            with profile(activities=device.profiler_activities()) as prof:
                 run()
-                torch.cuda.synchronize()
+                device.sync()
             counts["profiled_call_s"] = round(time.perf_counter() - start, 4)
-            counts["cuda_kernels"] = sum(1 for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA)
+            if device.cuda:
+                counts["cuda_kernels"] = sum(1 for e in prof.events()
+                                             if e.device_type == torch.autograd.DeviceType.CUDA)
             if profile_top:
                 counts["profile"] = profile_tables(prof, profile_top)
         except Exception as error:
-            counts["cuda_kernels_error"] = f"{type(error).__name__}: {error}"
-        return counts
-    from common import OpCounter
+            counts["profiler_error"] = f"{type(error).__name__}: {error}"
+    if not device.cuda:
+        from common import OpCounter
 
-    with OpCounter() as counter:
-        run()
-    device_sync(device)
-    counts["aten_kernel_ops"] = counter.kernels
+        with OpCounter() as counter:
+            run()
+        counts["aten_kernel_ops"] = counter.kernels
     return counts
 
 
@@ -376,24 +492,26 @@ def profile_tables(prof, top: int) -> dict:
 def section_environment(rec: Recorder, args) -> None:
     import torch
 
+    device = Device(args.device)
     env = {"python": platform.python_version(), "torch": torch.__version__, "torch_cuda": torch.version.cuda,
            "cudnn": torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None,
            "cpu": cpu_name(), "cpu_cores": os.cpu_count(), "torch_threads": torch.get_num_threads(),
            "cpu_vector_flags": sorted(cpu_vector_flags()),
-           "tf32_defaults": {"matmul": torch.backends.cuda.matmul.allow_tf32, "cudnn": torch.backends.cudnn.allow_tf32}}
+           "tf32_defaults": {"matmul": torch.backends.cuda.matmul.allow_tf32, "cudnn": torch.backends.cudnn.allow_tf32,
+                             "float32_matmul_precision": torch.get_float32_matmul_precision()}}
     try:
         import triton
 
         env["triton"] = triton.__version__
     except Exception:  # not installed (CPU builds)
         env["triton"] = None
-    if args.device != "cpu":
+    if device.cuda:
         properties = torch.cuda.get_device_properties(0)
         env.update({"gpu": properties.name, "gpu_memory_gib": round(properties.total_memory / 2 ** 30, 1),
                     "gpu_count": torch.cuda.device_count(), "compute_capability": f"{properties.major}.{properties.minor}",
                     "driver": nvidia_smi("driver_version")})
     rec.set("environment", env)
-    peaks = measured_peaks(args.device, args.quick)
+    peaks = measured_peaks(device, args.quick)
     rec.set("matmul_peak_tflops", {k: round(v / 1e12, 3) for k, v in peaks.items()})
 
 
@@ -406,7 +524,7 @@ def cpu_name() -> str:
 
 
 def cpu_vector_flags() -> set[str]:
-    from elmo.inference.runtime import cpu_flags
+    from elmo.inference.precision import cpu_flags
 
     return {f for f in (cpu_flags() or set()) if re.match(r"(avx|amx|fma|sse4|f16c)", f)}
 
@@ -435,24 +553,31 @@ def fixture_sentences(name: str) -> list[list[str]]:
     return [s.split() for group in groups for s in group]
 
 
-def training_paths(device: str) -> list[str]:
-    """The LSTM paths of training in this checkout, slowest first: "plain" (the specification),
-    the model's own fast paths (``elmo.model.bilm.LSTM_PATHS``), and on a GPU "fused+compile" (its cells through
-    torch.compile) and "fused+graphs" (the training window as CUDA graphs) where the model has
-    them. The cuDNN backend is another model (no clipping): see :func:`cudnn_config`."""
+def training_paths() -> list[str]:
+    """The LSTM paths of training in this checkout, default first: the model's fast paths
+    (``elmo.model.bilm.LSTM_PATHS``, its default first), "fused+graphs" (the training window as
+    CUDA graphs) and "fused+compile" (the cells through torch.compile) where the model has them,
+    and "plain" (the specification) last. The cuDNN backend is another model (no clipping): see
+    :func:`cudnn_config`. The same list on any device: :meth:`Device.why_not` says which run."""
     import inspect
 
     from elmo.model import bilm, lm
 
-    paths = ["plain"]
-    model_paths = [p for p in getattr(bilm, "LSTM_PATHS", ("plain", "fast")) if p not in ("plain", "cudnn")]
-    paths += model_paths
-    if device != "cpu" and "fused" in model_paths:
+    default = getattr(bilm, "DEFAULT_LSTM_PATH", "fast")
+    fast = [p for p in getattr(bilm, "LSTM_PATHS", ("plain", "fast")) if p not in ("plain", "cudnn")]
+    paths = [default] + [p for p in fast if p != default]
+    if "fused" in fast:
+        if hasattr(lm.LanguageModel, "use_cuda_graphs"):
+            paths.insert(paths.index("fused") + 1, "fused+graphs")
         if "compile_cells" in inspect.signature(bilm.BiLM).parameters:
             paths.append("fused+compile")
-        if hasattr(lm.LanguageModel, "use_cuda_graphs"):
-            paths.append("fused+graphs")
-    return paths
+    return paths + ["plain"]
+
+
+def path_needs(path: str) -> str | None:
+    """What a training path needs beyond a CPU (:meth:`Device.why_not`): compiled cells need
+    torch.compile's kernels; the window's CUDA graphs run eager on a CPU, so they need nothing."""
+    return "compile" if "compile" in path else None
 
 
 def cudnn_config(config):
@@ -473,7 +598,6 @@ def training_path(model, name: str, trainer=None):
     ``name`` within the block; everything is restored after."""
     bilm = getattr(model, "bilm", model)
     saved = {k: getattr(bilm, k) for k in ("lstm_path", "compile_cells", "fast") if hasattr(bilm, k)}
-    sparse = getattr(trainer, "sparse_softmax", None)
     graphs = False
     try:
         base, *extras = name.split("+")
@@ -490,8 +614,6 @@ def training_path(model, name: str, trainer=None):
                 trainer.settings.cuda_graphs = True
         yield model
     finally:
-        if sparse is not None:
-            trainer.sparse_softmax = sparse
         if graphs:
             model.use_cuda_graphs(False)
             if trainer is not None:
@@ -504,91 +626,111 @@ def training_path(model, name: str, trainer=None):
 
 
 def section_exactness(rec: Recorder, args) -> None:
-    import torch
-
-    device = args.device
+    device, deadline = Device(args.device), Deadline(args.ends_at)
     fixtures = ("allennlp",) if args.quick else ("allennlp", "bilm-tf")
-    with exact_float32():
-        for fixture in fixtures:
-            for row in inference_exactness(fixture, device, args.quick):
-                rec.add("inference", row)
-        for fixture in fixtures:  # (a path through torch.compile compiles first: it comes last)
-            for row in training_exactness(fixture, device):
-                rec.add("training", row)
-    del torch
+    slowest = 2.0  # seconds of the dearest row so far: the estimate of the next
+    with device.tf32(False):
+        plans = [("inference", fixture, variant) for fixture in fixtures for variant in inference_variants()]
+        plans += [("training", fixture, path) for fixture in fixtures for path in training_paths()]
+        for kind, fixture, what in plans:
+            key = {"fixture": fixture, "path": what if kind == "training" else what[0]}
+            if kind == "inference":
+                key["precision"] = what[1]
+            why = device.why_not(path_needs(what) if kind == "training" else what[2])
+            if why is None and not deadline.fits(slowest):
+                why = deadline.why_not(slowest)
+            if why is not None:
+                rec.not_measured({"kind": kind, **key}, why)
+                continue
+            start = time.monotonic()
+            row = (inference_exactness(fixture, device, *what[:2]) if kind == "inference"
+                   else training_exactness(fixture, device, what))
+            slowest = max(slowest, time.monotonic() - start)
+            rec.add(kind, row)
+            if "error" in row or row.get("values_within_1e-5") is False or row.get("gradients_within_1e-4") is False \
+                    or row.get("within_1e-5") is False:
+                rec.fail(f"exactness: {kind} {key} is off the specification: {row}")
 
 
 def _max_diff(a, b) -> float:
     return float((a.detach().float().cpu() - b.detach().float().cpu()).abs().max())
 
 
-def training_exactness(fixture: str, device: str) -> list[dict]:
-    """Each training path's outputs, final states and every parameter gradient of one full window
+_TRAINING_REFERENCE: dict = {}  # fixture -> (inputs, the CPU plain path's results): computed once
+
+
+def training_exactness(fixture: str, device: Device, path: str) -> dict:
+    """One training path's outputs, final states and every parameter gradient of one full window
     (both directions, dropout off, random carried state) on ``device``, against the CPU plain path."""
     import copy
 
     import torch
 
-    torch.manual_seed(0)
-    reference = fixture_model(fixture)
-    config = reference.config
-    batch, steps = 5, 20
-    tokens = torch.randn(batch, steps, config.lstm.projection_dim)
-    mask = torch.ones(batch, steps, dtype=torch.bool)
-    state = reference.zero_state(batch)
-    state = type(state)(torch.randn_like(state.c), torch.randn_like(state.h))
-    weights = torch.randn(config.lstm.n_layers, batch, steps, config.lstm.projection_dim)
-
-    def run(model, on):
-        model = model.to(on).train()
-        results = []
-        for direction in (0, 1):
-            with torch.enable_grad():
-                inputs = tokens.to(on).requires_grad_(True)
-                carried = type(state)(state.c.to(on), state.h.to(on))
-                outputs, finals = model.run_stack(direction, inputs, mask.to(on), carried)
-                total = sum((o * w.to(on)).sum() for o, w in zip(outputs, weights)) + sum(h.sum() for _, h in finals)
-                layers = model.forward_layers if direction == 0 else model.backward_layers
-                grads = torch.autograd.grad(total, [inputs, *layers.parameters()])
-            results.append(([o.detach() for o in outputs], [t.detach() for f in finals for t in f], list(grads)))
-        return results
-
-    with training_path(reference, "plain"):
-        expected = run(copy.deepcopy(reference), "cpu")
-    rows = []
-    for path in training_paths(device):
-        if path == "fused+graphs":  # a LanguageModel's graph of the whole window: compared on its top layer
-            rows.append(graphs_exactness(reference, fixture, tokens, state, weights[-1], device))
-            continue
-        model = copy.deepcopy(reference)
-        try:
-            with training_path(model, path):
-                got = run(model, device)
-        except Exception as error:
-            rows.append({"fixture": fixture, "path": path, "device": device, "error": f"{type(error).__name__}: {error}"})
-            continue
-        values = max(_max_diff(a, b) for g, e in zip(got, expected) for a, b in zip(g[0] + g[1], e[0] + e[1]))
-        grads = max(_max_diff(a, b) / max(1.0, float(b.abs().max())) for g, e in zip(got, expected)
-                    for a, b in zip(g[2], e[2]))
-        rows.append({"fixture": fixture, "path": path, "device": device, "dtype": "float32",
-                     "max_abs_diff_values": values, "max_rel_diff_gradients": grads,
-                     "values_within_1e-5": values <= 1e-5, "gradients_within_1e-4": grads <= 1e-4})
-    return rows
+    if fixture not in _TRAINING_REFERENCE:
+        torch.manual_seed(0)
+        reference = fixture_model(fixture)
+        config = reference.config
+        batch, steps = 5, 20
+        tokens = torch.randn(batch, steps, config.lstm.projection_dim)
+        state = reference.zero_state(batch)
+        state = type(state)(torch.randn_like(state.c), torch.randn_like(state.h))
+        weights = torch.randn(config.lstm.n_layers, batch, steps, config.lstm.projection_dim)
+        inputs = (reference, tokens, state, weights)
+        with training_path(reference, "plain"):
+            expected = run_window(copy.deepcopy(reference), "cpu", tokens, state, weights)
+        _TRAINING_REFERENCE[fixture] = inputs, expected
+    (reference, tokens, state, weights), expected = _TRAINING_REFERENCE[fixture]
+    if path == "fused+graphs":  # a LanguageModel's graph of the whole window: compared on its top layer
+        return graphs_exactness(reference, fixture, tokens, state, weights[-1], device)
+    model = copy.deepcopy(reference)
+    try:
+        with training_path(model, path):
+            got = run_window(model, device.name, tokens, state, weights)
+    except Exception as error:
+        return {"fixture": fixture, "path": path, "device": device.name, "error": f"{type(error).__name__}: {error}"}
+    values = max(_max_diff(a, b) for g, e in zip(got, expected) for a, b in zip(g[0] + g[1], e[0] + e[1]))
+    grads = max(_max_diff(a, b) / max(1.0, float(b.abs().max())) for g, e in zip(got, expected)
+                for a, b in zip(g[2], e[2]))
+    return {"fixture": fixture, "path": path, "device": device.name, "dtype": "float32",
+            "max_abs_diff_values": values, "max_rel_diff_gradients": grads,
+            "values_within_1e-5": values <= 1e-5, "gradients_within_1e-4": grads <= 1e-4}
 
 
-def graphs_exactness(reference, fixture: str, tokens, state, top_weight, device: str) -> dict:
+def run_window(model, on: str, tokens, state, weights) -> list:
+    """Both directions' stacks over one window on ``on``: per direction (outputs, final states,
+    gradients of a weighted sum of every layer and the final states)."""
+    import torch
+
+    model = model.to(on).train()
+    mask = torch.ones(tokens.shape[:2], dtype=torch.bool)
+    results = []
+    for direction in (0, 1):
+        with torch.enable_grad():
+            inputs = tokens.to(on).requires_grad_(True)
+            carried = type(state)(state.c.to(on), state.h.to(on))
+            outputs, finals = model.run_stack(direction, inputs, mask.to(on), carried)
+            total = sum((o * w.to(on)).sum() for o, w in zip(outputs, weights)) + sum(h.sum() for _, h in finals)
+            layers = model.forward_layers if direction == 0 else model.backward_layers
+            grads = torch.autograd.grad(total, [inputs, *layers.parameters()])
+        results.append(([o.detach() for o in outputs], [t.detach() for f in finals for t in f], list(grads)))
+    return results
+
+
+def graphs_exactness(reference, fixture: str, tokens, state, top_weight, device: Device) -> dict:
     """The training window as :meth:`LanguageModel.use_cuda_graphs` captures it (``LstmWindow``
-    through ``torch.cuda.make_graphed_callables``, replayed) against the CPU plain path: the top
-    layer of both directions, the final states, and the gradients of ``(top * top_weight).sum()``
-    with respect to the inputs and every LSTM parameter (the window's outputs are the top layer
-    and the detached states, so its gradients are of the top layer alone)."""
+    through ``torch.cuda.make_graphed_callables``, replayed; on a CPU the window itself, eager)
+    against the CPU plain path: the top layer of both directions, the final states, and the
+    gradients of ``(top * top_weight).sum()`` with respect to the inputs and every LSTM parameter
+    (the window's outputs are the top layer and the detached states, so its gradients are of the
+    top layer alone)."""
     import copy
 
     import torch
 
     from elmo.model.lm import LstmWindow
 
-    row = {"fixture": fixture, "path": "fused+graphs", "device": device, "dtype": "float32"}
+    row = {"fixture": fixture, "path": "fused+graphs", "device": device.name, "dtype": "float32",
+           "graph": "captured and replayed" if device.cuda else "not captured (no CUDA): the window ran eager"}
     mask = torch.ones(tokens.shape[:2], dtype=torch.bool)
     spec = copy.deepcopy(reference).train()
     expected_top, expected_finals, expected_grads = [], [], []
@@ -601,15 +743,15 @@ def graphs_exactness(reference, fixture: str, tokens, state, top_weight, device:
             expected_top.append(outputs[-1].detach())
             expected_finals.append([t.detach() for f in finals for t in f])
     try:
-        model = copy.deepcopy(reference).to(device).train()
+        model = copy.deepcopy(reference).to(device.name).train()
         with training_path(model, "fused"), torch.enable_grad():
             window = LstmWindow(model)
-            x = torch.stack([tokens, tokens]).to(device).requires_grad_(True)
-            c0, h0 = state.c.to(device), state.h.to(device)
-            graphed = torch.cuda.make_graphed_callables(window, (x.detach().clone().requires_grad_(True), c0, h0))
+            x = torch.stack([tokens, tokens]).to(device.name).requires_grad_(True)
+            c0, h0 = state.c.to(device.name), state.h.to(device.name)
+            graphed = device.graphed(window, (x.detach().clone().requires_grad_(True), c0, h0))
             for _ in range(2):  # replays, not the capture's own run
                 top, c, h = graphed(x, c0, h0)
-            weight = torch.stack([top_weight, top_weight]).to(device)
+            weight = torch.stack([top_weight, top_weight]).to(device.name)
             grads = torch.autograd.grad((top * weight).sum(), [x, *window.parameters()])
     except Exception as error:
         row["error"] = f"{type(error).__name__}: {error}"
@@ -628,9 +770,15 @@ def graphs_exactness(reference, fixture: str, tokens, state, top_weight, device:
     return row
 
 
-def inference_exactness(fixture: str, device: str, quick: bool) -> list[dict]:
-    """Every inference path on ``device`` against the CPU plain path, on the fixture's sentences
-    (three calls each, so that CUDA graphs are captured and replayed)."""
+def inference_variants() -> list[tuple[str, str, str | None]]:
+    """(path, precision, what it needs) of inference, default first."""
+    return [("eager", "float32", None), ("eager", "bfloat16", None), ("graphs", "float32", "cuda"),
+            ("graphs", "bfloat16", "cuda")]
+
+
+def inference_exactness(fixture: str, device: Device, path: str, precision: str) -> dict:
+    """One inference path on ``device`` against the CPU plain path, on the fixture's sentences
+    (three calls, so that CUDA graphs are captured and replayed)."""
     import torch
 
     from elmo import batch_to_char_ids
@@ -642,101 +790,160 @@ def inference_exactness(fixture: str, device: str, quick: bool) -> list[dict]:
     plain.fast = False
     with torch.no_grad():
         expected = plain(ids, mask).layers
-    rows = []
-    variants = [("eager", "float32"), ("eager", "bfloat16")]
-    if device != "cpu":
-        variants += [("graphs", "float32"), ("graphs", "bfloat16")]
-    for path, precision in variants:
-        runtime = Runtime(fixture_model(fixture), device=device, precision=precision, state="reset",
+    row = {"fixture": fixture, "path": path, "precision": precision, "device": device.name}
+    try:
+        runtime = Runtime(fixture_model(fixture), device=device.name, precision=precision, state="reset",
                           cuda_graphs=path == "graphs")
         for _ in range(3):
             got = runtime(ids, mask).layers
-        diff = _max_diff(got, expected)
-        row = {"fixture": fixture, "path": path, "precision": precision, "ran_in": runtime.precision,
-               "device": device, "max_abs_diff": diff,
-               "within_1e-5": diff <= 1e-5 if runtime.precision == "float32" else None}
-        if runtime.graphs is not None:
-            row.update(graph_captures=runtime.graphs.captures, graph_replays=runtime.graphs.replays,
-                       graphs_disabled=runtime.graphs.disabled)
-        rows.append(row)
-    return rows
+    except Exception as error:
+        row["error"] = f"{type(error).__name__}: {error}"
+        return row
+    diff = _max_diff(got, expected)
+    row.update({"ran_in": runtime.precision, "max_abs_diff": diff,
+                "within_1e-5": diff <= 1e-5 if runtime.precision == "float32" else None})
+    if runtime.graphs is not None:
+        row.update(graph_captures=runtime.graphs.captures, graph_replays=runtime.graphs.replays,
+                   graphs_disabled=runtime.graphs.disabled)
+    return row
 
 
 # ============================================================================== CUDA tests
 def section_cuda_tests(rec: Recorder, args) -> None:
-    """``pytest tests/test_cuda.py`` in a subprocess, stopped short of the section's limit so that
-    the results of the tests that finished are kept."""
+    """``pytest tests/test_cuda.py`` in a subprocess: in parallel workers where pytest-xdist is
+    installed (the ``test`` extra has it), each test's outcome and seconds recorded as it ends
+    (:mod:`pytest_progress`), stopped short of the section's limit so that a cut run still says
+    which tests passed, which were slow and which never ran."""
     import importlib.util
 
+    import pytest_progress
+
+    device, deadline = Device(args.device), Deadline(args.ends_at)
     if importlib.util.find_spec("pytest") is None:
-        rec.set("_error", "pytest is not installed in this Python: the CUDA tests did not run "
-                          "(the exactness section checks the same paths against the specification)")
+        rec.fail("pytest is not installed in this Python: the CUDA tests did not run (the exactness section "
+                 "checks the same paths against the specification)")
         return
-    command = [sys.executable, "-m", "pytest", "tests/test_cuda.py", "-v", "-rfE", "--tb=short", "-p", "no:cacheprovider",
-               "--durations=8"]
-    env = dict(os.environ)
-    if importlib.util.find_spec("xdist") is not None and args.device != "cpu":
+    progress = Path(args.work) / "cuda_tests_progress.jsonl"
+    with contextlib.suppress(FileNotFoundError):
+        progress.unlink()
+    command = [sys.executable, "-m", "pytest", "tests/test_cuda.py", "-q", "-rfE", "--tb=short", "-p", "no:cacheprovider",
+               "-p", "pytest_progress"]
+    env = dict(os.environ, ELMO_PYTEST_PROGRESS=str(progress),
+               PYTHONPATH=os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")]))
+    workers = min(CUDA_TEST_WORKERS, max(1, (os.cpu_count() or 1) // 2))
+    if importlib.util.find_spec("xdist") is not None and device.cuda and workers > 1:
         # Independent tests, each far from filling the GPU: in parallel they fit the section's
-        # limit, with the host's cores shared out (the first parallel run, each worker with every
-        # core's threads for its CPU references, was no faster than one worker).
-        command += ["-n", str(CUDA_TEST_WORKERS)]
-        env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // CUDA_TEST_WORKERS))
+        # limit, the host's cores shared out (workers with every core's threads each for their
+        # CPU references were no faster than one worker).
+        command += ["-n", str(workers)]
+        env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // workers))
+    else:
+        workers = 1
     rec.set("command", " ".join(command[1:]))
+    rec.set("workers", workers)
     start = time.monotonic()
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT,
                                start_new_session=True, env=env)
     try:
-        output, _ = process.communicate(timeout=max(10.0, args.limit - 15))
+        output, _ = process.communicate(timeout=max(5.0, deadline.left()))
         stopped = False
     except subprocess.TimeoutExpired:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, signal.SIGKILL)
         output, _ = process.communicate()
         stopped = True
-    # One at a time pytest -v prints "name OUTCOME"; its parallel workers print "[gwN] [ n%] OUTCOME name".
-    outcomes = re.findall(r"^(tests/test_cuda\.py::\S+) (PASSED|FAILED|SKIPPED|ERROR|XFAIL|XPASS)", output, re.M)
-    outcomes += [(name, outcome) for outcome, name in re.findall(
-        r"^\[gw\d+\] \[\s*\d+%\] (PASSED|FAILED|SKIPPED|ERROR|XFAIL|XPASS) (tests/test_cuda\.py::\S+)", output, re.M)]
-    durations = re.findall(r"^(\d+\.\d+)s (call|setup|teardown)\s+(tests/test_cuda\.py::\S+)", output, re.M)
-    rec.set("slowest", [f"{seconds} s {name}" for seconds, when, name in durations if when == "call"])
+    found = pytest_progress.read(str(progress))
     counts: dict[str, int] = {}
-    for _, outcome in outcomes:
-        counts[outcome.lower()] = counts.get(outcome.lower(), 0) + 1
+    for outcome in found["outcomes"].values():
+        counts[outcome] = counts.get(outcome, 0) + 1
     rec.set("seconds", round(time.monotonic() - start, 1))
     rec.set("counts", counts)
+    rec.set("collected", len(found["collected"]))
+    rec.set("slowest", [f"{s:.1f} s {name}" for name, s in sorted(found["seconds"].items(), key=lambda x: -x[1])[:10]])
+    rec.set("seconds_per_test", found["seconds"])
+    rec.set("not_run", found["not_run"])
     rec.set("exit_code", None if stopped else process.returncode)
-    rec.set("summary", [f"{name} {outcome}" for name, outcome in outcomes if outcome in ("FAILED", "ERROR")])
+    rec.set("summary", sorted(f"{name} {outcome.upper()}" for name, outcome in found["outcomes"].items()
+                              if outcome in ("failed", "error")))
     failures = re.split(r"\n(?=_{3,} .* _{3,}\n)", output)
     rec.set("failures", [f[:4000] for f in failures[1:]][:12])
     if stopped:
-        rec.set("_error", f"pytest stopped at the section's limit after {len(outcomes)} tests: {counts}\n"
-                          f"{output[-1500:]}")
+        rec.fail(f"pytest stopped at the section's limit after {len(found['outcomes'])} of {len(found['collected'])} "
+                 f"tests: {counts}\n{output[-1500:]}")
     elif process.returncode not in (0, 5):  # 5: nothing collected
-        rec.set("_error", f"pytest exit code {process.returncode}: {counts}\n{output[-1500:]}")
+        rec.fail(f"pytest exit code {process.returncode}: {counts}\n{output[-1500:]}")
 
 
 # ================================================================================ training
+# The planner's estimate of a training step until the section has measured one: seconds per
+# step of the default row (fused, bfloat16) at one batch size on the H200
+# (results/benchmarks/gpu_suite-h200-2.json), scaled by batch size for the others.
+PRIOR_S_PER_STEP = {"train_original": (512, 0.46), "train_packaged": (2048, 0.38), "quick": (4, 0.05)}
+# Seconds per step of each path against the default's there (fast 1.1-1.8x; plain never
+# measured on a GPU, assumed slow).
+PATH_COST = {"fast": 1.8, "plain": 6.0}
+COMPILE_S = 20.0  # torch.compile's warm-up of the cells: 14-17 s on the H200
+TRAINER_PRIOR_S = 12.0  # a trainer's set-up and the host's share: 4-9 s, then a few batches
+
+
 def train_sizes(name: str, quick: bool) -> dict:
-    """What a training section runs: the config, batch sizes, vocabulary size, negatives."""
+    """What a training section runs: the config, batch sizes, vocabulary size, negatives, and
+    ``steps``: (warm-up, at least, at most, seconds at least) per row."""
     from elmo.hub.pretrained import packaged_model_dir
-    from elmo.model.config import BiLMConfig, published_config
+    from elmo.model.config import BiLMConfig, preset_config, published_config
 
     if quick:  # the same code on a CPU in seconds: the tiny preset at small batches
-        try:
-            from elmo.model.config import preset_config
-        except ImportError:  # an older checkout (--before-src): presets were read by the trainer
-            from elmo.training.train import load_preset as preset_config
-
-        config = preset_config("tiny")
-        return {"config": config, "batches": [4], "vocab": 2000, "negatives": 256, "steps": (1, 2, 10, 0.0)}
-    # steps: (warm-up, at least, at most, seconds at least): warm-up covers a compile's first calls.
+        return {"config": preset_config("tiny"), "batches": [4, 2], "vocab": 2000, "negatives": 256,
+                "steps": (1, 2, 4, 0.0), "prior": PRIOR_S_PER_STEP["quick"]}
     if name == "train_original":
-        config = published_config("original")
-        return {"config": config, "batches": [128, 512], "vocab": ORIGINAL_VOCAB, "negatives": 8192,
-                "steps": (2, 3, 10, 0.6)}
-    config = BiLMConfig.from_json(packaged_model_dir() / "options.json")
-    return {"config": config, "batches": [256, 2048], "vocab": len(packaged_words()) + 3, "negatives": 2048,
-            "steps": (2, 3, 10, 0.6)}
+        return {"config": published_config("original"), "batches": [512, 128], "vocab": ORIGINAL_VOCAB,
+                "negatives": 8192, "steps": (2, 3, 10, 0.6), "prior": PRIOR_S_PER_STEP[name]}
+    return {"config": BiLMConfig.from_json(packaged_model_dir() / "options.json"), "batches": [2048, 256],
+            "vocab": len(packaged_words()) + 3, "negatives": 2048, "steps": (2, 3, 10, 0.6),
+            "prior": PRIOR_S_PER_STEP[name]}
+
+
+def training_plan(paths: list[str], batches: list[int], cudnn: bool) -> list[dict]:
+    """The trainers of a training section and their rows, ``[{"batch", "options", "rows": [(path,
+    bf16), ...]}]``, most valuable first: at the largest batch, what a GPU user gets by default
+    (``paths[0]`` in bfloat16), the window as CUDA graphs, both again in float32, the other fast
+    paths, compiled cells last (they compile first); the cuDNN model (another trainer); at the
+    smallest batch the default and graphs in bfloat16 and the plain path (the specification,
+    slow), which at one batch size only joins the first trainer."""
+    default, large, small = paths[0], max(batches), min(batches)
+    graphs = [p for p in paths if "graphs" in p]
+    others = [p for p in paths if p not in (default, "plain", *graphs) and "compile" not in p]
+    compiled = [p for p in paths if "compile" in p]
+    first = [(default, True), *[(p, True) for p in graphs], (default, False), *[(p, False) for p in graphs],
+             *[(p, True) for p in others], *[(p, False) for p in others], *[(p, True) for p in compiled]]
+    plain = [("plain", True), ("plain", False)] if "plain" in paths else []
+    plan = [{"batch": large, "options": "model", "rows": first + (plain if small == large else [])}]
+    if cudnn:
+        plan.append({"batch": large, "options": "cudnn", "rows": [("cudnn", True), ("cudnn", False)]})
+    if small != large:
+        plan.append({"batch": small, "options": "model",
+                     "rows": [(default, True), *[(p, True) for p in graphs], *plain]})
+    return plan
+
+
+def estimate_row_s(s_per_step: float, path: str, steps: tuple) -> float:
+    """Seconds a training row should take: warm-up and timed steps (:func:`time_training`), the
+    profiled and counted steps after them, torch.compile's warm-up where the cells compile."""
+    warmup, min_steps, max_steps, min_seconds = steps
+    per_step = s_per_step * PATH_COST.get(path.split("+")[0], 1.0)
+    timed = min(max_steps, max(min_steps, math.ceil(min_seconds / per_step)))
+    return (warmup + timed + 3) * per_step + (COMPILE_S if "compile" in path else 0.0) + 1.0
+
+
+def default_step_s(measured: list[dict], batch: int, prior: tuple[int, float]) -> float:
+    """The planner's seconds per step of the default path at ``batch``: the slowest measured at
+    that batch (each row's over its path's cost), else the prior scaled by batch size."""
+    seen = [r["s_per_step"] / PATH_COST.get(r["path"].split("+")[0], 1.0) for r in measured
+            if r.get("batch") == batch and "s_per_step" in r]
+    if seen:
+        return max(seen)
+    prior_batch, prior_s = prior
+    return prior_s * max(batch / prior_batch, 0.25)
 
 
 def training_data(work: Path, quick: bool) -> tuple[Path, Path]:
@@ -750,16 +957,18 @@ def training_data(work: Path, quick: bool) -> tuple[Path, Path]:
 
 
 def section_train(rec: Recorder, args, name: str) -> None:
-    """Training throughput of one size: per batch size one Trainer on generated text (real
-    batcher, the device's default prefetching), then per LSTM path and precision: warm-up steps,
-    timed steps, peak memory, kernels of one step."""
+    """Training throughput of one size (:func:`training_plan`): per trainer (real batcher, the
+    device's default prefetching) its set-up and the host's share of a step, then per row
+    warm-up steps, timed steps, peak memory, kernels of one step and MFU; a row that would not
+    fit what is left of the limit is recorded as not measured."""
     import torch
 
     from elmo.model.config import BiLMConfig
     from elmo.training.train import Trainer, TrainSettings
 
+    device, deadline = Device(args.device), Deadline(args.ends_at)
     section_start = time.monotonic()
-    device, work = args.device, Path(args.work)
+    work = Path(args.work)
     size = train_sizes(name, args.quick)
     config = size["config"]
     folder, corpus = training_data(work, args.quick)
@@ -768,63 +977,88 @@ def section_train(rec: Recorder, args, name: str) -> None:
         write_vocab(vocab, packaged_words(), size["vocab"])
     peaks = measured_peaks(device, args.quick)
     rec.set("matmul_peak_tflops", {k: round(v / 1e12, 3) for k, v in peaks.items()})
-    flops = train_flops_per_token(config, size["negatives"], size["vocab"])
+    rec.set("math", {"float32_matmuls": device.float32_matmul_mode(),
+                     "cudnn_convolutions_tf32": bool(torch.backends.cudnn.allow_tf32) if device.cuda else None})
     rec.set("model", {"lstm": f"{config.lstm.n_layers}x{config.lstm.dim}_{config.lstm.projection_dim}",
                       "cnn_filters": config.char_cnn.n_filters, "highway": config.char_cnn.n_highway,
-                      "vocab": size["vocab"], "negatives": size["negatives"], "unroll_steps": 20,
-                      "train_gflop_per_token_per_direction": round(flops / 1e9, 4)})
-    options = folder / f"{name}-options.json"
-    training = {"batch_size": size["batches"][0], "unroll_steps": 20, "n_negative_samples_batch": size["negatives"],
+                      "vocab": size["vocab"], "negatives": size["negatives"], "unroll_steps": 20})
+    training = {"batch_size": max(size["batches"]), "unroll_steps": 20, "n_negative_samples_batch": size["negatives"],
                 "dropout": 0.1, "all_clip_norm_val": 10.0, "optimizer": "adagrad", "learning_rate": 0.2}
-    BiLMConfig(char_cnn=config.char_cnn, lstm=config.lstm, training=training).to_json(options)
-    paths = training_paths(device)
-    rec.set("paths", paths)
+    options = {"model": folder / f"{name}-options.json"}
+    BiLMConfig(char_cnn=config.char_cnn, lstm=config.lstm, training=training).to_json(options["model"])
     cudnn = cudnn_config(config)
     if cudnn is not None:
-        cudnn_options = folder / f"{name}-cudnn-options.json"
-        BiLMConfig(char_cnn=cudnn.char_cnn, lstm=cudnn.lstm, training=training).to_json(cudnn_options)
-
-    def measure(options_file: Path, batch: int, plan: list[tuple[str, bool]]) -> None:
+        options["cudnn"] = folder / f"{name}-cudnn-options.json"
+        BiLMConfig(char_cnn=cudnn.char_cnn, lstm=cudnn.lstm, training=training).to_json(options["cudnn"])
+    paths = training_paths()
+    plan = training_plan(paths, size["batches"], cudnn is not None)
+    rec.set("plan", [{**t, "rows": [f"{p} {'bfloat16' if bf16 else 'float32'}" for p, bf16 in t["rows"]]}
+                     for t in plan])
+    measured: list[dict] = []
+    trainer_s = TRAINER_PRIOR_S if not args.quick else 3.0
+    profiled = False
+    for trainer_plan in plan:
+        batch = trainer_plan["batch"]
+        keys = [{"batch": batch, "path": p, "precision": "bfloat16" if bf16 else "float32"}
+                for p, bf16 in trainer_plan["rows"]]
+        first = estimate_row_s(default_step_s(measured, batch, size["prior"]), trainer_plan["rows"][0][0],
+                               size["steps"])
+        if not deadline.fits(trainer_s + first):
+            for key in keys:
+                rec.not_measured(key, deadline.why_not(trainer_s + first) + " (with the trainer's set-up)")
+            continue
         with tempfile.TemporaryDirectory(dir=work) as output:
             built = time.monotonic()
             trainer = Trainer(TrainSettings(train=[str(corpus)], vocab=str(vocab), output=output,
-                                            config=str(options_file), batch_size=batch, max_tokens=10 ** 12,
-                                            progress=False, device=device, checkpoint_every=10 ** 9,
-                                            log_every=10 ** 9))
-            rec.add("trainers", {"batch": batch, "options": options_file.name,
-                                 "setup_s": round(time.monotonic() - built, 1)})
+                                            config=str(options[trainer_plan["options"]]), batch_size=batch,
+                                            max_tokens=10 ** 12, progress=False, device=args.device,
+                                            checkpoint_every=10 ** 9, log_every=10 ** 9))
+            setup_s = time.monotonic() - built
             try:
-                if device != "cpu" or args.quick:
-                    rec.add("host_preparation", {"batch": batch, **host_preparation(trainer),
-                                                 "at_s": round(time.monotonic() - section_start, 1)})
-                for index, (path, bf16) in enumerate(plan):
-                    row = {"batch": batch, "path": path, "precision": "bfloat16" if bf16 else "float32"}
+                host = host_preparation(trainer, device)
+                rec.add("trainers", {"batch": batch, "options": options[trainer_plan["options"]].name,
+                                     "setup_s": round(setup_s, 1), "host_s": host.pop("seconds"),
+                                     "at_s": round(time.monotonic() - section_start, 1)})
+                rec.add("host_preparation", {"batch": batch, **host})
+                trainer_s = max(trainer_s, setup_s + 2.0)
+                flops = train_flops_per_token(config, size["negatives"], size["vocab"],
+                                              host["encoder_gflop_per_step"] * 1e9 / trainer.tokens_per_step)
+                for key, (path, bf16) in zip(keys, trainer_plan["rows"]):
+                    why = device.why_not(path_needs(path))
+                    estimate = estimate_row_s(default_step_s(measured, batch, size["prior"]), path, size["steps"])
+                    if why is None and not deadline.fits(estimate):
+                        why = deadline.why_not(estimate)
+                    if why is not None:
+                        rec.not_measured(key, why)
+                        continue
+                    row = {**key, "estimate_s": round(estimate, 1)}
+                    start = time.monotonic()
                     try:
-                        if path == "cudnn":  # what autocast makes of torch's LSTM kernel, not what was asked
-                            row["lstm_ran_in"] = autocast_lstm_dtype(trainer, bf16, device)
-                        row.update(time_training(trainer, path, bf16, *size["steps"], device, profile=index == 0))
+                        lstm_ran_in = autocast_lstm_dtype(trainer, bf16, args.device) if path == "cudnn" else None
+                        if lstm_ran_in is not None:  # what autocast makes of torch's LSTM kernel
+                            row["lstm_ran_in"] = lstm_ran_in
+                        row.update(time_training(trainer, path, bf16, *size["steps"], device, deadline,
+                                                 profile=not profiled))
+                        profiled = True
                         tokens = row["tokens_per_s_per_direction"]
-                        row["mfu"] = round(flops * tokens / peaks["bfloat16" if bf16 else "float32"], 4)
-                        row["achieved_tflops"] = round(flops * tokens / 1e12, 2)
+                        mode = peak_mode(device, row["precision"], lstm_ran_in)
+                        row.update(gflop_per_token=round(flops / 1e9, 4), peak=mode,
+                                   achieved_tflops=round(flops * tokens / 1e12, 3),
+                                   mfu=round(flops * tokens / peaks[mode], 4))
                     except Exception as error:
                         row["error"] = f"{type(error).__name__}: {error}"
                         row["traceback"] = traceback.format_exc()[-1500:]
+                        rec.fail(f"{name}: {key}: {row['error']}")
+                    row["seconds_in_all"] = round(time.monotonic() - start, 1)
                     row["at_s"] = round(time.monotonic() - section_start, 1)
                     rec.add("rows", row)
+                    measured.append(row)
             finally:
                 for batcher in trainer.batchers:
                     if hasattr(batcher, "close"):
                         batcher.close()
                 del trainer
-                gc.collect()
-                if device != "cpu":
-                    torch.cuda.empty_cache()
-
-    # The largest batch first: the throughput targets are about it (a limit cuts the rest).
-    for batch in sorted(size["batches"], reverse=True):
-        measure(options, batch, training_plan(paths, batch, size["batches"], args.quick))
-        if cudnn is not None:  # another model: torch's LSTM kernel, no clipping
-            measure(cudnn_options, batch, [("cudnn", False)] if args.quick else [("cudnn", True), ("cudnn", False)])
+                device.release()
 
 
 def autocast_lstm_dtype(trainer, bf16: bool, device: str) -> str:
@@ -839,27 +1073,12 @@ def autocast_lstm_dtype(trainer, bf16: bool, device: str) -> str:
     return str(out.dtype).replace("torch.", "")
 
 
-def training_plan(paths: list[str], batch: int, batches: list[int], quick: bool) -> list[tuple[str, bool]]:
-    """(path, bf16) pairs to time at ``batch``, most telling first (a limit cuts the rest): in
-    bf16 then fp32, the newest path, the others; at a smaller batch, fp32 only for those two; the plain path only at the smallest batch
-    (it is slow). ``quick``: each path once (the newest in both precisions)."""
-    fast = [p for p in paths if p != "plain"]  # slowest first
-    if quick:
-        return [(fast[-1], True)] + [(p, False) for p in reversed(fast)] + [("plain", False)]
-    first = [fast[-1]]
-    # A path through torch.compile compiles on its first steps: it comes last.
-    order = first + sorted((p for p in reversed(fast) if p not in first), key=lambda p: "compile" in p)
-    plan = [(p, True) for p in order] + [(p, False) for p in (order if batch == max(batches) else first)]
-    if batch == min(batches):
-        plan += [("plain", True), ("plain", False)]
-    return plan
-
-
 def time_training(trainer, path: str, bf16: bool, warmup: int, min_steps: int, max_steps: int, min_seconds: float,
-                  device: str, profile: bool = False) -> dict:
+                  device: Device, deadline: Deadline, profile: bool = False) -> dict:
     """Warm-up steps, then timed steps (at least ``min_steps`` and ``min_seconds``, at most
-    ``max_steps``), peak memory over them, and the kernels of one more step (``profile``: with
-    the operators that took the most host and device time)."""
+    ``max_steps``, and none that would pass the deadline once one ran), peak memory over them,
+    and the kernels of one more step (``profile``: with the operators that took the most host
+    and device time)."""
     trainer.settings.bf16 = bf16
     # The carried LSTM state takes the precision of the last step: start each setting from zeros.
     trainer.state = trainer.model.bilm.zero_state(trainer.state.batch_size)
@@ -869,16 +1088,20 @@ def time_training(trainer, path: str, bf16: bool, warmup: int, min_steps: int, m
         start = time.perf_counter()
         for _ in range(warmup):
             step()
-        device_sync(device)
+        device.sync()
         warmup_seconds = time.perf_counter() - start
-        reset_peak_memory(device)
+        device.reset_peak_memory()
         steps, start = 0, time.perf_counter()
         while steps < max_steps and (steps < min_steps or time.perf_counter() - start < min_seconds):
+            if steps and deadline.left() < 4 * (time.perf_counter() - start) / steps:
+                break  # leave the time of a counted and a profiled step
             step()
             steps += 1
-        device_sync(device)
+            if steps == 1:
+                device.sync()  # a first step of its own, so that the deadline check above knows a step's cost
+        device.sync()
         seconds = time.perf_counter() - start
-        memory = peak_memory_bytes(device)
+        memory = device.peak_memory_bytes()
         tokens = trainer.tokens_per_step
         row = {"steps": steps, "seconds": round(seconds, 3), "s_per_step": round(seconds / steps, 4),
                "tokens_per_s_per_direction": round(steps * tokens / seconds, 1),
@@ -890,32 +1113,58 @@ def time_training(trainer, path: str, bf16: bool, warmup: int, min_steps: int, m
     return row
 
 
-def host_preparation(trainer, steps: int = 3) -> dict:
+def step_words(batches: list[dict], encoder):
+    """The distinct words of one step's two batches, as the trainer finds them on the host."""
+    import torch
+
+    from elmo.model.encoder import distinct_words
+
+    return distinct_words(torch.stack([b["char_ids"] for b in batches]), encoder.pad_id,
+                          encoder.word_embedding is not None)
+
+
+def cnn_shapes(words, config) -> tuple[set, set]:
+    """The CNN input shapes ``(rows, span)`` of one step's length groups: as a GPU runs them
+    (fixed shapes: the length bucket's span, rows on the ladder) and as a CPU does (exact)."""
+    from elmo.model.encoder import group_shapes
+
+    n_slots = config.char_cnn.max_characters_per_token
+    widest = max(width for width, _ in config.char_cnn.filters)
+    return tuple({(rows, span) for _, _, rows, span in group_shapes(words, n_slots, widest, fixed)}
+                 for fixed in (True, False))
+
+
+def host_preparation(trainer, device: Device, steps: int = 3) -> dict:
     """Seconds per step of what the trainer's step does on the host before the device works: the
-    next batch of each direction (from the prefetching batcher, as in training) and the distinct
-    words of both (``elmo.model.encoder.distinct_words``); no device work. Then the parts of a
-    batch apart, on a batcher of its own over the same text: building one direction's batch in
-    this thread, and pinning it (what the prefetching thread does on a GPU)."""
+    next batch of each direction (from the trainer's batchers, prefetching as in training) and
+    the distinct words of both; the encoder's real FLOPs of those steps (:func:`encoder_step_flops`,
+    for MFU) and the CNN shapes they meet. Then building one direction's batch in this thread on
+    a batcher of its own over the same text, and pinning it (what the prefetching thread does
+    on a GPU)."""
     import torch
 
     from elmo.training.data import LMBatcher, SentenceStream
 
-    try:
-        from elmo.model.encoder import distinct_words
-    except ImportError:  # an older checkout (--before-src): the device found the distinct words
-        return {"unavailable": "this checkout has no elmo.model.encoder.distinct_words"}
+    started = time.monotonic()
     encoder = trainer.model.bilm.token_encoder
+    config = trainer.model.bilm.config
     for batcher in trainer.batchers:  # the first batch reads the text: not a step's cost
         batcher.next_batch()
-    fetch = words = 0.0
+    fetch = distinct = flops = 0.0
+    fixed, exact = set(), set()
     for _ in range(steps):
         start = time.perf_counter()
         batches = [batcher.next_batch() for batcher in trainer.batchers]
         middle = time.perf_counter()
-        distinct_words(torch.stack([b["char_ids"] for b in batches]), encoder.pad_id,
-                       encoder.word_embedding is not None)
-        fetch, words = fetch + middle - start, words + time.perf_counter() - middle
-    result = {"next_batch_s": round(fetch / steps, 4), "distinct_words_s": round(words / steps, 4)}
+        words = step_words(batches, encoder)
+        fetch, distinct = fetch + middle - start, distinct + time.perf_counter() - middle
+        flops += encoder_step_flops(config, words)
+        shapes = cnn_shapes(words, config)
+        fixed |= shapes[0]
+        exact |= shapes[1]
+    result = {"next_batch_s": round(fetch / steps, 4), "distinct_words_s": round(distinct / steps, 4),
+              "encoder_gflop_per_step": round(flops / steps / 1e9, 6),
+              "cnn_shapes_fixed": len(fixed), "cnn_shapes_exact": len(exact), "steps": steps}
     own = LMBatcher(SentenceStream(trainer.paths, seed=12345), trainer.vocab, trainer.batch_size,
                     trainer.unroll_steps)
     own.next_batch()  # the first batch reads the shard
@@ -924,35 +1173,44 @@ def host_preparation(trainer, steps: int = 3) -> dict:
         start = time.perf_counter()
         batch = own.next_batch()
         middle = time.perf_counter()
-        if torch.cuda.is_available():
+        if device.cuda:
             batch = {k: v.pin_memory() for k, v in batch.items()}
         build, pin = build + middle - start, pin + time.perf_counter() - middle
-    result.update({"build_one_direction_s": round(build / steps, 4), "pin_one_direction_s": round(pin / steps, 4)})
+    result.update({"build_one_direction_s": round(build / steps, 4), "pin_one_direction_s": round(pin / steps, 4),
+                   "seconds": round(time.monotonic() - started, 1)})
+    del torch
     return result
 
 
 def section_train_process(rec: Recorder, args) -> None:
-    """``elmo train`` as a user runs it, whole process: the packaged size on generated text."""
+    """``elmo train`` as a user runs it, whole process: the packaged size on generated text,
+    stopped (and recorded as not measured) if it would pass the section's limit."""
     from elmo.hub.pretrained import packaged_model_dir
 
+    deadline = Deadline(args.ends_at)
     work = Path(args.work)
     folder, corpus = training_data(work, args.quick)
     vocab = folder / "vocab-packaged.txt"
     write_vocab(vocab, packaged_words(), len(packaged_words()) + 3)
     batch = 8 if args.quick else 256
-    steps = 4 if args.quick else 60
+    steps = 4 if args.quick else 40
     config = "tiny" if args.quick else str(packaged_model_dir() / "options.json")
     with tempfile.TemporaryDirectory(dir=work) as output:
         command = [sys.executable, "-m", "elmo.cli.main", "train", "--train", str(corpus), "--vocab", str(vocab),
                    "--config", config, "--output", output + "/run", "--batch-size", str(batch), "--max-tokens",
                    str(steps * batch * 20), "--log-every", "10" if not args.quick else "2", "--no-progress",
                    "--device", args.device, "--checkpoint-every", str(10 ** 6)]
+        rec.set("command", " ".join(["elmo", *command[3:]]).replace(str(work), "WORK"))
         start = time.monotonic()
-        done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT)
+        try:
+            done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, timeout=max(1.0, deadline.left()))
+        except subprocess.TimeoutExpired:
+            rec.not_measured({"batch": batch, "steps": steps}, f"no time: still running after "
+                                                               f"{time.monotonic() - start:.0f} s")
+            return
         seconds = time.monotonic() - start
-        rec.set("command", " ".join(["elmo", *command[3:]]))
         if done.returncode != 0:
-            rec.set("_error", f"exit code {done.returncode}: {done.stderr[-2000:]}")
+            rec.fail(f"exit code {done.returncode}: {done.stderr[-2000:]}")
             return
         rows = (Path(output) / "run" / "metrics.csv").read_text(encoding="utf-8").splitlines()
         header = rows[0].split(",")
@@ -964,7 +1222,71 @@ def section_train_process(rec: Recorder, args) -> None:
                            "first_loss": float(metrics[0]["loss"]), "last_loss": float(metrics[-1]["loss"])})
 
 
+# ====================================================================== the host of a step
+HOST_STEP_BATCHES = (512, 2048)
+
+
+def section_host_step(rec: Recorder, args, max_steps: int = 200) -> None:
+    """The host's part of a training step at the original size, one thread, per batch size of
+    :data:`HOST_STEP_BATCHES` (the tiny preset at 8 and 32 with ``--quick``): both directions'
+    batches from their :class:`LMBatcher` and the distinct words of the two, timed per step, and
+    the distinct CNN input shapes met so far (fixed shapes as a GPU runs them; each new one costs
+    cuDNN a plan), for ``max_steps`` steps or the batch size's share of the limit."""
+    import torch
+
+    from elmo.model.config import preset_config, published_config
+    from elmo.model.encoder import TokenEncoder
+    from elmo.model.vocab import Vocabulary
+    from elmo.training.data import LMBatcher, SentenceStream
+
+    torch.set_num_threads(1)
+    deadline = Deadline(args.ends_at)
+    config = preset_config("tiny") if args.quick else published_config("original")
+    encoder = TokenEncoder(config.char_cnn, config.lstm.projection_dim)
+    folder, corpus = training_data(Path(args.work), args.quick)
+    vocab_file = folder / "vocab-packaged.txt"
+    write_vocab(vocab_file, packaged_words(), len(packaged_words()) + 3)
+    vocab = Vocabulary.from_file(vocab_file)
+    batches = (8, 32) if args.quick else HOST_STEP_BATCHES
+    rec.set("setting", {"config": "tiny" if args.quick else "original", "unroll_steps": 20, "threads": 1,
+                        "text": "generated", "max_steps": max_steps})
+    for index, batch in enumerate(batches):
+        share = deadline.left() / (len(batches) - index)
+        ends = time.time() + share
+        batchers = [LMBatcher(SentenceStream([str(corpus)], seed=d, reverse=bool(d)), vocab, batch, 20) for d in (0, 1)]
+        for batcher in batchers:
+            batcher.next_batch()  # reading the text is not a step's cost
+        build, words_s, distinct, flops = [], [], [], 0.0
+        fixed, exact, growth = set(), set(), {}
+        while len(build) < max_steps and (not build or time.time() + 2 * (build[-1] + words_s[-1]) < ends):
+            start = time.perf_counter()
+            step = [batcher.next_batch() for batcher in batchers]
+            middle = time.perf_counter()
+            words = step_words(step, encoder)
+            build.append(middle - start)
+            words_s.append(time.perf_counter() - middle)
+            distinct.append(len(words.distinct))
+            flops += encoder_step_flops(config, words)
+            shapes = cnn_shapes(words, config)
+            fixed |= shapes[0]
+            exact |= shapes[1]
+            if len(build) in (1, 10, 50, 100, 200) or len(build) == max_steps:
+                growth[len(build)] = len(fixed)
+        steps = len(build)
+        rec.add("rows", {"batch": batch, "steps": steps, "tokens_per_direction_per_step": batch * 20,
+                         "batches_s_per_step": round(statistics.mean(build), 4),
+                         "distinct_words_s_per_step": round(statistics.mean(words_s), 4),
+                         "host_s_per_step": round(statistics.mean(build) + statistics.mean(words_s), 4),
+                         "distinct_words_per_step": round(statistics.mean(distinct)),
+                         "encoder_gflop_per_step": round(flops / steps / 1e9, 3),
+                         "cnn_shapes_fixed": len(fixed), "cnn_shapes_exact": len(exact),
+                         "cnn_shapes_fixed_after_steps": growth})
+
+
 # ================================================================================ embedding
+EMBED_ROW_PRIOR_S = 8.0  # a row's seconds until one is measured: 3-6 s on the H200 (model, warm-up, passes)
+
+
 def embed_sizes(quick: bool) -> list[dict]:
     from elmo.model.config import published_config
 
@@ -972,6 +1294,13 @@ def embed_sizes(quick: bool) -> list[dict]:
         return [{"size": "fixture", "model": "fixture", "sentences": 24, "plain_sentences": 6}]
     return [{"size": "packaged", "model": "packaged", "sentences": 1200, "plain_sentences": 200},
             {"size": "original", "model": published_config("original"), "sentences": 600, "plain_sentences": 100}]
+
+
+def embed_variants() -> list[tuple[str, str, str | None]]:
+    """(path, precision, what it needs) of the embed section, default first; the plain path
+    (the specification, slow) last."""
+    return [("eager", "float32", None), ("eager", "bfloat16", None), ("graphs", "float32", "cuda"),
+            ("graphs", "bfloat16", "cuda"), ("plain", "float32", None)]
 
 
 def embed_model(spec):
@@ -990,47 +1319,49 @@ def embed_model(spec):
 
 
 def section_embed(rec: Recorder, args) -> None:
-    import torch
-
-    device = args.device
+    device, deadline = Device(args.device), Deadline(args.ends_at)
     words = packaged_words()
+    slowest = EMBED_ROW_PRIOR_S if not args.quick else 2.0
     for spec in embed_sizes(args.quick):
-        model = embed_model(spec["model"])
+        model = None
         warm = generate_sentences(max(8, spec["sentences"] // 8), seed=3, words=words)
         sentences = generate_sentences(spec["sentences"], seed=2, words=words)
-        variants = [("plain", "float32"), ("eager", "float32"), ("eager", "bfloat16")]
-        if device != "cpu":
-            variants[2:2] = [("graphs", "float32")]
-            variants.append(("graphs", "bfloat16"))
-        for path, precision in variants:
+        for path, precision, needs in embed_variants():
             chosen = sentences[:spec["plain_sentences"]] if path == "plain" else sentences
-            row = {"size": spec["size"], "path": path, "precision": precision, "sentences": len(chosen),
+            key = {"size": spec["size"], "path": path, "precision": precision, "sentences": len(chosen),
                    "tokens": sum(map(len, chosen))}
+            why = device.why_not(needs)
+            if why is None and not deadline.fits(slowest):
+                why = deadline.why_not(slowest)
+            if why is not None:
+                rec.not_measured(key, why)
+                continue
+            row, start = dict(key), time.monotonic()
             try:
+                model = model or embed_model(spec["model"])
                 row.update(time_embedding(model, path, precision, chosen, warm, device))
             except Exception as error:
                 row["error"] = f"{type(error).__name__}: {error}"
                 row["traceback"] = traceback.format_exc()[-1500:]
+                rec.fail(f"embed: {key}: {row['error']}")
+            row["seconds_in_all"] = round(time.monotonic() - start, 1)
+            slowest = max(slowest, row["seconds_in_all"])
             rec.add("rows", row)
-            gc.collect()
-            if device != "cpu":
-                torch.cuda.empty_cache()
+            device.release()
 
 
-def time_embedding(model, path: str, precision: str, sentences, warm, device: str) -> dict:
+def time_embedding(model, path: str, precision: str, sentences, warm, device: Device) -> dict:
     """Tokens/s of ``Embedder.embed_sentences`` (batch 64) after a warm-up on other sentences, then
     one instrumented pass for the per-stage breakdown (stages synchronised, so slower). ``model``
     is not changed (the runtime copies it to the device; the plain path runs a copy)."""
     import copy
-
-    import torch
 
     from elmo import Embedder
 
     if path == "plain":
         model = copy.deepcopy(model)
         model.fast = False
-    embedder = Embedder(model, device=device, precision=precision, batch_size=64,
+    embedder = Embedder(model, device=device.name, precision=precision, batch_size=64,
                         **({"cuda_graphs": True} if path == "graphs" else {}))  # (older checkouts lack the option)
     embedder.embed_sentences(warm)
     if path == "graphs":
@@ -1038,13 +1369,13 @@ def time_embedding(model, path: str, precision: str, sentences, warm, device: st
         # then the token memo emptied, so that the timed pass meets its words as a first pass.
         embedder.embed_sentences(sentences)
         embedder.runtime._memo.clear()
-    device_sync(device)
-    reset_peak_memory(device)
+    device.sync()
+    device.reset_peak_memory()
     start = time.perf_counter()
     embedder.embed_sentences(sentences)
-    device_sync(device)
+    device.sync()
     seconds = time.perf_counter() - start
-    memory = peak_memory_bytes(device)
+    memory = device.peak_memory_bytes()
     try:
         stages = embedding_stages(embedder, sentences, device)
     except AttributeError as error:  # an older checkout's runtime (--before-src) lacks the stages' hooks
@@ -1058,11 +1389,17 @@ def time_embedding(model, path: str, precision: str, sentences, warm, device: st
     graphs = getattr(embedder.runtime, "graphs", None)  # (older checkouts have no CUDA graphs)
     if graphs is not None:
         result.update(graph_captures=graphs.captures, graph_replays=graphs.replays, graphs_disabled=graphs.disabled)
-    del torch
     return result
 
 
-def embedding_stages(embedder, sentences, device: str) -> dict:
+def sentence_batches(embedder, sentences) -> list[list[int]]:
+    """The sentences' indices in the batches ``embedder.embed_sentences`` makes of them
+    (``Embedder.batches``; an older checkout's private ``_batches``)."""
+    batches = getattr(embedder, "batches", None) or embedder._batches
+    return list(batches(sentences, embedder.batch_size))
+
+
+def embedding_stages(embedder, sentences, device: Device) -> dict:
     """Seconds per stage of embedding ``sentences`` (each stage synchronised): building the
     character ids on the host, the token encoder, the LSTM, the rest of the forward (sorting,
     boundaries, concatenation), the copy to the host, and writing the arrays to HDF5 as
@@ -1081,10 +1418,10 @@ def embedding_stages(embedder, sentences, device: str) -> dict:
 
     def timed(stage, function):
         def wrapper(*a, **k):
-            device_sync(device)
+            device.sync()
             start = time.perf_counter()
             result = function(*a, **k)
-            device_sync(device)
+            device.sync()
             stages[stage] += time.perf_counter() - start
             return result
         return wrapper
@@ -1101,17 +1438,17 @@ def embedding_stages(embedder, sentences, device: str) -> dict:
     arrays = []
     try:
         with torch.inference_mode():
-            for indices in embedder._batches(sentences, embedder.batch_size):
+            for indices in sentence_batches(embedder, sentences):
                 rows = [sentences[i] for i in indices]
                 start = time.perf_counter()
                 ids, mask = batch_to_char_ids(rows)
                 initial = runtime.states.initial(len(rows))
                 stages["host"] += time.perf_counter() - start
-                device_sync(device)
+                device.sync()
                 inner = stages["encoder"] + stages["lstm"]
                 start = time.perf_counter()
                 out = runtime.forward(ids, mask, initial, words=rows)
-                device_sync(device)
+                device.sync()
                 stages["forward_rest"] += time.perf_counter() - start - (stages["encoder"] + stages["lstm"] - inner)
                 runtime.states.update(out.state)
                 start = time.perf_counter()
@@ -1135,11 +1472,16 @@ def embedding_stages(embedder, sentences, device: str) -> dict:
 
 
 # ======================================================================= whole-process embed
+EMBED_PROCESS_PRIOR_S = 15.0  # one whole-process run of 4,000 sentences on the H200, until one is measured
+
+
 def section_embed_process(rec: Recorder, args) -> None:
-    """Whole-process ``elmo embed`` of 10,000 generated sentences with the packaged model (eager,
-    then CUDA graphs), and one in-process breakdown of the eager run."""
+    """Whole-process ``elmo embed`` of generated sentences with the packaged model (eager, then
+    CUDA graphs), and one in-process breakdown of the eager run (about 1.5 runs), each only if
+    its estimate fits what is left."""
+    device, deadline = Device(args.device), Deadline(args.ends_at)
     work = Path(args.work)
-    n = 100 if args.quick else 10_000
+    n = 100 if args.quick else 4_000
     text = work / f"embed-{n}.txt"
     sentences = generate_sentences(n, seed=4, words=packaged_words())
     write_corpus(text, sentences)
@@ -1147,18 +1489,29 @@ def section_embed_process(rec: Recorder, args) -> None:
     rec.set("input", {"sentences": n, "tokens": tokens})
     model = ["--options", str(ROOT / "tests/fixtures/allennlp-elmo/options.json"), "--weights",
              str(ROOT / "tests/fixtures/allennlp-elmo/lm_weights.hdf5")] if args.quick else []
-    runs = [("eager", []), ("graphs", ["--cuda-graphs"])] if args.device != "cpu" else [("eager", [])]
-    for name, extra in runs:
+    estimate = EMBED_PROCESS_PRIOR_S if not args.quick else 10.0
+    for name, extra, needs in (("eager", [], None), ("graphs", ["--cuda-graphs"], "cuda")):
         out = work / f"embed-{name}.hdf5"
         command = [sys.executable, "-m", "elmo.cli.main", "embed", str(text), str(out), "--device", args.device,
                    "--batch-size", "64", "--force", *model, *extra]
+        key = {"run": name, "command": " ".join(["elmo", *command[3:]]).replace(str(work), "WORK")}
+        why = device.why_not(needs) or (None if deadline.fits(estimate) else deadline.why_not(estimate))
+        if why is not None:
+            rec.not_measured(key, why)
+            continue
         start = time.monotonic()
-        done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT)
+        try:
+            done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, timeout=max(1.0, deadline.left()))
+        except subprocess.TimeoutExpired:
+            rec.not_measured(key, f"no time: still running after {time.monotonic() - start:.0f} s")
+            continue
         seconds = time.monotonic() - start
-        row = {"run": name, "command": " ".join(["elmo", *command[3:]]).replace(str(work), "WORK"),
-               "seconds": round(seconds, 2), "tokens_per_s": round(tokens / seconds, 1), "exit_code": done.returncode}
+        estimate = max(estimate if name != "eager" else 0.0, seconds)
+        row = {**key, "seconds": round(seconds, 2), "tokens_per_s": round(tokens / seconds, 1),
+               "exit_code": done.returncode}
         if done.returncode != 0:
             row["stderr"] = done.stderr[-2000:]
+            rec.fail(f"embed_process: {name}: exit code {done.returncode}")
         elif out.exists():
             row["output_gib"] = round(out.stat().st_size / 2 ** 30, 3)
             out.unlink()
@@ -1166,9 +1519,16 @@ def section_embed_process(rec: Recorder, args) -> None:
     # In-process: where the time goes, in a fresh interpreter like the command's.
     command = [sys.executable, str(Path(__file__)), "--embed-breakdown", str(text), "--device", args.device,
                "--work", str(work)] + (["--quick"] if args.quick else [])
-    done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT)
+    if not deadline.fits(1.5 * estimate):
+        rec.not_measured({"run": "breakdown"}, deadline.why_not(1.5 * estimate))
+        return
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, timeout=max(1.0, deadline.left()))
+    except subprocess.TimeoutExpired:
+        rec.not_measured({"run": "breakdown"}, "no time: still running at the section's limit")
+        return
     if done.returncode != 0:
-        rec.set("_error", f"breakdown: exit code {done.returncode}: {done.stderr[-2000:]}")
+        rec.fail(f"breakdown: exit code {done.returncode}: {done.stderr[-2000:]}")
         return
     rec.set("breakdown_s", json.loads(done.stdout.strip().splitlines()[-1]))
 
@@ -1181,6 +1541,7 @@ def embed_breakdown(text: str, device: str, work: str, quick: bool) -> dict:
     from elmo import Embedder
     from elmo.hub import load_model
     from elmo.inference.embed import as_sentences
+    dev = Device(device)
     times = {"imports": time.perf_counter() - start}
     start = time.perf_counter()
     model = fixture_model("allennlp") if quick else load_model()
@@ -1188,23 +1549,23 @@ def embed_breakdown(text: str, device: str, work: str, quick: bool) -> dict:
     start = time.perf_counter()
     embedder = Embedder(model, device=device, batch_size=64)
     embedder.embed_sentences([["warm", "up"]])
-    device_sync(device)
+    dev.sync()
     times["runtime_and_warm_state"] = time.perf_counter() - start
     lines = Path(text).read_text(encoding="utf-8").splitlines()
     start = time.perf_counter()
-    embedder.embed_sentences(as_sentences(lines[:2000]))  # what the process's first batches pay once
-    device_sync(device)
-    times["first_2000_sentences_warm_up"] = time.perf_counter() - start
+    embedder.embed_sentences(as_sentences(lines[:1000]))  # what the process's first batches pay once
+    dev.sync()
+    times["first_1000_sentences_warm_up"] = time.perf_counter() - start
     # Fresh runtimes (cold token memos) for the two timed runs, so that they differ by the output only.
     embedder = Embedder(model, device=device, batch_size=64)
     embedder.embed_sentences([["warm", "up"]])
     start = time.perf_counter()
     embedder.embed_sentences(as_sentences(lines))
-    device_sync(device)
+    dev.sync()
     times["embed_without_output"] = time.perf_counter() - start
     embedder = Embedder(model, device=device, batch_size=64)
     embedder.embed_sentences([["warm", "up"]])
-    device_sync(device)
+    dev.sync()
     start = time.perf_counter()
     embedder.embed_file(text, Path(work) / "breakdown.hdf5", overwrite=True)
     times["embed_file_with_hdf5"] = time.perf_counter() - start
@@ -1214,26 +1575,59 @@ def embed_breakdown(text: str, device: str, work: str, quick: bool) -> dict:
     return {k: round(v, 3) for k, v in times.items()}
 
 
-def section_batcher(rec: Recorder, args) -> None:
-    """benchmarks/lm_batcher.py's measurement on this host: one thread, the current batcher (and
-    with --before-batcher-src an older checkout's beside it), each a whole pass over a generated
-    text (reading it included), interleaved rounds."""
-    import torch
-    from lm_batcher import generate_corpus, run
+# ================================================================== the lease's own CPU
+def section_host_cpu(rec: Recorder, args) -> None:
+    """The lease machine's CPU, for what no other machine has shown (the H200's host is an Intel
+    Xeon with AMX): the tests marked ``exactness`` with CUDA hidden (batch independence by
+    construction on an Intel CPU, where it once failed), then ``bf16_whole_process.py
+    --generate`` on two cores (bfloat16 and int8 against float32, whole process). ``--quick``
+    runs one exactness test file and the small size on a few sentences: the code, not the numbers."""
+    import importlib.util
 
-    from elmo.hub.pretrained import packaged_model_dir
-    from elmo.model.vocab import Vocabulary
-    from elmo.training.data import count_tokens
-
-    torch.set_num_threads(1)
-    vocab = Vocabulary.from_file(packaged_model_dir() / "vocab.txt")
-    text = Path(args.work) / "batcher.txt"
-    generate_corpus(str(text), vocab.words[3:], 20_000 if args.quick else 1_000_000)
-    _, targets = count_tokens([str(text)])
-    sizes = [32] if args.quick else [256, 2048]
-    rec.set("text", {"tokens": targets, "generated": True})
-    for row in run([str(text)], vocab, sizes, 20, targets, 1 if args.quick else 2, before_src=args.before_batcher_src):
-        rec.add("rows", row)
+    deadline = Deadline(args.ends_at)
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="")
+    command = [sys.executable, "-m", "pytest", "-q", "-m", "exactness", "-p", "no:cacheprovider", "-p", "no:randomly"]
+    cores = os.cpu_count() or 1
+    if args.quick:
+        command.append("tests/test_states.py")
+    elif importlib.util.find_spec("xdist") is not None and cores >= 8:
+        command += ["-n", "4"]
+        env["OMP_NUM_THREADS"] = str(max(1, cores // 4))
+    rec.set("exactness_command", " ".join(command[1:]))
+    start = time.monotonic()
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, env=env,
+                              timeout=max(1.0, min(deadline.left(), 45.0 if not args.quick else deadline.left())))
+        tail = done.stdout.strip().splitlines()[-1:] or [""]
+        rec.set("exactness_tests", {"exit_code": done.returncode, "summary": tail[0],
+                                    "seconds": round(time.monotonic() - start, 1)})
+        if done.returncode != 0:
+            rec.fail(f"exactness tests with CUDA hidden: exit code {done.returncode}: {done.stdout[-2000:]}")
+    except subprocess.TimeoutExpired:
+        rec.not_measured({"what": "exactness tests"}, f"no time: still running after {time.monotonic() - start:.0f} s")
+    output = Path(args.work) / "bf16_whole_process.json"
+    # --quick: the tiny preset on a few sentences, float32 against bfloat16 only (30-60 s here).
+    extra = ["--sizes", "tiny", "--sentences", "8"] if args.quick else ["--sizes", "original", "--sentences", "400",
+                                                                          "--int8"]
+    command = [sys.executable, "benchmarks/bf16_whole_process.py", "--generate", *extra, "--rounds", "1",
+               "--threads", "2", "--output", str(output)]
+    if shutil.which("taskset") and cores > 2:
+        command = ["taskset", "-c", "0,1", *command]
+    rec.set("whole_process_command", " ".join(command).replace(sys.executable, "python").replace(str(output), "OUT"))
+    if not deadline.fits(20.0):
+        rec.not_measured({"what": "bf16_whole_process"}, deadline.why_not(20.0))
+        return
+    start = time.monotonic()
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, timeout=max(1.0, deadline.left()))
+    except subprocess.TimeoutExpired:
+        rec.not_measured({"what": "bf16_whole_process"}, f"no time: still running after {time.monotonic() - start:.0f} s")
+        return
+    if done.returncode != 0:
+        rec.fail(f"bf16_whole_process: exit code {done.returncode}: {done.stderr[-2000:]}")
+        return
+    rec.set("whole_process", read_json(output))
+    rec.set("whole_process_seconds", round(time.monotonic() - start, 1))
 
 
 def section_sleep(rec: Recorder, args) -> None:
@@ -1262,10 +1656,18 @@ def _kernels(row: dict) -> str:
     return _fmt(k.get("cuda_kernels", k.get("aten_kernel_ops")))
 
 
+def not_measured_table(result: dict, title: str) -> list[tuple[str, list[str], list[list[str]]]]:
+    rows = result.get("not_measured") or []
+    if not rows:
+        return []
+    return [(f"{title}: not measured", ["row", "why"],
+             [[", ".join(f"{v}" for k, v in r.items() if k not in ("why", "command")), r["why"]] for r in rows])]
+
+
 def embed_table(result: dict, title: str) -> list[tuple[str, list[str], list[list[str]]]]:
     """The embedding table of an ``embed`` section's ``result`` (none when it has no rows)."""
     if not result.get("rows"):
-        return []
+        return not_measured_table(result, title)
     rows = []
     for r in result["rows"]:
         st = r.get("stages_s", {})
@@ -1275,7 +1677,45 @@ def embed_table(result: dict, title: str) -> list[tuple[str, list[str], list[lis
                      _fmt(kernels.get("cuda_kernels", kernels.get("aten_kernel_ops"))), r.get("error", "")[:60]])
     return [(f"{title} (batch 64, generated sentences); stage seconds from a second, synchronised pass",
              ["size", "path", "precision", "tokens/s", "sentences", "host s", "encoder s", "LSTM s",
-              "rest of forward s", "to host s", "HDF5 s", "kernels per batch of 64", "error"], rows)]
+              "rest of forward s", "to host s", "HDF5 s", "kernels per batch of 64", "error"], rows)] + \
+        not_measured_table(result, title)
+
+
+def training_tables(result: dict, title: str) -> list[tuple[str, list[str], list[list[str]]]]:
+    out = []
+    model = result.get("model", {})
+    title = (f"{title} (LSTM {model.get('lstm')}, {model.get('cnn_filters')} filters, vocabulary "
+             f"{model.get('vocab', 0):,}, {model.get('negatives', 0):,} negatives, random weights)")
+    if result.get("rows"):
+        rows = [[_fmt(r["batch"]), r["path"],
+                 r["precision"] + (f" (LSTM ran {r['lstm_ran_in']})" if r.get("lstm_ran_in", r["precision"])
+                                   != r["precision"] else ""), _fmt(r.get("tokens_per_s_per_direction")),
+                 _fmt(r.get("s_per_step"), 3), _fmt(r.get("peak_memory_gib"), 2), _fmt(r.get("gflop_per_token"), 3),
+                 f"{100 * r['mfu']:.1f}% of {r['peak']}" if "mfu" in r else "", _kernels(r), r.get("error", "")[:60]]
+                for r in result["rows"]]
+        out.append((title, ["batch", "path", "precision", "tokens/s per direction", "s/step", "peak GiB",
+                            "GFLOP per token", "MFU", "kernels/step", "error"], rows))
+    host = [[_fmt(h["batch"]), _fmt(h.get("next_batch_s"), 4), _fmt(h.get("distinct_words_s"), 4),
+             _fmt(h.get("build_one_direction_s"), 4), _fmt(h.get("pin_one_direction_s"), 4),
+             _fmt(h.get("encoder_gflop_per_step"), 2), _fmt(h.get("cnn_shapes_fixed"))]
+            for h in result.get("host_preparation", [])]
+    if host:
+        setups = "; ".join(f"batch {t['batch']} ({t['options']}) {t['setup_s']} s" for t in result.get("trainers", []))
+        out.append((f"{title.split(' (')[0]}: the host's share of a step (seconds; trainers' set-up: {setups})",
+                    ["batch", "next batches s", "distinct words s", "build one direction s", "pin one direction s",
+                     "encoder GFLOP per step", "CNN shapes"], host))
+    profiled = next((r for r in result.get("rows", []) if (r.get("kernels_per_step") or {}).get("profile")), None)
+    if profiled:
+        profile = profiled["kernels_per_step"]["profile"]
+        ops = [["host", o["op"], _fmt(o["calls"]), _fmt(o["self_host_ms"], 2), _fmt(o["self_device_ms"], 2)]
+               for o in profile["host"][:8]]
+        ops += [["device", o["op"], _fmt(o["calls"]), _fmt(o["self_host_ms"], 2), _fmt(o["self_device_ms"], 2)]
+                for o in profile["device"][:8]]
+        out.append((f"{title.split(' (')[0]}: one profiled step ({profiled['path']}, {profiled['precision']}, "
+                    f"batch {profiled['batch']}; host {profile['host_ms_total']} ms, device "
+                    f"{profile['device_ms_total']} ms in all)",
+                    ["by", "operator", "calls", "own host ms", "own device ms"], ops))
+    return out + not_measured_table(result, title.split(" (")[0])
 
 
 def tables(report: dict) -> list[tuple[str, list[str], list[list[str]]]]:
@@ -1302,52 +1742,23 @@ def tables(report: dict) -> list[tuple[str, list[str], list[list[str]]]]:
         out.append(("Exactness of training paths against the CPU specification (one window, both directions)",
                     ["fixture", "path", "dtype", "max abs diff, values", "max rel diff, gradients", "within 1e-5 / 1e-4"],
                     rows))
-        rows = [[r["fixture"], r["path"], _precision(r), f"{r['max_abs_diff']:.2e}",
-                 {True: "yes", False: "NO", None: "(reduced precision)"}[r.get("within_1e-5")]]
+        rows = [[r["fixture"], r["path"], _precision(r), f"{r.get('max_abs_diff', float('nan')):.2e}",
+                 r.get("error") or {True: "yes", False: "NO", None: "(reduced precision)"}[r.get("within_1e-5")]]
                 for r in ex.get("inference", [])]
         out.append(("Exactness of inference paths against the CPU specification",
                     ["fixture", "path", "precision", "max abs diff", "within 1e-5"], rows))
+        out += not_measured_table(ex, "Exactness")
     tests = sections.get("cuda_tests", {}).get("result", {})
     if tests:
-        out.append(("CUDA tests (tests/test_cuda.py)", ["counts", "failed tests"],
-                    [[", ".join(f"{v} {k}" for k, v in tests.get("counts", {}).items()),
-                      "; ".join(tests.get("summary", []))[:300] or "none"]]))
+        out.append(("CUDA tests (tests/test_cuda.py)", ["counts", "workers", "failed tests", "not run", "slowest"],
+                    [[", ".join(f"{v} {k}" for k, v in tests.get("counts", {}).items()), _fmt(tests.get("workers")),
+                      "; ".join(tests.get("summary", []))[:300] or "none", _fmt(len(tests.get("not_run", []))),
+                      "; ".join(tests.get("slowest", [])[:3])]]))
     for name, title in (("train_original", "Training, original size"), ("train_packaged", "Training, packaged size"),
                         ("train_packaged@before", "Training, packaged size, the --before-src checkout")):
         result = sections.get(name, {}).get("result", {})
-        if result.get("rows"):
-            model = result.get("model", {})
-            title = (f"{title} (LSTM {model.get('lstm')}, {model.get('cnn_filters')} filters, vocabulary "
-                     f"{model.get('vocab', 0):,}, {model.get('negatives', 0):,} negatives, random weights)")
-            rows = [[_fmt(r["batch"]), r["path"],
-                     r["precision"] + (f" (LSTM ran {r['lstm_ran_in']})" if r.get("lstm_ran_in", r["precision"])
-                                       != r["precision"] else ""), _fmt(r.get("tokens_per_s_per_direction")),
-                     _fmt(r.get("s_per_step"), 3), _fmt(r.get("peak_memory_gib"), 2),
-                     f"{100 * r['mfu']:.1f}%" if "mfu" in r else "", _kernels(r), r.get("error", "")[:60]]
-                    for r in result["rows"]]
-            out.append((f"{title}; {model.get('train_gflop_per_token_per_direction', '?')} GFLOP per token per direction",
-                        ["batch", "path", "precision", "tokens/s per direction", "s/step", "peak GiB", "MFU",
-                         "kernels/step", "error"], rows))
-            host = [[_fmt(h["batch"]), _fmt(h.get("next_batch_s"), 4), _fmt(h.get("distinct_words_s"), 4),
-                     _fmt(h.get("build_one_direction_s"), 4), _fmt(h.get("pin_one_direction_s"), 4)]
-                    for h in result.get("host_preparation", [])]
-            host += [[_fmt(t["batch"]), f"trainer set-up ({t['options']})", _fmt(t.get("setup_s"), 1), "", ""]
-                     for t in result.get("trainers", [])]
-            if host:
-                out.append((f"{title.split(' (')[0]}: the host's share (seconds per step, and each trainer's set-up)",
-                            ["batch", "next batches s / what", "distinct words s / seconds",
-                             "build one direction s", "pin one direction s"], host))
-            profiled = next((r for r in result["rows"] if (r.get("kernels_per_step") or {}).get("profile")), None)
-            if profiled:
-                profile = profiled["kernels_per_step"]["profile"]
-                ops = [["host", o["op"], _fmt(o["calls"]), _fmt(o["self_host_ms"], 2), _fmt(o["self_device_ms"], 2)]
-                       for o in profile["host"][:8]]
-                ops += [["device", o["op"], _fmt(o["calls"]), _fmt(o["self_host_ms"], 2), _fmt(o["self_device_ms"], 2)]
-                        for o in profile["device"][:8]]
-                out.append((f"{title.split(' (')[0]}: one profiled step ({profiled['path']}, {profiled['precision']}, "
-                            f"batch {profiled['batch']}; host {profile['host_ms_total']} ms, device "
-                            f"{profile['device_ms_total']} ms in all)",
-                            ["by", "operator", "calls", "own host ms", "own device ms"], ops))
+        if result.get("rows") or result.get("not_measured"):
+            out += training_tables(result, title)
     for name, title in (("embed", "Embedding"), ("embed@before", "Embedding, the --before-src checkout")):
         out += embed_table(sections.get(name, {}).get("result", {}), title)
     proc = sections.get("embed_process", {}).get("result", {})
@@ -1359,21 +1770,37 @@ def tables(report: dict) -> list[tuple[str, list[str], list[list[str]]]]:
         if proc.get("breakdown_s"):
             out.append(("Where the time of elmo embed goes (seconds, in-process)", ["part", "seconds"],
                         [[k, _fmt(v, 2)] for k, v in proc["breakdown_s"].items()]))
-    batcher = sections.get("batcher", {}).get("result", {})
-    if batcher.get("rows"):
-        rows = [[_fmt(r["batch_size"]),
-                 " / ".join(_fmt(v) for v in r.get("old_tokens_per_second", [])) or "(no --before-batcher-src)",
-                 " / ".join(_fmt(v) for v in r["new_tokens_per_second"]),
-                 f"{r['speedup']:.1f}x" if "speedup" in r else ""] for r in batcher["rows"]]
-        out.append(("Host batch building, one thread (LMBatcher; whole passes over a generated text, reading included)",
-                    ["batch", "old tokens/s (rounds)", "new tokens/s (rounds)", "new / old"], rows))
+    out += not_measured_table(proc, "Whole-process elmo embed")
     tp = sections.get("train_process", {}).get("result", {}).get("result")
     if tp:
         out.append(("Whole-process elmo train (packaged size, generated text, real batcher)",
                     ["batch", "steps", "whole process s", "median tokens/s per direction", "loss first -> last"],
                     [[_fmt(tp["batch"]), _fmt(tp["steps"]), _fmt(tp["whole_process_s"], 1),
                       _fmt(tp["median_after_first_window"]), f"{tp['first_loss']:.2f} -> {tp['last_loss']:.2f}"]]))
+    host = sections.get("host_step", {}).get("result", {})
+    if host.get("rows"):
+        out.append(host_step_table(host))
+    cpu = sections.get("host_cpu", {}).get("result", {})
+    if cpu:
+        tests = cpu.get("exactness_tests", {})
+        rows = [["tests marked exactness, CUDA hidden", tests.get("summary", ""), _fmt(tests.get("seconds"), 1)]]
+        for r in (cpu.get("whole_process") or {}).get("rows", []):
+            rows.append([f"whole-process elmo embed, {r['size']} size, {r['configuration']}, {r['sentences']} sentences",
+                         f"{r['speedup_over_float32']:.2f}x float32", _fmt(r["median_seconds"], 2)])
+        out.append(("The lease's own CPU", ["what", "result", "seconds"], rows))
+        out += not_measured_table(cpu, "The lease's own CPU")
     return out
+
+
+def host_step_table(result: dict) -> tuple[str, list[str], list[list[str]]]:
+    setting = result.get("setting", {})
+    rows = [[_fmt(r["batch"]), _fmt(r["steps"]), _fmt(r["batches_s_per_step"], 4), _fmt(r["distinct_words_s_per_step"], 4),
+             _fmt(r["host_s_per_step"], 4), _fmt(r["distinct_words_per_step"]), _fmt(r["encoder_gflop_per_step"], 2),
+             _fmt(r["cnn_shapes_fixed"]), _fmt(r["cnn_shapes_exact"])] for r in result["rows"]]
+    return (f"The host's part of a training step ({setting.get('config')} size, {setting.get('threads')} thread, "
+            f"{setting.get('text')} text)",
+            ["batch", "steps", "both batches s/step", "distinct words s/step", "host s/step", "distinct words",
+             "encoder GFLOP/step", "CNN shapes (fixed, as on a GPU)", "CNN shapes (exact)"], rows)
 
 
 def render_text(report: dict) -> str:
@@ -1386,7 +1813,7 @@ def render_text(report: dict) -> str:
     return "\n\n".join(blocks)
 
 
-# docs/speed.md holds the rendered tables between these two lines (``--render JSON --into FILE``).
+# docs/gpu.md holds the rendered tables between these two lines (``--render JSON --into FILE``).
 BEGIN_MARK, END_MARK = "<!-- gpu-suite tables: begin -->", "<!-- gpu-suite tables: end -->"
 
 
@@ -1432,24 +1859,27 @@ def child(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
-    parser.add_argument("--quick", action="store_true", help="small shapes: the same code in about a minute on a CPU")
+    parser.add_argument("--quick", action="store_true", help="small shapes: the same code in a few minutes on a CPU")
     parser.add_argument("--out", default="gpu_suite.json", help="the JSON written after every section")
     parser.add_argument("--sections", nargs="+", choices=SECTIONS, help="only these sections (default: all)")
     parser.add_argument("--budget-s", type=float, default=DEFAULT_BUDGET_S, help="seconds for the whole suite")
     parser.add_argument("--timeout-scale", type=float, default=1.0, help="multiply every section's time limit")
     parser.add_argument("--before-src", metavar="DIR", help="src/ of an older commit (167ab73: before issue 37): "
-                        f"run {', '.join(BEFORE_SECTIONS)} once more on it, after the others")
-    parser.add_argument("--before-batcher-src", metavar="DIR", help="src/ of an older commit (dc5ac8f^: the "
-                        "per-token batcher) for the batcher section's old column")
+                        f"run {', '.join(BEFORE_SECTIONS)} on it alone (a command of its own)")
+    parser.add_argument("--host-step", action="store_true", help="only the host_step measurement, in this process, "
+                        "for --steps steps per batch size, written to --out")
+    parser.add_argument("--steps", type=int, default=200, help="with --host-step: steps per batch size")
     parser.add_argument("--render", metavar="JSON", help="print the Markdown tables of a suite's JSON and exit")
     parser.add_argument("--into", metavar="MARKDOWN", help="with --render: put the tables between the markers of "
-                                                          "this file (docs/speed.md) instead of printing them")
+                                                          "this file (docs/gpu.md) instead of printing them")
     parser.add_argument("--section", help=argparse.SUPPRESS)  # internal: run one section
     parser.add_argument("--part", help=argparse.SUPPRESS)
     parser.add_argument("--work", help=argparse.SUPPRESS)
-    parser.add_argument("--limit", type=float, default=3600.0, help=argparse.SUPPRESS)
+    parser.add_argument("--ends-at", type=float, help=argparse.SUPPRESS)
     parser.add_argument("--embed-breakdown", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.ends_at is None:
+        args.ends_at = time.time() + 3600.0
     if args.render:
         report = read_json(Path(args.render))
         if report is None:
@@ -1465,17 +1895,24 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.section:
         return child(args)
-    for option in ("before_src", "before_batcher_src"):
-        folder = getattr(args, option)
-        if folder and not (Path(folder) / "elmo" / "__init__.py").is_file():
-            parser.error(f"--{option.replace('_', '-')}: {folder} is not a src/ folder with the elmo package")
+    if args.host_step:
+        with tempfile.TemporaryDirectory(prefix="host-step-") as work:
+            args.work = work
+            rec = Recorder(args.out)
+            rec.set("machine", __import__("common").machine())
+            rec.set("command", " ".join(["python", "benchmarks/gpu_suite.py", *(argv if argv is not None else sys.argv[1:])]))
+            section_host_step(rec, args, max_steps=args.steps)
+            print(render_text({"sections": {"host_step": {"result": rec.data}}}).split("\n\n")[-1])
+        return 0
+    if args.before_src and not (Path(args.before_src) / "elmo" / "__init__.py").is_file():
+        parser.error(f"--before-src: {args.before_src} is not a src/ folder with the elmo package")
     if args.device == "cuda":
         import torch
 
         if not torch.cuda.is_available():
             parser.error("--device cuda: no CUDA device here (use --device cpu --quick to check the suite itself)")
     report = run_suite(args)
-    bad = [n for n, s in report["sections"].items() if s["status"] not in ("ok",)]
+    bad = [n for n, s in report["sections"].items() if s["status"] != "ok"]
     return 1 if bad else 0
 
 

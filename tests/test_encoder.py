@@ -49,6 +49,27 @@ def test_fixed_shapes_pad_groups_and_give_the_same_numbers():
     assert_gradients_close(fixed, plain, list(model.token_encoder.parameters()), rtol=1e-5, atol=1e-6)
 
 
+def test_group_shapes_are_the_convolution_inputs_of_both_modes():
+    """group_shapes says what encode_distinct runs: each group's rows (padded to the ladder with
+    fixed shapes) and its span (from the group's longest word, or its bucket's bound)."""
+    from elmo.model.encoder import distinct_words, group_shapes, ladder_size, length_buckets
+
+    ids, _ = batch_to_char_ids([["a", "b", "c", "d", "e", "f", "g", "h", "i", "eeeeeee", "ffffffff", "ggggggggg"]])
+    words = distinct_words(ids)
+    n_slots, widest = ids.shape[-1], 7
+    exact = group_shapes(words, n_slots, widest, fixed_shapes=False)
+    fixed = group_shapes(words, n_slots, widest, fixed_shapes=True)
+    assert [(start, stop) for start, stop, _, _ in exact] == [(start, stop) for start, stop, _, _ in fixed]
+    assert exact[-1][1] == len(words.distinct) and exact[0][0] == 0
+    for (start, stop, rows, span), (_, longest) in zip(exact, words.groups):
+        assert rows == stop - start and span == min(n_slots, longest + widest - 1)
+    buckets = length_buckets(n_slots)
+    for (start, stop, rows, span), (_, longest) in zip(fixed, words.groups):
+        bound = next(b for b in buckets if b >= longest)
+        assert rows == ladder_size(stop - start) and span == min(n_slots, bound + widest - 1)
+    assert any(f[2] > e[2] for f, e in zip(fixed, exact))  # the nine one-letter words padded to ten
+
+
 def test_encoder_skips_padding_slots_exactly():
     """Words of every length, including ones that fill all 50 slots (no all-padding window)."""
     torch.manual_seed(2)

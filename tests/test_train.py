@@ -655,3 +655,22 @@ def test_bf16_autocast_on_the_cpu_is_a_choice_and_trains(tmp_path):
     (loss32, params32), (loss16, params16) = runs[False], runs[True]
     assert math.isfinite(loss16) and abs(loss16 - loss32) < 0.03
     assert any(not torch.equal(params32[k], params16[k]) for k in params32)
+
+
+def test_the_softmax_is_made_where_it_will_train():
+    """LanguageModel(softmax_device=...) makes and initialises the softmax there (the trainer
+    passes its device: the original vocabulary's took 93 s on 2 CPU cores before a GPU run
+    moved it); on the CPU the numbers are the ones made without it."""
+    from elmo.model.config import preset_config
+    from elmo.model.lm import LanguageModel
+
+    config = preset_config("tiny")
+    torch.manual_seed(5)
+    before = LanguageModel(config, 300)
+    torch.manual_seed(5)
+    on_cpu = LanguageModel(config, 300, softmax_device="cpu")
+    for (name, a), (_, b) in zip(before.state_dict().items(), on_cpu.state_dict().items()):
+        assert torch.equal(a, b), name
+    meta = LanguageModel(config, 300, softmax_device="meta")
+    assert meta.softmax.weight.is_meta and meta.softmax.bias.is_meta
+    assert not any(p.is_meta for p in meta.bilm.parameters())

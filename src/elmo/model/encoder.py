@@ -200,6 +200,26 @@ def ladder_size(n: int) -> int:
     return -(-n // (1 << exponent)) << exponent
 
 
+def group_shapes(words: Words, n_slots: int, widest: int, fixed_shapes: bool) -> list[tuple[int, int, int, int]]:
+    """How :func:`encode_distinct` runs each length group of ``words``: ``(start, stop, rows, span)``,
+    the group's rows ``start:stop`` of ``words.distinct``, the rows its convolutions run on
+    (``stop - start``, or with ``fixed_shapes`` that count padded to :func:`ladder_size`) and the
+    character slots they read (``span``: those any window of the ``widest`` filter touching a real
+    slot reaches; with ``fixed_shapes`` counted from the group's length bucket's bound instead of its
+    longest word). ``(rows, span)`` is the shape of the group's convolution input, which on a GPU
+    costs cuDNN a plan for each new one."""
+    buckets = length_buckets(n_slots)
+    shapes, start = [], 0
+    for stop, longest in words.groups:
+        rows = stop - start
+        if fixed_shapes:
+            longest = next(b for b in buckets if b >= longest)  # the bucket's bound, not this batch's longest
+            rows = ladder_size(rows)
+        shapes.append((start, stop, rows, min(n_slots, longest + widest - 1)))
+        start = stop
+    return shapes
+
+
 def encode_distinct(encoder: TokenEncoder, char_ids: torch.Tensor, words: Words | None = None,
                     fixed_shapes: bool | None = None) -> torch.Tensor:
     """Same result as ``encoder(char_ids)`` (to float rounding, values and gradients), running the
@@ -227,18 +247,13 @@ def encode_distinct(encoder: TokenEncoder, char_ids: torch.Tensor, words: Words 
     constants = padding_window_constants(encoder)
     widths = [conv.kernel_size[0] for conv in encoder.convs]
     n_slots = encoder.n_slots
-    buckets = length_buckets(n_slots)
-    pooled, start = [], 0
-    for stop, longest in words.groups:
+    pooled = []
+    for start, stop, rows, span in group_shapes(words, n_slots, max(widths), fixed_shapes):
         ids = distinct[start:stop]
         count = stop - start
-        if fixed_shapes:
-            longest = next(b for b in buckets if b >= longest)  # the bucket's bound, not this batch's longest
-            padded = ladder_size(count)
-            if padded > count:
-                ids = torch.cat([ids, ids[:1].expand(padded - count, -1)])
-        span = min(n_slots, longest + max(widths) - 1)  # the slots any window touching a real one reaches
-        chars = encoder.char_embedding(ids[:, :span]).transpose(1, 2)  # (k, char_dim, span)
+        if rows > count:
+            ids = torch.cat([ids, ids[:1].expand(rows - count, -1)])
+        chars = encoder.char_embedding(ids[:, :span]).transpose(1, 2)  # (rows, char_dim, span)
         n_real = (ids != encoder.pad_id).sum(dim=1, keepdim=True)
         features = []
         for conv, width, constant in zip(encoder.convs, widths, constants):
@@ -246,7 +261,6 @@ def encode_distinct(encoder: TokenEncoder, char_ids: torch.Tensor, words: Words 
             # Only words with an all-padding window in the full slots take the constant into the max.
             features.append(torch.where(n_real <= n_slots - width, torch.maximum(best, constant), best))
         pooled.append(torch.cat(features, dim=1)[:count])
-        start = stop
     vectors = encoder.head(torch.cat(pooled), word_ids)  # (n_distinct, output_dim)
     return vectors[words.inverse]
 

@@ -42,10 +42,12 @@ class LanguageModel(nn.Module):
     """
 
     def __init__(self, config: BiLMConfig, vocab_size: int, lstm_path: str | None = None,
-                 compile_cells: bool = False):
+                 compile_cells: bool = False, softmax_device: torch.device | str | None = None):
         super().__init__()
         self.bilm = BiLM(config, lstm_path=lstm_path, compile_cells=compile_cells)
-        self.softmax = Softmax(vocab_size, config.lstm.projection_dim)
+        # The softmax, by far the largest part with a published vocabulary, is made where it will
+        # train (``softmax_device``), not initialised on the CPU and moved.
+        self.softmax = Softmax(vocab_size, config.lstm.projection_dim, device=softmax_device)
         self._graphs: dict | None = None  # CUDA graphs of the LSTM window, by shape (use_cuda_graphs)
 
     def use_cuda_graphs(self, enabled: bool = True) -> None:

@@ -1,0 +1,150 @@
+"""The GPU suite's planning, counting and bookkeeping (benchmarks/gpu_suite.py), checked cheaply in
+the default run: the limits fit the budget, the training plan starts with what a GPU user gets,
+rows stop being planned when they no longer fit, MFU divides by the peak of the mode that ran,
+the model FLOPs count distinct words over their real spans, and the CUDA tests' progress file
+survives a cut run. (tests/test_gpu_suite.py runs the whole suite on the CPU; it is slow.)"""
+
+import importlib.util
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+BENCHMARKS = ROOT / "benchmarks"
+
+
+@pytest.fixture
+def suite(monkeypatch):
+    """benchmarks/gpu_suite.py as a module; the paths and environment it changes are put back."""
+    monkeypatch.syspath_prepend(str(BENCHMARKS))  # restores the whole sys.path afterwards
+    monkeypatch.setenv("PYTHONPATH", __import__("os").environ.get("PYTHONPATH", ""))
+    spec = importlib.util.spec_from_file_location("gpu_suite_under_test", BENCHMARKS / "gpu_suite.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    yield module
+    for name in ("common", "op_counting", "pytest_progress"):
+        sys.modules.pop(name, None)
+
+
+def test_the_section_limits_fit_the_budget(suite):
+    assert set(suite.TIMEOUTS) == set(suite.SECTIONS)
+    assert sum(suite.TIMEOUTS.values()) + suite.DRIVER_SLACK_S <= suite.DEFAULT_BUDGET_S
+    assert suite.SECTIONS[-1] == "host_cpu"  # the lease's own CPU last: it measures the host, not the GPU
+    assert set(suite.BEFORE_SECTIONS) <= set(suite.SECTIONS)
+
+
+def test_the_training_plan_starts_with_the_default_and_keeps_the_plain_path_to_the_small_batch(suite):
+    paths = suite.training_paths()
+    from elmo.model.bilm import DEFAULT_LSTM_PATH
+
+    assert paths[0] == DEFAULT_LSTM_PATH and paths[-1] == "plain"
+    assert {"fused+graphs", "fused+compile"} <= set(paths)
+    plan = suite.training_plan(paths, [512, 128], cudnn=True)
+    assert [(t["batch"], t["options"]) for t in plan] == [(512, "model"), (512, "cudnn"), (128, "model")]
+    first = plan[0]["rows"]
+    assert first[:3] == [(DEFAULT_LSTM_PATH, True), ("fused+graphs", True), (DEFAULT_LSTM_PATH, False)]
+    assert first[-1] == ("fused+compile", True)  # it compiles first: last
+    assert all(path != "plain" for path, _ in first)
+    assert ("plain", False) in plan[-1]["rows"] and plan[-1]["rows"][0] == (DEFAULT_LSTM_PATH, True)
+    single = suite.training_plan(paths, [4], cudnn=False)
+    assert len(single) == 1 and single[0]["rows"][-2:] == [("plain", True), ("plain", False)]
+
+
+def test_rows_are_estimated_from_what_was_measured_and_left_out_when_they_do_not_fit(suite):
+    steps = (2, 3, 10, 0.6)
+    prior = suite.default_step_s([], 1024, (512, 0.5))
+    assert prior == pytest.approx(1.0)  # the prior scaled by batch size
+    measured = [{"batch": 512, "path": "fast", "s_per_step": 0.9}, {"batch": 512, "path": "fused", "s_per_step": 0.4}]
+    assert suite.default_step_s(measured, 512, (512, 5.0)) == pytest.approx(0.9 / suite.PATH_COST["fast"])
+    fused = suite.estimate_row_s(0.4, "fused", steps)
+    assert suite.estimate_row_s(0.4, "plain", steps) > 3 * fused
+    assert suite.estimate_row_s(0.4, "fused+compile", steps) >= fused + suite.COMPILE_S
+    deadline = suite.Deadline(time.time() + 30, reserve=4)
+    assert deadline.fits(fused) and not deadline.fits(27)
+    assert "needs about 27 s" in deadline.why_not(27)
+
+
+def test_mfu_divides_by_the_peak_of_the_mode_that_ran(suite, monkeypatch):
+    cpu, gpu = suite.Device("cpu"), suite.Device("cuda")
+    assert suite.peak_mode(cpu, "bfloat16") == "bfloat16"
+    assert suite.peak_mode(gpu, "bfloat16", lstm_ran_in="float16") == "float16"
+    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", False)
+    torch.set_float32_matmul_precision("highest")
+    assert suite.peak_mode(gpu, "float32") == "float32"
+    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", True)
+    assert suite.peak_mode(gpu, "float32") == "tf32"
+    assert suite.peak_mode(cpu, "float32") == "float32"  # no TF32 on a CPU
+    assert set(gpu.matmul_modes()) == {"float32", "tf32", "bfloat16", "float16"}
+    assert set(cpu.matmul_modes()) == {"float32", "bfloat16"}
+
+
+def test_the_encoder_flops_count_distinct_words_over_their_real_spans(suite):
+    from elmo.model.chars import batch_to_char_ids
+    from elmo.model.config import preset_config
+    from elmo.model.encoder import TokenEncoder, distinct_words
+
+    config = preset_config("tiny")
+    cnn = config.char_cnn
+    encoder = TokenEncoder(cnn, config.lstm.projection_dim)
+    ids, _ = batch_to_char_ids([["a", "a", "a", "cat"], ["cat", "a", "elephants", "a"]])
+    words = distinct_words(ids, encoder.pad_id)
+    n_distinct = len(words.distinct)  # <S>, </S>, "a", "cat", "elephants" and the padding token
+    widest = max(w for w, _ in cnn.filters)
+    head = cnn.n_highway * 4 * cnn.n_filters ** 2 + (2 * cnn.n_filters * config.lstm.projection_dim
+                                                    if cnn.n_filters != config.lstm.projection_dim else 0)
+    expected = 0
+    start = 0
+    for stop, longest in words.groups:
+        span = min(cnn.max_characters_per_token, longest + widest - 1)
+        expected += (stop - start) * sum(2 * w * cnn.embedding_dim * n * (span - w + 1) for w, n in cnn.filters)
+        start = stop
+    assert suite.encoder_step_flops(config, words) == pytest.approx(expected + n_distinct * head)
+    every_slot = sum(2 * w * cnn.embedding_dim * n * (cnn.max_characters_per_token - w + 1) for w, n in cnn.filters)
+    assert suite.encoder_step_flops(config, words) < ids[..., 0].numel() * (every_slot + head) / 4
+    per_token = suite.train_flops_per_token(config, 256, 2000, encoder_flops_per_token=1e6)
+    assert per_token == pytest.approx(3 * (1e6 + 2 * __import__("common").lstm_flops(config)
+                                           + 4 * config.lstm.projection_dim * 257))
+
+
+def test_the_cuda_tests_progress_survives_a_cut_run(tmp_path, suite):
+    """pytest_progress writes the collection and each test's end as they happen: a run that
+    finished says what passed, failed and skipped with seconds; a file cut mid-run (a kill) says
+    which tests never ran."""
+    tests = tmp_path / "test_sample.py"
+    tests.write_text("import pytest\n\ndef test_ok():\n    pass\n\ndef test_bad():\n    assert False\n\n"
+                     "@pytest.mark.skip(reason='x')\ndef test_skipped():\n    pass\n")
+    progress = tmp_path / "progress.jsonl"
+    env = dict(__import__("os").environ, ELMO_PYTEST_PROGRESS=str(progress),
+               PYTHONPATH=f"{BENCHMARKS}:{__import__('os').environ.get('PYTHONPATH', '')}")
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "pytest_progress", "-p", "no:cacheprovider",
+                           str(tests)], capture_output=True, text=True, cwd=tmp_path, env=env)
+    assert done.returncode == 1, done.stdout
+    import pytest_progress
+
+    found = pytest_progress.read(str(progress))
+    by_name = {k.split("::")[-1]: v for k, v in found["outcomes"].items()}
+    assert by_name == {"test_ok": "passed", "test_bad": "failed", "test_skipped": "skipped"}
+    assert len(found["collected"]) == 3 and found["not_run"] == []
+    assert all(s >= 0 for s in found["seconds"].values())
+    lines = progress.read_text().splitlines()
+    cut = tmp_path / "cut.jsonl"
+    cut.write_text(lines[0] + "\n" + lines[1] + "\n" + lines[2][: len(lines[2]) // 2])  # killed mid-line
+    found = pytest_progress.read(str(cut))
+    assert len(found["outcomes"]) == 1 and len(found["not_run"]) == 2
+
+
+def test_the_section_records_what_it_left_out_and_why(suite, tmp_path):
+    rec = suite.Recorder(str(tmp_path / "part.json"))
+    rec.not_measured({"batch": 512, "path": "fused+compile"}, "needs a CUDA device")
+    rec.fail("first")
+    rec.fail("second")
+    data = json.loads((tmp_path / "part.json").read_text())
+    assert data["not_measured"] == [{"batch": 512, "path": "fused+compile", "why": "needs a CUDA device"}]
+    assert data["_error"] == "first"
+    assert suite.Device("cpu").why_not("cuda") == "needs a CUDA device"
+    assert suite.Device("cpu").why_not(None) is None and suite.Device("cuda").why_not("compile") is None
