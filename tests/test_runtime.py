@@ -108,6 +108,53 @@ def test_weights_fingerprint_is_hashed_once_and_follows_weight_changes(monkeypat
     model.forward_layers[0].bias = torch.nn.Parameter(model.forward_layers[0].bias.detach() + 1)
     assert runtime.weights_fingerprint() == weights_fingerprint(model) != first
 
+
+def test_the_carried_state_saved_and_restored_continues_a_stateful_run_exactly():
+    torch.manual_seed(7)
+    model = BiLM(make_config()).eval()
+    runtime = Runtime(model, state="stateful")
+    assert runtime.carried_state is None
+    runtime.run_batch([["a", "b", "c"], ["d"]])
+    saved = runtime.carried_state
+    assert saved.c.shape == (2, 2, 2, model.config.lstm.dim)  # (2, L, rows, dim)
+    assert saved.h.shape == (2, 2, 2, model.config.lstm.projection_dim)
+    saved = type(saved)(saved.c.clone(), saved.h.clone())
+    expected = runtime.run_batch([["e", "f"], ["g", "h", "i"]]).layers
+    runtime.reset_state()
+    assert runtime.carried_state is None
+    runtime.carried_state = saved  # as a resumed file's run restores the journal's state
+    assert torch.equal(runtime.run_batch([["e", "f"], ["g", "h", "i"]]).layers, expected)
+    with pytest.raises(ValueError, match="carries no state"):
+        Runtime(model, state="warm").carried_state = saved
+
+
+def test_the_vocab_cache_fingerprint_follows_the_cache(tmp_path):
+    from elmo.inference.vocab_cache import save_vocab_cache
+
+    torch.manual_seed(8)
+    model = BiLM(make_config()).eval()
+    assert Runtime(model).vocab_cache_fingerprint() is None
+    save_vocab_cache(model, ["the", "cat", "sat"], tmp_path / "a.npz")
+    save_vocab_cache(model, ["the", "cat", "mat"], tmp_path / "b.npz")
+    first = Runtime(model, vocab_cache=tmp_path / "a.npz").vocab_cache_fingerprint()
+    assert len(first) == 64 and first == Runtime(model, vocab_cache=tmp_path / "a.npz").vocab_cache_fingerprint()
+    assert Runtime(model, vocab_cache=tmp_path / "b.npz").vocab_cache_fingerprint() != first
+
+
+@pytest.mark.parametrize("token_memo", [0, 100])
+def test_token_vectors_are_the_token_layer_of_a_batch(tmp_path, token_memo):
+    from elmo.inference.vocab_cache import save_vocab_cache
+
+    torch.manual_seed(10)
+    model = BiLM(make_config()).eval()
+    save_vocab_cache(model, ["cat"], tmp_path / "vocab.npz")
+    runtime = Runtime(model, state="reset", token_memo=token_memo, vocab_cache=tmp_path / "vocab.npz")
+    words = ["the", "cat", "sat", "the"]
+    proj = model.config.lstm.projection_dim
+    vectors = runtime.token_vectors(words)
+    assert vectors.shape == (4, proj)
+    assert torch.equal(vectors, runtime.run_batch([words]).layers[0, 0, :, :proj])
+
 @pytest.mark.parametrize("lengths", LONG_LENGTHS)
 @pytest.mark.exactness
 def test_runtime_equals_plain_bilm_on_sentences_longer_than_one_chunk(lengths, product_kernel):

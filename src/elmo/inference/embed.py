@@ -169,7 +169,9 @@ class Embedder:
 
     @torch.inference_mode()
     def embed_batch(self, batch: Sequence[Sequence[str]]) -> list[np.ndarray]:
-        """One batch through the biLM: a ``(L+1, n_tokens, dim)`` float32 array per sentence."""
+        """One batch through the biLM (:meth:`Runtime.run_batch <elmo.inference.runtime.Runtime.run_batch>`,
+        under the state policy): a ``(L+1, n_tokens, dim)`` float32 array per sentence. The one
+        batch path: :meth:`embed` and :class:`~elmo.inference.embed_file.FileEmbedder` both run it."""
         rows = [as_tokens(s, "batch") for s in batch]
         out = self.runtime.run_batch(rows)
         layers = out.layers.float().cpu().numpy()

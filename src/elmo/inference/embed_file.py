@@ -14,7 +14,6 @@ This module never imports :mod:`elmo.inference.embed`: the embedder is handed in
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
@@ -85,7 +84,15 @@ class FileEmbedder:
     ``progress``: a bar (None: only on a terminal), at row ``progress_position``.
 
     The embedder is used, never changed (in stateful mode a file starts from zero state, so the
-    state it carries between calls is reset, as ``Embedder.embed_file`` always did).
+    state it carries between calls is reset, as ``Embedder.embed_file`` always did). It is used
+    through public names only: its settings, :meth:`~elmo.inference.embed.Embedder.batches`,
+    :meth:`~elmo.inference.embed.Embedder.embed_batch` (the runtime's one batch path) and the
+    windowed path for long lines; of its runtime, what the run's fingerprint records
+    (:meth:`~elmo.inference.runtime.Runtime.weights_fingerprint`,
+    :meth:`~elmo.inference.runtime.Runtime.vocab_cache_fingerprint`, ``precision``) and, in
+    stateful mode, :meth:`~elmo.inference.runtime.Runtime.reset_state` and
+    :attr:`~elmo.inference.runtime.Runtime.carried_state`, which the journal saves after every
+    batch and a resumed run restores.
     """
 
     def __init__(self, embedder, *, layers: str | int | Sequence[int] = DEFAULT_LAYERS, layout: str = DEFAULT_LAYOUT,
@@ -105,12 +112,8 @@ class FileEmbedder:
     def fingerprint(self, chunk_sentences: int, shard: tuple[int, int]) -> dict:
         """What decides the vectors a run writes: a resumed run must match the interrupted one."""
         embedder, runtime = self.embedder, self.embedder.runtime
-        cache = hashlib.sha256()
-        for word in sorted(runtime.cache):
-            cache.update(word.encode("utf-8", "surrogatepass") + b"\0")
-            cache.update(runtime.cache[word].float().cpu().numpy().tobytes())
         return {"elmo": __version__, "model": runtime.weights_fingerprint(),
-                "vocab_cache": cache.hexdigest() if runtime.cache else None, "state": embedder.state,
+                "vocab_cache": runtime.vocab_cache_fingerprint(), "state": embedder.state,
                 "precision": runtime.precision, "device": embedder.device.type, "batch_size": embedder.batch_size,
                 "max_tokens": embedder.max_tokens, "chunk_sentences": chunk_sentences, "shard": list(shard),
                 **self.options.describe()}
@@ -211,11 +214,6 @@ class FileEmbedder:
         return EmbedReport(target, writer.sentences, writer.tokens, os.path.getsize(target), resumed,
                            time.perf_counter() - started, write_seconds=writing, reembedded=again)
 
-    def _token_major_batch(self, rows: list[list[str]], options: OutputOptions) -> list[np.ndarray]:
-        """One batch through the biLM, each sentence's stored vectors ``(tokens, *token_shape)``."""
-        layers = self.embedder.runtime.run_batch(rows).layers.float().cpu().numpy()  # (batch, L+1, time, dim)
-        return [options.select(layers[i, :, :len(row)].transpose(1, 0, 2)) for i, row in enumerate(rows)]
-
     def _embed_into_journal(self, input_path, work: WorkFolder, frames: list[Frame], token_shape: tuple[int, ...],
                             chunk: int, rank: int, world: int) -> tuple[list[Frame], int]:
         """Embed every line not yet in the journal (``frames``: its verified frames, sorted),
@@ -237,7 +235,7 @@ class FileEmbedder:
             embedder.runtime.reset_state()
             if frames:
                 with open(work.journal_path, "rb") as f:
-                    embedder.runtime.states.carried = self._decode_state(work.read_state(f, frames[-1]))
+                    embedder.runtime.carried_state = self._decode_state(work.read_state(f, frames[-1]))
         total: list[int | None] = [None]
         counter = threading.Thread(target=lambda: total.__setitem__(0, count_lines(input_path)), daemon=True)
         counter.start()
@@ -290,11 +288,11 @@ class FileEmbedder:
                         moving = _LongLineProgress(bar, f"line {block[indices[0]][0] + 1}")
                         pieces = (options.select(p) for p in embedder.embed_long_sentence(rows[0], spill_dir=work.path,
                                                                                       progress=moving))
-                    else:
-                        pieces = self._token_major_batch(rows, options)
+                    else:  # the embedder's one batch path, stored token by token: (tokens, *token_shape)
+                        pieces = [options.select(layers.transpose(1, 0, 2)) for layers in embedder.embed_batch(rows)]
                     state = b""
                     if embedder.state == "stateful":
-                        carried = embedder.runtime.states.carried
+                        carried = embedder.runtime.carried_state
                         state = (carried.c.float().cpu().numpy().tobytes() + carried.h.float().cpu().numpy().tobytes())
                     frame = journal.append(chunk=c, batch=b, last=b == len(batches) - 1, digest=digest,
                                            line_numbers=[block[i][0] for i in indices], n_tokens=n_tokens,
@@ -319,7 +317,8 @@ class FileEmbedder:
         return journal.frames, again
 
     def _decode_state(self, data: bytes) -> BiLMState:
-        """The LSTM state a journal frame stored (float32 ``c`` then ``h``), on the embedder's device."""
+        """The LSTM state a journal frame stored (float32 ``c`` then ``h``): ``c`` ``(2, L, rows, dim)``,
+        ``h`` ``(2, L, rows, projection_dim)``, on the CPU (the runtime takes it to its device)."""
         lstm = self.embedder.model.config.lstm
         per_row = 2 * lstm.n_layers * (lstm.dim + lstm.projection_dim)
         rows = len(data) // (4 * per_row)
@@ -327,7 +326,7 @@ class FileEmbedder:
         split = 2 * lstm.n_layers * rows * lstm.dim
         c = torch.from_numpy(values[:split].copy()).view(2, lstm.n_layers, rows, lstm.dim)
         h = torch.from_numpy(values[split:].copy()).view(2, lstm.n_layers, rows, lstm.projection_dim)
-        return BiLMState(c.to(self.embedder.device), h.to(self.embedder.device))
+        return BiLMState(c, h)
 
 
 class _LongLineProgress:

@@ -23,12 +23,16 @@ from __future__ import annotations
 
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
 from elmo.model.chars import BOS_TOKEN, EOS_TOKEN
-from elmo.model.lstm import GATE_CHUNK_STEPS, bilstm_inference
+from elmo.model.lstm import GATE_CHUNK_STEPS
+
+if TYPE_CHECKING:
+    from elmo.inference.runtime import Runtime
 
 
 def window_for(max_tokens: int) -> int:
@@ -36,28 +40,23 @@ def window_for(max_tokens: int) -> int:
     return max(GATE_CHUNK_STEPS, max_tokens // GATE_CHUNK_STEPS * GATE_CHUNK_STEPS)
 
 
-def _token_vectors(runtime, words: Sequence[str]) -> torch.Tensor:
-    """``(len(words), projection_dim)`` token vectors through the runtime's memo and vocabulary
-    cache (``words`` may include the boundary tokens)."""
-    placeholder = torch.empty(1, len(words), 0)  # only its shape is read
-    return runtime._token_vectors([list(words)], placeholder)[0, 1:-1]
-
-
 @torch.inference_mode()
-def embed_long_sentence(runtime, tokens: Sequence[str], window: int, spill_dir: str | None = None,
+def embed_long_sentence(runtime: Runtime, tokens: Sequence[str], window: int, spill_dir: str | None = None,
                         progress: Callable[[int, int], None] | None = None) -> Iterator[np.ndarray]:
     """Yield one sentence's layers in token order, ``(w, L+1, 2*projection_dim)`` float32 pieces
     of at most ``window`` tokens. The sentence starts from the runtime's initial state for one row
     (warm or reset policy; stateful mode carries state between the rows of batches and does not
     come here). ``spill_dir``: where the temporary files go (default: the system's).
     ``progress(done, total)`` is called after each window with the timesteps run so far, of the
-    ``total`` (the tokens and the two boundaries): a progress bar can move within one long line."""
+    ``total`` (the tokens and the two boundaries): a progress bar can move within one long line.
+    The windows run through the runtime's pieces of its fast path (:meth:`~elmo.inference.runtime.
+    Runtime.token_vectors`, :meth:`~elmo.inference.runtime.Runtime.lstm_layer`), so every step is
+    computed as in a batch."""
     if runtime.state == "stateful":
         raise ValueError("a sentence longer than the batch budget cannot be embedded in stateful mode (its state "
                          "depends on the batch rows around it); use the warm or reset policy")
     window = window_for(window)
-    model = runtime.model
-    config = model.config
+    config = runtime.config
     n_layers, proj = config.lstm.n_layers, config.lstm.projection_dim
     device = runtime.device
     seq = [BOS_TOKEN, *tokens, EOS_TOKEN]
@@ -74,16 +73,15 @@ def embed_long_sentence(runtime, tokens: Sequence[str], window: int, spill_dir: 
         for start in range(0, length, window):
             stop = min(length, start + window)
             steps = stop - start
-            forward_tokens = _token_vectors(runtime, seq[start:stop])
+            forward_tokens = runtime.token_vectors(seq[start:stop])
             # The backward stack reads the sentence from its end: its steps start..stop are
             # positions length-1-start down to length-stop.
-            backward_tokens = _token_vectors(runtime, seq[length - stop:length - start][::-1])
+            backward_tokens = runtime.token_vectors(seq[length - stop:length - start][::-1])
             x = torch.stack([forward_tokens, backward_tokens]).unsqueeze(1)  # (2, 1, steps, proj)
             lengths = torch.tensor([steps], device=device)
             forward_out, backward_out = [forward_tokens], []
-            for i, (forward_layer, backward_layer) in enumerate(zip(model.forward_layers, model.backward_layers)):
-                out, c[i], h[i] = bilstm_inference(forward_layer, backward_layer, x, lengths, c[i], h[i],
-                                                   runtime.dtype, runtime._stacked_weights(i))
+            for i in range(n_layers):
+                out, c[i], h[i] = runtime.lstm_layer(i, x, lengths, c[i], h[i])
                 if i > 0 and skip:
                     out = out + x
                 forward_out.append(out[0, 0])

@@ -72,6 +72,22 @@ class Runtime:
     A model whose ``fast`` flag is off runs its reference path instead (the specification).
     ``cuda_graphs`` (CUDA only) replays the LSTM's steps from CUDA graphs for batch shapes that
     repeat (:mod:`elmo.inference.graphs`); the same numbers to the rounding of the products.
+
+    The modules that run through a runtime use only its public names, and nothing that starts
+    with ``_`` (``tests/test_runtime_interface.py`` holds every module of the package to that):
+
+    * what it runs: :attr:`model` (read, never changed), :attr:`config`, :attr:`device`,
+      :attr:`precision` and :attr:`dtype`, :attr:`state` (the policy's name);
+    * running batches: :meth:`run_batch` (token lists), :meth:`step` (character ids, under the
+      state policy), :meth:`forward` (from a given state, the policy untouched);
+    * the state policy: :meth:`initial_state`, :meth:`zero_state`, :meth:`reset_state`, and
+      :attr:`carried_state`, the state a stateful run hands on, to save and restore;
+    * what the vectors depend on: :meth:`weights_fingerprint`, :meth:`vocab_cache_fingerprint`;
+    * the pieces of the fast path a caller that runs its own loop needs (a sentence in windows,
+      :mod:`elmo.inference.long_lines`): :meth:`token_vectors` and :meth:`lstm_layer`.
+
+    :attr:`states` (the :class:`~elmo.inference.states.StateKeeper`) and :attr:`graphs` stay
+    public for the benchmarks and tests that look inside them.
     """
 
     def __init__(self, model: BiLM, *, device: str | torch.device | None = None, precision: str = DEFAULT_PRECISION,
@@ -97,11 +113,12 @@ class Runtime:
         self.token_memo_size = token_memo
         self._memo: dict[str, torch.Tensor] = {}
         self._memo_key: tuple | None = None
-        self.cache: dict[str, torch.Tensor] = {}
+        # Token vectors of ``elmo cache-vocab``'s file, looked up before the memo.
+        self._vocab: dict[str, torch.Tensor] = {}
         if vocab_cache is not None:
             from elmo.inference.vocab_cache import load_vocab_cache
 
-            self.cache = {w: v.to(self.device) for w, v in load_vocab_cache(vocab_cache, self.model).items()}
+            self._vocab = {w: v.to(self.device) for w, v in load_vocab_cache(vocab_cache, self.model).items()}
         self.graphs: LstmGraphs | None = None
         if cuda_graphs:
             model = self.model
@@ -111,13 +128,17 @@ class Runtime:
 
     @property
     def config(self):
+        """The model's :class:`~elmo.model.config.BiLMConfig` (its sizes: ``config.lstm.n_layers``,
+        ``config.lstm.projection_dim``, ...)."""
         return self.model.config
 
     @property
     def state(self) -> str:
+        """The state policy's name: ``"warm"``, ``"reset"`` or ``"stateful"``."""
         return self.states.mode
 
     def zero_state(self, batch: int) -> BiLMState:
+        """Zeros for ``batch`` rows: ``c`` ``(2, L, batch, dim)``, ``h`` ``(2, L, batch, projection_dim)``."""
         return self.model.zero_state(batch)
 
     # ------------------------------------------------------------------------------ running
@@ -134,7 +155,7 @@ class Runtime:
         if not self.model.fast:
             return self.model(char_ids, mask, state, keep_boundaries=keep_boundaries)
         tokens = None
-        if words is not None and (self.cache or self.token_memo_size > 0):
+        if words is not None and (self._vocab or self.token_memo_size > 0):
             tokens = self._token_vectors(list(words), char_ids)
         return self._forward_fast(char_ids, mask, state, keep_boundaries, tokens)
 
@@ -167,7 +188,11 @@ class Runtime:
         return out
 
     def run_batch(self, rows: Sequence[Sequence[str]]) -> BiLMOutput:
-        """One batch of token lists through :meth:`step`."""
+        """One batch of token lists through :meth:`step`: the one batch path of the
+        :class:`~elmo.inference.embed.Embedder` (and so of files and the server). Returns the
+        biLM's layers ``(batch, L+1, time, 2*projection_dim)`` without the sentence boundaries
+        (``time``: the longest row; zero past a row's end), the ``mask`` ``(batch, time)`` and the
+        final state."""
         rows = [list(r) for r in rows]
         ids, mask = self.model.characters.batch(rows)
         return self.step(ids, mask, words=rows)
@@ -175,6 +200,22 @@ class Runtime:
     def reset_state(self) -> None:
         """Forget the state carried between calls (stateful mode) and the warm state."""
         self.states.reset()
+
+    @property
+    def carried_state(self) -> BiLMState | None:
+        """The state each row of the last batch hands to the same row of the next one (stateful
+        mode): ``c`` ``(2, L, rows, dim)``, ``h`` ``(2, L, rows, projection_dim)``, ``rows`` the
+        largest batch run so far; None when nothing is carried (before the first batch, after
+        :meth:`reset_state`, and always under the warm and reset policies)."""
+        return self.states.carried
+
+    @carried_state.setter
+    def carried_state(self, state: BiLMState | None) -> None:
+        """Continue from a state saved earlier (stateful mode only; None forgets it), e.g. the one
+        a resumed file's journal stored; it is moved to this runtime's device."""
+        if state is not None:
+            state = BiLMState(state.c.to(self.device), state.h.to(self.device))
+        self.states.carried = state
 
     def weights_fingerprint(self) -> str:
         """:func:`~elmo.model.weights.weights_fingerprint` of the model, hashed again only when a
@@ -185,6 +226,39 @@ class Runtime:
         if self._fingerprint is None or self._fingerprint[0] != key:
             self._fingerprint = (key, weights_fingerprint(self.model))
         return self._fingerprint[1]
+
+    def vocab_cache_fingerprint(self) -> str | None:
+        """SHA-256 of the vocabulary cache (its words and vectors, in word order), or None when
+        the runtime has none: with :meth:`weights_fingerprint`, what the token vectors depend on
+        (a file's run records it, so that a resumed run uses the same cache)."""
+        if not self._vocab:
+            return None
+        digest = hashlib.sha256()
+        for word in sorted(self._vocab):
+            digest.update(word.encode("utf-8", "surrogatepass") + b"\0")
+            digest.update(self._vocab[word].float().cpu().numpy().tobytes())
+        return digest.hexdigest()
+
+    # ------------------------------------------------------------------ pieces of the fast path
+    def token_vectors(self, words: Sequence[str]) -> torch.Tensor:
+        """The context-independent token vectors of ``words`` (one sentence, or a window of one),
+        ``(len(words), projection_dim)``: looked up in the vocabulary cache and the token memo,
+        the others encoded by the character CNN (and remembered), as :meth:`forward` does. No
+        sentence boundary is added: ``words`` may hold ``<S>`` and ``</S>`` themselves."""
+        placeholder = torch.empty(1, len(words), 0)  # only its shape is read
+        return self._token_vectors([list(words)], placeholder)[0, 1:-1]
+
+    def lstm_layer(self, index: int, x: torch.Tensor, lengths: torch.Tensor, c: torch.Tensor,
+                   h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Layer ``index`` of both LSTM stacks at once, in this runtime's precision, as
+        :meth:`forward` runs it: ``x`` ``(2, batch, time, input_dim)`` (index 0 in the forward
+        reading order, 1 in the backward one), rows sorted by ``lengths`` ``(batch,)``, longest
+        first; from ``c`` ``(2, batch, dim)`` and ``h`` ``(2, batch, projection_dim)``. Returns the
+        outputs ``(2, batch, time, projection_dim)`` (before any skip connection, which is the
+        caller's: ``config.lstm.use_skip_connections``) and the final ``(c, h)``
+        (:func:`~elmo.model.lstm.bilstm_inference`)."""
+        return bilstm_inference(self.model.forward_layers[index], self.model.backward_layers[index], x, lengths,
+                                c, h, self.dtype, self._stacked_weights(index))
 
     # ---------------------------------------------------------------------------- internals
     def _stacked_weights(self, index: int) -> StackedWeights:
@@ -214,7 +288,7 @@ class Runtime:
             for word in (BOS_KEY, *sentence, EOS_KEY):
                 if word in found or word in missing:
                     continue
-                vector = self.cache.get(word)
+                vector = self._vocab.get(word)
                 if vector is None:
                     vector = memo.get(word)
                 if vector is None:
