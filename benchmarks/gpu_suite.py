@@ -228,6 +228,27 @@ class Deadline:
     def why_not(self, estimate_s: float) -> str:
         return f"no time: needs about {estimate_s:.0f} s, {max(self.left(), 0):.0f} s of the section's limit left"
 
+    @contextlib.contextmanager
+    def stop_at(self):
+        """Within the block, :class:`OutOfTime` is raised when the deadline passes (SIGALRM; the
+        main thread only): an estimate that was wrong (a compile slower than the H200's) costs
+        the row, not the section's record."""
+        def handler(signum, frame):
+            raise OutOfTime(f"stopped at the section's limit ({self.ends_at - started:.0f} s after the row began)")
+
+        started = time.time()
+        previous = signal.signal(signal.SIGALRM, handler)
+        signal.setitimer(signal.ITIMER_REAL, max(0.01, self.left()))
+        try:
+            yield
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, previous)
+
+
+class OutOfTime(Exception):
+    """A row ran into its section's deadline (:meth:`Deadline.stop_at`)."""
+
 
 def write_json(path: Path, data: dict) -> None:
     path = Path(path)
@@ -1037,14 +1058,18 @@ def section_train(rec: Recorder, args, name: str) -> None:
                         lstm_ran_in = autocast_lstm_dtype(trainer, bf16, args.device) if path == "cudnn" else None
                         if lstm_ran_in is not None:  # what autocast makes of torch's LSTM kernel
                             row["lstm_ran_in"] = lstm_ran_in
-                        row.update(time_training(trainer, path, bf16, *size["steps"], device, deadline,
-                                                 profile=not profiled))
+                        with deadline.stop_at():
+                            row.update(time_training(trainer, path, bf16, *size["steps"], device, deadline,
+                                                     profile=not profiled))
                         profiled = True
                         tokens = row["tokens_per_s_per_direction"]
                         mode = peak_mode(device, row["precision"], lstm_ran_in)
                         row.update(gflop_per_token=round(flops / 1e9, 4), peak=mode,
                                    achieved_tflops=round(flops * tokens / 1e12, 3),
                                    mfu=round(flops * tokens / peaks[mode], 4))
+                    except OutOfTime as stopped:
+                        rec.not_measured(key, f"no time: {stopped} (estimated {estimate:.0f} s)")
+                        return  # the deadline has passed: nothing else fits
                     except Exception as error:
                         row["error"] = f"{type(error).__name__}: {error}"
                         row["traceback"] = traceback.format_exc()[-1500:]
@@ -1338,8 +1363,12 @@ def section_embed(rec: Recorder, args) -> None:
                 continue
             row, start = dict(key), time.monotonic()
             try:
-                model = model or embed_model(spec["model"])
-                row.update(time_embedding(model, path, precision, chosen, warm, device))
+                with deadline.stop_at():
+                    model = model or embed_model(spec["model"])
+                    row.update(time_embedding(model, path, precision, chosen, warm, device))
+            except OutOfTime as stopped:
+                rec.not_measured(key, f"no time: {stopped}")
+                return
             except Exception as error:
                 row["error"] = f"{type(error).__name__}: {error}"
                 row["traceback"] = traceback.format_exc()[-1500:]

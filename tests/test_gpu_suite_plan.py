@@ -6,6 +6,7 @@ survives a cut run. (tests/test_gpu_suite.py runs the whole suite on the CPU; it
 
 import importlib.util
 import json
+import signal
 import subprocess
 import sys
 import time
@@ -67,6 +68,12 @@ def test_rows_are_estimated_from_what_was_measured_and_left_out_when_they_do_not
     deadline = suite.Deadline(time.time() + 30, reserve=4)
     assert deadline.fits(fused) and not deadline.fits(27)
     assert "needs about 27 s" in deadline.why_not(27)
+    with pytest.raises(suite.OutOfTime, match="stopped at the section's limit"):
+        with suite.Deadline(time.time() + 0.3, reserve=0).stop_at():
+            time.sleep(5)  # a compile slower than estimated: the row is cut, the section goes on to record it
+    with suite.Deadline(time.time() + 5, reserve=0).stop_at():
+        pass
+    assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)  # a row that ended in time leaves no alarm behind
 
 
 def test_mfu_divides_by_the_peak_of_the_mode_that_ran(suite, monkeypatch):
