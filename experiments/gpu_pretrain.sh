@@ -13,7 +13,7 @@
 # The phases' run directories go to RESULT/runs (RUNS=... puts them elsewhere). PREFETCH (default 2)
 # is --prefetch; DEVICE and BATCH (cuda, 2048) are for trying the script out on the CPU. Batch
 # 2048 x 20: throughput on an H100 grows with the batch (64: 7.9k, 256: 21.8k, 1024: 61k tokens/s
-# per direction; docs/speed.md), so the GPU wants wide batches.
+# per direction; docs/gpu.md), so the GPU wants wide batches.
 set -uo pipefail
 [ $# -ge 2 ] && [ $# -le 3 ] || { echo "usage: bash experiments/gpu_pretrain.sh DATA RESULT [PHASES]" >&2; exit 2; }
 DATA=$1

@@ -30,7 +30,7 @@ from elmo.model.lstm import LstmLayer, bilstm_inference, stack_directions
 # Each name maps to the dtype of the products, which the activations take too, except for int8:
 # activations stay float32 and the LSTM's and the highway and projection layers' products run
 # on int8 operands (elmo.model.blocks.quantize, activation_dtype): a CPU with oneDNN's int8
-# kernel only, opt-in (docs/speed.md, "int8").
+# kernel only, opt-in (docs/speed.md, "Precision: float32, bfloat16, int8").
 PRECISIONS = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16, "int8": torch.int8}
 DEFAULT_PRECISION = "float32"
 # /proc/cpuinfo flags of x86 CPUs that compute bfloat16 products in hardware.

@@ -32,7 +32,7 @@ FORWARD, BACKWARD = 0, 1
 # own fast kernel otherwise.
 LSTM_PATHS = ("plain", "fast", "fused", "cudnn")
 # The fused path trains the packaged size 1.9x faster than "fast" on the 2-core development CPU
-# (docs/speed.md, "Training"); it is the default wherever a model is fast.
+# (docs/training.md, "Training speed"); it is the default wherever a model is fast.
 DEFAULT_LSTM_PATH = "fused"
 
 

@@ -60,7 +60,7 @@ class BlockSizes:
 
 
 # On a GPU one kernel computes a whole block at once, and what a step waits on is the host
-# launching kernels (the GPU suite's first runs, docs/speed.md): larger blocks there, so that a
+# launching kernels (the GPU suite's first runs, docs/gpu.md): larger blocks there, so that a
 # batch of 64 sentences is one recurrent block, its input gates a block or two, and its distinct
 # words (about 600) a few blocks; not larger, since a single sentence computes whole blocks. Still
 # fixed sizes, so a sentence's numbers there never depend on its batch either (on one GPU model and
@@ -188,7 +188,7 @@ def _row_scales(m: torch.Tensor) -> torch.Tensor:
 
 def quantize(weight: torch.Tensor, rows: int) -> Int8Weight:
     """``weight`` ``(out, in)`` float32 quantized once per output row and packed for products of
-    ``rows`` rows (docs/speed.md, "int8")."""
+    ``rows`` rows (docs/speed.md, "Precision: float32, bfloat16, int8")."""
     weight = weight.detach().float()
     scales = _row_scales(weight).squeeze(1)
     values = torch.round(weight / scales.unsqueeze(1)).to(torch.int8)

@@ -237,7 +237,7 @@ def encode_distinct(encoder: TokenEncoder, char_ids: torch.Tensor, words: Words 
     whole span and a word count padded to :func:`ladder_size` (the padding rows' outputs are
     dropped, so they add exact zeros to the gradients): the groups' sizes change with every batch,
     and on a GPU each new shape costs cuDNN a new plan on the host, which made the step wait on
-    the host (docs/speed.md, the GPU suite); the ladder keeps a run to a few dozen shapes.
+    the host (docs/gpu.md, the host's part of a training step); the ladder keeps a run to a few dozen shapes.
     """
     if words is None:
         words = distinct_words(char_ids, encoder.pad_id, encoder.word_embedding is not None)

@@ -250,7 +250,7 @@ def stack_directions(forward_layer: LstmLayer, backward_layer: LstmLayer, dtype:
         rows, gate = row_block(device), block_sizes(device).gate
         # Each weight made once into what its products read, for the block size it runs on: int8
         # quantized; bfloat16 packed, so that no product reorders it again (docs/speed.md,
-        # "bfloat16 on the CPU's own instructions"). Only these are kept: the plain copies above
+        # "What bounds bfloat16 on this CPU"). Only these are kept: the plain copies above
         # (144 MB in bfloat16 at the original size, 288 MB in float32 for int8) go.
         pack = quantize if int8 else prepack
         linear = tuple(LinearWeights(pack(inputs[d], gate), pack(states[d], rows), pack(projections[d], rows), bias[d])
