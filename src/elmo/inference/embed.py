@@ -200,10 +200,6 @@ class Embedder:
         if batch:
             yield batch
 
-    def _batches(self, sentences: Sequence[Sequence[str]], batch_size: int | None = None) -> Iterator[list[int]]:
-        """The older, private name of :meth:`batches`, kept for benchmarks/gpu_suite.py."""
-        return self.batches(sentences, batch_size)
-
     def runs_in_windows(self, sentence: Sequence[str]) -> bool:
         """Whether a sentence is over the batch budget and goes through the windowed path
         (:mod:`elmo.inference.long_lines`); never in stateful mode."""

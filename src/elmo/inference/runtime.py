@@ -21,10 +21,9 @@ import torch
 from elmo.devices import resolve_device
 from elmo.hub.pretrained import packaged_model_dir
 from elmo.inference.graphs import LstmGraphs
-from elmo.inference.precision import (  # noqa: F401 (cpu_flags: benchmarks/gpu_suite.py reads it here)
+from elmo.inference.precision import (
     DEFAULT_PRECISION,
     PRECISIONS,
-    cpu_flags,
     effective_precision,
 )
 from elmo.inference.states import (
