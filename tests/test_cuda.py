@@ -10,7 +10,7 @@ from conftest import FIXTURES, load_fixture_model
 
 from elmo import BiLM, Embedder, batch_to_char_ids
 from elmo.hub.checkpoints import load_train_checkpoint
-from elmo.model.lstm import LstmLayer, lstm_fast, lstm_plain
+from elmo.model.lstm import LstmLayer, lstm_plain
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
@@ -28,21 +28,6 @@ def _exact_float32_products():
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
     yield
     torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = old
-
-
-def test_fast_lstm_on_cuda_matches_plain_values_and_gradients():
-    layer = LstmLayer(6, 10, 5, cell_clip=0.5, proj_clip=0.5).cuda()
-    inputs = torch.randn(3, 300, 6, device="cuda", requires_grad=True)  # longer than one gate chunk
-    mask = torch.ones(3, 300, dtype=torch.bool, device="cuda")  # full windows, as in training
-    plain_out, (c_p, h_p) = lstm_plain(layer, inputs, mask)
-    fast_out, (c_f, h_f) = lstm_fast(layer, inputs, mask)
-    torch.testing.assert_close(fast_out, plain_out, rtol=0, atol=1e-5)
-    torch.testing.assert_close(c_f, c_p, rtol=0, atol=1e-5)
-    weight = torch.randn_like(plain_out)
-    g_plain = torch.autograd.grad((plain_out * weight).sum(), [inputs, layer.state_weight])
-    g_fast = torch.autograd.grad((fast_out * weight).sum(), [inputs, layer.state_weight])
-    for a, b in zip(g_fast, g_plain):
-        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
 
 
 @pytest.mark.parametrize("state", ["warm", "reset", "stateful"])
@@ -316,13 +301,13 @@ def test_trainer_with_cuda_graphs_and_compiled_cells_trains_as_eager(tmp_path, b
     import subprocess
     import sys
 
-    # No dropout: on a GPU the fused path draws its masks in one call and the fast path per layer
-    # (F.dropout), so with dropout the fast path would train on other masks (the graph test above
+    # No dropout: on a GPU the fused path draws its masks in one call and the plain path per layer
+    # (F.dropout), so with dropout the plain path would train on other masks (the graph test above
     # covers the graphed window with dropout).
     base = dict(train=[str(CORPUS)], vocab=str(VOCAB), config="tiny", batch_size=8, unroll_steps=10, progress=False,
                 seed=3, device="cuda", bf16=bf16, deterministic=True, dropout=0.0)
     ways = {"eager": {}, "graphs": {"cuda_graphs": True}, "compiled": {"compile_cells": True},
-            "graphs+compiled": {"cuda_graphs": True, "compile_cells": True}, "fast": {"lstm_path": "fast"}}
+            "graphs+compiled": {"cuda_graphs": True, "compile_cells": True}, "plain": {"lstm_path": "plain"}}
     from concurrent.futures import ThreadPoolExecutor
 
     def train(name: str) -> subprocess.CompletedProcess:
@@ -338,9 +323,9 @@ def test_trainer_with_cuda_graphs_and_compiled_cells_trains_as_eager(tmp_path, b
         results[name] = json.loads(done.stdout.strip().splitlines()[-1])
     assert results["graphs"]["graphs"] == 1 and results["eager"]["graphs"] == 0
     for name, result in results.items():
-        # bf16: the fast path computes its cell in bf16 (the fused one in float32); compiling fuses
+        # bf16: the plain path computes its cell in bf16 (the fused one in float32); compiling fuses
         # the pointwise arithmetic, which may round otherwise.
-        tolerance = (5e-2 if name == "fast" else 1e-2) if bf16 else 1e-4
+        tolerance = (5e-2 if name == "plain" else 1e-2) if bf16 else 1e-4
         np.testing.assert_allclose(result["losses"], results["eager"]["losses"], rtol=tolerance, err_msg=name)
     assert results["eager"]["losses"][-1] < results["eager"]["losses"][0]
 

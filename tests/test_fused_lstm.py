@@ -25,7 +25,7 @@ from elmo.model.config import BiLMConfig
 from elmo.model.encoder import distinct_words, encode_distinct
 from elmo.model.fused_lstm import lstm_fused
 from elmo.model.lm import LanguageModel
-from elmo.model.lstm import LstmLayer, lstm_fast, lstm_plain
+from elmo.model.lstm import LstmLayer, lstm_plain
 
 LEGACY = Path(__file__).resolve().parent / "fixtures" / "legacy"
 
@@ -96,30 +96,16 @@ FAST_PATH_NAMES = ["out", "c", "h", "grad_inputs", "grad_input_weight", "grad_st
 
 @pytest.mark.parametrize("clip", [None, 0.5])
 @pytest.mark.parametrize("full", [True, False])
-def test_fast_path_equals_the_pre_37_path(clip, full):
-    """F.linear for h @ W.t(), unbind for x_gates[:, t], time-major gates, a given `full`: the
-    pre-#37 path's values and gradients, recorded. (On the machine that recorded them the values
-    were equal bit for bit; across CPUs the matrix products may round differently, so 1e-5.
-    That the new expressions are bitwise the old ones on one machine is
-    test_linear_and_unbind_are_bitwise_the_old_expressions.)"""
+def test_the_specification_equals_the_pre_37_fast_path(clip, full):
+    """One layer through the specification gives the pre-#37 fast path's values and gradients,
+    recorded (that path is retired; across CPUs the products may round differently, so 1e-5)."""
     layer, inputs, mask, state, weight = fast_path_case(clip, full)
     assert [name for name, _ in layer.named_parameters()] == ["input_weight", "state_weight", "bias", "projection"]
-    values, grads = fast_path_results(lambda: lstm_fast(layer, inputs, mask, state, full), layer, inputs, weight)
+    values, grads = fast_path_results(lambda: lstm_plain(layer, inputs, mask, state), layer, inputs, weight)
     expected = recorded(f"fast/clip={clip}/full={full}")
     assert sorted(expected) == sorted(FAST_PATH_NAMES)
     for name, tensor in zip(FAST_PATH_NAMES, values + grads):
         torch.testing.assert_close(tensor, expected[name], rtol=1e-5, atol=1e-5, msg=lambda m, n=name: f"{n}: {m}")
-
-
-def test_linear_and_unbind_are_bitwise_the_old_expressions():
-    torch.manual_seed(1)
-    h, weight = torch.randn(32, 128), torch.randn(2048, 128)
-    assert torch.equal(torch.nn.functional.linear(h, weight), h @ weight.t())
-    gates = torch.randn(4, 7, 16, requires_grad=True)
-    upstream = [torch.randn(4, 16) for _ in range(7)]
-    by_index = torch.autograd.grad(sum((gates[:, t] * u).sum() for t, u in enumerate(upstream)), gates)[0]
-    by_unbind = torch.autograd.grad(sum((g * u).sum() for g, u in zip(gates.unbind(1), upstream)), gates)[0]
-    assert torch.equal(by_index, by_unbind)
 
 
 def test_dropout_masks_are_the_ones_functional_dropout_draws():
@@ -169,7 +155,7 @@ def language_model_results(model, step):
     return {"nll_f": nll_f, "nll_b": nll_b, "c": new_state.c, "h": new_state.h}, dict(zip(names, grads))
 
 
-@pytest.mark.parametrize("path", ["plain", "fast", "fused"])
+@pytest.mark.parametrize("path", ["plain", "fused"])
 @pytest.mark.parametrize("full", [True, False])
 def test_language_model_paths_equal_the_pre_37_step(path, full):
     """A whole training window (dropout, sampled softmax, carried state) of every path against
@@ -208,7 +194,7 @@ SYNCING_OPS = {"_local_scalar_dense", "nonzero", "masked_select", "_unique2", "u
                "is_nonzero", "item"}
 
 
-@pytest.mark.parametrize("path", ["fast", "fused"])
+@pytest.mark.parametrize("path", ["plain", "fused"])
 def test_training_step_asks_the_device_nothing(path):
     """Forward, backward and gradient clipping of a window whose fullness and distinct words come
     from the host: no operation that makes the host wait for the device (a scalar read, a boolean
@@ -348,16 +334,18 @@ def test_bilm_forward_fused_equals_plain_with_gradients(kwargs, product_kernel):
 
 def test_path_selection():
     config = make_config()
-    assert LSTM_PATHS == ("plain", "fast", "fused", "cudnn")
+    assert LSTM_PATHS == ("plain", "fused", "cudnn")
     assert BiLM(config).lstm_path == DEFAULT_LSTM_PATH == "fused"
     assert BiLM(config, fast=False).lstm_path == "plain"
-    assert BiLM(config, lstm_path="fast").fast
+    assert BiLM(config, lstm_path="fused").fast
+    with pytest.raises(ValueError, match="expected one of plain, fused, cudnn, got 'fast'"):
+        BiLM(config, lstm_path="fast")  # the retired per-direction path
     model = BiLM(config)
     model.fast = False
     assert model.lstm_path == "plain" and not model.fast
     model.fast = True
     assert model.lstm_path == DEFAULT_LSTM_PATH
-    assert LanguageModel(config, 10, lstm_path="fast").bilm.lstm_path == "fast"
+    assert LanguageModel(config, 10, lstm_path="plain").bilm.lstm_path == "plain"
     with pytest.raises(ValueError, match="lstm_path"):
         BiLM(config, lstm_path="quick")
     with pytest.raises(ValueError, match="contradicts"):
@@ -365,7 +353,7 @@ def test_path_selection():
     with pytest.raises(ValueError, match="cannot clip"):
         BiLM(config, lstm_path="cudnn")
     with pytest.raises(ValueError, match="fused"):
-        LanguageModel(config, 10, lstm_path="fast").use_cuda_graphs()
+        LanguageModel(config, 10, lstm_path="plain").use_cuda_graphs()
 
 
 @pytest.mark.parametrize("fixed_shapes", [False, True])

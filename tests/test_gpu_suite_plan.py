@@ -60,8 +60,8 @@ def test_rows_are_estimated_from_what_was_measured_and_left_out_when_they_do_not
     steps = (2, 3, 10, 0.6)
     prior = suite.default_step_s([], 1024, (512, 0.5))
     assert prior == pytest.approx(1.0)  # the prior scaled by batch size
-    measured = [{"batch": 512, "path": "fast", "s_per_step": 0.9}, {"batch": 512, "path": "fused", "s_per_step": 0.4}]
-    assert suite.default_step_s(measured, 512, (512, 5.0)) == pytest.approx(0.9 / suite.PATH_COST["fast"])
+    measured = [{"batch": 512, "path": "plain", "s_per_step": 2.4}, {"batch": 512, "path": "fused", "s_per_step": 0.5}]
+    assert suite.default_step_s(measured, 512, (512, 5.0)) == pytest.approx(0.5)  # plain: 2.4 / 6 = 0.4
     fused = suite.estimate_row_s(0.4, "fused", steps)
     assert suite.estimate_row_s(0.4, "plain", steps) > 3 * fused
     assert suite.estimate_row_s(0.4, "fused+compile", steps) >= fused + suite.COMPILE_S

@@ -1,5 +1,6 @@
-"""The LSTM layer's fast paths (the training path and the inference kernel) against the per-timestep
-specification (``lstm_plain``), values and gradients, clipping inactive and active."""
+"""The LSTM layer's inference kernel and its products against the per-timestep specification
+(``lstm_plain``), values and gradients, clipping inactive and active (the training path's own
+tests are tests/test_fused_lstm.py)."""
 
 import pytest
 import torch
@@ -12,56 +13,11 @@ from elmo.model.lstm import (
     GATE_CHUNK_STEPS,
     LstmLayer,
     bilstm_inference,
-    lstm_fast,
     lstm_plain,
     stack_directions,
 )
 
 pytestmark = pytest.mark.exactness
-
-
-@pytest.mark.parametrize("clip", [None, 0.5])
-def test_lstm_fast_matches_plain(clip):
-    layer = LstmLayer(6, 10, 5, cell_clip=clip, proj_clip=clip)
-    inputs = torch.randn(3, 7, 6)
-    mask = torch.tensor([[True] * 7, [True] * 4 + [False] * 3, [False] * 7])
-    state = (torch.randn(3, 10), torch.randn(3, 5))
-    plain_out, plain_state = lstm_plain(layer, inputs, mask, state)
-    fast_out, fast_state = lstm_fast(layer, inputs, mask, state)
-    torch.testing.assert_close(fast_out, plain_out, rtol=0, atol=1e-5)
-    for a, b in zip(fast_state, plain_state):
-        torch.testing.assert_close(a, b, rtol=0, atol=1e-5)
-
-
-def values_and_gradients(run, layer, inputs, mask, state):
-    """``run``'s outputs and final ``(c, h)``, and the gradients of a fixed random function of all
-    three with respect to the inputs, the initial state and every parameter of ``layer``."""
-    inputs, state = inputs.clone().requires_grad_(True), tuple(s.clone().requires_grad_(True) for s in state)
-    out, (c, h) = run(layer, inputs, mask, state)
-    generator = torch.Generator().manual_seed(0)
-    weights = [torch.randn(t.shape, generator=generator) for t in (out, c, h)]
-    total = sum((t * w).sum() for t, w in zip((out, c, h), weights))
-    grads = torch.autograd.grad(total, [inputs, *state, *layer.parameters()])
-    return [out.detach(), c.detach(), h.detach()], list(grads)
-
-
-@pytest.mark.parametrize("clip", [None, 0.5])
-def test_lstm_fast_full_window_matches_plain_values_and_gradients(clip):
-    """The branch LM training always takes: every timestep real, so no masking at all."""
-    torch.manual_seed(6)
-    layer = LstmLayer(6, 10, 5, cell_clip=clip, proj_clip=clip)
-    with torch.no_grad():
-        layer.bias.normal_()
-    inputs = torch.randn(3, 9, 6)
-    mask = torch.ones(3, 9, dtype=torch.bool)
-    state = (torch.randn(3, 10), torch.randn(3, 5))
-    plain_values, plain_grads = values_and_gradients(lstm_plain, layer, inputs, mask, state)
-    fast_values, fast_grads = values_and_gradients(lstm_fast, layer, inputs, mask, state)
-    for a, b in zip(fast_values, plain_values):
-        torch.testing.assert_close(a, b, rtol=0, atol=1e-5)
-    for a, b in zip(fast_grads, plain_grads):
-        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
-    assert all(g.abs().sum() > 0 for g in plain_grads)  # every gradient carries something to compare
 
 
 def test_product_kernel_choice(monkeypatch):

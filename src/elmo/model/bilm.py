@@ -23,16 +23,17 @@ from elmo.model.lstm import LstmLayer, State
 FORWARD, BACKWARD = 0, 1
 
 # How the LSTM layers run when the model computes with autograd (training, and BiLM.forward):
-# "plain": the per-timestep specification (lstm_plain); "fast": one direction and layer at a time,
-# the input half of the gates precomputed (lstm_fast); "fused": every direction of a layer at once,
-# as one autograd Function over the window (elmo.model.fused_lstm); "cudnn": torch's LSTM kernel
-# for full windows (elmo.model.cudnn_lstm), only for models whose options say "backend": "cudnn"
-# (no clipping), and their default; their padded windows take the fused path. Inference without
-# gradients goes through elmo.inference.runtime, which runs the specification for "plain" and its
-# own fast kernel otherwise.
-LSTM_PATHS = ("plain", "fast", "fused", "cudnn")
-# The fused path trains the packaged size 1.9x faster than "fast" on the 2-core development CPU
-# (docs/training.md, "Training speed"); it is the default wherever a model is fast.
+# "plain": the per-timestep specification (lstm_plain); "fused": the fast path, every direction of
+# a layer at once as one autograd Function over the window (elmo.model.fused_lstm), which CUDA
+# graphs and torch.compile wrap; "cudnn": torch's LSTM kernel for full windows
+# (elmo.model.cudnn_lstm), only for models whose options say "backend": "cudnn" (no clipping),
+# and their default; their padded windows take the fused path. It stays while the GPU suite's
+# cuDNN rows (train_* sections, planned, not yet measured on a GPU) have not shown whether it
+# wins there. Inference without gradients goes through elmo.inference.runtime, which runs the
+# specification for "plain" and its own kernel otherwise. The fused path trained the packaged size
+# 1.9x faster than the per-direction "fast" path it replaced on the 2-core development CPU, and
+# was faster in every row of the H200 runs (docs/training.md, "Training speed"; docs/gpu.md).
+LSTM_PATHS = ("plain", "fused", "cudnn")
 DEFAULT_LSTM_PATH = "fused"
 
 
@@ -190,7 +191,7 @@ class BiLM(nn.Module):
 
     @property
     def lstm_path(self) -> str:
-        """How the LSTM runs with autograd: ``"plain"``, ``"fast"`` or ``"fused"`` (see :data:`LSTM_PATHS`)."""
+        """How the LSTM runs with autograd: ``"plain"``, ``"fused"`` or ``"cudnn"`` (see :data:`LSTM_PATHS`)."""
         return self._lstm_path
 
     @lstm_path.setter
@@ -253,7 +254,7 @@ class BiLM(nn.Module):
         x = inputs
         for index, layer in enumerate(layers):
             x_in = nn.functional.dropout(x, dropout, self.training) if dropout > 0 else x
-            out, final = layer(x_in, mask, state.layer(direction, index), fast=self.fast, full=full)
+            out, final = layer(x_in, mask, state.layer(direction, index))
             if index > 0 and self.config.lstm.use_skip_connections:
                 # The residual joins the layer's output only; the carried state h stays the cell's own.
                 out = out + x

@@ -64,12 +64,10 @@ class LstmLayer(nn.Module):
         return (like.new_zeros(batch, self.dim), like.new_zeros(batch, self.projection_dim))
 
     def forward(self, inputs: torch.Tensor, mask: torch.Tensor, state: State | None = None,
-                fast: bool = True, full: bool | None = None) -> tuple[torch.Tensor, State]:
-        """Run the layer: :func:`lstm_fast`, or the reference :func:`lstm_plain` when not ``fast``.
-        ``full``: whether ``mask`` is all True, when the caller knows (see :func:`lstm_fast`)."""
-        if not fast:
-            return lstm_plain(self, inputs, mask, state)
-        return lstm_fast(self, inputs, mask, state, full=full)
+                ) -> tuple[torch.Tensor, State]:
+        """Run the layer as the specification does (:func:`lstm_plain`); the fast paths are
+        :func:`elmo.model.fused_lstm.lstm_fused` (training) and :func:`bilstm_inference`."""
+        return lstm_plain(self, inputs, mask, state)
 
 
 def lstm_step(layer: LstmLayer, x_gates: torch.Tensor, state: State) -> State:
@@ -109,53 +107,6 @@ def lstm_plain(layer: LstmLayer, inputs: torch.Tensor, mask: torch.Tensor,
     else:
         out = inputs.new_zeros(batch, 0, layer.projection_dim)
     return out, (c, h)
-
-
-def lstm_fast(layer: LstmLayer, inputs: torch.Tensor, mask: torch.Tensor,
-              state: State | None = None, full: bool | None = None) -> tuple[torch.Tensor, State]:
-    """Same contract and numbers (to float rounding) as :func:`lstm_plain`, faster.
-
-    The input half of the gates is one matrix product over all timesteps, in time-major order so
-    that each step's block is contiguous (``unbind``: slicing ``x_gates[:, t]`` instead would make
-    its backward write ``time`` zero-filled copies of the whole tensor), leaving only the recurrent
-    product inside the loop. Products go through ``F.linear``, whose bfloat16 copy of a weight
-    autocast makes once per region (``h @ W.t()`` recasts the transposed view at every step).
-    Full windows (training) skip the masking; ``full`` says whether ``mask`` is all True when the
-    caller knows it without asking the device (None: ``mask.all()``, a host synchronisation on a GPU).
-    """
-    batch, time, _ = inputs.shape
-    c, h = state if state is not None else layer.zero_state(batch, inputs)
-    x_gates = nn.functional.linear(inputs.transpose(0, 1), layer.input_weight, layer.bias)  # (time, batch, 4*dim)
-    if full is None:
-        full = bool(mask.all())
-    outputs = []
-    for t, x_gates_t in enumerate(x_gates.unbind(0)):
-        c_new, h_new = _fast_step(layer, x_gates_t, (c, h))
-        if full:
-            c, h = c_new, h_new
-            outputs.append(h_new)
-            continue
-        keep = mask[:, t].unsqueeze(1)
-        c = torch.where(keep, c_new, c)
-        h = torch.where(keep, h_new, h)
-        outputs.append(h_new * keep)
-    if not outputs:
-        return inputs.new_zeros(batch, 0, layer.projection_dim), (c, h)
-    return torch.stack(outputs, dim=1), (c, h)
-
-
-def _fast_step(layer: LstmLayer, x_gates: torch.Tensor, state: State) -> State:
-    """:func:`lstm_step` with ``F.linear`` for the products (bitwise the same on the CPU)."""
-    c_prev, h_prev = state
-    gates = x_gates + nn.functional.linear(h_prev, layer.state_weight)
-    i, j, f, o = gates.chunk(4, dim=1)
-    c = torch.sigmoid(f + FORGET_BIAS) * c_prev + torch.sigmoid(i) * torch.tanh(j)
-    if layer.cell_clip is not None:
-        c = c.clamp(-layer.cell_clip, layer.cell_clip)
-    h = nn.functional.linear(torch.sigmoid(o) * torch.tanh(c), layer.projection)
-    if layer.proj_clip is not None:
-        h = h.clamp(-layer.proj_clip, layer.proj_clip)
-    return c, h
 
 
 # Timesteps whose input gates are precomputed at once: bounds memory on very long sentences.
