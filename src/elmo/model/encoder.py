@@ -245,22 +245,16 @@ def encode_distinct(encoder: TokenEncoder, char_ids: torch.Tensor, words: Words 
         fixed_shapes = words.distinct.is_cuda
     word_ids, distinct = encoder.split_ids(words.distinct)
     constants = padding_window_constants(encoder)
-    widths = [conv.kernel_size[0] for conv in encoder.convs]
-    n_slots = encoder.n_slots
+    convs = tuple((conv.weight, conv.bias) for conv in encoder.convs)
+    widest = max(conv.kernel_size[0] for conv in encoder.convs)
     pooled = []
-    for start, stop, rows, span in group_shapes(words, n_slots, max(widths), fixed_shapes):
+    for start, stop, rows, span in group_shapes(words, encoder.n_slots, widest, fixed_shapes):
         ids = distinct[start:stop]
-        count = stop - start
-        if rows > count:
-            ids = torch.cat([ids, ids[:1].expand(rows - count, -1)])
-        chars = encoder.char_embedding(ids[:, :span]).transpose(1, 2)  # (rows, char_dim, span)
-        n_real = (ids != encoder.pad_id).sum(dim=1, keepdim=True)
-        features = []
-        for conv, width, constant in zip(encoder.convs, widths, constants):
-            best = conv(chars).max(dim=2).values
-            # Only words with an all-padding window in the full slots take the constant into the max.
-            features.append(torch.where(n_real <= n_slots - width, torch.maximum(best, constant), best))
-        pooled.append(torch.cat(features, dim=1)[:count])
+        if rows > stop - start:  # fixed shapes: the group padded with copies of its first word
+            ids = torch.cat([ids, ids[:1].expand(rows - (stop - start), -1)])
+        n_real = (ids != encoder.pad_id).sum(dim=1)
+        # The inference path's convolutions (the same arithmetic), here with autograd over a whole group.
+        pooled.append(_cnn_on_real_slots(encoder, ids, n_real, constants, torch.float32, span, convs)[:stop - start])
     vectors = encoder.head(torch.cat(pooled), word_ids)  # (n_distinct, output_dim)
     return vectors[words.inverse]
 
