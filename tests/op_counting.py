@@ -1,7 +1,7 @@
 """Operator counters for the tests' kernel ceilings, shared with the benchmarks that report the
-same counts (``benchmarks/common.py`` re-exports :class:`OpCounter`; ``benchmarks/op_counts.py``
-uses :func:`count_window`), so a documented count and the ceiling a test holds it to are counted
-the same way. A test helper, not library code: nothing under ``src/`` imports it.
+same counts (``benchmarks/common.py`` re-exports :class:`OpCounter`; ``benchmarks/op_counts.py``,
+in git at commit 14c9fa4, used :func:`count_window`), so a documented count and the ceiling a test
+holds it to are counted the same way. A test helper, not library code: nothing under ``src/`` imports it.
 
 Two counters, because two sets of ceilings were measured with them:
 
@@ -139,7 +139,7 @@ def count_window(path: str, bf16: bool = False, units: bool = False, batch: int 
     steps of ``batch`` rows): ``path`` ``"fused"`` (:func:`lstm_fused`, both directions of a layer
     at once; ``units``: its pointwise functions count as one kernel each) or ``"per-direction"``
     (one layer and direction at a time through ``lstm(layer, inputs, mask, state)``, e.g. an old
-    checkout's ``lstm_fast``, as ``benchmarks/op_counts.py --before-src`` runs it)."""
+    checkout's ``lstm_fast``, as ``benchmarks/op_counts.py --before-src`` ran it at commit 14c9fa4)."""
     layers = layers or window_layers()
     dim, proj = layers[0][0].dim, layers[0][0].projection_dim
     inputs = torch.randn(2, batch, steps, proj, requires_grad=True)

@@ -65,8 +65,8 @@ def test_embedder_and_allennlp_api_agree(tmp_path):
 
 def test_long_sequences_match_the_reference_path(tmp_path):
     """A sequence of 1,200 residues (10 of the fast path's 128-step gate chunks) gives the
-    per-timestep reference's numbers; time and memory on 5,000 are measured by
-    benchmarks/protein_long.py."""
+    per-timestep reference's numbers; time and memory on 5,000 were measured by
+    benchmarks/protein_long.py (commit 4dffab8; docs/other-models.md)."""
     options, weights = random_protein_model(tmp_path, scale=32)
     model = load_model((options, weights))
     protein = list(sequence(1200, seed=1))

@@ -84,10 +84,10 @@ def add_common(parser: argparse.ArgumentParser, source: str = "the --config pres
     parser.add_argument("--device", default=SETTINGS["device"], help=f"{DEVICES} (default %(default)s)")
     parser.add_argument("--bf16", action=argparse.BooleanOptionalAction, default=None,
                         help="bf16 autocast of the matrix products (default: on for GPUs, off on the CPU, where "
-                             "benchmarks/train_bf16.py measures whether it pays)")
+                             "it pays only with bfloat16 instructions: docs/training.md)")
     parser.add_argument("--prefetch", type=int, default=None,
                         help="batches built ahead in a background thread while the device trains; 0: none "
-                             "(default: 2 on a GPU, 0 on the CPU, where benchmarks/train_prefetch.py measures it)")
+                             "(default: 2 on a GPU, 0 on the CPU, where it did not pay: docs/speed.md)")
     parser.add_argument("--deterministic", action="store_true",
                         help="reproducible GPU kernels, so that runs repeat and resume bit for bit (slower; "
                              "default: the GPU's fast kernels, whose results drift slightly run to run)")

@@ -373,8 +373,8 @@ class PrefetchingBatcher:
     """An :class:`LMBatcher` whose batches are built ahead, in a background thread.
 
     Batch building holds the GIL (reading and encoding shards, one Python step per sentence
-    piece), which the thread running the device also needs: ``benchmarks/lm_batcher.py``
-    measures it. The thread builds the
+    piece), which the thread running the device also needs (``benchmarks/lm_batcher.py``, in git
+    at commit c9df86d, measured it). The thread builds the
     next ``depth`` batches while the device runs the current step (PyTorch releases the GIL
     while it waits). The batches and their order are exactly the wrapped batcher's, and
     :meth:`state_dict` is the state after the last batch *handed out*, not the last one built,
