@@ -1,6 +1,12 @@
-"""Shared pieces of the benchmarks: this machine's matmul peak, model FLOPs, peak memory, an
-operator counter, code run on another checkout's package, and the JSON file each benchmark
-writes."""
+"""Shared pieces of the benchmarks: what the numbers were measured on, whole processes timed with
+their peak memory, this machine's matmul peak, model FLOPs, a model of random weights, the
+sentences of a ``--quick`` run, and the JSON file each benchmark writes.
+
+Importing it imports nothing but the standard library (PyTorch and ``elmo`` when a function needs
+them), so a process whose ``elmo`` is another checkout's can use it too. Run as a script it is the
+small launcher that :func:`time_and_peak_process` starts (``python benchmarks/common.py COMMAND
+...``: runs the command, prints its seconds, peak memory and exit status as one JSON line).
+"""
 
 from __future__ import annotations
 
@@ -12,15 +18,16 @@ import subprocess
 import sys
 import time
 
-import torch
-
-from elmo.fileio import atomic_write_text
-from elmo.inference.precision import cpu_flags
-from elmo.model.config import BiLMConfig
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
 
 
 def machine() -> dict:
     """What the numbers were measured on."""
+    import torch
+
+    from elmo.inference.precision import cpu_flags
+
     cpu = platform.processor() or platform.machine()
     try:
         with open("/proc/cpuinfo") as f:
@@ -51,33 +58,33 @@ def time_process(command: list[str], env: dict | None = None) -> float:
     return time_and_peak_process(command, env)[0]
 
 
-# Runs a command and prints its seconds, peak memory and exit status. The peak is read by a small
-# process of its own: Linux gives a child the high-water mark of the memory it was forked from
-# (the benchmark's, which holds models) as its own ru_maxrss, so the command must be started from
-# a small process for its peak to be its own.
-_LAUNCHER = """
-import json, os, subprocess, sys, time
-start = time.perf_counter()
-child = subprocess.Popen(sys.argv[1:], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-stderr = child.stderr.read()
-_, status, usage = os.wait4(child.pid, 0)
-child.returncode = os.waitstatus_to_exitcode(status)
-seconds = time.perf_counter() - start
-sys.stderr.buffer.write(stderr)
-print(json.dumps({"seconds": seconds, "peak_mb": usage.ru_maxrss / 1024, "returncode": child.returncode}))
-"""
-
-
 def time_and_peak_process(command: list[str], env: dict | None = None) -> tuple[float, float]:
     """Wall-clock seconds and peak resident memory (MB: the kernel's ``ru_maxrss``) of one whole
-    process, as :func:`time_process` runs it, started from a small launcher (see ``_LAUNCHER``),
-    whose own start-up is not counted."""
-    done = subprocess.run([sys.executable, "-c", _LAUNCHER, *command], capture_output=True, text=True, env=env)
+    process, started from a small launcher (this file run as a script, see :func:`launch`), whose
+    own start-up is not counted. The launcher is there for the peak: Linux gives a child the
+    high-water mark of the memory it was forked from (the benchmark's, which holds models) as its
+    own ``ru_maxrss``, so the command must be started from a small process for its peak to be its own."""
+    done = subprocess.run([sys.executable, os.path.abspath(__file__), *command], capture_output=True, text=True,
+                          env=env)
     lines = done.stdout.strip().splitlines()
     result = json.loads(lines[-1]) if lines else {"returncode": done.returncode}
     if result["returncode"] != 0:
         raise SystemExit(f"{' '.join(command)} failed ({result['returncode']}):\n{done.stderr}")
     return result["seconds"], result["peak_mb"]
+
+
+def launch(command: list[str]) -> int:
+    """Run ``command`` (its standard output discarded, its standard error passed on) and print one
+    JSON line: its seconds, peak resident memory in MB and exit status."""
+    start = time.perf_counter()
+    child = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    stderr = child.stderr.read()
+    _, status, usage = os.wait4(child.pid, 0)
+    seconds = time.perf_counter() - start
+    sys.stderr.buffer.write(stderr)
+    print(json.dumps({"seconds": seconds, "peak_mb": usage.ru_maxrss / 1024,
+                      "returncode": os.waitstatus_to_exitcode(status)}))
+    return 0
 
 
 def installed_env(env: dict, work: str) -> dict:
@@ -90,11 +97,14 @@ def installed_env(env: dict, work: str) -> dict:
     return env
 
 
-def matmul_peak_flops(dtype: torch.dtype = torch.float32, size: int = 2048, repeats: int = 5,
-                      device: str = "cpu") -> float:
-    """Best achieved FLOP/s of a square matrix product: the denominator of MFU. On a CPU the best
-    of PyTorch's own product and oneDNN's linear kernel, since MKL takes slower code paths on AMD
-    CPUs (on the development EPYC its float32 "peak" was half of oneDNN's)."""
+def matmul_peak_flops(dtype=None, size: int = 2048, repeats: int = 5, device: str = "cpu") -> float:
+    """Best achieved FLOP/s of a square matrix product (``dtype``: float32 unless given): the
+    denominator of MFU. On a CPU the best of PyTorch's own product and oneDNN's linear kernel,
+    since MKL takes slower code paths on AMD CPUs (on the development EPYC its float32 "peak" was
+    half of oneDNN's)."""
+    import torch
+
+    dtype = dtype or torch.float32
     a = torch.randn(size, size, dtype=dtype, device=device)
     b = torch.randn(size, size, dtype=dtype, device=device)
     products = [lambda: a @ b]
@@ -113,8 +123,9 @@ def matmul_peak_flops(dtype: torch.dtype = torch.float32, size: int = 2048, repe
     return 2 * size ** 3 / best
 
 
-def token_encoder_flops(config: BiLMConfig) -> int:
-    """Forward FLOPs of the token encoder for one token (all 50 character slots)."""
+def token_encoder_flops(config) -> int:
+    """Forward FLOPs of the token encoder for one token (all 50 character slots) of a
+    :class:`~elmo.model.config.BiLMConfig`."""
     cnn = config.char_cnn
     flops = sum(2 * width * cnn.embedding_dim * n * (cnn.max_characters_per_token - width + 1)
                 for width, n in cnn.filters)
@@ -124,7 +135,7 @@ def token_encoder_flops(config: BiLMConfig) -> int:
     return flops
 
 
-def lstm_flops(config: BiLMConfig) -> int:
+def lstm_flops(config) -> int:
     """Forward FLOPs of one direction's LSTM stack for one token."""
     lstm = config.lstm
     per_layer = 2 * (2 * lstm.projection_dim) * 4 * lstm.dim + 2 * lstm.dim * lstm.projection_dim
@@ -136,66 +147,56 @@ def peak_rss_bytes() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
+def random_model(size: str, fast: bool = True):
+    """A biLM of the published (or preset) ``size`` with random weights, biases too (so no gate
+    sits at an untypical exact zero), seed 0, in eval mode. Only ``BiLM`` and ``published_config``
+    are used, so an old checkout's ``elmo`` builds it as well."""
+    import torch
+
+    from elmo import BiLM
+    from elmo.model.config import published_config
+
+    torch.manual_seed(0)
+    model = BiLM(published_config(size), fast=fast).eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("bias"):
+                p.uniform_(-0.1, 0.1)
+    return model
+
+
+def quick_sentences(path: str | os.PathLike, n: int) -> str:
+    """Write ``n`` sentences to ``path``, one per line, tokens separated by spaces: the 30 of the
+    package's built-in warm-up text (9 to 17 tokens), over and over. The text of a ``--quick`` run,
+    which needs no data. Returns ``path``."""
+    from elmo.inference.states import warmup_sentences
+
+    sentences = warmup_sentences()
+    with open(path, "w", encoding="utf-8") as f:
+        f.writelines(" ".join(sentences[i % len(sentences)]) + "\n" for i in range(n))
+    return str(path)
+
+
 def write_results(path: str | os.PathLike, results: dict) -> None:
     """Write a benchmark's results as JSON to ``path`` (atomically, creating its folder), after
     this machine's description under ``"machine"``."""
+    from elmo.fileio import atomic_write_text
+
     atomic_write_text(path, json.dumps({"machine": machine(), **results}, indent=2), make_parents=True)
 
 
-def run_in_checkout(src: str | os.PathLike, code: str) -> dict:
-    """Run Python ``code`` in a fresh process whose ``elmo`` is the package under ``src`` (the
-    ``src/`` folder of another checkout, e.g. an old commit's: ``git worktree add ../elmo-before
-    COMMIT`` or ``git archive COMMIT src | tar -x -C DIR``), with this folder and ``tests/`` (the
-    operator counters) importable after it. ``code`` prints one JSON object as its last line of
-    output: returned. A failure stops the benchmark with the child's standard error."""
-    src = os.path.abspath(src)
-    here = os.path.dirname(os.path.abspath(__file__))
-    prelude = (f"import sys\nsys.path[:0] = [{src!r}, {here!r}, {os.path.join(os.path.dirname(here), 'tests')!r}]\n"
-               f"import elmo\nassert elmo.__file__.startswith({src!r}), elmo.__file__\n")
-    done = subprocess.run([sys.executable, "-c", prelude + code], capture_output=True, text=True,
-                          env={**os.environ, "PYTHONPATH": src})
-    if done.returncode != 0:
-        raise SystemExit(f"the code run on {src} failed ({done.returncode}):\n{done.stderr[-3000:]}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
+def __getattr__(name: str):
+    # The operator counter is the tests' (tests/op_counting.py), so that a count the docs report and
+    # the ceiling a test holds it to are counted alike; imported (with PyTorch) on first use.
+    if name == "OpCounter":
+        tests = os.path.join(REPO, "tests")
+        if tests not in sys.path:
+            sys.path.append(tests)
+        import op_counting
+
+        return op_counting.OpCounter
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-# The operator counter is the tests' (tests/op_counting.py), so that a count the docs report and
-# the ceiling a test holds it to are counted alike.
-sys.path.append(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests"))
-import op_counting  # noqa: E402
-
-OpCounter = op_counting.OpCounter
-
-
-# Python source, for ``str.format``, that builds a biLM of the published ``size`` with random
-# weights (biases too), reads the first ``n`` sentences of ``text`` into ``lines`` and warms an
-# ``embedder`` of ``precision`` on two of them: the shared start of the benchmarks' one-process
-# scripts (compare_revisions.py, bf16_profile.py). It needs torch, BiLM, Embedder and
-# published_config imported.
-RANDOM_MODEL_EMBEDDER = """
-torch.manual_seed(0)
-model = BiLM(published_config({size!r})).eval()
-with torch.no_grad():
-    for name, p in model.named_parameters():
-        if name.endswith("bias"):
-            p.uniform_(-0.1, 0.1)
-lines = [line.split() for line in open({text!r}, encoding="utf-8") if line.strip()][:{n}]
-embedder = Embedder(model, precision={precision!r})
-embedder.embed_sentences(lines[:2])
-"""
-
-# Then the speed of that embedder: the lines at batch 64 (tokens/s), and the median latency of
-# up to 30 of their 20-token sentences embedded alone; printed as the process's last line of
-# JSON (compare_revisions.py, row_block_sizes.py). It needs json, statistics and time imported.
-EMBED_SPEED = RANDOM_MODEL_EMBEDDER + """
-start = time.perf_counter()
-embedder.embed_sentences(lines)
-seconds = time.perf_counter() - start
-latencies = []
-for sentence in [s for s in lines if len(s) == 20][:30]:
-    t0 = time.perf_counter()
-    embedder.embed_sentences([sentence], batch_size=1)
-    latencies.append(time.perf_counter() - t0)
-print(json.dumps({{"tokens_per_second": sum(map(len, lines)) / seconds,
-                  "latency_20_tokens_ms": 1000 * statistics.median(latencies)}}))
-"""
+if __name__ == "__main__":
+    sys.exit(launch(sys.argv[1:]))

@@ -1,5 +1,5 @@
-"""Load benchmark of ``elmo serve``: one-sentence requests from 1, 8 and 64 concurrent callers,
-against a loop of ``Embedder.embed_sentence`` in one process.
+"""Load of ``elmo serve``: one-sentence requests from 1, 8 and 64 concurrent callers, against a
+loop of ``Embedder.embed_sentence`` in one process.
 
 A real ``elmo serve`` process listens on a free port of 127.0.0.1 (loopback only); this process
 is the callers: ``concurrency`` asyncio tasks, each on a keep-alive connection of its own (HTTP/1.1
@@ -15,6 +15,9 @@ Prints a table and writes JSON (throughput, p50 and p99 latency per level; the r
 targets are about):
 
     nice -n 10 python benchmarks/serve.py --output results/benchmarks/serve.json
+    python benchmarks/serve.py --quick --output serve.json   # concurrency 1 and 8, 1 s each: seconds
+
+``revisions.py serve`` drives two checkouts' servers with the same callers.
 """
 
 from __future__ import annotations
@@ -166,14 +169,16 @@ async def load(base: str, texts: list[str], concurrency: int, requests: int, sec
 
 
 def start_server(model: str | None, max_wait_ms: float, max_batch_tokens: int,
-                 threads: int | None) -> tuple[subprocess.Popen, str]:
+                 threads: int | None, env: dict | None = None) -> tuple[subprocess.Popen, str]:
+    """An ``elmo serve`` process on a free port of 127.0.0.1 (``env``: its environment, e.g. another
+    checkout first on ``PYTHONPATH``), once it says it is ready: the process and its base URL."""
     command = [sys.executable, "-m", "elmo.cli.main", "serve", "--port", "0", "--no-access-log",
                "--max-wait-ms", str(max_wait_ms), "--max-batch-tokens", str(max_batch_tokens)]
     if model:
         command += ["--model", model]
     if threads:
         command += ["--threads", str(threads)]
-    process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
+    process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, env=env)
     for line in process.stderr:
         found = re.search(r"ready on (http://\S+)", line)
         if found:
@@ -193,7 +198,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--server-threads", type=int,
                         help="the server's --threads, and the direct loop's (default: elmo serve's default)")
     parser.add_argument("--output", help="JSON file to write (e.g. results/benchmarks/serve.json)")
+    parser.add_argument("--quick", action="store_true",
+                        help="concurrency 1 and 8, 1 s and 16 warm-up requests each: the code, in seconds")
     args = parser.parse_args(argv)
+    if args.quick:
+        args.concurrency, args.seconds, args.warmup = [1, 8], 1.0, 16
     texts = sentences()
     results: dict = {"command": "python benchmarks/serve.py " + " ".join(sys.argv[1:] if argv is None else argv),
                      "model": args.model or "default", "endpoint": "POST /embed, one sentence per request",
