@@ -231,6 +231,10 @@ def encode_distinct(encoder: TokenEncoder, char_ids: torch.Tensor, words: Words 
     token encoder's cost; most words fill a handful of the slots, and the windows of padding
     alone all give the same value (:func:`padding_window_constants`), which joins the max-pool as
     one constant. Gradients flow through the gather to the shared computation.
+    This is the training path; inference's (:func:`encode_words_fast`) runs the same convolutions
+    (:func:`_cnn_on_real_slots`) but in fixed blocks of words, for batch independence, with its
+    products through inference-only kernels (oneDNN's, int8), which have no gradients; training
+    runs each length group whole.
     ``words``: :func:`distinct_words` of ``char_ids``, when the caller has it (None: computed here,
     which on a GPU waits for the device).
     ``fixed_shapes`` (None: on a GPU) runs each group's convolutions over its length bucket's
