@@ -1,5 +1,5 @@
-"""Whole-process ``elmo embed --precision bfloat16`` against float32, and bfloat16's deviation
-(issue 49, item 1).
+"""Reduced precision, whole process: ``elmo embed --precision bfloat16`` (and int8) against
+float32, and their deviation from it (issue 49, item 1).
 
 For each ``--size`` (random weights of the published shapes, saved as bilm-tf files), the same
 ``--sentences`` sentences are embedded by whole ``elmo embed`` commands (start-up, weight
@@ -27,6 +27,9 @@ sentences, and ``--threads 2`` with ``taskset`` holds it to two cores as the iss
 
     taskset -c 0,1 python benchmarks/bf16_whole_process.py --generate --sizes original --rounds 1 \
         --int8 --threads 2 --output "$OUT/bf16_whole_process_amx.json"
+
+``--quick``: the tiny preset on 8 generated sentences, one round (the GPU suite's ``--quick`` runs
+the same sizes): the code, in seconds.
 """
 
 from __future__ import annotations
@@ -41,8 +44,8 @@ import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from common import time_and_peak_process, time_process, write_results  # noqa: E402
-from embed_speed import make_model, write_sentences  # noqa: E402
+from common import random_model, time_and_peak_process, time_process, write_results  # noqa: E402
+from embed_speed import write_sentences  # noqa: E402
 
 
 def deviation(reference: str, other: str) -> dict:
@@ -70,7 +73,7 @@ def deviation(reference: str, other: str) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    source = parser.add_mutually_exclusive_group(required=True)
+    source = parser.add_mutually_exclusive_group()
     source.add_argument("--text", help="tokenized sentences, one per line (the first --sentences are used)")
     source.add_argument("--generate", action="store_true",
                         help="--sentences made-up sentences instead, as the GPU suite makes them (the packaged "
@@ -83,7 +86,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--before", help="src/ folder of an earlier checkout, for its bfloat16 row")
     parser.add_argument("--int8", action="store_true", help="also time --precision int8")
     parser.add_argument("--output", default="results/benchmarks/bf16_whole_process.json")
+    parser.add_argument("--quick", action="store_true", help="the tiny preset, 8 generated sentences, one round")
     args = parser.parse_args(argv)
+    if args.quick:
+        args.sizes, args.sentences, args.rounds, args.generate = ["tiny"], 8, 1, not args.text
+    if not (args.text or args.generate):
+        parser.error("one of --text or --generate is needed (or --quick)")
 
     import torch
 
@@ -110,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
     for size in args.sizes:
         folder = os.path.join(work, size)
         with torch.no_grad():
-            options, weights = map(str, save_bilm_tf(make_model(size, fast=True), folder))
+            options, weights = map(str, save_bilm_tf(random_model(size), folder))
         commands, envs, outputs = {}, {}, {}
         for name, (precision, src) in sources.items():
             outputs[name] = os.path.join(work, f"{size}-{name.replace(' ', '-')}.hdf5")
@@ -150,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
     for name, d in deviations.items():
         print(f"{name:32}{d['min_cosine']:>12.6f}{d['cosine_quantile_0.001']:>13.6f}{d['max_abs_difference']:>12.4f}")
     # write_results adds machine(), whose vector_extensions include the bfloat16 and AMX flags.
-    write_results(args.output, {"sentences": len(sentences),
+    write_results(args.output, {"quick": args.quick, "sentences": len(sentences),
                                 "tokens": tokens, "text": "generated" if args.generate else "given",
                                 "threads": args.threads, "batch_size": args.batch_size, "rounds": args.rounds,
                                 "before": args.before, "rows": rows, "deviation": deviations})

@@ -1,4 +1,5 @@
-"""Embedding speed: the fast path against the plain per-timestep path, same sentences, one run.
+"""CPU embedding speed: the fast path against the plain per-timestep path in one process, and
+(``--whole-process``) whole ``elmo embed`` commands against AllenNLP's ``ElmoEmbedder``.
 
 For each model size (random weights of the published shapes) and batch size, every
 configuration runs in a fresh process (so its peak memory is its own) over the same real
@@ -14,7 +15,8 @@ sentences:
 
 Printed and saved: tokens/s, sentences/s, peak memory, speed-up over plain, model FLOPs per
 token and the fraction of this machine's measured float32 matmul peak reached; for bf16 its
-largest and mean deviation from float32. Batch 1 also reports the latency of 20-token sentences.
+largest and mean deviation from float32. Batch 1 also reports the latency of sentences of
+``--latency-tokens`` tokens (20).
 
     python benchmarks/embed_speed.py --text DATA/wiki-heldout/train/shard-00000.txt \
         --cache-words DATA/vocab-50k.txt --output results/benchmarks/embed_speed.json
@@ -30,6 +32,9 @@ embedding with writing.
     python benchmarks/embed_speed.py --whole-process --text DATA/wiki-heldout/train/shard-00000.txt \
         --cache-words DATA/vocab-50k.txt --allennlp-src "$WORK/allennlp-0.9.0" \
         --output results/benchmarks/embed_whole_process.json
+
+``--quick`` (either mode) runs the tiny preset on 12 sentences of the built-in warm-up text, at
+batch 1, or (whole process) in float32 with the vocabulary cache: the code, in seconds, no data needed.
 """
 
 from __future__ import annotations
@@ -51,10 +56,13 @@ from common import (  # noqa: E402
     lstm_flops,
     matmul_peak_flops,
     peak_rss_bytes,
+    quick_sentences,
+    random_model,
     time_process,
     token_encoder_flops,
     write_results,
 )
+from startup import breakdown_command, run_breakdown  # noqa: E402
 
 
 def write_sentences(path: str, n: int, work: str) -> tuple[str, list[list[str]], int]:
@@ -67,7 +75,8 @@ def write_sentences(path: str, n: int, work: str) -> tuple[str, list[list[str]],
     return text, sentences, sum(map(len, sentences))
 
 
-def load_sentences(path: str, n: int) -> list[list[str]]:
+def load_sentences(path: str, n: int, all_of_them: bool = True) -> list[list[str]]:
+    """The first ``n`` sentences of ``path`` (fewer if it has fewer and not ``all_of_them``)."""
     out = []
     with open(path, encoding="utf-8") as f:
         for line in f:
@@ -76,25 +85,9 @@ def load_sentences(path: str, n: int) -> list[list[str]]:
                 out.append(tokens)
             if len(out) == n:
                 break
-    if len(out) < n:
+    if len(out) < n and all_of_them:
         raise SystemExit(f"{path}: only {len(out)} sentences, {n} wanted")
     return out
-
-
-def make_model(size: str, fast: bool):
-    import torch
-
-    from elmo import BiLM
-    from elmo.model.config import published_config
-
-    torch.manual_seed(0)
-    model = BiLM(published_config(size), fast=fast).eval()
-    # Random biases too, so no gate sits at an untypical exact zero.
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if name.endswith("bias"):
-                p.uniform_(-0.1, 0.1)
-    return model
 
 
 def run_one(args) -> dict:
@@ -106,7 +99,7 @@ def run_one(args) -> dict:
     from elmo.model.chars import batch_to_char_ids
 
     sentences = load_sentences(args.text, args.sentences)
-    model = make_model(args.size, fast=args.path != "plain")
+    model = random_model(args.size, fast=args.path != "plain")
     result = {"size": args.size, "path": args.path, "batch_size": args.batch_size, "sentences": len(sentences),
               "tokens": sum(map(len, sentences))}
     if args.path == "plain":
@@ -143,13 +136,13 @@ def run_one(args) -> dict:
             result["bf16_mean_abs_deviation"] = float(np.mean([d.mean() for d in diffs if d.size]))
             result["reference_mean_abs_value"] = float(np.mean([np.abs(r).mean() for r in reference if r.size]))
         if args.batch_size == 1:
-            twenty = [s for s in load_sentences(args.text, 20 * args.sentences) if len(s) == 20][:30]
+            alone = [s for s in load_sentences(args.text, 20 * args.sentences, False) if len(s) == args.latency_tokens][:30]
             latencies = []
-            for s in twenty:
+            for s in alone:
                 t0 = time.perf_counter()
                 embedder.embed_sentences([s], batch_size=1)
                 latencies.append(time.perf_counter() - t0)
-            result["latency_20_tokens_ms"] = 1000 * statistics.median(latencies)
+            result[f"latency_{args.latency_tokens}_tokens_ms"] = 1000 * statistics.median(latencies)
     result["seconds"] = seconds
     result["tokens_per_second"] = result["tokens"] / seconds
     result["sentences_per_second"] = len(sentences) / seconds
@@ -159,38 +152,20 @@ def run_one(args) -> dict:
     return result
 
 
-BREAKDOWN = """
-import json, time
-t0 = time.perf_counter()
-import elmo.cli.main, elmo.cli.embed
-from elmo.inference.embed import Embedder
-from elmo.inference.embed_file import FileEmbedder
-from elmo.hub import load_model
-t1 = time.perf_counter()
-model = load_model(({options!r}, {weights!r}))
-t2 = time.perf_counter()
-embedder = Embedder(model, batch_size={batch_size}, **{embedder_options!r})
-embedder.runtime.initial_state(1)
-t3 = time.perf_counter()
-FileEmbedder(embedder).write({text!r}, {output!r}, overwrite=True)
-t4 = time.perf_counter()
-print(json.dumps({{"imports": t1 - t0, "weight_loading": t2 - t1, "warm_state": t3 - t2,
-                  "embedding_and_writing": t4 - t3}}))
-"""
-
 # The whole-process configurations: (precision, with the vocabulary cache).
 WHOLE_PROCESS_CONFIGURATIONS = {"float32": ("float32", False), "bfloat16": ("bfloat16", False),
                                 "int8": ("int8", False), "float32+cache": ("float32", True),
                                 "bfloat16+cache": ("bfloat16", True)}
 
 
-def whole_process(args) -> list[dict]:
-    """The ``--whole-process`` table: see the module's docstring."""
+def whole_process(args, work: str) -> list[dict]:
+    """The ``--whole-process`` table (see the module's docstring), its files under ``work``."""
     import torch
 
     from elmo import save_bilm_tf
 
-    work = tempfile.mkdtemp(prefix="elmo-embed-speed-")
+    work = os.path.join(work, "whole-process")
+    os.makedirs(work)
     text, sentences, tokens = write_sentences(args.text, args.sentences, work)
     env = installed_env({**os.environ, "ELMO_CACHE": os.path.join(work, "elmo-cache")}, work)
     if args.allennlp_src:
@@ -201,7 +176,7 @@ def whole_process(args) -> list[dict]:
     for size in args.sizes:
         folder = os.path.join(work, size)
         with torch.no_grad():
-            options, weights = map(str, save_bilm_tf(make_model(size, fast=True), folder))
+            options, weights = map(str, save_bilm_tf(random_model(size), folder))
         cache = os.path.join(folder, "cache.hdf5")
         subprocess.run([sys.executable, "-m", "elmo.cli.main", "cache-vocab", args.cache_words, cache,
                         "--options", options, "--weights", weights], check=True, stdout=subprocess.DEVNULL, env=env)
@@ -224,11 +199,10 @@ def whole_process(args) -> list[dict]:
                    "batch_size": args.batch_sizes[0], "seconds": runs, "median_seconds": statistics.median(runs)}
             if name in WHOLE_PROCESS_CONFIGURATIONS:
                 precision, cached = WHOLE_PROCESS_CONFIGURATIONS[name]
-                embedder_options = {"precision": precision, **({"vocab_cache": cache} if cached else {})}
-                code = BREAKDOWN.format(options=options, weights=weights, batch_size=args.batch_sizes[0],
-                                        embedder_options=embedder_options, text=text, output=output)
-                out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True, env=env)
-                row["breakdown_seconds"] = json.loads(out.stdout.strip().splitlines()[-1])
+                command = breakdown_command(options, weights, "--text", text, "--embed-output", output,
+                                            "--batch-size", str(args.batch_sizes[0]), "--precision", precision,
+                                            *(["--vocab-cache", cache] if cached else []))
+                row["breakdown_seconds"] = run_breakdown(command, env)
             rows.append(row)
         if args.allennlp_src:
             reference = statistics.median(seconds["AllenNLP ElmoEmbedder"])
@@ -245,8 +219,8 @@ def whole_process(args) -> list[dict]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--text", required=True, help="tokenized sentences, one per line")
-    parser.add_argument("--cache-words", required=True, help="word list for the vocabulary cache")
+    parser.add_argument("--text", help="tokenized sentences, one per line (needed unless --quick)")
+    parser.add_argument("--cache-words", help="word list for the vocabulary cache (needed unless --quick)")
     parser.add_argument("--sentences", type=int, default=1000)
     parser.add_argument("--plain-sentences", type=int, default=200,
                         help="sentences for the slow plain path of the original size (and its ratio)")
@@ -260,6 +234,10 @@ def main(argv: list[str] | None = None) -> int:
                         default=list(WHOLE_PROCESS_CONFIGURATIONS),
                         help="the whole-process configurations to time (all by default); each precision runs once "
                              "first, untimed, to cache its warm state")
+    parser.add_argument("--latency-tokens", type=int, default=20, help="batch 1: length of the sentences timed")
+    parser.add_argument("--quick", action="store_true",
+                        help="the tiny preset on 12 sentences of the built-in warm-up text, batch 1 (with "
+                             "--whole-process: float32 with the vocabulary cache, one round): seconds")
     parser.add_argument("--one", nargs=4, metavar=("SIZE", "PATH", "BATCH", "SENTENCES"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.one:
@@ -267,14 +245,35 @@ def main(argv: list[str] | None = None) -> int:
         args.batch_size, args.sentences = int(batch), int(n)
         print(json.dumps(run_one(args)))
         return 0
-    if args.whole_process:
-        rows = whole_process(args)
-        write_results(args.output, {"matmul_peak_flops": matmul_peak_flops(), "results": rows})
-        return 0
+    with tempfile.TemporaryDirectory(prefix="elmo-embed-speed-") as work:
+        if args.quick:
+            args.sizes, args.sentences, args.plain_sentences, args.latency_tokens = ["tiny"], 12, 12, 12
+            args.batch_sizes, args.repeats = [1], 1
+            args.configurations = ["float32+cache"]
+            args.text = args.text or quick_sentences(os.path.join(work, "sentences.txt"), args.sentences)
+            if not args.cache_words:
+                args.cache_words = os.path.join(work, "words.txt")
+                with open(args.text, encoding="utf-8") as f, open(args.cache_words, "w", encoding="utf-8") as out:
+                    out.writelines(f"{word}\n" for word in sorted({w for line in f for w in line.split()}))
+        if not (args.text and args.cache_words):
+            parser.error("--text and --cache-words are needed (or --quick)")
+        if args.whole_process:
+            rows = whole_process(args, work)
+            write_results(args.output, {"quick": args.quick, "matmul_peak_flops": matmul_peak_flops(),
+                                        "results": rows})
+        else:
+            in_process(args)
+    return 0
 
+
+def in_process(args) -> None:
+    """The in-process table: see the module's docstring."""
     def one(size, path, batch, n):
         out = subprocess.run([sys.executable, __file__, "--text", args.text, "--cache-words", args.cache_words,
-                              "--one", size, path, str(batch), str(n)], check=True, capture_output=True, text=True)
+                              "--latency-tokens", str(args.latency_tokens), "--one", size, path, str(batch), str(n)],
+                             capture_output=True, text=True)
+        if out.returncode != 0:
+            raise SystemExit(f"{size} {path} batch {batch} failed ({out.returncode}):\n{out.stderr[-3000:]}")
         return json.loads(out.stdout.strip().splitlines()[-1])
 
     peak = matmul_peak_flops()
@@ -282,7 +281,7 @@ def main(argv: list[str] | None = None) -> int:
     for size in args.sizes:
         for batch in args.batch_sizes:
             # The plain path of the big model is slow: it and its ratio use fewer sentences.
-            n_plain = args.sentences if size == "small" else args.plain_sentences
+            n_plain = args.sentences if size in ("tiny", "small") else args.plain_sentences
             rows = [one(size, "plain", batch, n_plain)]
             if n_plain != args.sentences:
                 rows.append(dict(one(size, "fast", batch, n_plain), note="ratio reference"))
@@ -302,11 +301,11 @@ def main(argv: list[str] | None = None) -> int:
     for r in results:
         print(f"{r['size']:9}{r['batch_size']:>6} {r['path']:12}{r['sentences']:>6}{r['tokens_per_second']:>10.0f}"
               f"{r['sentences_per_second']:>8.1f}{r['peak_memory_bytes'] / 2**20:>9.0f}{r['speedup_over_plain']:>8.1f}"
-              f"{100 * r['fraction_of_matmul_peak']:>7.1f}%" + (f"  20-token latency {r['latency_20_tokens_ms']:.1f} ms"
-                                                              if "latency_20_tokens_ms" in r else ""))
+              f"{100 * r['fraction_of_matmul_peak']:>7.1f}%" + "".join(
+                  f"  {key.split('_')[1]}-token latency {value:.1f} ms" for key, value in r.items()
+                  if key.startswith("latency_")))
     print(f"matmul peak {peak / 1e9:.0f} GFLOP/s float32")
-    write_results(args.output, {"matmul_peak_flops": peak, "results": results})
-    return 0
+    write_results(args.output, {"quick": args.quick, "matmul_peak_flops": peak, "results": results})
 
 
 if __name__ == "__main__":

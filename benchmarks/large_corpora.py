@@ -30,7 +30,10 @@ shared machine falls on all alike; the tables give medians and the range of the 
         --output results/benchmarks/large_corpora_long_line.json
 
 ``SENTENCES.txt`` is one tokenized sentence per line, e.g. from ``elmo prepare`` over Wikipedia
-articles. The model is ``--model`` (default: the packaged one).
+articles. The model is ``--model`` (default: the packaged one). ``--quick`` runs a part on a few
+hundred lines of the built-in warm-up text, once (long-line: 2,000 tokens): the code, in seconds.
+
+    python benchmarks/large_corpora.py layouts --quick --output large_corpora_layouts.json
 """
 
 from __future__ import annotations
@@ -47,7 +50,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from common import time_process, write_results  # noqa: E402
+from common import quick_sentences, time_and_peak_process, time_process, write_results  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ELMO = [sys.executable, "-m", "elmo.cli.main"]
@@ -304,26 +307,20 @@ def bench_long_line(args, work: str) -> dict:
     rows, table = [], []
     for name, (source, extra) in runs.items():
         out = os.path.join(work, "out.hdf5")
-        code = ("import resource, subprocess, sys, time; start = time.perf_counter(); "
-                "r = subprocess.run(sys.argv[1:]); seconds = time.perf_counter() - start; "
-                "print(r.returncode, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, seconds)")
-        done = subprocess.run([sys.executable, "-c", code, *ELMO, "embed", source, out, "--layout", "packed",
-                               *model_args(args), *extra], capture_output=True, text=True)
-        returncode, rss_kib, seconds = done.stdout.split()
-        if returncode != "0":
-            raise SystemExit(f"{name} failed:\n{done.stderr[-3000:]}")
-        rows.append({"run": name, "peak_rss_bytes": int(rss_kib) * 1024, "seconds": float(seconds),
+        seconds, peak_mb = time_and_peak_process([*ELMO, "embed", source, out, "--layout", "packed",
+                                                  *model_args(args), *extra])
+        rows.append({"run": name, "peak_rss_bytes": int(peak_mb * 2**20), "seconds": seconds,
                      "output_bytes": os.path.getsize(out)})
-        table.append([name, f"{int(rss_kib) / 1024:.0f}", f"{float(seconds):.0f}", f"{os.path.getsize(out) / 2**20:.0f}"])
+        table.append([name, f"{peak_mb:.0f}", f"{seconds:.0f}", f"{os.path.getsize(out) / 2**20:.0f}"])
         remove(out)
     print_table(["run", "peak RSS MiB", "s", "output MiB"], table)
     return {"tokens": args.tokens, "runs": rows}
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("part", choices=["layouts", "processes", "ray", "resume", "long-line"])
-    parser.add_argument("--text", required=True, help="one tokenized sentence per line")
+    parser.add_argument("--text", help="one tokenized sentence per line (needed unless --quick)")
     parser.add_argument("--sentences", type=int, default=20_000)
     parser.add_argument("--embed-sentences", type=int, default=None,
                         help="layouts: embed only this many lines, and write them over and over up to --sentences")
@@ -332,12 +329,23 @@ def main() -> None:
     parser.add_argument("--model", default=None, help="model name or path (default: the packaged one)")
     parser.add_argument("--workdir", default=None, help="where the temporary files go (default: a temp folder)")
     parser.add_argument("--output", required=True, help="JSON file to write")
-    args = parser.parse_args()
+    parser.add_argument("--quick", action="store_true",
+                        help="a few hundred lines of the built-in warm-up text, one round: seconds, no data needed")
+    args = parser.parse_args(argv)
     run = {"layouts": bench_layouts, "processes": bench_processes, "ray": bench_ray, "resume": bench_resume,
            "long-line": bench_long_line}[args.part]
     with tempfile.TemporaryDirectory(dir=args.workdir) as work:
+        if args.quick:
+            # resume: 10 batches of 64, so that the run can be killed halfway
+            args.sentences, args.embed_sentences, args.tokens, args.repeats = \
+                (640 if args.part == "resume" else 200), 40, 2000, 1
+            args.text = args.text or quick_sentences(os.path.join(work, "quick.txt"), 640)
+        if not args.text:
+            parser.error("--text is needed (or --quick)")
         results = run(args, work)
-    write_results(args.output, {"part": args.part, "command": " ".join(sys.argv), **results})
+    write_results(args.output, {"part": args.part, "quick": args.quick,
+                                "command": " ".join(sys.argv if argv is None else ["large_corpora.py", *argv]),
+                                **results})
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""Training throughput of the biLM: tokens/s, peak memory and model FLOPs utilisation.
+"""Training throughput of the biLM per preset: tokens/s, peak memory and model FLOPs utilisation.
 
 Each preset runs in a fresh process (so peak memory is its own): a few warm-up steps, then timed
 steps of the real training loop (both directions, sampled or full softmax, optimizer step).
@@ -7,6 +7,10 @@ Tokens are counted per direction, as ``--max-tokens`` counts them. MFU is achiev
 
     python benchmarks/train_speed.py --train 'DATA/wiki/train/*.txt' --vocab DATA/vocab.txt \
         --output results/benchmarks/train_speed.json
+    python benchmarks/train_speed.py --quick --output train_speed.json   # seconds, no data needed
+
+``--quick``: the tiny preset, one warm-up and two timed steps on the built-in warm-up text with the
+packaged model's vocabulary.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from common import (  # noqa: E402
     lstm_flops,
     matmul_peak_flops,
     peak_rss_bytes,
+    quick_sentences,
     token_encoder_flops,
     write_results,
 )
@@ -68,31 +73,49 @@ def measure(preset: str, train: str, vocab: str, steps: int, warmup: int, device
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--train", required=True, help="one tokenized training shard")
-    parser.add_argument("--vocab", required=True)
+    parser.add_argument("--train", help="one tokenized training shard (needed unless --quick)")
+    parser.add_argument("--vocab", help="its vocabulary (needed unless --quick)")
     parser.add_argument("--presets", nargs="+", default=["tiny", "small"])
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--output", default="results/benchmarks/train_speed.json")
+    parser.add_argument("--quick", action="store_true", help="the tiny preset, 1 + 2 steps, no data needed")
     parser.add_argument("--one", help=argparse.SUPPRESS)  # internal: measure one preset, print JSON
     args = parser.parse_args(argv)
     if args.one:
         print(json.dumps(measure(args.one, args.train, args.vocab, args.steps, args.warmup, args.device)))
         return 0
-    results = []
-    for preset in args.presets:
-        out = subprocess.run([sys.executable, __file__, "--one", preset, "--train", args.train, "--vocab", args.vocab,
-                              "--steps", str(args.steps), "--warmup", str(args.warmup), "--device", args.device],
-                             check=True, capture_output=True, text=True)
-        results.append(json.loads(out.stdout.strip().splitlines()[-1]))
+    with tempfile.TemporaryDirectory(prefix="elmo-train-speed-") as work:
+        if args.quick:
+            from elmo.hub.pretrained import packaged_model_dir
+
+            args.presets, args.steps, args.warmup = ["tiny"], 2, 1
+            args.train = args.train or quick_sentences(os.path.join(work, "train.txt"), 300)
+            args.vocab = args.vocab or str(packaged_model_dir() / "vocab.txt")
+        if not (args.train and args.vocab):
+            parser.error("--train and --vocab are needed (or --quick)")
+        results = presets(args)
     print(f"{'preset':8} {'params':>10} {'softmax':>15} {'tokens/s':>10} {'peak MB':>9} {'GFLOP/tok':>10} {'MFU':>7}")
     for r in results:
         print(f"{r['preset']:8} {r['parameters']:>10,} {r['softmax']:>15} {r['tokens_per_second']:>10.0f} "
               f"{r['peak_memory_bytes'] / 2**20:>9.0f} {r['model_flops_per_token'] / 1e9:>10.3f} {100 * r['mfu']:>6.1f}%")
     print(f"matmul peak {results[0]['matmul_peak_flops'] / 1e9:.1f} GFLOP/s float32")
-    write_results(args.output, {"results": results})
+    write_results(args.output, {"quick": args.quick, "results": results})
     return 0
+
+
+def presets(args) -> list[dict]:
+    """Each preset measured in a fresh process of its own."""
+    results = []
+    for preset in args.presets:
+        out = subprocess.run([sys.executable, __file__, "--one", preset, "--train", args.train, "--vocab", args.vocab,
+                              "--steps", str(args.steps), "--warmup", str(args.warmup), "--device", args.device],
+                             capture_output=True, text=True)
+        if out.returncode != 0:
+            raise SystemExit(f"preset {preset} failed ({out.returncode}):\n{out.stderr[-3000:]}")
+        results.append(json.loads(out.stdout.strip().splitlines()[-1]))
+    return results
 
 
 if __name__ == "__main__":
