@@ -245,7 +245,7 @@ def test_a_damaged_member_fails_its_crc(tmp_path, monkeypatch):
     ("no weights", r"no\.zip: not a model: no weights file"),
     ("no options", r"no\.zip: not a model: no options file"),
     ("binary options", r"no\.zip:options\.json: not an options\.json: this is an HDF5 file"),
-    ("bad options", r"no\.zip:options\.json: lstm\.dim: must be a positive integer"),
+    ("bad options", r"no\.zip:options\.json: lstm\.dim: must be at least 1"),
     ("wrong shape", r"no\.zip:model\.hdf5: dataset 'CNN/W_cnn_0' has shape \(1, 1, 4, 5\), but .*no\.zip:options\.json needs"),
     ("two weights", r"no\.zip: 2 candidate weights files"),
     ("weights not hdf5", r"no\.zip:model\.hdf5: not an HDF5 file \(it starts with b'\\x80\\x02 a pic'\)"),

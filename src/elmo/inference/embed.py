@@ -11,7 +11,6 @@ Embedder (:meth:`Embedder.embed_file` is a thin wrapper over it).
 from __future__ import annotations
 
 import copy
-import numbers
 import os
 from collections.abc import Iterator, Mapping, Sequence, Set
 
@@ -19,6 +18,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
+from elmo.checks import check_count
 from elmo.hub.resolve import ModelSource, load_model, load_model_with_origin
 from elmo.inference.embed_file import (
     DEFAULT_CHUNK_SENTENCES,
@@ -39,15 +39,6 @@ Layers = str | int | Sequence[int]
 # Embedder, of elmo embed and of a task config's [bilm] section.
 DEFAULT_BATCH_SIZE = 64
 DEFAULT_MAX_TOKENS = 4096
-
-
-def check_count(value: int, name: str) -> int:
-    """``value`` if it is an integer of at least 1, else a ValueError naming ``name`` (the
-    argument, or the command-line option that gave it): the one check of a batch size and of a
-    token budget, wherever they enter. A 0 is an error, never a default."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
-        raise ValueError(f"{name}: must be at least 1, got {value!r}")
-    return value
 
 
 def as_tokens(sentence: str | Sequence[str], where: str = "sentence") -> list[str]:

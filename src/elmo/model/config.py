@@ -24,6 +24,8 @@ import os
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from elmo.checks import check_count
+
 
 class ConfigError(ValueError):
     """An options file or dict is malformed; the message names the field at fault."""
@@ -346,8 +348,11 @@ def _check_type(name: str, value: Any, expected: type | tuple[type, ...]) -> Non
 
 
 def _positive(name: str, value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ConfigError(f"{name}: must be a positive integer, got {value!r}")
+    """:func:`elmo.checks.check_count`'s check and words, as a :class:`ConfigError`."""
+    try:
+        check_count(value, name)
+    except ValueError as error:
+        raise ConfigError(str(error)) from None
 
 
 def _take(section: str, d: Any, allowed: dict[str, type | tuple[type, ...]], required: set[str]) -> dict:
