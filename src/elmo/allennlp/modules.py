@@ -213,10 +213,10 @@ class _ElmoLstm(nn.Module):
         if self._runtime is None or self._runtime.device != device:
             carried = self._pending
             if self._runtime is not None:
-                carried = self._runtime.states.carried
+                carried = self._runtime.carried_state
             self._runtime = Runtime(self._bilm, state=self._mode)
             if carried is not None:
-                self._runtime.states.carried = BiLMState(carried.c.to(device), carried.h.to(device))
+                self._runtime.carried_state = carried  # moved to the new device by the runtime
             self._pending = None
         return self._runtime
 
@@ -232,7 +232,7 @@ class _ElmoLstm(nn.Module):
         if mask is None:
             self.runtime.reset_state()
             return
-        carried = self.runtime.states.carried
+        carried = self.runtime.carried_state
         if carried is None:
             return
         mask = torch.as_tensor(mask, dtype=torch.bool, device=carried.c.device).reshape(-1)
@@ -240,11 +240,11 @@ class _ElmoLstm(nn.Module):
             raise ValueError(f"Trying to reset states using mask with incorrect batch size. Expected batch size: "
                              f"{carried.batch_size}. Provided batch size: {mask.shape[0]}.")
         keep = (~mask).to(carried.c.dtype)[None, None, :, None]
-        self.runtime.states.carried = BiLMState(carried.c * keep, carried.h * keep)
+        self.runtime.carried_state = BiLMState(carried.c * keep, carried.h * keep)
 
     @property
     def _states(self) -> tuple[torch.Tensor, torch.Tensor] | None:
-        carried = self.runtime.states.carried
+        carried = self.runtime.carried_state
         if carried is None:
             return None
         return torch.cat([carried.h[0], carried.h[1]], dim=-1), torch.cat([carried.c[0], carried.c[1]], dim=-1)
@@ -252,7 +252,7 @@ class _ElmoLstm(nn.Module):
     @_states.setter
     def _states(self, value: tuple[torch.Tensor, torch.Tensor] | None) -> None:
         if value is None:
-            self.runtime.states.carried = None
+            self.runtime.carried_state = None
             return
         hidden, memory = value
         lstm = self._bilm.config.lstm
@@ -266,7 +266,7 @@ class _ElmoLstm(nn.Module):
         proj, cell = lstm.projection_dim, lstm.dim
         c = torch.stack([memory[..., :cell], memory[..., cell:]]).to(runtime.device, torch.float32)
         h = torch.stack([hidden[..., :proj], hidden[..., proj:]]).to(runtime.device, torch.float32)
-        runtime.states.carried = BiLMState(c.contiguous(), h.contiguous())
+        runtime.carried_state = BiLMState(c.contiguous(), h.contiguous())
 
     def __getstate__(self) -> dict[str, Any]:
         # The runtime (stacked weights, token memo) is rebuilt after unpickling; the policy and
@@ -274,7 +274,7 @@ class _ElmoLstm(nn.Module):
         state = dict(super().__getstate__())
         runtime = self._runtime
         if runtime is not None:
-            state["_pending"] = runtime.states.carried
+            state["_pending"] = runtime.carried_state
         state["_runtime"] = None
         return state
 
