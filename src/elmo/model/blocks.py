@@ -41,7 +41,7 @@ HEAD_BLOCK = 64
 # 32 MB per direction in float32, as large as the development CPU's L3, so each row block of a
 # step read it from memory again; in parts of this many columns (8 MB) the step's row blocks
 # find it in the cache (1.24x on that product there, 1.53x with each part multiplied transposed:
-# elmo.model.lstm._column_parts, benchmarks/column_parts.py). Like the row blocks, a constant:
+# elmo.model.lstm._column_parts; benchmarks/column_parts.py at commit 1a3a222). Like the row blocks, a constant:
 # which part a column falls in never depends on the batch. bfloat16's packed weight (16 MB) fits
 # the cache and stays whole (its parts measured 0.94x-1.11x at 4,096 columns: no gain shown).
 COLUMN_BLOCK = 4096
@@ -97,7 +97,7 @@ def pad_rows(x: torch.Tensor, rows: int, dim: int = 0) -> torch.Tensor:
 
 # Products on a CPU go through oneDNN's float32 linear kernel where this PyTorch has it: on the
 # development CPU (AMD EPYC, AVX-512) it ran every product of the inference path at its block size
-# as fast as MKL's to 2.9x as fast (``benchmarks/lstm_kernels.py``), since MKL takes its slower code
+# as fast as MKL's to 2.9x as fast (``benchmarks/lstm_kernels.py`` at commit 50e1cc9), since MKL takes its slower code
 # paths on AMD CPUs while oneDNN picks its kernels from the instruction set. bfloat16 products go
 # through its bfloat16 kernel where oneDNN has the CPU's bfloat16 instructions (AVX512_BF16, AMX),
 # on weights pre-packed once (:func:`prepack`): on the development CPU 1.04x to 1.8x as fast as

@@ -3,7 +3,7 @@
 torch's dropout on the CPU draws its mask with ``bernoulli_``, which costs about three times as
 much as drawing uniform numbers and comparing them with ``p`` (1.9M elements on one thread of the
 2-core development machine: 27 ms against 8 ms). In a task model's training step that was about a
-tenth of the time (``benchmarks/task_step.py --compare dropout``). The mask here has the same
+tenth of the time (``benchmarks/task_step.py --compare dropout`` at commit 29d2312). The mask here has the same
 distribution, each element kept with probability ``1 - p`` and the kept ones scaled by
 ``1 / (1 - p)``; only the way the random numbers are drawn differs, so a run is not bitwise the
 run that ``nn.Dropout`` would give with the same seed. On other devices torch's fused kernel is the

@@ -311,7 +311,7 @@ def _column_parts(direction: LinearWeights, bias: torch.Tensor | None,
     ``transposed``: as ``part @ block.T``, the bias added after, with the part's gate rows
     (thousands) in oneDNN's row dimension and the block's 16 rows as its weight. On the original
     size's step that ran 1.23x as fast as ``block @ part.T`` (233 against 189 GFLOP/s), with the
-    same bits (``benchmarks/column_parts.py``), and a block's rows are still one fixed-shape
+    same bits (measured by ``benchmarks/column_parts.py`` at commit 1a3a222), and a block's rows are still one fixed-shape
     product's, whatever the batch. A packed or quantized weight comes whole (``slice(None)``, not
     transposed): it cannot be sliced, and bfloat16's fits the cache and runs faster packed."""
     state = direction.state

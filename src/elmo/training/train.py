@@ -211,8 +211,7 @@ class Trainer:
         # and negatives of a sampled softmax): the dense step's numbers, since its update of a row
         # without gradient is exactly nothing (the sum gains 0, the weight moves by 0), without a
         # (vocab, dim) gradient, sum and square root per step. One process only (DDP all-reduces
-        # dense gradients), Adagrad only (AdamW moves every row). An attribute, so a benchmark of
-        # the dense step can turn it off.
+        # dense gradients), Adagrad only (AdamW moves every row).
         self.sparse_softmax = (self.config.training["optimizer"] == "adagrad" and self.ctx.world == 1
                                and self._n_samples() > 0)
         # Negatives are shared by the whole (global) batch: every rank draws the same ones.
