@@ -107,5 +107,7 @@ def test_layer_zero_is_duplicated_token_vector(allennlp_model):
         out = allennlp_model(ids, mask)
         tokens = allennlp_model.token_encoder(ids)[0]
     layer0 = out.layers[0, 0]
-    torch.testing.assert_close(layer0[:, :16], tokens, rtol=0, atol=1e-6)
+    # The model encodes the sentence with its boundary tokens, this call without: other shapes, so
+    # other kernels may round differently (1.4e-6 on a value of 4.7 with AVX2-held kernels on an Intel Xeon).
+    torch.testing.assert_close(layer0[:, :16], tokens, rtol=1e-6, atol=1e-6)
     torch.testing.assert_close(layer0[:, 16:], layer0[:, :16], rtol=0, atol=0)
