@@ -118,18 +118,23 @@ def test_stale_temporaries_of_dead_processes_are_removed(tmp_path):
     target = tmp_path / "out.hdf5"
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
     dead_pid = int(dead.stdout)
-    stale = tmp_path / f"out.hdf5.{dead_pid}.abc123.tmp"
+    stale = tmp_path / f"out.hdf5.elmo-tmp.{dead_pid}.{'a' * 32}.tmp"
     stale.write_bytes(b"x" * 1000)
     sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
     try:
-        live = tmp_path / f"out.hdf5.{sleeper.pid}.def456.tmp"  # another run still writing
+        live = tmp_path / f"out.hdf5.elmo-tmp.{sleeper.pid}.{'b' * 32}.tmp"  # another run still writing
         live.write_bytes(b"y")
-        foreign = tmp_path / "out.hdf5.notes.tmp"  # not our naming: never touched
-        foreign.write_bytes(b"z")
+        # Not our naming, whatever they look like: never touched (a user's backup named like the
+        # temporaries of earlier versions, with a dead process's id in it, included).
+        foreign = [tmp_path / "out.hdf5.notes.tmp", tmp_path / f"out.hdf5.{dead_pid}.backup.tmp",
+                   tmp_path / f"out.hdf5.elmo-tmp.{dead_pid}.backup.tmp"]
+        for path in foreign:
+            path.write_bytes(b"z")
         with atomic_path(target) as tmp:
+            assert os.path.basename(tmp).startswith("out.hdf5.elmo-tmp.")
             open(tmp, "wb").write(b"new")
         assert not stale.exists()
-        assert live.exists() and foreign.exists()
+        assert live.exists() and all(path.read_bytes() == b"z" for path in foreign)
         assert target.read_bytes() == b"new"
         assert remove_stale_temporaries(target) == []
     finally:

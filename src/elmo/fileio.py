@@ -35,19 +35,33 @@ def _process_alive(pid: int) -> bool:
     return True
 
 
+# elmo's temporary files: ``<name>.elmo-tmp.<pid>.<32 hex digits>.tmp`` beside the file ``<name>``
+# they become. No user names a file so (a 128-bit random part), and only files of exactly this
+# form are ever cleaned up: a user's ``out.hdf5.4000000.backup.tmp`` is never touched.
+TEMPORARY_TAG = "elmo-tmp"
+_TEMPORARY = re.compile(r"(?P<target>.+)\." + TEMPORARY_TAG + r"\.(?P<pid>\d+)\.[0-9a-f]{32}\.tmp")
+
+
+def temporary_target(name: str) -> str | None:
+    """The name of the file whose temporary ``name`` is (one :func:`atomic_path` made), or None
+    when ``name`` is not one of elmo's temporary files."""
+    match = _TEMPORARY.fullmatch(name)
+    return match.group("target") if match else None
+
+
 def remove_stale_temporaries(path: str | os.PathLike) -> list[str]:
     """Delete the temporary files that :func:`atomic_path` left beside ``path`` in a process that
     has since died (killed mid-write, they would otherwise pile up: one was 319 MB). Only files of
-    our own naming, ``<name>.<pid>.<random>.tmp``, whose process no longer runs, are touched.
+    elmo's own naming (:func:`temporary_target`) whose process no longer runs are touched.
     Returns the removed paths."""
     path = os.fspath(path)
     directory = os.path.dirname(os.path.abspath(path))
-    pattern = re.compile(re.escape(os.path.basename(path)) + r"\.(\d+)\.[A-Za-z0-9_]+\.tmp")
     removed = []
-    with contextlib.suppress(FileNotFoundError):
+    with contextlib.suppress(FileNotFoundError, NotADirectoryError, PermissionError):
         for name in os.listdir(directory):
-            match = pattern.fullmatch(name)
-            if match and int(match.group(1)) != os.getpid() and not _process_alive(int(match.group(1))):
+            match = _TEMPORARY.fullmatch(name)
+            if (match and match.group("target") == os.path.basename(path) and int(match.group("pid")) != os.getpid()
+                    and not _process_alive(int(match.group("pid")))):
                 with contextlib.suppress(FileNotFoundError):
                     os.remove(os.path.join(directory, name))
                     removed.append(os.path.join(directory, name))
@@ -56,8 +70,14 @@ def remove_stale_temporaries(path: str | os.PathLike) -> list[str]:
 
 def _existing_parent(path: str, make_parents: bool) -> str:
     """The folder ``path`` goes in, created where ``make_parents``; otherwise it must exist (a typo
-    in an output path should not create folders)."""
+    in an output path should not create folders). A file where a folder of the path should be is
+    refused naming it."""
     parent = os.path.dirname(os.path.abspath(path))
+    blocking = parent
+    while blocking and not os.path.exists(blocking):  # the nearest part of the path that exists
+        blocking = os.path.dirname(blocking) if os.path.dirname(blocking) != blocking else ""
+    if blocking and not os.path.isdir(blocking):
+        raise NotADirectoryError(f"{path}: {blocking} is a file, not a folder; give a path inside a folder")
     if make_parents:
         os.makedirs(parent, exist_ok=True)
     if not os.path.isdir(parent):
@@ -65,47 +85,165 @@ def _existing_parent(path: str, make_parents: bool) -> str:
     return parent
 
 
+def _new_temporary(path: str, directory: str) -> str:
+    """Create an empty temporary file of elmo's naming for ``path`` in ``directory``."""
+    tmp = os.path.join(directory, f"{os.path.basename(path)}.{TEMPORARY_TAG}.{os.getpid()}.{uuid.uuid4().hex}.tmp")
+    os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+    return tmp
+
+
+def _naming_the_target(error: OSError, tmp: str, path: str) -> OSError:
+    """``error`` met while writing ``tmp``, the temporary file (or folder) of ``path``, as an
+    error about ``path``: what the user sees names what they gave, never elmo's temporary name."""
+    names = [os.fsdecode(n) if isinstance(n, (str, bytes)) else None for n in (error.filename, error.filename2)]
+    if not any(n is not None and n.startswith(tmp) for n in names) and tmp not in str(error):
+        return error
+    if error.errno is None:
+        return type(error)(str(error).replace(tmp, path))
+    if error.errno == errno.EISDIR and os.path.isdir(path):
+        return IsADirectoryError(f"{path}: a folder is in the way of the output file; give a file name")
+    named = next((n for n in names if n is not None and n.startswith(tmp)), tmp)
+    return type(error)(error.errno, os.strerror(error.errno), path + named[len(tmp):])
+
+
 @contextlib.contextmanager
 def atomic_path(path: str | os.PathLike, make_parents: bool = False) -> Iterator[str]:
     """Yield a temporary path beside ``path``; rename it onto ``path`` only if the block succeeds.
 
     A reader never sees a half-written file, and a crash leaves the old file (if any) intact; the
-    temporaries of earlier killed runs are removed first. The folder must exist unless
-    ``make_parents`` (a typo in an output path should not create folders).
+    temporaries of earlier killed runs are removed first (only elmo's: :func:`temporary_target`).
+    The folder must exist unless ``make_parents`` (a typo in an output path should not create
+    folders). An OS error raised while writing names ``path``, not the temporary file.
     """
     path = os.fspath(path)
     directory = _existing_parent(path, make_parents)
     remove_stale_temporaries(path)
-    fd, tmp = tempfile.mkstemp(prefix=f"{os.path.basename(path)}.{os.getpid()}.", suffix=".tmp", dir=directory)
-    os.close(fd)
+    try:
+        tmp = _new_temporary(path, directory)
+    except OSError as error:
+        if error.errno is None:
+            raise
+        raise type(error)(error.errno, os.strerror(error.errno), path) from None
     try:
         yield tmp
-        # mkstemp makes the file owner-only; give it the permissions a plain open() would have.
+        # The temporary file is owner-only; give it the permissions a plain open() would have.
         umask = os.umask(0)
         os.umask(umask)
         os.chmod(tmp, 0o666 & ~umask)
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as error:
         with contextlib.suppress(FileNotFoundError):
             os.remove(tmp)
+        if isinstance(error, OSError):
+            translated = _naming_the_target(error, tmp, path)
+            if translated is not error:
+                raise translated from None
         raise
 
 
-def check_output_file(path: str | os.PathLike, overwrite: bool = False) -> None:
+# What each operating-system error means to someone running elmo, and what to do about it.
+_OS_ERROR_WORDS = {
+    errno.ENOENT: "no such file or folder; check the path (a typo, or a file not made yet?)",
+    errno.EISDIR: "a folder, where a file was expected; give a file",
+    errno.ENOTDIR: "a part of this path is a file, where a folder was expected; check the path",
+    errno.EACCES: "permission denied; check the permissions of the file and its folders, or choose another path",
+    errno.EPERM: "operation not permitted; check the permissions of the file and its folders, or choose another path",
+    errno.EEXIST: "already exists; choose another path, or move it away",
+    errno.ENOTEMPTY: "a folder that is not empty is in the way; choose another path, or move it away",
+    errno.ENOSPC: "no space left on the device; free some space, or write elsewhere",
+    errno.EDQUOT: "over the disk quota; free some space, or write elsewhere",
+    errno.EROFS: "on a read-only file system; write elsewhere",
+    errno.ENAMETOOLONG: "a name in this path is too long for the file system; choose a shorter one",
+    errno.ELOOP: "too many symbolic links (a link pointing to itself?); check the path",
+    errno.EMFILE: "too many open files; raise the limit (ulimit -n) or close other programs",
+    errno.ENFILE: "too many open files on this system; try again later",
+    errno.EIO: "input/output error (a failing disk or an unreachable network file system?); check the device",
+    errno.ETXTBSY: "in use by a running program; choose another path",
+    errno.EFBIG: "the file is too large for the file system or your limits (ulimit -f); write elsewhere",
+    errno.EXDEV: "across file systems, which a rename cannot do; write on the same file system",
+}
+# The file an HDF5 error is about, which h5py gives only inside its message.
+_HDF5_NAME = re.compile(r"\b(?:name|filename) = '([^']*)'")
+
+
+def os_error_message(error: OSError) -> str:
+    """One line saying, in elmo's words, what an OS error means: the path it is about (the one
+    the user gave), what was wrong and what to do. An error elmo raised itself (no errno: its
+    message already says so) is returned as it is."""
+    if error.errno is None:
+        return " ".join(str(error).split("\n"))
+    path = error.filename
+    if path is None and isinstance(error.strerror, str):
+        found = _HDF5_NAME.search(error.strerror)
+        path = found.group(1) if found else None
+    words = _OS_ERROR_WORDS.get(error.errno)
+    if words is None:
+        code = errno.errorcode.get(error.errno, str(error.errno))
+        words = f"{os.strerror(error.errno).lower()} ({code})"
+    if path is None:
+        return words[0].upper() + words[1:]
+    path = os.fsdecode(path)
+    temporary = temporary_target(os.path.basename(path))
+    if temporary is not None:  # never a temporary name: the file it was to become
+        path = os.path.join(os.path.dirname(path), temporary)
+    return f"{path}: {words}"
+
+
+def check_input_file(path: str | os.PathLike, option: str | None = None) -> None:
+    """Refuse, in one line naming ``path`` (and ``option``, the argument that gave it), an input
+    file that cannot be read: missing, a folder, under a file where a folder should be, or not
+    readable by the user. ``"-"`` (standard input) passes."""
+    path = os.fspath(path)
+    if path == STDIN:
+        return
+    label = f"{option} {path}" if option else path
+    if os.path.isdir(path):
+        raise IsADirectoryError(f"{label}: a folder, where a file was expected; give a file (or a quoted glob of the "
+                                f"files in it, such as '{os.path.join(path, '*')}', where the command takes several)")
+    if not os.path.exists(path):
+        blocking = os.path.dirname(os.path.abspath(path))
+        while not os.path.exists(blocking):
+            blocking = os.path.dirname(blocking)
+        if not os.path.isdir(blocking):
+            raise NotADirectoryError(f"{label}: {blocking} is a file, not a folder; check the path")
+        raise FileNotFoundError(f"{label}: no such file; check the path (a typo, or a file not made yet?)")
+    if not os.access(path, os.R_OK):
+        raise PermissionError(f"{label}: not readable by you; check its permissions")
+
+
+def check_output_file(path: str | os.PathLike, overwrite: bool = False, *,
+                      inputs: Iterable[str | os.PathLike] = (), option: str | None = None) -> None:
     """Refuse, before any work, an output file that may not or cannot be written: anything but a
     regular file in its place (a folder, a device, a pipe: never replaced, whatever the flags),
-    an existing file without ``overwrite``, and a folder around it that does not exist. A file
+    an existing file without ``overwrite``, one of the command's ``inputs`` (never overwritten,
+    whatever the flags), and a folder around it that does not exist or cannot be written. A file
     is one thing the user named: with ``overwrite`` it is replaced, atomically, once the new one
-    is complete (a folder may hold anything, so folders have a stricter rule: check_folder)."""
+    is complete (a folder may hold anything, so folders have a stricter rule: check_folder).
+    ``option``: the argument that named ``path``, to name it in the message."""
     path = os.fspath(path)
+    label = f"{option} {path}" if option else path
     if os.path.isdir(path):
-        raise IsADirectoryError(f"{path}: a folder is in the way of the output file; give a file name")
+        raise IsADirectoryError(f"{label}: a folder is in the way of the output file; give a file name")
     if os.path.exists(path) and not stat.S_ISREG(os.stat(path).st_mode):
-        raise FileExistsError(f"{path}: not a regular file (a device or a pipe?), so not an output elmo replaces; "
+        raise FileExistsError(f"{label}: not a regular file (a device or a pipe?), so not an output elmo replaces; "
                               "give a file name")
-    _existing_parent(path, make_parents=False)
+    for source in inputs:
+        if source != STDIN and _same_file(path, source):
+            raise FileExistsError(f"{label}: this is an input of the command ({os.fspath(source)}); elmo never "
+                                  "overwrites an input: give another output file")
+    parent = _existing_parent(path, make_parents=False)
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise PermissionError(f"{label}: the folder {parent} is not writable by you; choose another output or "
+                              "change the folder's permissions")
     if os.path.exists(path) and not overwrite:
-        raise FileExistsError(f"{path}: already exists; pass --force (overwrite=True) to replace it")
+        raise FileExistsError(f"{label}: already exists; pass --force (overwrite=True) to replace it")
+
+
+def _same_file(a: str | os.PathLike, b: str | os.PathLike) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
 
 
 def atomic_write_text(path: str | os.PathLike, text: str, make_parents: bool = False) -> None:
@@ -189,14 +327,18 @@ def make_owned_folder(path: str | os.PathLike, kind: str, make_parents: bool = F
 
 
 def check_folder(path: str | os.PathLike, kind: str, *, recognise: Callable[[str], bool] | None = None,
-                 allowed: Callable[[str], bool] | None = None, option: str = "output") -> bool:
+                 allowed: Callable[[str], bool] | None = None, writes: Iterable[str] | None = None,
+                 option: str = "output") -> bool:
     """Whether ``path`` is a folder elmo made to hold a ``kind`` (True), or there is nothing
     there to lose: no such path, or an empty folder (False). Anything else raises
     ForeignFolderError with one line naming ``path`` and what is in the way: a file, a folder of
     another kind, a folder without elmo's marker (unless ``recognise(path)``, for folders made
     before the marker existed: see each caller for what it recognises), and, with ``allowed``
-    (for a folder about to be replaced or deleted whole), a folder holding any entry whose name
-    ``allowed`` rejects. Reads only; ``option`` names the argument that gave ``path``."""
+    (for a folder about to be replaced or deleted whole), a folder holding any entry whose
+    relative path (``name``, or ``sub/name`` inside a sub-folder ``allowed`` accepts) ``allowed``
+    rejects. ``writes``: the entries the coming write makes; a folder without elmo's marker
+    (recognised) is replaced only when it holds nothing else, since elmo cannot show it wrote
+    the rest. Reads only; ``option`` names the argument that gave ``path``."""
     path = os.fspath(path)
     if not os.path.lexists(path):
         return False
@@ -215,12 +357,34 @@ def check_folder(path: str | os.PathLike, kind: str, *, recognise: Callable[[str
                                  f" and no {OWNER_FILE} of elmo's) is in the way of the {kind}; elmo writes only "
                                  f"into a new or empty folder or one it made: choose another {option}, or move it "
                                  "away")
-    strays = [n for n in names if allowed is not None and not allowed(n)]
+    strays = _entries_not_allowed(path, names, allowed) if allowed is not None else []
     if strays:
         raise ForeignFolderError(f"{path}: holds {shown_entries(strays)}, which elmo did not write there, beside the "
                                  f"{kind}; elmo replaces or deletes only what it wrote: move them away, or choose "
                                  f"another {option}")
+    if owner is None and writes is not None:
+        kept = sorted(set(names) - set(writes))
+        if kept:
+            raise ForeignFolderError(f"{path}: holds {shown_entries(kept)}, which this {kind} does not hold, in a "
+                                     f"folder without elmo's {OWNER_FILE}; elmo cannot show it wrote them, so it "
+                                     f"does not delete them, even with --force: move them away, or choose another "
+                                     f"{option}")
     return True
+
+
+def _entries_not_allowed(path: str, names: Iterable[str], allowed: Callable[[str], bool]) -> list[str]:
+    """The entries of the folder ``path`` (``names``: its top level) whose relative paths
+    ``allowed`` rejects, looking into the sub-folders it accepts (a link is not looked into)."""
+    strays = []
+    for name in names:
+        if not allowed(name):
+            strays.append(name)
+            continue
+        full = os.path.join(path, name)
+        if os.path.isdir(full) and not os.path.islink(full):
+            inner = [f"{name}/{n}" for n in os.listdir(full)]
+            strays += _entries_not_allowed(path, inner, allowed)
+    return strays
 
 
 def claim_folder(path: str | os.PathLike, kind: str, *, recognise: Callable[[str], bool] | None = None,
@@ -270,9 +434,11 @@ def _move_aside_checked(path: str, check: Callable[[str], object], expected: obj
     try:
         if check(moved) != expected:
             raise ForeignFolderError(f"{path}: changed while elmo was about to {doing} it; left in place")
-    except BaseException:
+    except BaseException as error:
         os.rename(moved, path)
         os.rmdir(aside)
+        if isinstance(error, ForeignFolderError) and moved in str(error):  # name the user's path, not ours
+            raise ForeignFolderError(str(error).replace(moved, path)) from None
         raise
     return aside
 
@@ -295,32 +461,42 @@ def owner_id(path: str) -> str | None:
 
 def atomic_folder(output: str | os.PathLike, write, overwrite: bool = False, *, kind: str = "model",
                   allowed: Callable[[str], bool] | None = None, recognise: Callable[[str], bool] | None = None,
-                  option: str = "output") -> None:
+                  option: str = "output", make_parents: bool = False) -> None:
     """Run ``write(folder)`` into a fresh temporary folder beside ``output`` (with elmo's marker
     for ``kind``) and rename it into place, so ``output`` is either complete or untouched.
     Nothing is there, or an empty folder: it is written. An existing ``output`` is replaced only
     with ``overwrite``, and only when elmo made it as a ``kind`` (its marker, or ``recognise``
-    for one made before the marker existed) and it holds nothing but names ``allowed`` accepts:
-    anything else raises ForeignFolderError naming what is in the way, even with ``overwrite``."""
+    for one made before the marker existed) and it holds nothing but what ``allowed`` accepts
+    (see :func:`check_folder`); one without the marker, only when it holds nothing but what
+    ``write`` wrote. Anything else raises ForeignFolderError naming what is in the way, even with
+    ``overwrite``. The parent folder must exist, unless ``make_parents``."""
     output = Path(output)
-    if not output.parent.is_dir():
-        raise FileNotFoundError(f"{output}: the folder {output.parent} does not exist")
+    _existing_parent(os.fspath(output), make_parents)
     exists = check_folder(output, kind, recognise=recognise, allowed=allowed, option=option)
     if exists and not overwrite:
         raise FileExistsError(f"{output}: already exists; pass --force (overwrite=True) to replace it")
     checked_id = owner_id(os.fspath(output)) if exists else None
+    written: list[str] = []
 
     def check(folder: str) -> str | None:  # the same check, on the folder about to be deleted
-        check_folder(folder, kind, recognise=recognise, allowed=allowed, option=option)
+        check_folder(folder, kind, recognise=recognise, allowed=allowed, writes=written, option=option)
         return owner_id(folder)
 
     tmp = Path(_new_folder_beside(os.fspath(output), "new"))
     try:
         _write_owner(os.fspath(tmp), kind)
-        write(tmp)
+        try:
+            write(tmp)
+        except OSError as error:
+            translated = _naming_the_target(error, os.fspath(tmp), os.fspath(output))
+            if translated is not error:
+                raise translated from None
+            raise
         if not exists:
             os.replace(tmp, output)  # onto an empty folder: replaces it; onto anything else: fails
             return
+        written.extend(n for n in os.listdir(tmp) if n != OWNER_FILE)
+        check_folder(output, kind, recognise=recognise, allowed=allowed, writes=written, option=option)
         old = _move_aside_checked(os.fspath(output), check, checked_id, "replace")
         os.replace(tmp, output)
         shutil.rmtree(old, ignore_errors=True)
@@ -396,6 +572,8 @@ def open_text(path: str | os.PathLike) -> IO[bytes]:
     :class:`DamagedInputError` (a ValueError) naming the file, line and byte, when it is read."""
     path = os.fspath(path)
     if path == STDIN:
+        if sys.stdin is None:  # started with standard input closed (`0<&-`): Python sets None
+            raise ValueError("-: standard input is closed; pipe the text in (`... | elmo embed - OUT`) or give a file")
         return contextlib.nullcontext(sys.stdin.buffer)  # type: ignore[return-value]
     if path.endswith(".gz"):
         return _CheckedGzipFile(path)
