@@ -126,8 +126,12 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, OSError, DownloadError) as e:
         if isinstance(e, BrokenPipeError):
             return _broken_pipe()
-        # Bad input gets one clear line naming the file, line or field, not a traceback.
-        print(f"elmo {args.verb}: error: {e}", file=sys.stderr)
+        # Bad input gets one clear line naming the file, line or field, not a traceback; an OS
+        # error is put in elmo's words (the path given, what was wrong, what to do).
+        from elmo.fileio import os_error_message
+
+        message = os_error_message(e) if isinstance(e, OSError) else str(e)
+        print(f"elmo {args.verb}: error: {message}", file=sys.stderr)
         return 2
     except ModuleNotFoundError as e:
         return _missing_extra(args.verb, e)
