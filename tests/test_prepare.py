@@ -10,6 +10,7 @@ import sys
 import pytest
 
 from elmo.cli.main import main
+from elmo.fileio import OWNER_FILE, read_owner
 from elmo.training import prepare
 from elmo.training.prepare import ParagraphTokenizer, prepare_corpus, remove_citations
 
@@ -46,7 +47,10 @@ def read_split(root, split: str) -> list[str]:
 
 
 def tree(root) -> dict[str, bytes]:
-    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+    """The files of a prepared folder and their bytes; elmo's marker holds a random id, so only its kind."""
+    files = {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+    files[OWNER_FILE] = read_owner(root)["kind"].encode()
+    return files
 
 
 def test_citation_markers_are_removed_and_prose_brackets_kept():
@@ -194,12 +198,17 @@ def test_bad_utf8_names_file_and_line(tmp_path):
         prepare_corpus([raw], tmp_path / "out")
 
 
-def test_refuses_output_that_already_holds_shards(tmp_path):
+def test_replaces_its_own_output_only_with_overwrite(tmp_path):
     raw = tmp_path / "raw.txt"
     write_articles(raw, numbered_articles(2))
     prepare_corpus([raw], tmp_path / "out")
-    with pytest.raises(ValueError, match="already holds shards"):
+    before = tree(tmp_path / "out")
+    with pytest.raises(FileExistsError, match="out: already exists; pass --force"):
         prepare_corpus([raw], tmp_path / "out")
+    write_articles(raw, numbered_articles(3))
+    prepare_corpus([raw], tmp_path / "out", overwrite=True)  # a whole new corpus, no shard of the old one left
+    assert tree(tmp_path / "out") != before and tree(tmp_path / "out").keys() == before.keys()
+    assert sorted(os.listdir(tmp_path)) == ["out", "raw.txt"]  # no temporary folder left beside it
 
 
 def test_bad_options_are_refused(tmp_path):

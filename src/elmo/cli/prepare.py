@@ -7,7 +7,7 @@ import sys
 
 from elmo.cli.common import defaults_of
 from elmo.training.data import expand_paths
-from elmo.training.prepare import prepare_corpus
+from elmo.training.prepare import check_prepared_folder, prepare_corpus
 
 HELP = ("Split raw text (one paragraph per line, a blank line between articles) into sentences, "
         "tokenize them and write train/held-out shards of one sentence per line.")
@@ -17,7 +17,10 @@ def add_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("inputs", nargs="+", metavar="RAW",
                         help="raw text files, plain or .gz (quoted glob patterns are expanded)")
     parser.add_argument("--output", required=True,
-                        help="directory for train/shard-*.txt, heldout/shard-*.txt and prepare.json")
+                        help="directory for train/shard-*.txt, heldout/shard-*.txt and prepare.json (a new or "
+                             "empty one; it appears complete or not at all)")
+    parser.add_argument("--force", action="store_true",
+                        help="replace an existing output folder, if elmo prepare wrote it and it holds nothing else")
     default = defaults_of(prepare_corpus)
     parser.add_argument("--heldout-fraction", type=float, default=default["heldout_fraction"],
                         help="share of articles that go to held-out, by a hash of their text")
@@ -33,9 +36,11 @@ def add_parser(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    stats = prepare_corpus(expand_paths(args.inputs), args.output, heldout_fraction=args.heldout_fraction,
+    inputs = expand_paths(args.inputs)
+    check_prepared_folder(args.output, args.force, inputs)  # before the tokenizers load
+    stats = prepare_corpus(inputs, args.output, heldout_fraction=args.heldout_fraction,
                            sentences_per_shard=args.sentences_per_shard, lang=args.lang,
-                           min_tokens=args.min_tokens, progress=None, wrapped=args.wrapped)
+                           min_tokens=args.min_tokens, progress=None, wrapped=args.wrapped, overwrite=args.force)
     for split in ("train", "heldout"):
         s = stats[split]
         if s["articles"]:

@@ -26,7 +26,15 @@ from typing import TYPE_CHECKING
 from tqdm import tqdm
 
 from elmo.checks import check_count
-from elmo.fileio import atomic_path, atomic_write_text, read_lines
+from elmo.fileio import (
+    atomic_folder,
+    atomic_path,
+    atomic_write_text,
+    check_folder,
+    check_input_file,
+    read_lines,
+    temporary_target,
+)
 
 # NLTK and sacremoses come with an optional extra: they are imported where they run, so that this
 # module (and elmo prepare --help, which takes its defaults from prepare_corpus) loads without them.
@@ -244,25 +252,69 @@ def _warn_empty_split(counts: dict, heldout_fraction: float, output_dir: str) ->
             warnings.warn(f"heldout_fraction (--heldout-fraction) {heldout_fraction}: every sentence went to {other} "
                           f"and {os.path.join(output_dir, split)}/ has no shard: articles go whole to one split "
                           f"(by a hash of their text), and the input has {articles} article(s); separate articles "
-                          f"with a blank line, or change the fraction", stacklevel=3)
+                          f"with a blank line, or change the fraction", stacklevel=6)
+
+
+PREPARED_KIND = "prepared corpus"  # the kind in the marker of the folder elmo prepare writes
+
+
+def _prepared_entry(name: str) -> bool:
+    """Whether ``name`` (relative to a prepared corpus folder) is something elmo prepare writes
+    there: prepare.json, the split folders and their shards (or a shard's temporary file)."""
+    split, _, rest = name.partition("/")
+    if not rest:
+        return name == STATS_FILE or name in SPLITS
+    return split in SPLITS and (SHARD_NAME.fullmatch(rest) is not None
+                                or SHARD_NAME.fullmatch(temporary_target(rest) or "") is not None)
+
+
+def _is_prepared_from_before_markers(folder: str) -> bool:
+    """Whether ``folder``, without elmo's marker, is one elmo prepare wrote before it marked its
+    folders: a prepare.json of elmo's (its options and tools) and nothing elmo prepare does not write."""
+    try:
+        with open(os.path.join(folder, STATS_FILE), "rb") as f:
+            stats = json.loads(f.read(1 << 20))
+    except (OSError, ValueError):
+        return False
+    return isinstance(stats, dict) and {"options", "tools", "inputs"} <= stats.keys()
+
+
+def check_prepared_folder(output_dir: str | os.PathLike, overwrite: bool = False,
+                          inputs: Sequence[str | os.PathLike] = ()) -> None:
+    """Refuse, before any work, what :func:`prepare_corpus` would: an output that elmo prepare
+    did not write (a file, a non-empty folder without its marker, or one holding files it does
+    not write: even with ``overwrite``), an existing prepared corpus without ``overwrite``, and
+    an output folder holding one of the ``inputs`` (never replaced)."""
+    output_dir = os.fspath(output_dir)
+    target = os.path.realpath(output_dir)
+    for path in inputs:
+        if os.path.realpath(path) == target or os.path.realpath(path).startswith(target + os.sep):
+            raise ValueError(f"{output_dir}: holds the input {os.fspath(path)}, which elmo never replaces; "
+                             "choose another output folder")
+    if check_folder(output_dir, PREPARED_KIND, recognise=_is_prepared_from_before_markers, allowed=_prepared_entry,
+                    option="--output") and not overwrite:
+        raise FileExistsError(f"{output_dir}: already exists; pass --force (overwrite=True) to replace it")
 
 
 def prepare_corpus(inputs: Sequence[str | os.PathLike], output_dir: str | os.PathLike,
                    heldout_fraction: float = 0.0, sentences_per_shard: int = 100_000, lang: str = "en",
-                   min_tokens: int = 1, progress: bool | None = False, wrapped: bool = False) -> dict:
+                   min_tokens: int = 1, progress: bool | None = False, wrapped: bool = False,
+                   overwrite: bool = False) -> dict:
     """Tokenize raw text files (plain or ``.gz``; one paragraph per line, a blank line between
     articles; with ``wrapped``, hard-wrapped text as :func:`unwrap` reads it) into
     ``output_dir/train/shard-00000.txt``, ... and, with ``heldout_fraction`` > 0,
     ``output_dir/heldout/shard-00000.txt``, ...: one sentence per line, tokens separated by
     single spaces, ``sentences_per_shard`` sentences per shard. Each article goes to held-out with
-    probability ``heldout_fraction``, decided by a hash of its text. Sentences with fewer than
+    probability ``heldout_fraction``, decided by a hash of their text. Sentences with fewer than
     ``min_tokens`` tokens are dropped. ``progress``: a progress bar over input lines (None: only
     on a terminal).
 
     Writes and returns the statistics (``output_dir/prepare.json``): the options, and per split
-    the articles, paragraphs, sentences, tokens and shards written and the sentences dropped. Raises ValueError naming the
-    file and line of input that is not UTF-8, and refuses an output directory that already holds
-    shards (a mix of two runs would be silently wrong).
+    the articles, paragraphs, sentences, tokens and shards written and the sentences dropped.
+    Raises ValueError naming the file and line of input that is not UTF-8. The folder is written
+    beside ``output_dir`` with elmo's marker and renamed into place (complete or not at all); an
+    existing one is replaced only with ``overwrite``, and only when elmo prepare wrote it and it
+    holds nothing else (:func:`check_prepared_folder`): a mix of two runs would be silently wrong.
     """
     inputs = [os.fspath(p) for p in inputs]
     output_dir = os.fspath(output_dir)
@@ -274,20 +326,29 @@ def prepare_corpus(inputs: Sequence[str | os.PathLike], output_dir: str | os.Pat
     check_count(min_tokens, "min_tokens")
     _check_lang(lang)
     for path in inputs:
-        if not os.path.isfile(path):
-            raise FileNotFoundError(f"{path}: no such file")
-    for split in SPLITS:
-        folder = os.path.join(output_dir, split)
-        if os.path.isdir(folder) and any(SHARD_NAME.fullmatch(name) for name in os.listdir(folder)):
-            raise ValueError(f"{folder}: already holds shards from an earlier run; remove them or choose "
-                             "another output directory")
+        check_input_file(path)
+    check_prepared_folder(output_dir, overwrite, inputs)
+    stats: dict = {}
 
+    def write(folder) -> None:
+        stats.update(_prepare_into(inputs, os.fspath(folder), output_dir, heldout_fraction, sentences_per_shard,
+                                   lang, min_tokens, progress, wrapped))
+
+    atomic_folder(output_dir, write, overwrite, kind=PREPARED_KIND, allowed=_prepared_entry,
+                  recognise=_is_prepared_from_before_markers, option="--output", make_parents=True)
+    return stats
+
+
+def _prepare_into(inputs: list[str], folder: str, output_dir: str, heldout_fraction: float, sentences_per_shard: int,
+                  lang: str, min_tokens: int, progress: bool | None, wrapped: bool) -> dict:
+    """Write the shards and prepare.json of :func:`prepare_corpus` into ``folder`` (the new
+    folder, before it is renamed to ``output_dir``, which messages name); returns the statistics."""
     with contextlib.closing(_paragraphs(inputs, wrapped)) as paragraphs:  # closes the file it stopped in
         tokenizer, sample_chars = ParagraphTokenizer.train(paragraphs, lang)
     counts = {split: dict(articles=0, paragraphs=0, sentences=0, tokens=0, dropped_sentences=0) for split in SPLITS}
 
     with contextlib.ExitStack() as stack:
-        writers = {split: stack.enter_context(_ShardWriter(os.path.join(output_dir, split), sentences_per_shard))
+        writers = {split: stack.enter_context(_ShardWriter(os.path.join(folder, split), sentences_per_shard))
                    for split in SPLITS}
         bar = stack.enter_context(tqdm(unit=" lines", desc="prepare",
                                        disable=None if progress is None else not progress))
@@ -318,7 +379,7 @@ def prepare_corpus(inputs: Sequence[str | os.PathLike], output_dir: str | os.Pat
                 counts[split]["articles"] += first
                 write(split, paragraph)
             if lines_read[0] == before:
-                warnings.warn(f"{path}: empty file, nothing taken from it", stacklevel=2)
+                warnings.warn(f"{path}: empty file, nothing taken from it", stacklevel=5)
         if not any(counts[split]["sentences"] for split in SPLITS):
             raise ValueError(f"{', '.join(inputs)}: no sentence to write (empty input, or every sentence shorter "
                              f"than --min-tokens {min_tokens}); nothing was written")
@@ -333,7 +394,6 @@ def prepare_corpus(inputs: Sequence[str | os.PathLike], output_dir: str | os.Pat
         "punkt_sample_chars": sample_chars,
         **{split: {**counts[split], "shards": writers[split].shards} for split in SPLITS},
     }
-    atomic_write_text(os.path.join(output_dir, STATS_FILE), json.dumps(stats, indent=2, ensure_ascii=False) + "\n",
-                      make_parents=True)
+    atomic_write_text(os.path.join(folder, STATS_FILE), json.dumps(stats, indent=2, ensure_ascii=False) + "\n")
     return stats
 
