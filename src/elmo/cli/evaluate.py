@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 
 from elmo.devices import DEFAULT_DEVICE, DEVICES
-from elmo.fileio import atomic_path
+from elmo.fileio import atomic_path, check_output_file
 from elmo.hub.resolve import load_language_model
 from elmo.training.data import expand_paths
 from elmo.training.evaluate import EVAL_BATCH_SIZE, EVAL_UNROLL_STEPS, evaluate
@@ -25,14 +26,28 @@ def add_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--per-sentence",
                         help="write per-sentence log-probabilities (TSV) here (default: not written)")
     parser.add_argument("--json", help="also write the results as JSON here (default: printed only)")
+    parser.add_argument("--force", action="store_true", help="replace existing --json and --per-sentence files")
     parser.add_argument("--device", default=DEFAULT_DEVICE, help=f"{DEVICES} (default %(default)s)")
     parser.add_argument("--no-progress", dest="progress", action="store_false",
                         help="no progress bar (default: one on standard error)")
 
 
+def check_output_files(args: argparse.Namespace, inputs: list[str]) -> None:
+    """Refuse the --per-sentence and --json files, before any work, where they may not be written
+    (:func:`elmo.fileio.check_output_file`), and the two options naming one file."""
+    outputs = [(option, path) for option, path in (("--per-sentence", args.per_sentence), ("--json", args.json))
+               if path]
+    for option, path in outputs:
+        check_output_file(path, args.force, inputs=inputs, option=option)
+    if len(outputs) == 2 and os.path.abspath(outputs[0][1]) == os.path.abspath(outputs[1][1]):
+        raise ValueError(f"--per-sentence and --json: both name {args.json}; give two files")
+
+
 def run(args: argparse.Namespace) -> int:
+    data = expand_paths(args.data)
+    check_output_files(args, data)  # before the evaluation, which may take hours
     model, vocab = load_language_model(args.model)
-    result = evaluate(model, vocab, expand_paths(args.data), batch_size=args.batch_size,
+    result = evaluate(model, vocab, data, batch_size=args.batch_size,
                       unroll_steps=args.unroll_steps, max_targets=args.max_targets,
                       per_sentence=bool(args.per_sentence), device=args.device, progress=args.progress)
     sentences = result.pop("sentences", None)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 HELP = ("Train a task model with or without ELMo (tagging, classification, entailment, SRL, coreference, "
@@ -36,8 +37,22 @@ def add_parser(parser: argparse.ArgumentParser) -> None:
     evaluate.add_argument("--vectors", help="the run's word vectors file, where it has moved since training "
                           "(default: data.vectors of the run's config)")
     evaluate.add_argument("--json", help="also write the result as JSON here")
+    evaluate.add_argument("--force", action="store_true", help="replace existing --json and --predictions files")
     evaluate.add_argument("--predictions", help="SQuAD: where to write the prediction file, question id -> answer "
                           "(default: RUN/predictions-<data file name>.json)")
+
+
+def _check_evaluate_outputs(args: argparse.Namespace) -> None:
+    """Refuse the --json and --predictions files of ``elmo task evaluate`` where they may not be
+    written (:func:`elmo.fileio.check_output_file`): before any work."""
+    from elmo.fileio import check_output_file
+
+    inputs = [path for path in (args.data, args.vectors) if path]
+    for option, path in (("--json", args.json), ("--predictions", args.predictions)):
+        if path:
+            check_output_file(path, args.force, inputs=inputs, option=option)
+    if args.json and args.predictions and os.path.abspath(args.json) == os.path.abspath(args.predictions):
+        raise ValueError(f"--json and --predictions: both name {args.json}; give two files")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -69,8 +84,9 @@ def run(args: argparse.Namespace) -> int:
         summary = {k: metrics[k] for k in ("best_epoch", "dev", "test") if k in metrics}
         print(json.dumps(summary), file=sys.stderr)
         return 0
+    _check_evaluate_outputs(args)  # before the model and the data load
     result = evaluate_task(args.run, args.data, args.split, kind=args.kind, vectors=args.vectors,
-                           predictions=args.predictions)
+                           predictions=args.predictions, overwrite=args.force)
     print(f"{result['metric']} {result['score']:.4f} on {result['examples']} examples")
     if result.get("unseen_labels"):
         print(f"gold label(s) the model never saw in training, counted as missed: {', '.join(result['unseen_labels'])}",

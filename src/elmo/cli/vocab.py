@@ -6,6 +6,7 @@ import argparse
 import sys
 
 from elmo.cli.common import defaults_of
+from elmo.fileio import check_output_file
 from elmo.model.vocab import build_vocabulary
 from elmo.training.data import expand_paths
 
@@ -16,6 +17,7 @@ def add_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("shards", nargs="+", metavar="SHARDS",
                         help="tokenized files, one sentence per line, plain or .gz (quoted glob patterns are expanded)")
     parser.add_argument("--output", required=True, help="vocabulary file to write, one word per line")
+    parser.add_argument("--force", action="store_true", help="replace an existing output file")
     default = defaults_of(build_vocabulary)
     parser.add_argument("--min-count", type=int, default=default["min_count"],
                         help="keep words seen at least this often")
@@ -24,7 +26,9 @@ def add_parser(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    vocab, counts = build_vocabulary(expand_paths(args.shards), min_count=args.min_count, max_size=args.max_size)
+    shards = expand_paths(args.shards)
+    check_output_file(args.output, args.force, inputs=shards, option="--output")  # before the shards are counted
+    vocab, counts = build_vocabulary(shards, min_count=args.min_count, max_size=args.max_size)
     vocab.save(args.output)
     total = sum(counts.values())
     covered = sum(counts[word] for word in vocab.words)

@@ -36,7 +36,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from elmo.fileio import atomic_path, atomic_write_text, check_folder, claim_folder
+from elmo.fileio import atomic_path, atomic_write_text, check_folder, check_output_file, claim_folder
 from elmo.hub.checkpoints import read_checkpoint
 from elmo.inference.layer_cache import load_or_compute
 from elmo.model.weights import WeightsError
@@ -543,7 +543,7 @@ def unknown_tokens(sentences: Iterable[Sequence[str]], vocab: WordVocab) -> tupl
 
 def evaluate_task(run_dir: str | os.PathLike, path: str, split: str | None = None, *, kind: str | None = None,
                   vectors: str | os.PathLike | None = None, predictions: str | os.PathLike | None = None,
-                  progress: bool = True) -> dict:
+                  progress: bool = True, overwrite: bool = False) -> dict:
     """Score a run's best model on a data file, read as dataset ``kind`` (by default the run's
     own; any kind of the run's task family: ``kind="snli"`` scores a SICK entailment model on
     SNLI, ``kind="gap"`` a coreference model on GAP). Gold labels the model never saw are an
@@ -555,7 +555,11 @@ def evaluate_task(run_dir: str | os.PathLike, path: str, split: str | None = Non
     (``words_added``) and the tokens that still read as ``<unk>``. A task whose evaluation has
     predictions to keep (reading comprehension: question id -> answer text) writes them to
     ``predictions`` (default: ``RUN/predictions-<data file name>.json``), named in the result's
-    ``predictions``. The result names the ``task``; :meth:`Task.report` prints its details."""
+    ``predictions``; a ``predictions`` file given that exists is replaced only with ``overwrite``
+    (the default one is in the run directory, elmo's). The result names the ``task``;
+    :meth:`Task.report` prints its details."""
+    if predictions is not None:  # refused before the model and the data load
+        check_output_file(predictions, overwrite, inputs=[path], option="predictions")
     model, config, vocab, labels = load_task_model(run_dir)
     task = task_for(config)
     kind = kind or config.data.kind

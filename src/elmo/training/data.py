@@ -23,7 +23,7 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 import torch
 
-from elmo.fileio import open_text, read_lines
+from elmo.fileio import check_input_file, open_text, read_lines
 from elmo.model.chars import BOS_TOKEN, EOS_TOKEN, MAX_CHARS, words_to_char_ids
 from elmo.model.vocab import Vocabulary
 
@@ -37,8 +37,9 @@ def expand_paths(patterns: str | Sequence[str]) -> list[str]:
         if not matched:
             raise FileNotFoundError(f"{pattern}: matches no file")
         for path in matched:
-            if not os.path.isfile(path):
-                raise FileNotFoundError(f"{path}: no such file")
+            check_input_file(path)
+            if not os.path.isfile(path):  # shards are read more than once: a pipe would not do
+                raise ValueError(f"{path}: not a regular file (a pipe or a device?); give a file")
         paths.extend(matched)
     return paths
 
