@@ -21,7 +21,7 @@ import os
 import pickle
 import warnings
 import zipfile
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 import h5py
 import numpy as np
@@ -223,18 +223,22 @@ def is_model_folder_from_before_markers(folder: str) -> bool:
     return bool(names & {"weights.hdf5", "encoder.pkl"}) and names <= MODEL_FILES
 
 
-def check_model_folder(output: str | os.PathLike, overwrite: bool = False, option: str = "output") -> None:
+def check_model_folder(output: str | os.PathLike, overwrite: bool = False, option: str = "output",
+                       writes: Iterable[str] | None = None) -> None:
     """Refuse, before any work, what :func:`write_model_folder` would: an existing ``output``
-    without ``overwrite``, and anything there elmo cannot show is a model folder it made."""
+    without ``overwrite``, and anything there elmo cannot show is a model folder it made.
+    ``writes``: the files the coming write makes, where known; a folder without elmo's marker
+    holding anything else is refused (:func:`elmo.fileio.check_folder`)."""
     if check_folder(output, MODEL_FOLDER_KIND, recognise=is_model_folder_from_before_markers,
-                    allowed=_replaceable(output), option=option) and not overwrite:
+                    allowed=_replaceable(output), writes=writes, option=option) and not overwrite:
         raise FileExistsError(f"{output}: already exists; pass --force (overwrite=True) to replace it")
 
 
 def write_model_folder(output: str | os.PathLike, write, overwrite: bool = False) -> None:
     """Write a model folder with ``write(folder)`` atomically (:func:`elmo.fileio.atomic_folder`):
     an existing ``output`` is replaced only with ``overwrite``, and only when it is a model folder
-    elmo made holding nothing else (see :data:`MODEL_FILES`)."""
+    elmo made holding nothing else (see :data:`MODEL_FILES`); one without elmo's marker, only
+    when it holds nothing but what ``write`` writes."""
     atomic_folder(output, write, overwrite, kind=MODEL_FOLDER_KIND, allowed=_replaceable(output),
                   recognise=is_model_folder_from_before_markers, option="output")
 

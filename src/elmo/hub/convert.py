@@ -22,7 +22,7 @@ from pathlib import Path
 
 import torch
 
-from elmo.fileio import OWNER_FILE, atomic_write_text
+from elmo.fileio import OWNER_FILE, atomic_write_text, check_output_file
 from elmo.model.bilm import BiLM
 from elmo.model.chars import BOS_CHAR, BOW_CHAR, EOS_CHAR, EOW_CHAR, MAX_CHARS, PAD_CHAR
 from elmo.model.config import BiLMConfig, CharCNNConfig
@@ -97,6 +97,9 @@ def to_byte_scheme(model: BiLM) -> BiLM:
     return out.eval()
 
 
+BILM_TF_FILES = ("options.json", "weights.hdf5")  # what save_bilm_tf writes into a folder
+
+
 def convert_model(source, output: str | os.PathLike, *, to: str = "bilm-tf", overwrite: bool = False,
                   dtype: str = "float32") -> Conversion:
     """Write the model ``source`` names (anything :func:`elmo.hub.load_model` takes)
@@ -123,9 +126,14 @@ def convert_model(source, output: str | os.PathLike, *, to: str = "bilm-tf", ove
     if to == "elmo":
         if output.is_dir():
             raise IsADirectoryError(f"{output}: a folder is in the way of the checkpoint file; give a file name")
-        if output.exists() and not overwrite:
-            raise FileExistsError(f"{output}: already exists; pass --force (overwrite=True) to replace it")
-    else:
+        check_output_file(output, overwrite)
+    # A bilm-tf folder without elmo's marker (a user's, or one from before the marker) is replaced
+    # only when it holds nothing but what this conversion writes: a vocab.txt there that the
+    # source does not carry would otherwise be deleted.
+    vocab = _source_vocabulary(source) if to == "bilm-tf" else None
+    if to == "bilm-tf":
+        check_model_folder(output, overwrite, writes=BILM_TF_FILES + (("vocab.txt",) if vocab is not None else ()))
+    elif to != "elmo":
         check_model_folder(output, overwrite)
     model = load_model(source)
     notes: list[str] = []
@@ -146,7 +154,6 @@ def convert_model(source, output: str | os.PathLike, *, to: str = "bilm-tf", ove
         notes.append("identical vectors for ASCII text; a character outside ASCII is one <oov> slot in "
                      "ELMoForManyLangs and one slot per UTF-8 byte here, and the tokens <bos>/<eos> (markers there) "
                      "and <S>/</S> (markers here) differ")
-    vocab = _source_vocabulary(source)
 
     def write(folder: Path) -> None:
         save_bilm_tf(model, folder, dtype=dtype)
