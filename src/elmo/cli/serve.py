@@ -14,7 +14,12 @@ from elmo.devices import DEFAULT_DEVICE, DEVICES
 from elmo.inference.runtime import DEFAULT_PRECISION, PRECISIONS
 from elmo.inference.states import DEFAULT_STATE
 from elmo.serve.batching import DEFAULT_MAX_BATCH_TOKENS, DEFAULT_MAX_WAIT_MS
-from elmo.serve.protocol import Limits
+from elmo.serve.protocol import (
+    DEFAULT_MAX_CONCURRENT_REQUESTS,
+    DEFAULT_MAX_QUEUED_TOKENS,
+    DEFAULT_REQUEST_TIMEOUT,
+    Limits,
+)
 
 HELP = ("Serve ELMo over HTTP (text-embeddings-inference's /embed_all and /embed, OpenAI's /v1/embeddings), "
         "batching concurrent requests. Needs the [serve] extra.")
@@ -26,8 +31,7 @@ DEFAULT_GRACEFUL_SECONDS = 30.0
 def add_parser(parser: argparse.ArgumentParser) -> None:
     add_model_arguments(parser)
     parser.add_argument("--host", default="127.0.0.1",
-                        help="address to listen on (0.0.0.0: every interface; mind that the service has no "
-                             "authentication)")
+                        help="address to listen on (0.0.0.0: every interface; then set an API key)")
     parser.add_argument("--port", type=int, default=8080, help="port to listen on (0: any free port, printed)")
     parser.add_argument("--device", default=DEFAULT_DEVICE, help=f"torch device: {DEVICES}")
     parser.add_argument("--precision", default=DEFAULT_PRECISION, choices=list(PRECISIONS),
@@ -53,6 +57,22 @@ def add_parser(parser: argparse.ArgumentParser) -> None:
                         help="refuse (413) a request of more inputs")
     parser.add_argument("--max-body-bytes", type=int, default=DEFAULT_LIMITS.max_body_bytes,
                         help="refuse (413) a request body of more bytes")
+    parser.add_argument("--max-concurrent-requests", type=int, default=DEFAULT_MAX_CONCURRENT_REQUESTS,
+                        help="embedding requests answered at once; past it, 429 with Retry-After (as "
+                             "text-embeddings-inference, whose default this is)")
+    parser.add_argument("--max-queued-tokens", type=int, default=DEFAULT_MAX_QUEUED_TOKENS,
+                        help="tokens (2 more per sentence) queued or being computed; a request that would pass it "
+                             "gets 429 with Retry-After (one alone is always taken)")
+    parser.add_argument("--request-timeout", type=float, default=DEFAULT_REQUEST_TIMEOUT,
+                        help="seconds a request may take, body, queue and model together, before it gets 503 "
+                             "(0: no bound)")
+    parser.add_argument("--api-key", default=os.environ.get("ELMO_API_KEY") or None,
+                        help="answer only requests with 'Authorization: Bearer KEY' (401 otherwise; /health stays "
+                             "open); default $ELMO_API_KEY, which keeps the key out of the process list. Set one "
+                             "whenever --host is not a loopback address")
+    parser.add_argument("--embed-all-layers", default="all", choices=("all", "top", "average"),
+                        help="what /embed_all returns when a request does not say: all layers (layers, tokens, dim), "
+                             "or the top layer or the layers' average (tokens, dim), the shape TEI's clients expect")
     parser.add_argument("--graceful-timeout", type=float, default=DEFAULT_GRACEFUL_SECONDS,
                         help="on SIGTERM or Ctrl-C, seconds to let requests in flight finish before closing them")
     parser.add_argument("--access-log", action=argparse.BooleanOptionalAction, default=True,
@@ -62,10 +82,13 @@ def add_parser(parser: argparse.ArgumentParser) -> None:
 def check_options(args: argparse.Namespace) -> None:
     """Refuse a count below 1 or a time below 0 (or not finite), naming the option, before
     anything starts."""
-    for name in ("max_batch_tokens", "max_request_tokens", "max_input_tokens", "max_inputs", "max_body_bytes"):
+    for name in ("max_batch_tokens", "max_request_tokens", "max_input_tokens", "max_inputs", "max_body_bytes",
+                 "max_concurrent_requests", "max_queued_tokens"):
         check_count(getattr(args, name), _option(name))
-    for name in ("max_wait_ms", "graceful_timeout"):
+    for name in ("max_wait_ms", "graceful_timeout", "request_timeout"):
         check_number(getattr(args, name), _option(name))
+    if args.api_key is not None and (not args.api_key.strip() or args.api_key != args.api_key.strip()):
+        raise ValueError("--api-key: empty, or with spaces around it (a Bearer token has none)")
     if args.threads is not None:
         check_count(args.threads, "--threads")
 
@@ -73,6 +96,18 @@ def check_options(args: argparse.Namespace) -> None:
 def _option(name: str) -> str:
     """The command-line option of an argument's name: ``max_wait_ms`` -> ``--max-wait-ms``."""
     return "--" + name.replace("_", "-")
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` is an address of this machine only (127.0.0.0/8, ::1, localhost)."""
+    import ipaddress
+
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
 
 
 def listening_socket(host: str, port: int) -> socket.socket:
@@ -161,6 +196,9 @@ def run(args: argparse.Namespace) -> int:
     def ready() -> None:
         print(f"elmo serve: ready on {url} (POST /embed_all, /embed, /v1/embeddings; GET /health, /info, "
               "/metrics)", file=sys.stderr, flush=True)
+        if not args.api_key and not is_loopback(host):
+            print(f"elmo serve: warning: listening on {host} without an API key: anyone who reaches this port "
+                  "can use it (set ELMO_API_KEY or --api-key)", file=sys.stderr, flush=True)
 
     fatal: list[str] = []
 
@@ -177,10 +215,16 @@ def run(args: argparse.Namespace) -> int:
     serve_log.propagate = False
     try:
         app = create_app(worker, model_name=name, limits=limits, max_batch_tokens=args.max_batch_tokens,
-                         max_wait_ms=args.max_wait_ms, access_log=args.access_log,
-                         on_fatal=give_up)
+                         max_wait_ms=args.max_wait_ms, access_log=args.access_log, on_fatal=give_up,
+                         max_concurrent_requests=args.max_concurrent_requests,
+                         max_queued_tokens=args.max_queued_tokens,
+                         request_timeout=args.request_timeout or None, api_key=args.api_key,
+                         embed_all_layers=args.embed_all_layers)
+        # uvicorn's own bound on open connections (past it, a plain 503 from uvicorn): room for
+        # every request the app admits, and as many again being read or refused with a 429.
         config = uvicorn.Config(app, log_config=None, log_level="warning", access_log=False, lifespan="on",
-                                timeout_graceful_shutdown=args.graceful_timeout)
+                                timeout_graceful_shutdown=args.graceful_timeout,
+                                limit_concurrency=2 * args.max_concurrent_requests + 64)
         server = ListeningServer(config, on_listening=ready)
         # uvicorn stops accepting on SIGTERM or SIGINT, lets the requests in flight finish, stops
         # the app (which finishes its queue and stops the model's process), then raises the

@@ -7,21 +7,30 @@
 is warm (run once on the warm-up text) before ``GET /health`` answers 200, so that the first
 request is as fast as any. Endpoints::
 
-    GET  /health          200 {"status": "ok"} when warm; 503 while stopping or restarting the model
+    GET  /health          200 {"status": "ok"} when warm; 503 while stopping, restarting the model, or broken
     GET  /info            model, layers, dimensions, precision, state policy, version, limits
-    GET  /metrics         Prometheus text: requests, latency, batch sizes, queue time, tokens
+    GET  /metrics         Prometheus text: requests, latency, batch sizes, queue time, tokens, refusals
     POST /embed_all       text-embeddings-inference: one (layers, tokens, dim) or (tokens, dim) array per input
     POST /embed           text-embeddings-inference: one pooled vector per input
+    POST /                text-embeddings-inference's route for its clients: what /embed answers
+    POST /tokenize        text-embeddings-inference: the tokens each input is embedded as
     POST /v1/embeddings   OpenAI: one pooled vector per input, float or base64, usage in tokens
+    GET  /v1/models       OpenAI: the one model served (and GET /v1/models/{id})
 
-Each request is logged on one line (``elmo.serve.access``); what the requests ask and what they
-get back is :mod:`elmo.serve.protocol`'s business.
+In front of the endpoints (:class:`Front`): the API key, if one is set (``/health`` stays open);
+at most ``max_concurrent_requests`` embedding requests at once, 429 past it; a body refused
+before it was read is read and thrown away first (up to a bound), so that a client that sends
+it whole still receives the refusal; a client that leaves is one line of the access log, and
+its queued work is dropped. Each request is logged on one line (``elmo.serve.access``); what
+the requests ask and what they get back is :mod:`elmo.serve.protocol`'s business.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import functools
+import hmac
 import logging
 import os
 import time
@@ -33,41 +42,59 @@ import numpy as np
 try:
     from fastapi import FastAPI, Request
     from fastapi.responses import Response
-    from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+    from prometheus_client import (
+        CONTENT_TYPE_LATEST,
+        CollectorRegistry,
+        Counter,
+        Gauge,
+        Histogram,
+        generate_latest,
+    )
     from starlette.exceptions import HTTPException
+    from starlette.requests import ClientDisconnect
 except ImportError as e:  # pragma: no cover - the message is the point
     raise ImportError(f"elmo serve needs the [serve] extra (FastAPI, uvicorn, prometheus_client): "
                       f"pip install 'elmo[serve]' ({e})") from e
 
-from elmo.inference.embed import Embedder, select_layers
+from elmo.checks import check_count, check_number
+from elmo.inference.embed import Embedder
 from elmo.serve.batching import (
     DEFAULT_MAX_BATCH_TOKENS,
     DEFAULT_MAX_WAIT_MS,
     Batcher,
+    BatchLost,
     BatchRecord,
     EmbeddingFailed,
+    Overloaded,
     ServerClosed,
     WorkerCrashed,
 )
 from elmo.serve.protocol import (
+    DEFAULT_MAX_CONCURRENT_REQUESTS,
+    DEFAULT_MAX_QUEUED_TOKENS,
     DEFAULT_POOLED_LAYERS,
     DEFAULT_POOLING,
+    DEFAULT_REQUEST_TIMEOUT,
     ENCODINGS,
     POOLINGS,
     ApiError,
     Limits,
-    as_json_array,
+    Output,
+    as_json,
     check_fields,
+    count_numbers,
     dumps,
+    json_pieces,
     openai_response,
     parse_json,
-    pool,
     read_bool,
     read_choice,
     read_inputs,
     read_layers,
     read_truncation,
     refuse_empty,
+    shown,
+    tokenize_response,
 )
 from elmo.serve.worker import ProcessModel, WorkerSpec, serving_embedder
 from elmo.version import __version__
@@ -75,13 +102,31 @@ from elmo.version import __version__
 LOG = logging.getLogger("elmo.serve")
 ACCESS_LOG = logging.getLogger("elmo.serve.access")
 
-ENDPOINTS = ("/health", "/info", "/metrics", "/embed_all", "/embed", "/v1/embeddings")
+ENDPOINTS = ("/health", "/info", "/metrics", "/embed_all", "/embed", "/", "/tokenize", "/v1/embeddings",
+             "/v1/models")
+# The endpoints that run the model: what max_concurrent_requests counts.
+EMBEDDING_ENDPOINTS = ("/embed_all", "/embed", "/", "/v1/embeddings")
+OPEN_ENDPOINTS = ("/health",)  # answered without the API key
 # Fields each endpoint reads. TEI's and OpenAI's fields that change nothing here are accepted so
 # that their clients work unchanged: OpenAI's "user", and a TEI "prompt_name" of null.
 EMBED_ALL_FIELDS = ("inputs", "layers", "truncate", "truncation_direction", "prompt_name")
 EMBED_FIELDS = ("inputs", "normalize", "layers", "pooling", "truncate", "truncation_direction", "prompt_name",
                 "dimensions")
 OPENAI_FIELDS = ("input", "model", "encoding_format", "dimensions", "user", "layers", "pooling", "normalize")
+TOKENIZE_FIELDS = ("inputs", "add_special_tokens", "prompt_name")
+
+# A body must arrive within this (or the request timeout, if shorter): a client that trickles
+# it would otherwise hold a connection and a request slot for ever.
+BODY_SECONDS = 30.0
+# A body refused before it was read (413 by its length, 401, 429) is read and thrown away, up to
+# this many bytes and seconds, before the answer, so that a client that sends its body whole
+# before reading (urllib, requests) receives the refusal instead of a broken pipe.
+DRAIN_BYTES = 16 * 2**20
+DRAIN_SECONDS = 10.0
+# Answers of more numbers than this are written in pieces (protocol.json_pieces), each about
+# this many numbers, the event loop free between them.
+STREAM_NUMBERS = 65536
+STREAM_CHUNK_BYTES = 2**20
 
 
 class Metrics:
@@ -97,6 +142,8 @@ class Metrics:
                                          buckets=(.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10))
         self.in_flight = Gauge("elmo_requests_in_flight", "HTTP requests being answered", registry=registry)
         self.queued = Gauge("elmo_queued_requests", "Requests waiting for a batch", registry=registry)
+        self.queued_tokens = Gauge("elmo_queued_tokens", "Tokens (boundaries included) queued or being computed",
+                                   registry=registry)
         self.inputs = Counter("elmo_inputs", "Inputs (sentences) embedded", registry=registry)
         self.tokens = Counter("elmo_tokens", "Tokens embedded; rate() of it is tokens per second",
                               registry=registry)
@@ -116,6 +163,11 @@ class Metrics:
         self.failed = Counter("elmo_failed_requests", "Requests whose embedding failed", registry=registry)
         self.restarts = Counter("elmo_worker_restarts", "Model worker processes started again after one died",
                                 registry=registry)
+        self.refused = Counter("elmo_refused_requests", "Requests refused for the server's sake (429, 503 on "
+                               "timeout), by the bound they met", ["reason"], registry=registry)
+        self.abandoned = Counter("elmo_abandoned_requests", "Requests whose caller left before the answer, by "
+                                 "where they were: body (being read), queued (dropped, never computed), "
+                                 "computing (computed, not answered)", ["stage"], registry=registry)
 
     def batch(self, record: BatchRecord) -> None:
         self.batch_requests.observe(record.requests)
@@ -131,11 +183,91 @@ class Metrics:
         self.failed.inc(record.failed)
 
 
-class AccessLog:
-    """ASGI middleware: one log line and the request metrics per HTTP request."""
+class ClientGone(Exception):
+    """The caller closed its connection before its answer: nobody to answer."""
 
-    def __init__(self, app, metrics: Metrics, enabled: bool = True):
+
+class Body:
+    """An ASGI ``receive`` that remembers how much of the request's body has come, whether all
+    of it, and whether the client left; :meth:`drain` reads and throws away the rest."""
+
+    def __init__(self, receive, scope):
+        self._receive = receive
+        self.bytes = 0
+        self.complete = False
+        self.gone = False
+        headers = dict(scope.get("headers") or [])
+        length = headers.get(b"content-length", b"")
+        self.declared = int(length) if length.isdigit() else None
+        self.has_body = bool(self.declared) or b"transfer-encoding" in headers
+        self.expects_continue = headers.get(b"expect", b"").lower() == b"100-continue"
+
+    async def receive(self):
+        message = await self._receive()
+        if message["type"] == "http.request":
+            self.bytes += len(message.get("body", b""))
+            if not message.get("more_body", False):
+                self.complete = True
+        elif message["type"] == "http.disconnect":
+            self.gone = True
+        return message
+
+    async def drain(self) -> bool:
+        """Read the rest of the body and throw it away, up to :data:`DRAIN_BYTES` and
+        :data:`DRAIN_SECONDS`: whether the connection can go on (all of it came)."""
+        if self.complete or not self.has_body:
+            return True
+        if self.gone or self.expects_continue or (self.declared or 0) > DRAIN_BYTES:
+            return False  # a client waiting for "100 Continue" sends nothing more
+        try:
+            async with asyncio.timeout(DRAIN_SECONDS):
+                while not self.complete and not self.gone and self.bytes <= DRAIN_BYTES:
+                    await self.receive()
+        except TimeoutError:
+            return False
+        return self.complete
+
+
+async def until_disconnected(receive) -> None:
+    """Return once the client has closed its connection (ASGI ``http.disconnect``), the body
+    having been read."""
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return
+        if not message.get("body") and not message.get("more_body"):
+            await asyncio.sleep(0.05)  # a server that repeats empty messages: do not spin
+
+
+def _error_bytes(error: ApiError, path: str) -> bytes:
+    return dumps(error.openai_body() if path.startswith("/v1/") else error.tei_body())
+
+
+def _error_response(error: ApiError, path: str) -> Response:
+    return Response(_error_bytes(error, path), status_code=error.status, media_type="application/json",
+                    headers=error.headers)
+
+
+class Front:
+    """ASGI middleware in front of the app: the API key, the bound on concurrent embedding
+    requests, the reading away of refused bodies, clients that leave, and one log line and the
+    request metrics per HTTP request."""
+
+    def __init__(self, app, metrics: Metrics, enabled: bool = True, api_key: str | None = None,
+                 max_concurrent_requests: int | None = None, retry_after: Callable[[], int] = lambda: 1):
         self.app, self.metrics, self.enabled = app, metrics, enabled
+        self.api_key = None if not api_key else api_key.encode()
+        self.max_concurrent = max_concurrent_requests
+        self.retry_after = retry_after
+        self.busy = 0  # embedding requests being answered
+
+    def authorized(self, scope) -> bool:
+        """Whether the request carries ``Authorization: Bearer KEY``, compared in constant time."""
+        for name, value in scope.get("headers") or []:
+            if name == b"authorization":
+                scheme, _, token = value.strip().partition(b" ")
+                return scheme.lower() == b"bearer" and hmac.compare_digest(token.strip(), self.api_key)
+        return False
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
@@ -143,58 +275,139 @@ class AccessLog:
         started = time.perf_counter()
         status = [500]  # unless a response starts
         scope.setdefault("state", {})
+        path = scope.get("path", "")
+        body = Body(receive, scope)
 
-        async def send_status(message):
+        async def send_checked(message):
             if message["type"] == "http.response.start":
                 status[0] = message["status"]
+                if message["status"] >= 400 and not await body.drain():
+                    message = {**message, "headers": [*message.get("headers", []), (b"connection", b"close")]}
             await send(message)
 
+        async def refuse(error: ApiError, reason: str | None = None):
+            if reason is not None:
+                self.metrics.refused.labels(reason).inc()
+            headers = [(b"content-type", b"application/json")]
+            headers += [(k.lower().encode(), str(v).encode()) for k, v in error.headers.items()]
+            content = _error_bytes(error, path)
+            headers.append((b"content-length", str(len(content)).encode()))
+            await send_checked({"type": "http.response.start", "status": error.status, "headers": headers})
+            await send({"type": "http.response.body", "body": content})
+
+        counted = scope.get("method") == "POST" and path in EMBEDDING_ENDPOINTS
         self.metrics.in_flight.inc()
+        if counted:
+            self.busy += 1
         try:
-            await self.app(scope, receive, send_status)
+            if self.api_key is not None and path not in OPEN_ENDPOINTS and not self.authorized(scope):
+                await refuse(ApiError(401, "authorization: a missing or wrong API key; send the header "
+                                           "'Authorization: Bearer KEY'", headers={"WWW-Authenticate": "Bearer"}))
+            elif counted and self.max_concurrent is not None and self.busy > self.max_concurrent:
+                await refuse(ApiError(429, f"the model is overloaded: {self.max_concurrent:,} requests in flight "
+                                           f"(max_concurrent_requests); try again shortly",
+                                      limit="max_concurrent_requests",
+                                      headers={"Retry-After": str(self.retry_after())}), "max_concurrent_requests")
+            else:
+                await self.app(scope, body.receive, send_checked)
+        except (ClientGone, ClientDisconnect):
+            status[0] = 499  # nginx's "client closed request": nobody was answered
+            if not body.complete:
+                self.metrics.abandoned.labels("body").inc()
         finally:
             seconds = time.perf_counter() - started
             self.metrics.in_flight.dec()
-            path = scope.get("path", "")
-            endpoint = path if path in ENDPOINTS else "other"
+            if counted:
+                self.busy -= 1
+            endpoint = path if path in ENDPOINTS else ("/v1/models" if path.startswith("/v1/models/") else "other")
             self.metrics.requests.labels(endpoint, str(status[0])).inc()
             self.metrics.request_seconds.labels(endpoint).observe(seconds)
             if self.enabled:
                 client = scope.get("client")
                 who = f"{client[0]}:{client[1]}" if client else "-"
                 work = scope["state"].get("elmo_work", "")
+                if status[0] == 499:
+                    work += f" client left ({'after its body' if body.complete else f'{body.bytes:,} bytes into its body'})"
                 ACCESS_LOG.info('%s "%s %s" %d %.1f ms%s', who, scope.get("method", "-"), path[:200], status[0],
                                 seconds * 1000, work)
 
 
-def _error_response(error: ApiError, path: str) -> Response:
-    body = error.openai_body() if path.startswith("/v1/") else error.tei_body()
-    return Response(dumps(body), status_code=error.status, media_type="application/json")
+class PiecesResponse(Response):
+    """A JSON answer written in pieces (:func:`~elmo.serve.protocol.json_pieces`), the event
+    loop free between them, and stopped if the client leaves."""
+
+    media_type = "application/json"
+
+    def __init__(self, value, status_code: int = 200):
+        super().__init__(None, status_code=status_code)
+        del self.headers["content-length"]
+        self.value = value
+
+    async def __call__(self, scope, receive, send) -> None:
+        watcher = asyncio.ensure_future(until_disconnected(receive))
+        try:
+            await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
+            chunk = bytearray()
+            for piece in json_pieces(self.value, STREAM_NUMBERS):
+                chunk += piece
+                if len(chunk) >= STREAM_CHUNK_BYTES:
+                    if watcher.done():
+                        raise ClientGone()
+                    await send({"type": "http.response.body", "body": bytes(chunk), "more_body": True})
+                    chunk.clear()
+                    await asyncio.sleep(0)  # let the loop answer others
+            await send({"type": "http.response.body", "body": bytes(chunk), "more_body": False})
+        finally:
+            watcher.cancel()
+
+
+def _answer(value) -> Response:
+    """A JSON answer: in one piece if small, else written in pieces (:class:`PiecesResponse`)."""
+    if count_numbers(value) > STREAM_NUMBERS:
+        return PiecesResponse(value)
+    return Response(dumps(as_json(value)), media_type="application/json")
 
 
 def _json(value) -> Response:
     return Response(dumps(value), media_type="application/json")
 
 
-async def read_body(request: Request, limit: int) -> bytes:
+async def read_body(request: Request, limit: int, deadline: float | None = None) -> bytes:
     """The request's body, refused (413) once it is over ``limit`` bytes: by its declared length
-    before anything is read, else while it arrives."""
+    before anything is read, else while it arrives; 408 if it has not all come by ``deadline``
+    (``time.monotonic()``); :class:`ClientGone` if the client leaves meanwhile."""
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
         raise ApiError(413, f"body: {int(declared):,} bytes, more than max_body_bytes ({limit:,})", field="body",
                        limit="max_body_bytes")
     chunks, size = [], 0
-    async for chunk in request.stream():
+    while True:
+        remaining = None if deadline is None else deadline - time.monotonic()
+        try:
+            if remaining is not None and remaining <= 0:
+                raise TimeoutError
+            message = await asyncio.wait_for(request.receive(), remaining)
+        except TimeoutError:
+            raise ApiError(408, f"body: {size:,} bytes came, and not the rest in time; send the body at once",
+                           field="body", headers={"Connection": "close"}) from None
+        if message["type"] == "http.disconnect":
+            raise ClientGone()
+        chunk = message.get("body", b"")
         size += len(chunk)
         if size > limit:
             raise ApiError(413, f"body: more than max_body_bytes ({limit:,}) bytes", field="body",
                            limit="max_body_bytes")
         chunks.append(chunk)
-    return b"".join(chunks)
+        if not message.get("more_body", False):
+            return b"".join(chunks)
 
 
 def create_app(model: ProcessModel | Embedder, *, model_name: str = "default", limits: Limits | None = None,
                max_batch_tokens: int = DEFAULT_MAX_BATCH_TOKENS, max_wait_ms: float = DEFAULT_MAX_WAIT_MS,
+               max_concurrent_requests: int | None = DEFAULT_MAX_CONCURRENT_REQUESTS,
+               max_queued_tokens: int | None = DEFAULT_MAX_QUEUED_TOKENS,
+               request_timeout: float | None = DEFAULT_REQUEST_TIMEOUT, api_key: str | None = None,
+               embed_all_layers: str | int = "all",
                access_log: bool = True, warmup: bool = True, on_ready: Callable[[], None] | None = None,
                on_fatal: Callable[[str], None] | None = None,
                model_thread: ThreadPoolExecutor | None = None) -> FastAPI:
@@ -204,21 +417,41 @@ def create_app(model: ProcessModel | Embedder, *, model_name: str = "default", l
     thread that loaded it; simpler, slower under load). State policy ``warm`` or ``reset``.
     ``model_name`` is the name in ``/info`` and in OpenAI answers. ``limits`` bound each request
     (:class:`~elmo.serve.protocol.Limits`); ``max_batch_tokens`` and ``max_wait_ms`` shape batches
-    (:class:`~elmo.serve.batching.Batcher`). ``on_ready`` is called once the model is warm and the
-    app answers; ``on_fatal`` with a message if the model's process died and could not be
-    restarted (the app then answers 503 to everything: time to exit)."""
+    (:class:`~elmo.serve.batching.Batcher`). Past ``max_concurrent_requests`` embedding requests
+    at once, or ``max_queued_tokens`` tokens taken and not answered, a request gets 429 with
+    ``Retry-After`` (None: no bound). ``request_timeout``: seconds a request may take before it
+    gets 503 (None: no bound). ``api_key``: the Bearer token every endpoint but ``/health``
+    wants (None: none). ``embed_all_layers``: what ``/embed_all`` returns when the request does
+    not say (``"all"``: ``(layers, tokens, dim)``; ``"top"`` or ``"average"``: TEI's
+    ``(tokens, dim)``). ``on_ready`` is called once the model is warm and the app answers;
+    ``on_fatal`` with a message if the model's process died and could not be restarted, or the
+    batching task kept failing (the app then answers 503 to everything: time to exit)."""
     limits = limits or Limits()
+    if max_concurrent_requests is not None:
+        check_count(max_concurrent_requests, "max_concurrent_requests")
+    if request_timeout is not None:
+        check_number(request_timeout, "request_timeout")
+        if request_timeout <= 0:
+            raise ValueError(f"request_timeout: must be more than 0, got {request_timeout}")
     if isinstance(model, ProcessModel) and not model.info:
         model.start()  # the model loads and warms in its process before the app exists
     metrics = Metrics()
-    batcher = Batcher(model, max_batch_tokens=max_batch_tokens, max_wait_ms=max_wait_ms, on_batch=metrics.batch,
-                      model_thread=model_thread, on_restart=metrics.restarts.inc, on_fatal=on_fatal)
+    batcher = Batcher(model, max_batch_tokens=max_batch_tokens, max_wait_ms=max_wait_ms,
+                      max_queued_tokens=max_queued_tokens, on_batch=metrics.batch, model_thread=model_thread,
+                      on_restart=metrics.restarts.inc, on_fatal=on_fatal,
+                      on_dropped=lambda stage: metrics.abandoned.labels(stage).inc())
     metrics.queued.set_function(lambda: batcher.queued)
+    metrics.queued_tokens.set_function(lambda: batcher.queued_tokens)
     model_info = batcher.runner.info
     n_layers, dim = model_info["layers"], model_info["dimensions"]
+    embed_all_default = read_layers(embed_all_layers, n_layers, pooled=False, field="embed_all_layers")
+    created = int(time.time())
     info = {"model": model_name, "version": __version__, **model_info,
             "worker": "process" if isinstance(model, ProcessModel) else "thread",
             "max_batch_tokens": max_batch_tokens, "max_wait_ms": max_wait_ms, "limits": limits.as_dict(),
+            "max_concurrent_requests": max_concurrent_requests, "max_queued_tokens": max_queued_tokens,
+            "request_timeout": request_timeout, "auth": api_key is not None and api_key != "",
+            "embed_all_layers": embed_all_default,
             "pooling": {"default": DEFAULT_POOLING, "layers": DEFAULT_POOLED_LAYERS, "choices": list(POOLINGS)}}
 
     @contextlib.asynccontextmanager
@@ -233,13 +466,14 @@ def create_app(model: ProcessModel | Embedder, *, model_name: str = "default", l
         try:
             yield
         finally:
-            await batcher.stop()
+            await batcher.stop(timeout=request_timeout)
             LOG.info("elmo serve: stopped")
 
     app = FastAPI(title="elmo serve", version=__version__, lifespan=lifespan,
                   description="ELMo embeddings: text-embeddings-inference's and OpenAI's HTTP APIs.")
     app.state.batcher, app.state.metrics = batcher, metrics
-    app.add_middleware(AccessLog, metrics=metrics, enabled=access_log)
+    app.add_middleware(Front, metrics=metrics, enabled=access_log, api_key=api_key,
+                       max_concurrent_requests=max_concurrent_requests, retry_after=batcher.retry_after)
 
     @app.exception_handler(ApiError)
     async def api_error(request: Request, error: ApiError):
@@ -247,17 +481,43 @@ def create_app(model: ProcessModel | Embedder, *, model_name: str = "default", l
 
     @app.exception_handler(HTTPException)
     async def http_error(request: Request, error: HTTPException):
-        message = f"{request.method} {request.url.path}: {error.detail}"
+        message = f"{request.method} {shown(request.url.path, 200)}: {error.detail}"
         if error.status_code == 404:
             message += f" (endpoints: {', '.join(ENDPOINTS)})"
         return _error_response(ApiError(error.status_code, message), request.url.path)
 
-    async def embed(request: Request, sentences: list[list[str]]) -> list[np.ndarray]:
+    def deadline_of(request: Request) -> float | None:
+        return request.state.elmo_deadline
+
+    async def embed(request: Request, sentences: list[list[str]], output: Output) -> list[np.ndarray]:
+        """What the batcher gives for ``sentences``, shaped by ``output``; given up (and dropped
+        from the queue) if the client leaves or the request's time runs out."""
         request.state.elmo_work = f" inputs={len(sentences)} tokens={sum(len(s) for s in sentences)}"
+        work = asyncio.ensure_future(batcher.embed(sentences, request.state.elmo_coming, output=output))
+        watcher = asyncio.ensure_future(until_disconnected(request.receive))
+        deadline = deadline_of(request)
         try:
-            return await batcher.embed(sentences, request.state.elmo_coming)
-        except (ServerClosed, WorkerCrashed) as e:
-            raise ApiError(503, f"{e}; try again") from None
+            done, _ = await asyncio.wait({work, watcher}, return_when=asyncio.FIRST_COMPLETED,
+                                         timeout=None if deadline is None else max(0.0, deadline - time.monotonic()))
+        finally:
+            watcher.cancel()
+            if not work.done():
+                work.cancel()  # its job leaves the queue, or its answer is thrown away
+        if work not in done:
+            if watcher in done:
+                raise ClientGone()
+            metrics.refused.labels("request_timeout").inc()
+            raise ApiError(503, f"no answer within request_timeout ({request_timeout:g} s): the model is busy or "
+                                "stuck; try again", limit="request_timeout",
+                           headers={"Retry-After": str(batcher.retry_after())})
+        try:
+            return work.result()
+        except Overloaded as e:
+            metrics.refused.labels("max_queued_tokens").inc()
+            raise ApiError(429, str(e), limit="max_queued_tokens",
+                           headers={"Retry-After": str(e.retry_after)}) from None
+        except (ServerClosed, WorkerCrashed, BatchLost) as e:
+            raise ApiError(503, f"{e}; try again", headers={"Retry-After": "1"}) from None
         except EmbeddingFailed as e:  # raised in the model's process: the message names its type
             raise ApiError(500, f"embedding failed: {e}") from None
         except Exception as e:  # the batch failed: this request's error, the server goes on
@@ -265,7 +525,10 @@ def create_app(model: ProcessModel | Embedder, *, model_name: str = "default", l
             raise ApiError(500, f"embedding failed: {type(e).__name__}: {e}") from None
 
     async def read_request(request: Request, fields: tuple[str, ...]) -> dict:
-        body = parse_json(await read_body(request, limits.max_body_bytes))
+        deadline = deadline_of(request)
+        body_deadline = time.monotonic() + BODY_SECONDS
+        body = parse_json(await read_body(request, limits.max_body_bytes,
+                                          body_deadline if deadline is None else min(deadline, body_deadline)))
         check_fields(body, fields)
         if body.get("prompt_name") is not None:
             raise ApiError(422, "prompt_name: this model has no prompts; leave it out", field="prompt_name")
@@ -274,7 +537,7 @@ def create_app(model: ProcessModel | Embedder, *, model_name: str = "default", l
     def read_dimensions(body: dict) -> None:
         wanted = body.get("dimensions")
         if wanted is not None and wanted != dim:
-            raise ApiError(422, f"dimensions: this model's vectors have {dim} dimensions, got {wanted!r}",
+            raise ApiError(422, f"dimensions: this model's vectors have {dim} dimensions, got {shown(wanted)}",
                            field="dimensions")
 
     @app.get("/health")
@@ -293,9 +556,11 @@ def create_app(model: ProcessModel | Embedder, *, model_name: str = "default", l
 
     def batched(handler):
         """An endpoint whose request the batcher expects from its start (it waits for it while
-        forming a batch, :meth:`~elmo.serve.batching.Batcher.expecting`)."""
+        forming a batch, :meth:`~elmo.serve.batching.Batcher.expecting`), within the request's
+        time."""
         @functools.wraps(handler)
         async def expected(request: Request):
+            request.state.elmo_deadline = None if request_timeout is None else time.monotonic() + request_timeout
             with batcher.expecting() as coming:
                 request.state.elmo_coming = coming
                 return await handler(request)
@@ -307,13 +572,10 @@ def create_app(model: ProcessModel | Embedder, *, model_name: str = "default", l
     async def embed_all(request: Request):
         body = await read_request(request, EMBED_ALL_FIELDS)
         sentences = read_inputs(body.get("inputs"), "inputs", limits, read_truncation(body))
-        layers = read_layers(body.get("layers", "all"), n_layers, pooled=False)
-        arrays = await embed(request, sentences)
-        return _json([as_json_array(select_layers(a, layers)) for a in arrays])
+        layers = read_layers(body.get("layers", embed_all_default), n_layers, pooled=False)
+        return _answer(await embed(request, sentences, Output(layers=layers)))
 
-    @app.post("/embed")
-    @batched
-    async def embed_pooled(request: Request):
+    async def tei_embed(request: Request):
         body = await read_request(request, EMBED_FIELDS)
         inputs = body.get("inputs")
         sentences = read_inputs(inputs, "inputs", limits, read_truncation(body))
@@ -322,8 +584,11 @@ def create_app(model: ProcessModel | Embedder, *, model_name: str = "default", l
         pooling = read_choice(body, "pooling", POOLINGS, DEFAULT_POOLING)
         normalize = read_bool(body, "normalize", True)  # TEI's default
         read_dimensions(body)
-        arrays = await embed(request, sentences)
-        return _json([as_json_array(pool(a, layers, pooling, normalize)) for a in arrays])
+        return _answer(await embed(request, sentences, Output(layers, pooling, normalize)))
+
+    # TEI answers its clients (huggingface_hub's InferenceClient.feature_extraction) on "/".
+    app.post("/embed")(batched(tei_embed))
+    app.post("/")(batched(tei_embed))
 
     @app.post("/v1/embeddings")
     @batched
@@ -333,15 +598,42 @@ def create_app(model: ProcessModel | Embedder, *, model_name: str = "default", l
         sentences = read_inputs(inputs, "input", limits)
         refuse_empty(sentences, "input", isinstance(inputs, str))
         if not isinstance(body.get("model", ""), str):
-            raise ApiError(422, f"model: expected a string, got {body['model']!r}", field="model")
+            raise ApiError(422, f"model: expected a string, got {shown(body['model'])}", field="model")
         encoding = read_choice(body, "encoding_format", ENCODINGS, "float")
         layers = read_layers(body.get("layers", DEFAULT_POOLED_LAYERS), n_layers, pooled=True)
         pooling = read_choice(body, "pooling", POOLINGS, DEFAULT_POOLING)
         normalize = read_bool(body, "normalize", False)
         read_dimensions(body)
-        arrays = await embed(request, sentences)
-        vectors = [pool(a, layers, pooling, normalize) for a in arrays]
-        return _json(openai_response(vectors, model_name, encoding, sum(len(s) for s in sentences)))
+        vectors = await embed(request, sentences, Output(layers, pooling, normalize))
+        return _answer(openai_response(vectors, model_name, encoding, sum(len(s) for s in sentences)))
+
+    @app.post("/tokenize")
+    async def tokenize(request: Request):
+        request.state.elmo_deadline = None if request_timeout is None else time.monotonic() + request_timeout
+        body = await read_request(request, TOKENIZE_FIELDS)
+        inputs = body.get("inputs")
+        texts = [inputs] if isinstance(inputs, str) else inputs
+        if not isinstance(texts, list) or not texts or not all(isinstance(t, str) for t in texts):
+            raise ApiError(422, f"inputs: expected a string or a non-empty list of strings, got {shown(inputs)}",
+                           field="inputs")
+        if len(texts) > limits.max_inputs:
+            raise ApiError(413, f"inputs: {len(texts):,} inputs, more than max_inputs ({limits.max_inputs:,})",
+                           field="inputs", limit="max_inputs")
+        return _answer(tokenize_response(texts, read_bool(body, "add_special_tokens", True)))
+
+    def model_card() -> dict:
+        return {"id": model_name, "object": "model", "created": created, "owned_by": "elmo"}
+
+    @app.get("/v1/models")
+    async def list_models():
+        return _json({"object": "list", "data": [model_card()]})
+
+    @app.get("/v1/models/{name:path}")
+    async def get_model(name: str):
+        if name != model_name:
+            raise ApiError(404, f"model: no model {shown(name)} here; this server serves {model_name!r}",
+                           field="model", limit="model_not_found")
+        return _json(model_card())
 
     return app
 
@@ -365,4 +657,4 @@ def load_app(model=None, *, device: str | None = None, precision: str = "float32
     return create_app(worker, model_name=name, **app_options)
 
 
-__all__ = ["create_app", "load_app", "serving_embedder", "Metrics"]
+__all__ = ["Metrics", "create_app", "load_app", "serving_embedder"]

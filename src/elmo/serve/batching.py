@@ -29,6 +29,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
+import math
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -41,6 +43,9 @@ import numpy as np
 from elmo.checks import check_count, check_number
 from elmo.inference.embed import Embedder
 from elmo.inference.states import warmup_sentences
+from elmo.serve.protocol import Output
+
+LOG = logging.getLogger("elmo.serve")
 
 DEFAULT_MAX_BATCH_TOKENS = 4096
 DEFAULT_MAX_WAIT_MS = 2.0
@@ -85,6 +90,21 @@ class WorkerCrashed(RuntimeError):
     well-formed: it failed with everything else in its batch)."""
 
 
+class Overloaded(RuntimeError):
+    """Taking this request would pass ``max_queued_tokens``: come back in :attr:`retry_after`
+    seconds (HTTP 429)."""
+
+    def __init__(self, message: str, retry_after: int):
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class BatchLost(RuntimeError):
+    """The batching task failed while this request's batch was in its hands (a bug, or an
+    error of the runner that it did not report as a crash); the task was started again
+    (HTTP 503: try again)."""
+
+
 class EmbeddingFailed(RuntimeError):
     """The model raised on this request, in another process: the message is the error's type
     and message there, ``"RuntimeError: ..."``."""
@@ -93,25 +113,32 @@ class EmbeddingFailed(RuntimeError):
 Outcome = list[np.ndarray] | BaseException
 
 
-def compute_requests(embedder: Embedder, requests: list[list[list[str]]]) -> list[Outcome]:
-    """Every request's arrays (one ``(layers, tokens, dim)`` float32 array per sentence), from one
-    :meth:`Embedder.embed_sentences` call for the whole batch; if that fails, from one call per
-    request, each request getting its own error (an exception in place of its arrays)."""
+def compute_requests(embedder: Embedder, requests: list[list[list[str]]],
+                     outputs: Sequence[Output | None] | None = None) -> list[Outcome]:
+    """Every request's arrays, from one :meth:`Embedder.embed_sentences` call for the whole
+    batch: one ``(layers, tokens, dim)`` float32 array per sentence, or what the request's
+    :class:`~elmo.serve.protocol.Output` in ``outputs`` makes of it (its layers, its pooled
+    vector). If the batch fails, from one call per request, each request getting its own error
+    (an exception in place of its arrays)."""
+    outputs = list(outputs) if outputs is not None else [None] * len(requests)
+
+    def shaped(arrays, output):
+        return list(arrays) if output is None else [output.apply(a) for a in arrays]
+
     try:
         arrays = embedder.embed_sentences([s for sentences in requests for s in sentences])
+        out, start = [], 0
+        for sentences, output in zip(requests, outputs):
+            out.append(shaped(arrays[start:start + len(sentences)], output))
+            start += len(sentences)
+        return out
     except Exception as error:
         if len(requests) == 1:
             return [error]
-    else:
-        out, start = [], 0
-        for sentences in requests:
-            out.append(arrays[start:start + len(sentences)])
-            start += len(sentences)
-        return out
     outcomes: list[Outcome] = []
-    for sentences in requests:
+    for sentences, output in zip(requests, outputs):
         try:
-            outcomes.append(embedder.embed_sentences(sentences))
+            outcomes.append(shaped(embedder.embed_sentences(sentences), output))
         except Exception as error:
             outcomes.append(error)
     return outcomes
@@ -134,14 +161,15 @@ def refuse_stateful(state: str) -> None:
 
 class Runner(Protocol):
     """Where a :class:`Batcher`'s batches are computed. ``info``: :func:`model_info`'s dict.
-    ``run`` gives one outcome per request (:func:`compute_requests`) or raises
-    :class:`WorkerCrashed`, after which ``restart`` is awaited before the next ``run``."""
+    ``run`` gives one outcome per request (:func:`compute_requests`, each request shaped by its
+    output, None: the activations as they are) or raises :class:`WorkerCrashed`, after which
+    ``restart`` is awaited before the next ``run``."""
 
     info: dict
 
     async def warm(self) -> None: ...
 
-    async def run(self, requests: list[list[list[str]]]) -> list[Outcome]: ...
+    async def run(self, requests: list[list[list[str]]], outputs: list[Output | None]) -> list[Outcome]: ...
 
     async def restart(self) -> None: ...
 
@@ -166,9 +194,9 @@ class InThreadModel:
         await asyncio.get_running_loop().run_in_executor(self._executor, self.embedder.embed_sentences,
                                                          warmup_sentences())
 
-    async def run(self, requests: list[list[list[str]]]) -> list[Outcome]:
+    async def run(self, requests: list[list[list[str]]], outputs: list[Output | None]) -> list[Outcome]:
         return await asyncio.get_running_loop().run_in_executor(self._executor, compute_requests, self.embedder,
-                                                                requests)
+                                                                requests, outputs)
 
     async def restart(self) -> None:  # a thread does not crash on its own
         raise RuntimeError("an in-thread model cannot be restarted")
@@ -188,6 +216,12 @@ class _Job:
     cost: int
     future: asyncio.Future
     queued_at: float
+    output: Output | None = None
+
+
+# Failures of the batching task in a row (without a batch answered between them) after which it
+# is not started again: the server says it is broken and stops, for a supervisor to act.
+MAX_LOOP_FAILURES = 3
 
 
 class Batcher:
@@ -198,38 +232,68 @@ class Batcher:
     batch closes once it holds this many tokens (boundaries included); a request bigger than that
     runs alone. ``max_wait_ms``: the longest a request waits for others while the model is idle,
     and only while others are on their way (requests inside :meth:`expecting` that have not
-    reached :meth:`embed` yet): a lone caller does not wait at all.
+    reached :meth:`embed` yet): a lone caller does not wait at all. ``max_queued_tokens``: the
+    most tokens (boundaries included) taken and not yet answered; a request that would pass it
+    is refused with :class:`Overloaded` (unless nothing else is queued: a big request alone is
+    always taken). None: no bound.
     ``on_batch`` is called in the event loop with a :class:`BatchRecord` after each batch
-    (metrics); ``on_restart`` after the runner was restarted following a crash; ``on_fatal`` with
-    a message if it could not be (the batcher has stopped: every request gets
-    :class:`ServerClosed`). Use from one event loop: :meth:`start`, then :meth:`embed` from any
-    number of tasks, then :meth:`stop`.
+    (metrics); ``on_dropped`` with ``"queued"`` for a request dropped before its batch because
+    its caller left, ``"computing"`` for one whose answer came after its caller left;
+    ``on_restart`` after the runner was restarted following a crash; ``on_fatal`` with a
+    message if it could not be, or if the batching task failed :data:`MAX_LOOP_FAILURES` times
+    in a row (the batcher has stopped: every request gets :class:`ServerClosed`). Use from one
+    event loop: :meth:`start`, then :meth:`embed` from any number of tasks, then :meth:`stop`.
     """
 
     def __init__(self, model: Embedder | Runner, *, max_batch_tokens: int = DEFAULT_MAX_BATCH_TOKENS,
-                 max_wait_ms: float = DEFAULT_MAX_WAIT_MS, on_batch: Callable[[BatchRecord], None] | None = None,
+                 max_wait_ms: float = DEFAULT_MAX_WAIT_MS, max_queued_tokens: int | None = None,
+                 on_batch: Callable[[BatchRecord], None] | None = None,
                  model_thread: ThreadPoolExecutor | None = None, on_restart: Callable[[], None] | None = None,
-                 on_fatal: Callable[[str], None] | None = None):
+                 on_fatal: Callable[[str], None] | None = None,
+                 on_dropped: Callable[[str], None] | None = None):
         check_count(max_batch_tokens, "max_batch_tokens")
         check_number(max_wait_ms, "max_wait_ms")
+        if max_queued_tokens is not None:
+            check_count(max_queued_tokens, "max_queued_tokens")
         self.runner: Runner = InThreadModel(model, model_thread) if isinstance(model, Embedder) else model
         refuse_stateful(self.runner.info["state"])
         self.max_batch_tokens = max_batch_tokens
         self.max_wait = max_wait_ms / 1000
+        self.max_queued_tokens = max_queued_tokens
         self.on_batch, self.on_restart, self.on_fatal = on_batch, on_restart, on_fatal
+        self.on_dropped = on_dropped
         self._pending: deque[_Job] = deque()
         self._pending_cost = 0
+        self._current: list[_Job] = []  # the batch being computed
+        self._taken_cost = 0  # tokens taken by embed() and not yet answered
+        self._tokens_per_second = 0.0  # of recent batches, for Retry-After
         self._coming = 0  # requests being read that will call embed()
         self._arrived: asyncio.Event | None = None
         self._task: asyncio.Task | None = None
         self._closing = False
         self._broken: str | None = None  # why the batcher stopped on its own
-        self.ready = False
+        self._ready = False
+        self.loop_restarts = 0
+
+    @property
+    def ready(self) -> bool:
+        """Whether requests are being answered: started, warm, not stopping, not restarting its
+        model, and its batching task alive."""
+        return self._ready and self._broken is None and self._task is not None and not self._task.done()
+
+    @ready.setter
+    def ready(self, value: bool) -> None:
+        self._ready = value
 
     @property
     def queued(self) -> int:
         """Requests waiting for a batch."""
         return len(self._pending)
+
+    @property
+    def queued_tokens(self) -> int:
+        """Tokens (boundaries included) taken and not yet answered: queued or being computed."""
+        return self._taken_cost
 
     @property
     def status(self) -> str:
@@ -238,6 +302,8 @@ class Batcher:
             return self._broken
         if self.ready:
             return "ok"
+        if self._task is not None and self._task.done() and not self._closing:
+            return "the batching task has ended"
         return "the server is stopping" if self._closing else "the server is starting or restarting its model"
 
     async def start(self, warmup: bool = True) -> None:
@@ -249,7 +315,8 @@ class Batcher:
         self._arrived = asyncio.Event()
         if warmup:
             await self.runner.warm()
-        self._task = asyncio.create_task(self._run(), name="elmo-serve-batcher")
+        self._task = asyncio.create_task(self._supervise(), name="elmo-serve-batcher")
+        self._task.add_done_callback(self._ended)
         self.ready = True
 
     @contextlib.contextmanager
@@ -267,41 +334,112 @@ class Batcher:
                 if self._arrived is not None:
                     self._arrived.set()
 
-    async def embed(self, sentences: Sequence[Sequence[str]], coming: _Coming | None = None) -> list[np.ndarray]:
+    async def embed(self, sentences: Sequence[Sequence[str]], coming: _Coming | None = None, *,
+                    output: Output | None = None) -> list[np.ndarray]:
         """The ``(layers, tokens, dim)`` float32 array of each sentence (token lists), as
-        ``embedder.embed_sentences(sentences)`` gives them. ``coming``: the token of
-        :meth:`expecting` around this request, if any."""
+        ``embedder.embed_sentences(sentences)`` gives them, or what ``output`` makes of it where
+        the model runs (:class:`~elmo.serve.protocol.Output`). ``coming``: the token of
+        :meth:`expecting` around this request, if any. Cancelling the call (its caller left)
+        drops the request if its batch has not started. Raises :class:`Overloaded` past
+        ``max_queued_tokens``, :class:`ServerClosed` once stopping or broken."""
         if coming is not None and not coming.arrived:
             coming.arrived = True
             self._coming -= 1
-        if self._closing or self._broken or self._task is None:
+        if self._closing or self._broken or self._task is None or self._task.done():
             raise ServerClosed(self._broken or ("the server is stopping" if self._closing
-                                                else "the batcher is not started"))
+                                                else "the batcher is not running"))
         rows = [list(s) for s in sentences]
         if not rows:
             return []
-        job = _Job(rows, batch_tokens(rows), asyncio.get_running_loop().create_future(), time.perf_counter())
+        cost = batch_tokens(rows)
+        if self.max_queued_tokens is not None and self._taken_cost and \
+                self._taken_cost + cost > self.max_queued_tokens:
+            raise Overloaded(f"the model is overloaded: {self._taken_cost:,} tokens queued, and this request's "
+                             f"{cost:,} would pass max_queued_tokens ({self.max_queued_tokens:,}); try again "
+                             "shortly", self.retry_after())
+        job = _Job(rows, cost, asyncio.get_running_loop().create_future(), time.perf_counter(), output)
+        self._taken_cost += cost
+        job.future.add_done_callback(lambda _: self._answered(cost))
         self._pending.append(job)
         self._pending_cost += job.cost
         self._arrived.set()
         return await job.future
 
-    async def stop(self) -> None:
-        """Take no new request, finish every queued one, and stop the model."""
+    def _answered(self, cost: int) -> None:
+        self._taken_cost -= cost
+
+    def retry_after(self) -> int:
+        """Seconds until the tokens taken are likely computed (1 to 60), for ``Retry-After``."""
+        if self._tokens_per_second <= 0:
+            return 1
+        return int(min(60, max(1, math.ceil(self._taken_cost / self._tokens_per_second))))
+
+    async def stop(self, timeout: float | None = None) -> None:
+        """Take no new request, finish every one taken (those queued and the batch being
+        computed) for at most ``timeout`` seconds (None: as long as it takes), fail those left
+        with :class:`ServerClosed`, and stop the model. Every request taken is answered or
+        failed when this returns."""
         self._closing = True
         self.ready = False
         if self._task is not None:
-            while self._pending and not self._task.done():
+            deadline = None if timeout is None else time.perf_counter() + timeout
+            while (self._pending or self._current) and not self._task.done():
+                if deadline is not None and time.perf_counter() > deadline:
+                    break
                 self._arrived.set()
-                await asyncio.sleep(0.001)
+                await asyncio.sleep(0.005)
             self._task.cancel()
-            try:
+            with contextlib.suppress(asyncio.CancelledError, Exception):  # an end that _ended reported
                 await self._task
-            except asyncio.CancelledError:
-                pass
+        left = ServerClosed("the server stopped before this request's batch was computed")
+        self._fail(self._current, left)
+        self._current = []
+        self._fail_pending(left)
         await self.runner.close()
 
     # ------------------------------------------------------------------------------ the loop
+    async def _supervise(self) -> None:
+        """Run the batching loop; if it fails, fail the batch it held (:class:`BatchLost`) and
+        run it again, up to :data:`MAX_LOOP_FAILURES` times in a row; then give up."""
+        failures = 0
+        while True:
+            answered = self._batches = 0
+            try:
+                await self._run()
+                return  # the model could not be restarted: broken, already reported
+            except asyncio.CancelledError:
+                raise
+            except Exception as error:
+                answered = self._batches
+                what = " ".join(f"{type(error).__name__}: {error}".split())[:500]
+                LOG.error("elmo serve: the batching task failed (%s); its batch's requests get 503", what)
+                LOG.debug("elmo serve: the batching task's failure", exc_info=True)
+                self._fail(self._current, BatchLost(f"the server lost this request's batch ({what})"))
+                self._current = []
+            failures = 1 if answered else failures + 1
+            if failures >= MAX_LOOP_FAILURES:
+                self._give_up(f"the batching task failed {failures} times in a row")
+                return
+            self.loop_restarts += 1
+
+    def _ended(self, task: asyncio.Task) -> None:
+        """The batching task's end: expected only while stopping; otherwise the batcher is
+        broken, and says so."""
+        if self._closing or self._broken:
+            return
+        error = None if task.cancelled() else task.exception()
+        self._give_up(f"the batching task ended ({type(error).__name__}: {error})" if error
+                      else "the batching task ended")
+
+    def _give_up(self, why: str) -> None:
+        self._broken = why
+        self.ready = False
+        self._fail(self._current, ServerClosed(why))
+        self._current = []
+        self._fail_pending(ServerClosed(why))
+        if self.on_fatal is not None:
+            self.on_fatal(why)
+
     async def _run(self) -> None:
         while True:
             while not self._pending:
@@ -319,13 +457,13 @@ class Batcher:
                     await asyncio.wait_for(self._arrived.wait(), remaining)
                 except TimeoutError:
                     break
-            jobs = self._take()
+            jobs = self._current = self._take()
             if not jobs:
                 continue
             started = time.perf_counter()
             crashed = None
             try:
-                outcomes = await self.runner.run([j.sentences for j in jobs])
+                outcomes = await self.runner.run([j.sentences for j in jobs], [j.output for j in jobs])
             except WorkerCrashed as error:
                 crashed = error
                 outcomes = [error] * len(jobs)
@@ -333,16 +471,29 @@ class Batcher:
             failed = 0
             for job, outcome in zip(jobs, outcomes):
                 if job.future.done():  # the caller went away meanwhile
+                    if self.on_dropped is not None:
+                        self.on_dropped("computing")
                     continue
                 if isinstance(outcome, BaseException):
                     failed += 1
                     job.future.set_exception(outcome)
                 else:
                     job.future.set_result(outcome)
+            self._current = []
+            self._batches += 1
+            tokens = sum(len(s) for j in jobs for s in j.sentences)
+            if seconds > 0 and crashed is None:
+                rate = tokens / seconds
+                self._tokens_per_second = rate if not self._tokens_per_second else \
+                    0.8 * self._tokens_per_second + 0.2 * rate
             if self.on_batch is not None:
-                self.on_batch(BatchRecord(requests=len(jobs), sentences=sum(len(j.sentences) for j in jobs),
-                                          tokens=sum(len(s) for j in jobs for s in j.sentences), seconds=seconds,
-                                          queue_seconds=[started - j.queued_at for j in jobs], failed=failed))
+                record = BatchRecord(requests=len(jobs), sentences=sum(len(j.sentences) for j in jobs),
+                                     tokens=tokens, seconds=seconds,
+                                     queue_seconds=[started - j.queued_at for j in jobs], failed=failed)
+                try:
+                    self.on_batch(record)
+                except Exception as error:  # metrics must not stop the batching
+                    LOG.error("elmo serve: the per-batch hook failed (%s: %s)", type(error).__name__, error)
             if crashed is not None and not await self._restart(crashed):
                 return
 
@@ -357,15 +508,18 @@ class Batcher:
         try:
             await self.runner.restart()
         except Exception as error:
-            self._broken = f"the model worker died and could not be restarted: {error}"
-            self._fail_pending(ServerClosed(self._broken))
-            if self.on_fatal is not None:
-                self.on_fatal(self._broken)
+            self._give_up(f"the model worker died and could not be restarted: {error}")
             return False
         if self.on_restart is not None:
             self.on_restart()
         self.ready = not self._closing
         return True
+
+    @staticmethod
+    def _fail(jobs: list[_Job], error: BaseException) -> None:
+        for job in jobs:
+            if not job.future.done():
+                job.future.set_exception(error)
 
     def _fail_pending(self, error: BaseException) -> None:
         while self._pending:
@@ -386,6 +540,8 @@ class Batcher:
             self._pending.popleft()
             self._pending_cost -= job.cost
             if job.future.done():
+                if self.on_dropped is not None:
+                    self.on_dropped("queued")
                 continue
             jobs.append(job)
             cost += job.cost

@@ -21,7 +21,9 @@ from __future__ import annotations
 import base64
 import functools
 import json
-from collections.abc import Sequence
+import re
+import sys
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
 
 import numpy as np
@@ -34,6 +36,12 @@ POOLINGS = ("mean", "max")
 DEFAULT_POOLING = "mean"
 DEFAULT_POOLED_LAYERS = "average"
 ENCODINGS = ("float", "base64")
+# The service's bounds (elmo.serve.app; here so that `elmo serve --help` imports no framework).
+# text-embeddings-inference's default: past this many embedding requests at once, 429.
+DEFAULT_MAX_CONCURRENT_REQUESTS = 512
+# Four requests of the default max_request_tokens: what the queue may hold before 429.
+DEFAULT_MAX_QUEUED_TOKENS = 65536
+DEFAULT_REQUEST_TIMEOUT = 120.0
 
 
 @dataclass(frozen=True)
@@ -57,15 +65,19 @@ class Limits:
 
 class ApiError(Exception):
     """A request the server refuses or could not answer: the HTTP ``status``, one line of
-    ``message``, the request's ``field`` at fault and the ``limit`` it broke, if any."""
+    ``message``, the request's ``field`` at fault and the ``limit`` it broke, if any, and the
+    answer's extra ``headers`` (``Retry-After``, ``WWW-Authenticate``, ``Connection``)."""
 
-    def __init__(self, status: int, message: str, *, field: str | None = None, limit: str | None = None):
+    def __init__(self, status: int, message: str, *, field: str | None = None, limit: str | None = None,
+                 headers: dict[str, str] | None = None):
         super().__init__(message)
         self.status, self.message, self.field, self.limit = status, message, field, limit
+        self.headers = dict(headers or {})
 
     def tei_body(self) -> dict:
         """text-embeddings-inference's error shape (its ``error_type`` names)."""
-        kind = {503: "Unhealthy", 500: "Backend"}.get(self.status, "Validation")
+        kind = {503: "Unhealthy", 504: "Unhealthy", 500: "Backend", 429: "Overloaded",
+                401: "Unauthorized"}.get(self.status, "Validation")
         body: dict = {"error": self.message, "error_type": kind}
         if self.field is not None:
             body["field"] = self.field
@@ -75,13 +87,15 @@ class ApiError(Exception):
 
     def openai_body(self) -> dict:
         """OpenAI's error shape: ``param`` names the field, ``code`` the limit broken."""
-        kind = "server_error" if self.status >= 500 else "invalid_request_error"
+        kind = {401: "authentication_error", 429: "rate_limit_error"}.get(
+            self.status, "server_error" if self.status >= 500 else "invalid_request_error")
         return {"error": {"message": self.message, "type": kind, "param": self.field, "code": self.limit}}
 
 
 # ------------------------------------------------------------------------------ reading requests
 def parse_json(body: bytes) -> dict:
-    """A request body as a JSON object; malformed JSON is a 400 naming the byte at fault."""
+    """A request body as a JSON object; malformed JSON is a 400 naming the byte at fault, and so
+    is JSON that Python will not hold (nested too deep, an integer of thousands of digits)."""
     try:
         value = json.loads(body)
     except UnicodeDecodeError as e:
@@ -89,9 +103,23 @@ def parse_json(body: bytes) -> dict:
     except json.JSONDecodeError as e:
         raise ApiError(400, f"body: malformed JSON at line {e.lineno}, column {e.colno} (byte {e.pos}): {e.msg}") \
             from None
+    except RecursionError:
+        raise ApiError(400, "body: JSON nested too deeply (a request is at most 3 levels deep)") from None
+    except ValueError as e:  # an integer of more digits than int() takes, and the like
+        raise ApiError(400, f"body: JSON that cannot be read: {str(e)[:200]}") from None
     if not isinstance(value, dict):
         raise ApiError(422, f"body: expected a JSON object, got {_json_kind(value)}", field="body")
     return value
+
+
+def shown(value, width: int = 60) -> str:
+    """``repr(value)`` cut to ``width`` characters, for a refusal's message: a field may hold
+    megabytes, or an integer too long to print."""
+    try:
+        text = repr(value)
+    except ValueError:  # an int past sys.get_int_max_str_digits
+        return f"an integer of more than {sys.get_int_max_str_digits():,} digits"
+    return text if len(text) <= width else text[:width - 3] + "..."
 
 
 def _json_kind(value) -> str:
@@ -161,10 +189,10 @@ def read_layers(value, n_layers: int, pooled: bool, field: str = "layers") -> st
     if isinstance(value, int) and not isinstance(value, bool):
         if 0 <= value < n_layers:
             return value
-        raise ApiError(422, f"{field}: layer {value} out of range; the biLM has layers 0 (tokens) to {n_layers - 1}",
+        raise ApiError(422, f"{field}: layer {shown(value)} out of range; the biLM has layers 0 (tokens) to {n_layers - 1}",
                        field=field)
     choices = ", ".join(repr(n) for n in names)
-    raise ApiError(422, f"{field}: expected {choices} or a layer index 0..{n_layers - 1}, got {value!r}"
+    raise ApiError(422, f"{field}: expected {choices} or a layer index 0..{n_layers - 1}, got {shown(value)}"
                         + (" ('all' gives no single vector: use /embed_all)" if pooled and value == "all" else ""),
                    field=field)
 
@@ -176,7 +204,7 @@ def read_truncation(body: dict) -> str | None:
         return None
     direction = body.get("truncation_direction", "Right")
     if not isinstance(direction, str) or direction.lower() not in ("right", "left"):
-        raise ApiError(422, f"truncation_direction: expected 'Right' or 'Left', got {direction!r}",
+        raise ApiError(422, f"truncation_direction: expected 'Right' or 'Left', got {shown(direction)}",
                        field="truncation_direction")
     return direction.lower()
 
@@ -184,14 +212,14 @@ def read_truncation(body: dict) -> str | None:
 def read_choice(body: dict, field: str, choices: Sequence[str], default: str) -> str:
     value = body.get(field, default)
     if value not in choices:
-        raise ApiError(422, f"{field}: expected one of {', '.join(choices)}, got {value!r}", field=field)
+        raise ApiError(422, f"{field}: expected one of {', '.join(choices)}, got {shown(value)}", field=field)
     return value
 
 
 def read_bool(body: dict, field: str, default: bool) -> bool:
     value = body.get(field, default)
     if not isinstance(value, bool):
-        raise ApiError(422, f"{field}: expected true or false, got {value!r}", field=field)
+        raise ApiError(422, f"{field}: expected true or false, got {shown(value)}", field=field)
     return value
 
 
@@ -217,6 +245,50 @@ def pool(layers: np.ndarray, which: str | int = DEFAULT_POOLED_LAYERS, pooling: 
         if norm > 0:
             vector = vector / norm
     return vector.astype(np.float32, copy=False)
+
+
+@dataclass(frozen=True)
+class Output:
+    """What an endpoint returns of one sentence's ``(L+1, tokens, dim)`` activations, applied
+    where the model runs, so that only that crosses to the HTTP process: the layers ``layers``
+    picks (:func:`~elmo.inference.embed.select_layers`), and with ``pooling`` (``"mean"`` or
+    ``"max"``) one vector pooled over the tokens (:func:`pool`), scaled to unit length with
+    ``normalize``. The default is the activations as they are."""
+
+    layers: str | int = "all"
+    pooling: str | None = None
+    normalize: bool = False
+
+    def apply(self, array: np.ndarray) -> np.ndarray:
+        if self.pooling is None:
+            return np.ascontiguousarray(select_layers(array, self.layers))
+        return pool(array, self.layers, self.pooling, self.normalize)
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def tokenize_response(texts: list[str], special: bool) -> list[list[dict]]:
+    """text-embeddings-inference's ``/tokenize`` answer: for each text its tokens as the server
+    embeds them (split on whitespace), each ``{"id", "text", "special", "start", "stop"}`` with
+    ``start``/``stop`` its character offsets in the text; with ``special``, the ``<S>`` and
+    ``</S>`` the biLM reads around every sentence. ``id`` is null: ELMo reads a token's
+    characters and has no token ids."""
+    answers = []
+    for text in texts:
+        tokens = [{"id": None, "text": m.group(), "special": False, "start": m.start(), "stop": m.end()}
+                  for m in _TOKEN.finditer(text)]
+        if special:
+            tokens = [_special("<S>"), *tokens, _special("</S>")]
+        answers.append(tokens)
+    return answers
+
+
+_TOKEN = re.compile(r"\S+")
+
+
+def _special(text: str) -> dict:
+    return {"id": None, "text": text, "special": True, "start": None, "stop": None}
 
 
 @functools.cache
@@ -269,3 +341,69 @@ def openai_response(vectors: list[np.ndarray], model: str, encoding: str, tokens
             for i, v in enumerate(vectors)]
     return {"object": "list", "data": data, "model": model,
             "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}
+
+
+def json_pieces(value, numbers: int = 65536) -> Iterator[bytes]:
+    """:func:`dumps` of ``value`` (lists, dicts, float32 arrays as :func:`as_json_array` makes
+    them, scalars), byte for byte, in pieces that each encode at most about ``numbers``
+    numbers: a big answer is written a little at a time, so that the event loop answers other
+    requests between pieces (orjson holds the interpreter lock for the whole of one call, so a
+    thread would not help), and no float64 copy of a whole answer is ever made."""
+    if isinstance(value, np.ndarray):
+        yield from _array_pieces(value, numbers)
+    elif count_numbers(value) <= numbers:
+        yield dumps(as_json(value))
+    elif isinstance(value, dict):
+        yield b"{"
+        for i, (key, item) in enumerate(value.items()):
+            yield (b"," if i else b"") + dumps(key) + b":"
+            yield from json_pieces(item, numbers)
+        yield b"}"
+    else:
+        yield b"["
+        for i, item in enumerate(value):
+            if i:
+                yield b","
+            yield from json_pieces(item, numbers)
+        yield b"]"
+
+
+def as_json(value):
+    """``value`` (JSON-ready but for its arrays) with every array made ready for :func:`dumps` (:func:`as_json_array`)."""
+    if isinstance(value, np.ndarray):
+        return as_json_array(value)
+    if isinstance(value, dict):
+        return {k: as_json(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [as_json(v) for v in value]
+    return value
+
+
+def count_numbers(value) -> int:
+    """About how many numbers :func:`dumps` writes for ``value``."""
+    if isinstance(value, np.ndarray):
+        return value.size
+    if isinstance(value, dict):
+        return sum(count_numbers(v) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return sum(count_numbers(v) for v in value)
+    return 1
+
+
+def _array_pieces(array: np.ndarray, numbers: int) -> Iterator[bytes]:
+    if array.size <= numbers:
+        yield dumps(as_json_array(array))
+    elif array.ndim > 2:
+        yield b"["
+        for i, part in enumerate(array):
+            if i:
+                yield b","
+            yield from _array_pieces(part, numbers)
+        yield b"]"
+    else:
+        rows = max(1, numbers // array.shape[-1]) if array.ndim == 2 else numbers
+        yield b"["
+        for start in range(0, len(array), rows):
+            text = dumps(as_json_array(array[start:start + rows]))
+            yield (b"," if start else b"") + text[1:-1]  # the rows without the block's brackets
+        yield b"]"

@@ -10,9 +10,11 @@ So the HTTP process does only I/O, JSON and batching, and the model's process on
 
 How. :class:`ProcessModel` starts ``python -m elmo.serve.worker FD`` with one end of a Unix
 socket pair, sends it a :class:`WorkerSpec` (JSON), and waits until the worker has loaded the
-model and run it on the warm-up text. Then each batch goes over as JSON (the token lists) and
-comes back as a JSON header (each request's array shapes and dtype, or its error) and the arrays'
-raw bytes: nothing is pickled either way. The worker ignores SIGINT and SIGTERM (the server
+model and run it on the warm-up text. Then each batch goes over as JSON (the token lists, and
+what each request's endpoint returns: its layers, its pooling) and comes back as a JSON header
+(each request's array shapes and dtype, or its error) and the arrays' raw bytes: only what the
+endpoint answers crosses (one pooled vector per input for ``/embed``, not the activations of
+every layer and token), and nothing is pickled either way. The worker ignores SIGINT and SIGTERM (the server
 stops it once its queue is drained) and exits when the server says so or its socket closes (the
 server died).
 
@@ -52,8 +54,9 @@ from elmo.serve.batching import (
     model_info,
     refuse_stateful,
 )
+from elmo.serve.protocol import Output
 
-STOP = b"stop"  # the server's last message; a batch is a JSON list, which starts with "["
+STOP = b"stop"  # the server's last message; a batch is a JSON object, which starts with "{"
 
 
 @dataclass(frozen=True)
@@ -156,7 +159,9 @@ def serve_connection(conn: Connection) -> int:
             return 0
         if message == STOP:
             return 0
-        _answer(conn, compute_requests(embedder, json.loads(message)))
+        batch = json.loads(message)
+        outputs = [None if o is None else Output(**o) for o in batch["outputs"]]
+        _answer(conn, compute_requests(embedder, batch["requests"], outputs))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -248,15 +253,21 @@ class ProcessModel:
                 process.kill()
                 process.wait()
 
-    def compute(self, requests: list[list[list[str]]]) -> list[Outcome]:
+    def compute(self, requests: list[list[list[str]]],
+                outputs: Sequence[Output | None] | None = None) -> list[Outcome]:
         """One batch, computed by the worker (blocking): one outcome per request, its arrays
-        or an :class:`EmbeddingFailed`. Raises :class:`WorkerCrashed` if the worker died."""
+        (shaped by its output, :class:`~elmo.serve.protocol.Output`: only what the endpoint
+        returns crosses the socket) or an :class:`EmbeddingFailed`. Raises
+        :class:`WorkerCrashed` if the worker died, or if the exchange failed in any other way
+        (the worker is then killed: what it would send next could not be trusted)."""
         conn, process = self._conn, self._process
         if conn is None:
             raise WorkerCrashed("the model worker is not running")
+        outputs = list(outputs) if outputs is not None else [None] * len(requests)
         try:
             # ensure_ascii: tokens that JSON gave as lone surrogates travel as escapes.
-            conn.send_bytes(json.dumps(requests).encode())
+            conn.send_bytes(json.dumps({"requests": requests,
+                                        "outputs": [None if o is None else o.as_dict() for o in outputs]}).encode())
             header = json.loads(conn.recv_bytes())
             data = bytearray(header["nbytes"])  # the arrays are writable views of it
             if data:
@@ -269,6 +280,11 @@ class ProcessModel:
                 code = process.wait()
             raise WorkerCrashed(f"the model worker died ({_describe_exit(code)}) while it computed this "
                                 f"request's batch") from None
+        except Exception as error:  # a garbled answer, no memory for it: the channel is lost
+            process.kill()
+            process.wait()
+            raise WorkerCrashed(f"the model worker's answer could not be read ({type(error).__name__}: {error}); "
+                                "the worker was stopped") from None
         outcomes: list[Outcome] = []
         offset = 0
         for described in header["outcomes"]:
@@ -293,8 +309,8 @@ class ProcessModel:
         if self._process is None:
             await asyncio.get_running_loop().run_in_executor(None, self.start)
 
-    async def run(self, requests: list[list[list[str]]]) -> list[Outcome]:
-        return await asyncio.get_running_loop().run_in_executor(self._io, self.compute, requests)
+    async def run(self, requests: list[list[list[str]]], outputs: list[Output | None]) -> list[Outcome]:
+        return await asyncio.get_running_loop().run_in_executor(self._io, self.compute, requests, outputs)
 
     async def restart(self) -> None:
         """A new worker in place of a dead one, warm when this returns."""
