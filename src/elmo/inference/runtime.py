@@ -239,6 +239,7 @@ class Runtime:
         return digest.hexdigest()
 
     # ------------------------------------------------------------------ pieces of the fast path
+    @torch.no_grad()  # as forward: the same kernels (with gradients wanted, blocks.linear takes others)
     def token_vectors(self, words: Sequence[str]) -> torch.Tensor:
         """The context-independent token vectors of ``words`` (one sentence, or a window of one),
         ``(len(words), projection_dim)``: looked up in the vocabulary cache and the token memo,

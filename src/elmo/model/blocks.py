@@ -297,16 +297,24 @@ def in_blocks(x: torch.Tensor, block: int, product: Callable[[torch.Tensor, torc
 
     ``product(part, out)`` writes the product of ``part`` ``(..., block, k)`` into ``out``
     ``(..., block, width)`` (of ``x``'s dtype), for instance ``torch.bmm(part, w,
-    out=out)``. Every call gets a block of the same shape, so each row's result is that of the
-    same kernel whatever else is in ``x``."""
+    out=out)``. Every call gets contiguous blocks of the same shape and strides, so each row's
+    result is that of the same kernel whatever else is in ``x``: given an output that is a view
+    into a larger buffer, MKL's AVX2 code computes ``torch.baddbmm`` another way, with other bits
+    (a sentence in a batch of 24 came out unlike the same sentence alone)."""
     rows = x.shape[dim]
     total = padded(rows, block)
     x = pad_rows(x, total, dim)
     shape = list(x.shape)
     shape[-1] = width
     out = x.new_empty(shape)
-    for start in range(0, total, block):
-        product(x.narrow(dim, start, block), out.narrow(dim, start, block))
+    if total == block:
+        product(x.contiguous(), out)
+    else:
+        shape[dim] = block
+        scratch = x.new_empty(shape)
+        for start in range(0, total, block):
+            product(x.narrow(dim, start, block).contiguous(), scratch)
+            out.narrow(dim, start, block).copy_(scratch)
     return out.narrow(dim, 0, rows) if total != rows else out
 
 
