@@ -409,6 +409,41 @@ def test_resume_refuses_other_settings_and_other_input(tmp_path, monkeypatch, mo
         embedder.embed_file(src, out, chunk_sentences=16, resume=True, dtype="float16")
 
 
+@pytest.mark.parametrize("other", ["layers", "weights"])
+def test_frames_of_another_run_are_embedded_again_never_copied(tmp_path, monkeypatch, model, other):
+    """Issue 60: another run's journal put in this work file (its work.json left as it was):
+    before, its frames were copied into the output, 336 sentences of the wrong vectors. Every
+    frame carries its run's identity; a frame of another run is embedded again."""
+    lines = corpus(40, seed=4)
+    src = write_lines(tmp_path / "in.txt", lines)
+    embedder = Embedder(model, batch_size=4)
+    embedder.embed_file(src, tmp_path / "ref.hdf5", chunk_sentences=16, layout="packed")
+    if other == "layers":
+        stranger, stranger_layers = embedder, "top"
+    else:
+        torch = pytest.importorskip("torch")
+        changed = load_fixture_model("allennlp")
+        with torch.no_grad():
+            changed.forward_layers[0].projection.mul_(0.5)
+        stranger, stranger_layers = Embedder(changed, batch_size=4), "all"
+    for out, who, layers in ((tmp_path / "out.hdf5", embedder, "all"), (tmp_path / "b.hdf5", stranger, stranger_layers)):
+        with monkeypatch.context() as patch:
+            interrupt_after(patch, 6)
+            with pytest.raises(Interrupt):
+                who.embed_file(src, out, layers=layers, chunk_sentences=16, layout="packed")
+    work = WorkFolder(tmp_path / "out.hdf5")
+    shutil.copyfile(WorkFolder(tmp_path / "b.hdf5").journal_path, work.journal_path)
+    assert work.scan() == [] and len(work.damage) == 1 and work.damage[0].foreign, work.damage  # none counts
+    shutil.copyfile(WorkFolder(tmp_path / "b.hdf5").journal_path, work.journal_path)  # (scan cut it off)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        report = embedder.embed_file(src, tmp_path / "out.hdf5", chunk_sentences=16, layout="packed", resume=True)
+    assert report.resumed == 0 and report.sentences == 40
+    assert len(caught) == 1 and "hold frames of another run" in str(caught[0].message), caught
+    with open_embeddings(tmp_path / "ref.hdf5") as ref, open_embeddings(tmp_path / "out.hdf5") as got:
+        assert_same(ref, got)
+
+
 def one_error_line(capsys, argv) -> str:
     """Run the EMBED_CLI in this process; it must fail with exit code 2 and one line on stderr."""
     capsys.readouterr()

@@ -9,7 +9,8 @@ appears only complete). The work file is the folder ``OUTPUT.partial/`` beside t
 
 * ``work.json``: the run's fingerprint (model, options, shard), checked by a resumed run;
 * ``journal.bin``: one frame per batch: a header (the chunk of input it comes from and that
-  chunk's SHA-256, the batch's place in it), each sentence's line number, token count and text,
+  chunk's SHA-256, the batch's place in it, the run's identity: :func:`run_identity` of the
+  fingerprint in ``work.json``), each sentence's line number, token count and text,
   its vectors in the stored dtype, the carried LSTM state in stateful mode, and a CRC-32;
 * ``synced``: how far the journal is known to be on disk (``fsync``), at most a few seconds old;
 * ``lock``: held while a process writes the folder, so two runs cannot write one output;
@@ -17,8 +18,10 @@ appears only complete). The work file is the folder ``OUTPUT.partial/`` beside t
   only a folder with it is ever taken over or deleted (one made before the marker existed is
   recognised by its ``work.json``).
 
-A frame counts once it is whole and passes its CRC-32 check, which a resumed run makes for every
-frame before reusing it (:meth:`WorkFolder.scan`). A kill leaves at most one partial frame at the
+A frame counts once it is whole, passes its CRC-32 check and carries the identity of the run
+``work.json`` describes, which a resumed run checks for every frame before reusing it
+(:meth:`WorkFolder.scan`): a frame of another run (another model, other layers or options, put
+there by a copy or a mix-up) is never copied, and its batch is embedded again. A kill leaves at most one partial frame at the
 end, which a resumed run cuts off; any other frame that fails (bytes garbled on disk) is never
 copied: its batch is embedded again from the input. ``synced`` tells the two apart, so that only
 damage to what was on disk is reported. The folder is removed once the output is in place.
@@ -51,12 +54,13 @@ WORK_SUFFIX = ".partial"
 WORK_NAMES = frozenset({"work.json", "journal.bin", "synced", "lock", OWNER_FILE})
 WORK_FORMAT = "elmo-embed-work"
 WORK_KIND = "embed work file"  # the kind in its marker
-WORK_VERSION = 1
+WORK_VERSION = 2  # 2: frames carry the run's identity
 
 MAGIC = b"ELMB"
 END = b"BMLE"
-# magic, chunk, batch, sentences, last batch of its chunk, text bytes, vector bytes, state bytes, chunk SHA-256
-HEADER = struct.Struct("<4sQII?3xQQQ32s")
+# magic, chunk, batch, sentences, last batch of its chunk, text bytes, vector bytes, state bytes, chunk SHA-256,
+# run identity
+HEADER = struct.Struct("<4sQII?3xQQQ32s16s")
 TRAILER = struct.Struct("<I4s")  # CRC-32 of header and payload, end marker
 # The journal is forced to disk (fsync) at most this often: a kill loses at most one batch
 # whatever this is; a power loss loses at most the last few seconds.
@@ -66,6 +70,13 @@ READ_PIECE_BYTES = 8 << 20
 
 class WorkFileError(ValueError):
     """A work file that cannot be continued (another run's, or damaged)."""
+
+
+def run_identity(fingerprint: dict) -> bytes:
+    """16 bytes that name a run by what decides its vectors (its fingerprint: the weights, the
+    options, the shard), written into every frame it appends."""
+    canonical = json.dumps(fingerprint, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    return hashlib.sha256(canonical.encode("ascii")).digest()[:16]
 
 
 @dataclass
@@ -81,7 +92,9 @@ class Frame:
     vector_bytes: int
     state_bytes: int
     digest: bytes
+    run: bytes = b""  # the identity of the run that wrote it (run_identity)
     tokens: int = 0
+    foreign: bool = False  # whole and intact, but another run's
 
     @property
     def meta_offset(self) -> int:
@@ -116,12 +129,22 @@ class Damage:
     missing: bool = False  # the journal ends at offset, short of its synced mark
 
     def lost(self) -> set[tuple[int, int]]:
-        return {(frame.chunk, frame.batch) for frame in self.suspects}
+        return {(frame.chunk, frame.batch) for frame in self.suspects if not frame.foreign}
+
+    @property
+    def foreign(self) -> bool:
+        """Whether every frame found there is whole but another run's (none failed its check)."""
+        return bool(self.suspects) and all(frame.foreign for frame in self.suspects)
 
     def __str__(self) -> str:
+        return f"bytes {self.offset:,}..{self.end:,} {self.what()}"
+
+    def what(self) -> str:
         if self.missing:
-            return f"bytes {self.offset:,}..{self.end:,} are missing (the synced mark says they were on disk)"
-        return f"bytes {self.offset:,}..{self.end:,} are damaged (they fail the journal's CRC-32 check)"
+            return "are missing (the synced mark says they were on disk)"
+        if self.foreign:
+            return "hold frames of another run (another model, or other options), which were not copied"
+        return "are damaged (they fail the journal's CRC-32 check)"
 
 
 def chunk_digest(lines: Iterable[str]) -> bytes:
@@ -150,6 +173,7 @@ class WorkFolder:
         self.damage: list[Damage] = []  # what the last scan() found damaged
         self.lost_tail_bytes = 0
         self._lock_fd: int | None = None
+        self._run: bytes | None = None  # run_identity of work.json's fingerprint, once known
 
     def exists(self) -> bool:
         return os.path.isdir(self.path)
@@ -194,6 +218,7 @@ class WorkFolder:
         """A new, empty work folder for a run with this fingerprint (``about``: informative only)."""
         make_owned_folder(self.path, WORK_KIND)
         self.lock()
+        self._run = run_identity(fingerprint)
         atomic_write_text(self.info_path, json.dumps({"format": WORK_FORMAT, "version": WORK_VERSION,
                                                       "fingerprint": fingerprint, **about}, indent=1))
         open(self.journal_path, "wb").close()
@@ -215,6 +240,7 @@ class WorkFolder:
             raise WorkFileError(f"{self.path}: this work file is from a run with other settings, so resuming would "
                                 f"mix two kinds of vectors ({'; '.join(differences)}). Rerun with the interrupted "
                                 "run's model and options, or pass --force to start over")
+        self._run = run_identity(fingerprint)
         if not os.path.exists(self.journal_path):
             open(self.journal_path, "wb").close()
 
@@ -248,6 +274,18 @@ class WorkFolder:
         remove_owned_folder(self.path, self.check_ours)
         self.release()
 
+    def run(self) -> bytes:
+        """The identity every frame of this work file must carry: that of the fingerprint this
+        process created or opened it with, else the one its ``work.json`` records."""
+        if self._run is None:
+            try:
+                info = json.loads(Path(self.info_path).read_text(encoding="utf-8"))
+                self._run = run_identity(info["fingerprint"])
+            except (OSError, ValueError, KeyError, TypeError, RecursionError):
+                raise WorkFileError(f"{self.path}: its work.json is missing or unreadable; remove it (or pass "
+                                    "--force) to start over") from None
+        return self._run
+
     # -------------------------------------------------------------------------------- reading
     def scan(self, chained: bool = False) -> list[Frame]:
         """The journal's whole frames that pass their CRC-32 check, sorted by chunk and batch.
@@ -269,6 +307,7 @@ class WorkFolder:
             synced = 0
         frames: list[Frame] = []
         self.damage = []
+        self.run()
         seen: dict[tuple[int, int], Frame] = {}
         with open(self.journal_path, "r+b") as f:
             size = os.fstat(f.fileno()).st_size
@@ -324,17 +363,20 @@ class WorkFolder:
         sentences embedded again for it."""
         first, more = self.damage[0], len(self.damage) - 1
         where = f"bytes {first.offset:,}..{first.end:,}" + (f" and {more} more place{'s' * (more > 1)}" if more else "")
-        if first.missing and not more:
-            what = "are missing (the synced mark says they were on disk)"
+        if not more and (first.missing or first.foreign):
+            what = first.what()
+        elif not more:
+            what = f"{first.what()} and were not copied"
         else:
-            what = "are damaged (they fail the journal's CRC-32 check) and were not copied"
+            what = "are damaged (they fail the journal's CRC-32 check, or are another run's) and were not copied"
         if again:
             return f"{self.journal_path}: {where} {what}; {again:,} sentences embedded again from the input"
         return f"{self.journal_path}: {where} {what}; their sentences were embedded again by an earlier resume"
 
     def _frame_at(self, f, position: int, size: int) -> tuple[Frame | None, bool]:
         """The frame whose header is at ``position``, if its fields hang together (its end marker
-        is where its lengths say, within the file), and whether it passes its CRC-32 check."""
+        is where its lengths say, within the file), and whether it can be used: it passes its
+        CRC-32 check and is this run's (a whole frame of another run comes back ``foreign``)."""
         if position + HEADER.size + TRAILER.size > size:
             return None, False
         f.seek(position)
@@ -348,7 +390,10 @@ class WorkFolder:
         crc, end = TRAILER.unpack(f.read(TRAILER.size))
         if end != END:
             return None, False
-        return frame, crc == self._crc(f, frame)
+        if crc != self._crc(f, frame):
+            return frame, False
+        frame.foreign = frame.run != self.run()
+        return frame, not frame.foreign
 
     def _damaged_run(self, f, position: int, size: int, frame: Frame | None) -> "Damage":
         """The damaged bytes from ``position`` up to the next whole frame, or to the end.
@@ -427,8 +472,9 @@ class WorkFolder:
     @contextlib.contextmanager
     def appender(self) -> Iterator["JournalAppender"]:
         """Append frames to the journal (its ``frames``: those this appender wrote), synced at the end."""
+        run = self.run()
         with open(self.journal_path, "ab") as f:
-            appender = JournalAppender(f, self.synced_path)
+            appender = JournalAppender(f, self.synced_path, run)
             try:
                 yield appender
             finally:
@@ -438,8 +484,8 @@ class WorkFolder:
 class JournalAppender:
     """Appends whole frames to the journal; a frame interrupted by an exception is removed again."""
 
-    def __init__(self, f, synced_path: str):
-        self.f, self.synced_path = f, synced_path
+    def __init__(self, f, synced_path: str, run: bytes):
+        self.f, self.synced_path, self.run = f, synced_path, run
         self.last_sync = time.monotonic()
         self.frames: list[Frame] = []
 
@@ -452,12 +498,12 @@ class JournalAppender:
         text = b"".join(encoded)
         start = self.f.tell()
         frame = Frame(start, chunk, batch, len(texts), last, len(text), vector_bytes, len(state), digest,
-                      int(sum(n_tokens)))
+                      self.run, int(sum(n_tokens)))
         meta = np.asarray([line_numbers, n_tokens, [len(e) for e in encoded]], dtype="<i8").reshape(3, -1)
         try:
             crc = 0
             for part in (HEADER.pack(MAGIC, chunk, batch, len(texts), last, len(text), vector_bytes, len(state),
-                                     digest), meta.tobytes(), text):
+                                     digest, self.run), meta.tobytes(), text):
                 self.f.write(part)
                 crc = zlib.crc32(part, crc)
             written = 0
