@@ -118,3 +118,95 @@ def test_binary_options_file_is_named(tmp_path):
     latin.write_bytes('{"lstm": "caf\xe9"}'.encode("latin-1"))
     with pytest.raises(ConfigError, match=r"latin1\.json: not an options\.json: byte 13 is not UTF-8 text"):
         BiLMConfig.from_json(latin)
+
+
+# ---------------------------------------------------------------- issue 60: options that mean nothing
+@pytest.mark.parametrize("edit, field", [
+    (lambda o: o["lstm"].update(cell_clip=float("nan")), "lstm.cell_clip"),
+    (lambda o: o["lstm"].update(proj_clip=float("nan")), "lstm.proj_clip"),
+    (lambda o: o["lstm"].update(proj_clip=float("-inf")), "lstm.proj_clip"),
+    (lambda o: o.update(dropout=float("nan")), "dropout"),
+    (lambda o: o.update(learning_rate=float("nan")), "learning_rate"),
+    (lambda o: o.update(learning_rate=float("inf")), "learning_rate"),
+    (lambda o: o.update(all_clip_norm_val=float("nan")), "all_clip_norm_val"),
+    (lambda o: o.update(weight_decay=-float("inf")), "weight_decay"),
+    (lambda o: o.update(learning_rate=10**400), "learning_rate"),
+])
+def test_non_finite_numbers_are_refused_naming_the_field(tmp_path, edit, field):
+    """Before, "cell_clip": NaN passed ("NaN <= 0" is false) and every vector written was NaN."""
+    options = json.loads((ALLENNLP / "options.json").read_text())
+    edit(options)
+    path = tmp_path / "options.json"
+    path.write_text(json.dumps(options))  # Python writes NaN and Infinity as JSON5 does, as bilm-tf's files may
+    with pytest.raises(ConfigError) as caught:
+        BiLMConfig.from_json(path)
+    message = str(caught.value)
+    assert message.startswith(f"{path}: {field}: ") and "\n" not in message and len(message) < 300, message
+
+
+def test_an_infinite_clip_means_no_clipping_and_is_written_back_as_null():
+    options = json.loads((ALLENNLP / "options.json").read_text())
+    options["lstm"]["proj_clip"] = float("inf")
+    config = BiLMConfig.from_bytes(json.dumps(options).encode(), "options.json")
+    assert config.lstm.proj_clip is None and config.to_dict()["lstm"]["proj_clip"] is None
+
+
+@pytest.mark.parametrize("edit, field", [
+    (lambda o: o["lstm"].update(dim=10**400), "lstm.dim"),
+    (lambda o: o["char_cnn"].update(n_highway=10**400), "char_cnn.n_highway"),
+    (lambda o: o.update(n_epochs=-10**400), "n_epochs"),
+])
+def test_a_400_digit_integer_is_one_line_not_an_overflow(edit, field):
+    """Before, formatting the refusal of a 400-digit size raised OverflowError."""
+    options = json.loads((ALLENNLP / "options.json").read_text())
+    edit(options)
+    with pytest.raises(ConfigError) as caught:
+        BiLMConfig.from_dict(options)
+    message = str(caught.value)
+    assert message.startswith(f"{field}: ") and len(message) < 400 and ("10^4" in message or "401 digits" in message), \
+        message
+
+
+def test_deeply_nested_or_huge_options_are_refused_naming_the_file(tmp_path):
+    deep = tmp_path / "deep.json"
+    deep.write_text('{"lstm": ' + "[" * 100_000 + "]" * 100_000 + "}")
+    with pytest.raises(ConfigError, match=r"deep\.json: not an options\.json: its JSON is nested too deeply"):
+        BiLMConfig.from_json(deep)
+    huge = tmp_path / "huge.json"
+    huge.write_text('{"lstm": "' + "x" * (2 << 20) + '"}')
+    with pytest.raises(ConfigError, match=r"huge\.json: not an options\.json: more than 1 MiB"):
+        BiLMConfig.from_json(huge)
+
+
+def test_a_model_the_memory_cannot_hold_is_refused_before_allocating(tmp_path, monkeypatch, capsys):
+    """Before, a biLM under the 32 GiB ceiling but larger than the machine's memory failed inside
+    the allocation (RuntimeError: can't allocate memory) after gigabytes of it."""
+    import elmo.model.bilm as bilm_module
+    from elmo import BiLM
+    from elmo.cli.main import main
+
+    monkeypatch.setattr(bilm_module, "available_memory", lambda: 2**10)  # 1 KiB left
+    config = BiLMConfig.from_json(ALLENNLP / "options.json")
+    with pytest.raises(ConfigError, match=r"these options describe a biLM of [\d,]+ parameters, [\d.]+ KiB in "
+                                          r"float32, which does not fit in this machine's memory \(1 KiB is available\)"):
+        BiLM(config)
+    text = tmp_path / "in.txt"
+    text.write_text("a b\n")
+    assert main(["embed", str(text), str(tmp_path / "out.hdf5"), "--options", str(ALLENNLP / "options.json"),
+                 "--weights", str(ALLENNLP / "lm_weights.hdf5")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"elmo embed: error: {ALLENNLP / 'options.json'}: these options "
+                                               "describe a biLM"), err
+    monkeypatch.setattr(bilm_module, "available_memory", lambda: None)  # not Linux: nothing to check against
+    BiLM(config)
+
+
+def test_available_memory_reads_the_address_space_limit():
+    import resource
+    import subprocess
+    import sys
+
+    code = ("import resource; resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30)); "
+            "from elmo.devices import available_memory; print(available_memory())")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert resource.getrlimit(resource.RLIMIT_AS) is not None and 0 < int(out) < 3 << 30

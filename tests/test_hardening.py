@@ -58,6 +58,16 @@ def test_embed_reads_standard_input_once(tmp_path, text_file, name):
         np.testing.assert_allclose(arrays[i], expected[i], rtol=0, atol=1e-6)
 
 
+def test_embed_from_a_closed_standard_input_is_one_line(tmp_path):
+    """Issue 60: `elmo embed - OUT 0<&-` raised AttributeError ('NoneType' object has no
+    attribute 'buffer'): Python sets sys.stdin to None when descriptor 0 is closed."""
+    result = subprocess.run([sys.executable, "-m", "elmo.cli.main", "embed", "-", str(tmp_path / "out.hdf5"),
+                             *map(str, FIXTURE_MODEL)], capture_output=True, text=True, preexec_fn=lambda: os.close(0))
+    assert result.returncode == 2 and result.stderr.strip().splitlines() == [
+        "elmo embed: error: -: standard input is closed; pipe the text in (`... | elmo embed - OUT`) or give a file"]
+    assert not (tmp_path / "out.hdf5").exists()
+
+
 def test_embed_prints_from_standard_input_to_standard_output(text_file):
     result = run_cli("embed", "-", "-", *FIXTURE_MODEL, stdin=text_file.read_text())
     assert result.returncode == 0, result.stderr

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import sys
 
 
 def _shown(value: object) -> str:
@@ -17,6 +18,8 @@ def _shown(value: object) -> str:
     else as its repr (``'8'``, ``None``)."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         return repr(value)
+    if isinstance(value, numbers.Integral) and abs(value) >= 10**15:
+        return f"an integer of {len(str(abs(value)))} digits"  # (a float cannot show it: OverflowError)
     return f"{value:g}" if isinstance(value, float) else str(value)
 
 
@@ -29,7 +32,7 @@ def check_count(value: int, name: str, least: int = 1, most: int | None = None) 
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise ValueError(f"{name}: must be {bound}, got {_shown(value)}, which is not an integer")
     if value < least or (most is not None and value > most):
-        raise ValueError(f"{name}: must be {bound}, got {value}")
+        raise ValueError(f"{name}: must be {bound}, got {_shown(value)}")
     return value
 
 
@@ -39,7 +42,10 @@ def check_number(value: float, name: str, least: float = 0.0, *, above: bool = F
     ``least``) and, with ``below``, less than ``below``; else a ValueError naming ``name``, as
     :func:`check_count`. A dropout is ``check_number(p, name, 0, below=1)``."""
     bound = f"{'above' if above else 'at least'} {least:g}" + (f" and below {below:g}" if below is not None else "")
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
+    # An integer past float's range (a 400-digit one) is no usable real number either; testing it
+    # with math.isfinite would raise OverflowError instead of saying so.
+    if (isinstance(value, bool) or not isinstance(value, numbers.Real)
+            or (abs(value) > sys.float_info.max if isinstance(value, numbers.Integral) else not math.isfinite(value))):
         raise ValueError(f"{name}: must be {bound}, got {_shown(value)}, which is not a finite number")
     if value < least or (above and value == least) or (below is not None and value >= below):
         raise ValueError(f"{name}: must be {bound}, got {_shown(value)}")

@@ -62,4 +62,45 @@ def torchrun_environment() -> dict[str, int] | None:
             "LOCAL_WORLD_SIZE": values.get("LOCAL_WORLD_SIZE", 1)}
 
 
-__all__ = ["DEFAULT_DEVICE", "DEVICES", "resolve_device", "torchrun_environment"]
+def _read_int(path: str) -> int | None:
+    """The integer a kernel file holds (None: absent, unreadable, or ``max``)."""
+    try:
+        with open(path, encoding="ascii") as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def available_memory() -> int | None:
+    """Bytes this process may still allocate in main memory, as far as the system says: the
+    least of the machine's available memory (``MemAvailable``), the room left under this
+    process's address-space limit (``ulimit -v``) and under its container's limit (cgroup v2 or
+    v1). None where none of them can be read (not Linux)."""
+    room = []
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    room.append(int(line.split()[1]) * 1024)
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        import resource
+
+        limit = resource.getrlimit(resource.RLIMIT_AS)[0]
+        if limit != resource.RLIM_INFINITY:
+            with open("/proc/self/status", encoding="ascii") as f:
+                size = next((int(line.split()[1]) * 1024 for line in f if line.startswith("VmSize:")), 0)
+            room.append(max(0, limit - size))
+    except (ImportError, OSError, ValueError, IndexError):
+        pass
+    for limit_file, usage_file in (("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),
+                                   ("/sys/fs/cgroup/memory/memory.limit_in_bytes",
+                                    "/sys/fs/cgroup/memory/memory.usage_in_bytes")):
+        limit, usage = _read_int(limit_file), _read_int(usage_file)
+        if limit is not None and usage is not None and limit < 2**60:  # v1 writes "no limit" as ~2**63
+            room.append(max(0, limit - usage))
+    return min(room) if room else None
+
+
+__all__ = ["DEFAULT_DEVICE", "DEVICES", "available_memory", "resolve_device", "torchrun_environment"]

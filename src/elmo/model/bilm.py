@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from elmo.devices import available_memory
 from elmo.model.chars import BOS_IDS, BYTES, EOS_IDS, ByteCharacters
 from elmo.model.config import BiLMConfig, ConfigError
 from elmo.model.cudnn_lstm import lstm_cudnn
@@ -152,6 +153,29 @@ def run_fused_stacks(stacks: list, inputs: torch.Tensor, c0: torch.Tensor, h0: t
 Characters = ByteCharacters | CharacterDictionary
 
 
+def _binary_size(n: float) -> str:
+    """Bytes as a reader takes them in: ``9 GiB``, ``512 MiB``, ``1 KiB``."""
+    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= size:
+            return f"{n / size:.3g} {unit}"
+    return f"{n:.0f} bytes"
+
+
+def _too_large(config: BiLMConfig, why: str) -> str:
+    n = config.parameter_count()
+    return (f"these options describe a biLM of {n:,} parameters, {_binary_size(4 * n)} in float32, which does "
+            f"not fit in this machine's memory ({why}); use a smaller model or a machine with more memory")
+
+
+def _check_memory(config: BiLMConfig) -> None:
+    """Refuse, before allocating, a biLM whose parameters alone need more main memory than this
+    process may still take (:func:`elmo.devices.available_memory`), rather than failing inside
+    the allocation after gigabytes of it, or being killed."""
+    room = available_memory()
+    if room is not None and 4 * config.parameter_count() > room:
+        raise ConfigError(_too_large(config, f"{_binary_size(room)} is available"))
+
+
 class BiLM(nn.Module):
     """Token encoder + forward and backward LSTM stacks.
 
@@ -166,6 +190,7 @@ class BiLM(nn.Module):
                  compile_cells: bool = False, characters: Characters | None = None):
         super().__init__()
         config.validate()
+        _check_memory(config)
         self.config = config
         self.characters = _check_characters(config, characters)
         # lstm_path: one of LSTM_PATHS; None: DEFAULT_LSTM_PATH ("cudnn" for a cuDNN model), or
@@ -179,15 +204,20 @@ class BiLM(nn.Module):
         # The fused path's pointwise functions through torch.compile (one kernel each on a GPU).
         self.compile_cells = compile_cells
         lstm = config.lstm
-        self.token_encoder = TokenEncoder(config.char_cnn, lstm.projection_dim, pad_id=self.characters.pad_id)
 
         def stack() -> nn.ModuleList:
             return nn.ModuleList(
                 LstmLayer(lstm.projection_dim, lstm.dim, lstm.projection_dim, lstm.cell_clip, lstm.proj_clip)
                 for _ in range(lstm.n_layers))
 
-        self.forward_layers = stack()
-        self.backward_layers = stack()
+        try:
+            self.token_encoder = TokenEncoder(config.char_cnn, lstm.projection_dim, pad_id=self.characters.pad_id)
+            self.forward_layers = stack()
+            self.backward_layers = stack()
+        except (RuntimeError, MemoryError) as error:  # what an allocation past the system's room raises
+            if isinstance(error, RuntimeError) and "alloc" not in str(error) and "memory" not in str(error):
+                raise
+            raise ConfigError(_too_large(config, "the allocation failed")) from None
 
     @property
     def lstm_path(self) -> str:

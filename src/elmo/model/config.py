@@ -20,11 +20,12 @@ bilm-tf and AllenNLP have no place for them (see ``docs/other-models.md``).
 from __future__ import annotations
 
 import json
+import math
 import os
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from elmo.checks import check_count
+from elmo.checks import check_count, check_number
 
 
 class ConfigError(ValueError):
@@ -43,6 +44,8 @@ MAX_PARAMETER_BYTES = 32 * 2**30
 _BINARY_KINDS = {b"\x89HDF\r\n\x1a\n": "an HDF5 file", b"PK\x03\x04": "a zip archive (a PyTorch file or a model archive?)",
                  b"\x80": "a Python pickle (a PyTorch file?)", b"\x1f\x8b": "a gzip file"}
 _BINARY_SIGNATURES = tuple(_BINARY_KINDS)
+# An options.json is a few hundred bytes; one of more than this is not one (and is not read whole).
+MAX_OPTIONS_BYTES = 1 << 20
 # bilm-tf trains with 261 character ids (0..260) and its inference code adds 1 so that 0 can be
 # padding, which makes 262. Files in the wild carry either number; the model is the same.
 VALID_N_CHARACTERS = (261, 262)
@@ -77,7 +80,8 @@ LSTM_BACKENDS = ("cudnn",)
 
 @dataclass
 class LSTMConfig:
-    """The two LSTM stacks: ``options["lstm"]``. ``cell_clip``/``proj_clip`` of None mean no clipping.
+    """The two LSTM stacks: ``options["lstm"]``. ``cell_clip``/``proj_clip`` of None mean no clipping
+    (an options file may also say ``Infinity``, which is read as null and written back as null).
     ``backend``: None, or ``"cudnn"`` for a model trained with torch's LSTM kernel (no clipping)."""
 
     dim: int = 1024
@@ -147,7 +151,7 @@ class BiLMConfig:
     def from_json(cls, path: str | os.PathLike) -> "BiLMConfig":
         """Read an ``options.json`` file; errors name the file and the field."""
         with open(path, "rb") as f:
-            return cls.from_bytes(f.read(), os.fspath(path))
+            return cls.from_bytes(f.read(MAX_OPTIONS_BYTES + 1), os.fspath(path))
 
     @classmethod
     def from_bytes(cls, data: bytes, where: str) -> "BiLMConfig":
@@ -157,12 +161,18 @@ class BiLMConfig:
             kind = next((name for sig, name in _BINARY_KINDS.items() if data.startswith(sig)), "a binary file")
             raise ConfigError(f"{where}: not an options.json: this is {kind}, not JSON text"
                               f"{' (the weights file?)' if kind.startswith('an HDF5') else ''}")
+        if len(data) > MAX_OPTIONS_BYTES:
+            raise ConfigError(f"{where}: not an options.json: more than {MAX_OPTIONS_BYTES // 2**20} MiB (an options "
+                              "file is a few hundred bytes)")
         try:
             options = json.loads(data.decode("utf-8"))
         except UnicodeDecodeError as e:
             raise ConfigError(f"{where}: not an options.json: byte {e.start} is not UTF-8 text") from None
         except json.JSONDecodeError as e:
             raise ConfigError(f"{where}: not valid JSON (line {e.lineno}, column {e.colno}): {e.msg}") from e
+        except RecursionError:
+            raise ConfigError(f"{where}: not an options.json: its JSON is nested too deeply to read (an options "
+                              "file is three levels deep)") from None
         try:
             return cls.from_dict(options)
         except ConfigError as e:
@@ -243,8 +253,10 @@ class BiLMConfig:
         _positive("lstm.n_layers", lstm.n_layers)
         for name in ("cell_clip", "proj_clip"):
             value = getattr(lstm, name)
-            if value is not None and value <= 0:
-                raise ConfigError(f"lstm.{name}: must be positive, got {value}")
+            # NaN compares false with everything: it would pass "<= 0" and make every vector NaN.
+            if value is not None and (math.isnan(value) or value <= 0):
+                raise ConfigError(f"lstm.{name}: must be a positive number (or null, or Infinity, for no clipping), "
+                                  f"got {value}")
         if lstm.backend is not None and lstm.backend not in LSTM_BACKENDS:
             raise ConfigError(f"lstm.backend: expected {' or '.join(LSTM_BACKENDS)} (or no backend key), "
                               f"got {lstm.backend!r}")
@@ -252,8 +264,13 @@ class BiLMConfig:
             raise ConfigError(f"lstm.backend: cudnn (torch's LSTM kernel) has no clipping, but cell_clip is "
                               f"{lstm.cell_clip} and proj_clip {lstm.proj_clip}; set both to null for a cuDNN "
                               f"model, or drop the backend key to train with clipping")
-        if "dropout" in self.training and not 0 <= self.training["dropout"] < 1:
-            raise ConfigError(f"dropout: must be in [0, 1), got {self.training['dropout']}")
+        for name, least, above, below in (("dropout", 0, False, 1), ("learning_rate", 0, True, None),
+                                          ("all_clip_norm_val", 0, True, None), ("weight_decay", 0, False, None)):
+            if name in self.training:
+                try:
+                    check_number(self.training[name], name, least, above=above, below=below)
+                except ValueError as error:
+                    raise ConfigError(str(error)) from None
         if self.training.get("bidirectional") is False:
             raise ConfigError("bidirectional: only bidirectional biLMs are supported")
         for name in ("n_epochs", "batch_size", "unroll_steps", "n_tokens_vocab", "n_train_tokens"):
@@ -276,7 +293,7 @@ class BiLMConfig:
             return
         shrunk = {name: sum(_parameter_terms(self, {name: 1}).values()) for name in _SIZE_FIELDS}
         culprit = min(shrunk, key=shrunk.get)
-        raise ConfigError(f"{culprit}: {_field_value(self, culprit)} makes a biLM of {n:.3g} parameters, "
+        raise ConfigError(f"{culprit}: {_shown_count(_field_value(self, culprit))} makes a biLM of {_count(n)} parameters, "
                           f"{_bytes(4 * n)} in float32; elmo refuses biLMs above {MAX_PARAMETER_BYTES / 2**30:g} GiB "
                           f"(the largest published ELMo has 93.6M parameters, 0.37 GB), so this is taken "
                           f"for a mistake")
@@ -331,8 +348,20 @@ def _parameter_terms(config: BiLMConfig, override: dict[str, int] | None = None)
     }
 
 
+def _count(n: int) -> str:
+    """A Python integer of any size, as an error shows it: 3 significant digits (``9.36e+07``),
+    or its order of magnitude where a float cannot hold it (options may hold a 400-digit integer)."""
+    return f"{n:.3g}" if n < 10**300 else f"about 10^{len(str(n)) - 1}"
+
+
+def _shown_count(value: Any) -> str:
+    return _count(value) if isinstance(value, int) and value >= 10**15 else str(value)
+
+
 def _bytes(n: int) -> str:
-    for unit, size in (("EB", 1e18), ("PB", 1e15), ("TB", 1e12), ("GB", 1e9), ("MB", 1e6)):
+    if n >= 10**300:
+        return f"about 10^{len(str(n)) - 1} bytes"
+    for unit, size in (("EB", 10**18), ("PB", 10**15), ("TB", 10**12), ("GB", 10**9), ("MB", 10**6)):
         if n >= size:
             return f"{n / size:.3g} {unit}"
     return f"{n} bytes"
@@ -396,8 +425,12 @@ def _lstm_from_dict(d: Any) -> LSTMConfig:
     d = _take("lstm", d, {"dim": int, "projection_dim": int, "n_layers": int, "cell_clip": number,
                           "proj_clip": number, "use_skip_connections": bool, "backend": str},
               {"dim", "projection_dim", "n_layers"})
+    def clip(name: str) -> float | None:
+        value = d.get(name)
+        return None if value == math.inf else value  # Infinity: no clipping, as null says
+
     return LSTMConfig(dim=d["dim"], projection_dim=d["projection_dim"], n_layers=d["n_layers"],
-                      cell_clip=d.get("cell_clip"), proj_clip=d.get("proj_clip"),
+                      cell_clip=clip("cell_clip"), proj_clip=clip("proj_clip"),
                       use_skip_connections=d.get("use_skip_connections", False), backend=d.get("backend"))
 
 

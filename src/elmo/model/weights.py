@@ -18,7 +18,7 @@ from torch import nn
 
 from elmo.fileio import atomic_path
 from elmo.model.bilm import BiLM
-from elmo.model.config import BiLMConfig
+from elmo.model.config import BiLMConfig, ConfigError
 
 # Storage precisions of a weights file; loading always gives float32.
 STORAGE_DTYPES = ("float32", "float16")
@@ -143,7 +143,10 @@ def bilm_from_hdf5(config: BiLMConfig, weights_file: str | os.PathLike, *, optio
         raise WeightsError(f"{label}: cannot open as HDF5 ({e})") from e
     written: set[int] = set()
     with fin, torch.no_grad():
-        model = BiLM(config)  # allocated once the file is known to be HDF5: a bad file costs no model
+        try:
+            model = BiLM(config)  # allocated once the file is known to be HDF5: a bad file costs no model
+        except ConfigError as e:  # too large for this machine
+            raise ConfigError(f"{options_label}: {e}") from None
         for name, shape, param, conversion in _tf_datasets(model):
             written.add(id(param))
             if name not in fin:
