@@ -427,6 +427,40 @@ def test_a_member_that_lies_about_its_size_is_refused(tmp_path, monkeypatch):
     assert fingerprint_folder_files(tmp_path / "cache") == []
 
 
+def test_the_extraction_bound_does_not_come_from_the_archives_options(monkeypatch):
+    """Issue 60: options may declare a biLM of 4.8e9 parameters (under elmo's 32 GiB ceiling);
+    its weights member was allowed 19 GB, the old 16 GiB whole-archive cap. Now no member may
+    write more than the default bound, which the largest published ELMo fits ten times over."""
+    from elmo.hub.archives import MAX_ARCHIVE_BYTES, member_bound
+
+    monkeypatch.delenv("ELMO_MAX_ARCHIVE_BYTES", raising=False)
+    options = json.loads((ALLENNLP / "options.json").read_text())
+    options["lstm"].update(dim=16384, projection_dim=8192, n_layers=2)
+    claimed = BiLMConfig.from_dict(options).parameter_count()
+    assert claimed > 4 * 10**9 and 4 * claimed * 1.25 > 16 * 10**9
+    assert member_bound(claimed) == MAX_ARCHIVE_BYTES == 4 * 2**30
+    original = 93_600_000  # the largest published ELMo's parameters
+    assert member_bound(original) < MAX_ARCHIVE_BYTES / 8
+
+
+def test_an_extraction_the_disk_has_no_room_for_is_refused_before_writing(tmp_path, monkeypatch):
+    import collections
+
+    import elmo.hub.archives as archives
+
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("ELMO_CACHE", str(cache))
+    archive = zip_with(tmp_path / "model.zip", good_members())
+    usage = collections.namedtuple("usage", "total used free")
+    monkeypatch.setattr(archives.shutil, "disk_usage", lambda path: usage(2**40, 2**40 - 2**20, 2**20))
+    with pytest.raises(ArchiveError) as caught:
+        load_model(str(archive))
+    message = str(caught.value)
+    assert message.startswith(f"{archive}:model.hdf5: extracting it needs") and "1 MiB free" in message \
+        and "$ELMO_CACHE" in message, message
+    assert cache_files(cache) == []
+
+
 def test_a_bad_archive_bound_names_the_variable(tmp_path, monkeypatch):
     monkeypatch.setenv("ELMO_MAX_ARCHIVE_BYTES", "16G")
     with pytest.raises(ArchiveError, match=r"\$ELMO_MAX_ARCHIVE_BYTES: expected a number of bytes, got '16G'"):

@@ -38,11 +38,14 @@ from pathlib import Path
 
 from elmo.fileio import atomic_path
 
-# The expanded size past which an archive is refused. The largest ELMo files are a few hundred
-# MB (2x4096_512: 374 MB of weights; an ELMoForManyLangs model: about 700 MB) and a softmax
-# over a million words 2 GB: 16 GiB leaves room for any of them, while a zip bomb (kilobytes that
-# expand to terabytes) is stopped before a byte of it is written. $ELMO_MAX_ARCHIVE_BYTES changes it.
-MAX_ARCHIVE_BYTES = 16 * 2**30
+# The expanded size past which an archive is refused, and the most any one member of it may write
+# to disk, whatever the archive's own options.json claims (options may declare a biLM of billions
+# of parameters and stay under elmo's ceiling: the bound must not come from the archive). The
+# largest ELMo files are a few hundred MB (2x4096_512: 374 MB of weights; an ELMoForManyLangs
+# model: about 700 MB) and a softmax over a million words 2 GB: 4 GiB leaves room for any of them,
+# while a zip bomb (kilobytes that expand to terabytes) is stopped before a byte of it is written.
+# $ELMO_MAX_ARCHIVE_BYTES changes it. An extraction also needs the room on the cache's disk.
+MAX_ARCHIVE_BYTES = 4 * 2**30
 MAX_ARCHIVE_BYTES_ENV = "ELMO_MAX_ARCHIVE_BYTES"
 
 OPTIONS_NAMES = ("options.json",)
@@ -83,6 +86,24 @@ def member_bound(parameters: int) -> int:
     """The most bytes a member holding ``parameters`` weights may expand to (see
     :data:`BOUND_FACTOR`), and never past :func:`max_archive_bytes`."""
     return min(int(4 * parameters * BOUND_FACTOR) + BOUND_MARGIN, max_archive_bytes())
+
+
+# Left free on the cache's disk after an extraction: a disk filled to the last byte fails whatever
+# writes next (another program's files included).
+ROOM_MARGIN = 64 * 2**20
+
+
+def _check_room(folder: Path, size: int, label: str) -> None:
+    """Refuse, before writing a byte, an extraction of ``size`` bytes into ``folder`` that the
+    disk has no room for (rather than an ``[Errno 28]`` halfway through)."""
+    try:
+        free = shutil.disk_usage(folder).free
+    except OSError:
+        return  # the write itself will say
+    if size + ROOM_MARGIN > free:
+        raise ArchiveError(f"{label}: extracting it needs {size / 2**20:,.0f} MiB in {folder}, which has "
+                           f"{free / 2**20:,.0f} MiB free; free some space, or set $ELMO_CACHE to a folder on a "
+                           "larger disk")
 
 
 def _file_sha256(path: Path) -> str:
@@ -354,6 +375,7 @@ class ModelFolder:
             self._extracted[name] = (target, target.parent)
             return target
         made_from = next(folder for folder in target.parents if folder.exists())  # what a refusal leaves
+        _check_room(made_from, member.file_size, self.label(name))
         try:
             with atomic_path(target, make_parents=True) as tmp, open(tmp, "wb") as dst, \
                     _CheckedReader(self, name, limit, why, magic, kind) as src:
