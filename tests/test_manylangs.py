@@ -267,6 +267,7 @@ class Boom:
     ("lstm encoder", r"encoder\.name is 'lstm': only their 'elmo' encoder"),
     ("size mismatch", r"dim is 32, but the weights have 16"),
     ("bad json", r"config\.json: not valid JSON"),
+    ("deep json", r"config\.json: its JSON is nested too deeply to read"),  # issue 60
 ])
 def test_malformed_models_name_file_and_entry(tmp_path, monkeypatch, case, expected):
     folder = copy_model(tmp_path)
@@ -336,6 +337,8 @@ def test_malformed_models_name_file_and_entry(tmp_path, monkeypatch, case, expec
         edit_architecture("encoder", "dim", 32)
     elif case == "bad json":
         (folder / "config.json").write_text("{not json")
+    elif case == "deep json":
+        (folder / "config.json").write_text("[" * 100_000 + "]" * 100_000)
     with pytest.raises((ManyLangsError, ArchiveError, DictionaryError, ValueError), match=expected):
         with warnings.catch_warnings():
             warnings.simplefilter("error")

@@ -90,6 +90,7 @@ def test_answers_not_at_their_offset_are_searched_and_counted(tmp_path):
     ('{"data": [{"paragraphs": [{"context": "a b", "qas": [{"question": "q", "answers": []}]}]}]}',
      "data[0].paragraphs[0].qas[0].id: missing"),
     ('{"data": []}', "no questions"),
+    ('{"data": ' + "[" * 100_000 + "]" * 100_000 + "}", "not a SQuAD file: its JSON is nested too deeply"),  # issue 60
 ])
 def test_reader_errors_name_the_field(tmp_path, content, message):
     path = tmp_path / "bad.json"

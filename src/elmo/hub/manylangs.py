@@ -118,6 +118,9 @@ def _json_member(folder: ModelFolder, name: str) -> dict:
     except json.JSONDecodeError as e:
         raise ManyLangsError(f"{folder.label(name)}: not valid JSON (line {e.lineno}, column {e.colno}): {e.msg}"
                              ) from None
+    except RecursionError:
+        raise ManyLangsError(f"{folder.label(name)}: its JSON is nested too deeply to read (a model's config is "
+                             "one level deep)") from None
     if not isinstance(value, dict):
         raise ManyLangsError(f"{folder.label(name)}: expected a JSON object")
     return value

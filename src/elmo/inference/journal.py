@@ -200,7 +200,7 @@ class WorkFolder:
             return None  # empty, or only the empty lock file a refused resume made: nothing to lose
         try:
             info = json.loads(Path(path, "work.json").read_text(encoding="utf-8"))
-        except (OSError, ValueError):
+        except (OSError, ValueError, RecursionError):
             info = None
         if owner is None and isinstance(info, dict) and info.get("format") == WORK_FORMAT:
             return None  # made before the marker existed
@@ -229,8 +229,9 @@ class WorkFolder:
         self.lock()
         try:
             info = json.loads(Path(self.info_path).read_text(encoding="utf-8"))
-        except (OSError, ValueError) as e:
-            raise WorkFileError(f"{self.path}: not a readable work file ({e}); remove it (or pass --force) "
+        except (OSError, ValueError, RecursionError) as e:
+            why = "nested too deeply" if isinstance(e, RecursionError) else e
+            raise WorkFileError(f"{self.path}: not a readable work file ({why}); remove it (or pass --force) "
                                 "to start over") from None
         if not isinstance(info, dict) or info.get("format") != WORK_FORMAT or info.get("version") != WORK_VERSION:
             raise WorkFileError(f"{self.path}: not an elmo embed work file of version {WORK_VERSION}; remove it "

@@ -137,6 +137,8 @@ def read_squad(path: PathLike) -> list[SquadQuestion]:
         raise DatasetError(path, raw[:e.start].count(b"\n") + 1, f"not valid UTF-8 ({e.reason})") from None
     except json.JSONDecodeError as e:
         raise DatasetError(path, e.lineno, f"not valid JSON: {e.msg} (column {e.colno})") from None
+    except RecursionError:  # SQuAD is six levels deep; Python's parser gives up near a thousand
+        raise DatasetError(path, None, "not a SQuAD file: its JSON is nested too deeply to read") from None
 
     def field(value, name: str, kind: type, where: str):
         if not isinstance(value, dict) or name not in value:
