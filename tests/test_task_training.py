@@ -183,8 +183,11 @@ def test_baseline_needs_no_bilm_and_resume_continues(ner_config, tmp_path):
     resumed = train_task(longer, resume=True, progress=False)
     assert [h["epoch"] for h in resumed["history"]] == [1, 2, 3]
     assert resumed["history"][:2] == first["history"]
-    # Without resume a run starts over: the same seed gives the same first epochs.
-    again = train_task(config, progress=False)
+    # Without resume, a run is refused (its checkpoints are not lost); with overwrite it starts
+    # over: the same seed gives the same first epochs.
+    with pytest.raises(FileExistsError, match="already holds a trained run; pass --resume"):
+        train_task(config, progress=False)
+    again = train_task(config, progress=False, overwrite=True)
     assert again["history"] == first["history"]
 
 

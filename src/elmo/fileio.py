@@ -298,7 +298,12 @@ def _write_owner(folder: str, kind: str) -> str:
 def _new_folder_beside(path: str, tag: str) -> str:
     """A fresh private folder beside ``path`` with a plain folder's permissions (mkdtemp's are owner-only)."""
     parent = os.path.dirname(os.path.abspath(path))
-    tmp = tempfile.mkdtemp(prefix=f".{os.path.basename(path)}.", suffix=f".{tag}", dir=parent)
+    try:
+        tmp = tempfile.mkdtemp(prefix=f".{os.path.basename(path)}.", suffix=f".{tag}", dir=parent)
+    except OSError as error:  # about the folder the user named, not our private one
+        if error.errno is None:
+            raise
+        raise type(error)(error.errno, os.strerror(error.errno), path) from None
     umask = os.umask(0)
     os.umask(umask)
     os.chmod(tmp, 0o777 & ~umask)

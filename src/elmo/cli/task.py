@@ -23,6 +23,9 @@ def add_parser(parser: argparse.ArgumentParser) -> None:
     train.add_argument("--epochs", type=int, help="most epochs to train (overrides train.epochs)")
     train.add_argument("--no-elmo", action="store_true", help="the baseline: the same model without ELMo")
     train.add_argument("--resume", action="store_true", help="continue the run from its last finished epoch")
+    train.add_argument("--force", action="store_true",
+                       help="start over: delete the earlier run in the run directory first, if elmo made it and it "
+                            "holds nothing but what a task run writes (default: an existing run is refused)")
     train.add_argument("--no-progress", action="store_true", help="no progress bars")
     train.add_argument("--data-root", help="the folder holding your copy of the data: what the config's "
                        "$ELMO_DATA/... paths are under (default: $ELMO_DATA)")
@@ -80,7 +83,7 @@ def run(args: argparse.Namespace) -> int:
         config = load_task_config(args.config, overrides, data_root=args.data_root)
         # Names the config file and the data root; train_task checks again.
         check_task_paths(config, where=args.config, root=args.data_root)
-        metrics = train_task(config, resume=args.resume, progress=not args.no_progress)
+        metrics = train_task(config, resume=args.resume, progress=not args.no_progress, overwrite=args.force)
         summary = {k: metrics[k] for k in ("best_epoch", "dev", "test") if k in metrics}
         print(json.dumps(summary), file=sys.stderr)
         return 0

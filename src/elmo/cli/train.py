@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import glob
 import os
 import socket
 import sys
@@ -21,6 +22,7 @@ from elmo.training.recipe import (
     RECIPE,
     TrainSettings,
 )
+from elmo.training.resume import discard_run
 from elmo.training.train import train
 
 HELP = "Train a biLM on tokenized shards (one sentence per line)."
@@ -81,6 +83,10 @@ def add_common(parser: argparse.ArgumentParser, source: str = "the --config pres
     parser.add_argument("--resume", action="store_true",
                         help="continue from the run directory's newest readable checkpoint, with the run's settings "
                              "(giving a different --config, --seed, hyperparameter or data is an error)")
+    parser.add_argument("--force", action="store_true",
+                        help="start over: delete the earlier run in --output first, if elmo made that run directory "
+                             "and it holds nothing but what a run writes (default: an existing run is refused; "
+                             "--resume continues it)")
     parser.add_argument("--device", default=SETTINGS["device"], help=f"{DEVICES} (default %(default)s)")
     parser.add_argument("--bf16", action=argparse.BooleanOptionalAction, default=None,
                         help="bf16 autocast of the matrix products (default: on for GPUs, off on the CPU, where "
@@ -118,10 +124,34 @@ def add_parser(parser: argparse.ArgumentParser) -> None:
 
 
 def settings_from(args: argparse.Namespace, **fixed) -> TrainSettings:
+    """The run's settings from the arguments; with ``--force``, the earlier run in ``--output``
+    is deleted first (:func:`elmo.training.resume.discard_run`)."""
     names = TrainSettings.__dataclass_fields__
     values = {k: v for k, v in vars(args).items() if k in names}
     values.update(fixed)
-    return TrainSettings(**values)
+    settings = TrainSettings(**values)
+    if args.force:
+        start_over(settings)
+    return settings
+
+
+def start_over(settings: TrainSettings) -> None:
+    """``--force``: delete the earlier run in the run directory, once the settings are valid."""
+    if settings.resume:
+        raise ValueError("--force and --resume: give one (--force deletes the earlier run, --resume continues it)")
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        # Every rank runs this command: one deleting while another reads the folder would race.
+        raise ValueError(f"--force under torchrun: delete the earlier run in {settings.output} before launching "
+                         "(or choose another --output)")
+    settings.validate()
+    target = os.path.realpath(settings.output)
+    inputs = [settings.vocab, settings.init_from, *(glob.glob(p) or [p] for p in [*settings.train,
+                                                                                    *(settings.heldout or [])])]
+    for path in (p for entry in inputs for p in (entry if isinstance(entry, list) else [entry])):
+        if path and (os.path.realpath(path) + os.sep).startswith(target + os.sep):
+            raise ValueError(f"--force: {settings.output} holds the input {path}, which elmo never deletes; "
+                             "choose another --output")
+    discard_run(settings.output)
 
 
 def _free_port() -> int:

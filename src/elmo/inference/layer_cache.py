@@ -82,10 +82,18 @@ def load_or_compute(embedder: Embedder, sentences: Sequence[Sequence[str]], cach
                     name: str, *, dtype: str = "float16", progress: bool = True) -> LayerCache:
     """The layers of ``sentences``: read from ``cache_dir`` if cached, else computed and saved."""
     path = cache_path(cache_dir, name, embedder, sentences)
-    if path.is_file():
-        with h5py.File(path, "r") as f:
-            if f.attrs.get("format") == FORMAT and len(f["offsets"]) == len(sentences) + 1:
-                return LayerCache(f["layers"][...], f["offsets"][...])
+    if os.path.lexists(path):
+        # A file of the cache's name that elmo did not write is never replaced (nor a folder).
+        try:
+            with h5py.File(path, "r") as f:
+                ours = f.attrs.get("format") == FORMAT
+                if ours and len(f["offsets"]) == len(sentences) + 1:
+                    return LayerCache(f["layers"][...], f["offsets"][...])
+        except (OSError, KeyError, TypeError):
+            ours = False
+        if not ours:
+            raise FileExistsError(f"{path}: in the cache folder {cache_dir} under a name elmo's layer cache uses, "
+                                  "but not a cache elmo wrote; move it away (elmo replaces only its own caches)")
     arrays = embedder.embed_sentences([list(s) for s in sentences], layers="all", progress=progress)
     lengths = [a.shape[1] for a in arrays]
     offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)

@@ -36,7 +36,16 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from elmo.fileio import atomic_path, atomic_write_text, check_folder, check_output_file, claim_folder
+from elmo.fileio import (
+    atomic_path,
+    atomic_write_text,
+    check_folder,
+    check_output_file,
+    claim_folder,
+    owner_id,
+    remove_owned_folder,
+    temporary_target,
+)
 from elmo.hub.checkpoints import read_checkpoint
 from elmo.inference.layer_cache import load_or_compute
 from elmo.model.weights import WeightsError
@@ -159,16 +168,47 @@ def is_task_run_from_before_markers(folder: str) -> bool:
     return isinstance(config, dict) and {"task", "metric", "output", "data"} <= config.keys()
 
 
-def train_task(config: TaskConfig, *, resume: bool = False, progress: bool = True) -> dict:
+def _task_run_entry(name: str) -> bool:
+    """Whether ``name`` is a file a task run writes into its run directory (or its temporary)."""
+    name = temporary_target(name) or name
+    return name in {"config.json", "best.pt", "last.pt", "metrics.json", "test-predictions.json"} or (
+        name.startswith("predictions-") and name.endswith(".json") and "/" not in name)
+
+
+def discard_task_run(run_dir: str | os.PathLike) -> bool:
+    """Delete the task run directory ``run_dir`` to start over in it (``elmo task train
+    --force``): only one elmo made holding nothing but what a task run writes; anything else
+    raises :class:`elmo.fileio.ForeignFolderError` naming what is in the way, and nothing is
+    deleted. Returns whether there was a run to delete."""
+    def check(folder: str) -> str | None:
+        check_folder(folder, TASK_RUN_KIND, recognise=is_task_run_from_before_markers, allowed=_task_run_entry)
+        return owner_id(folder)
+
+    if not check_folder(run_dir, TASK_RUN_KIND, recognise=is_task_run_from_before_markers, allowed=_task_run_entry):
+        return False
+    remove_owned_folder(run_dir, check)
+    return True
+
+
+def train_task(config: TaskConfig, *, resume: bool = False, progress: bool = True, overwrite: bool = False) -> dict:
     """Train ``config``'s model with early stopping on dev; returns the final metrics dict.
 
     A path in the config that is not there fails first (:func:`check_task_paths`), and the run
     directory is only created once the data, the vectors and the biLM have loaded: a config that
     cannot run leaves nothing behind. With ``resume``, the run continues from its last
-    checkpoint that reads (see :func:`resume_point`)."""
+    checkpoint that reads (see :func:`resume_point`). A run directory that already holds a
+    run's checkpoints is refused unless ``resume`` or ``overwrite`` (start over: the earlier run
+    is deleted first, :func:`discard_task_run`)."""
     check_task_paths(config)
+    if resume and overwrite:
+        raise ValueError("resume and overwrite (--resume, --force): give one")
+    if overwrite:
+        discard_task_run(config.output)
     # A folder that is not a task run of elmo's is refused now, before the data and the biLM load.
-    check_folder(config.output, TASK_RUN_KIND, recognise=is_task_run_from_before_markers, option="output")
+    if (check_folder(config.output, TASK_RUN_KIND, recognise=is_task_run_from_before_markers, option="output")
+            and not resume and any(os.path.exists(os.path.join(config.output, n)) for n in ("last.pt", "best.pt"))):
+        raise FileExistsError(f"{config.output}: already holds a trained run; pass --resume (resume=True) to "
+                              "continue it, or --force (overwrite=True) to start over")
     _seed_everything(config.train.seed)
     clock = _Clock(time.time(), time.process_time())
     task = task_for(config)
@@ -444,7 +484,7 @@ def resume_point(run_dir: str | os.PathLike) -> tuple[str, dict] | None:
     except (WeightsError, FileNotFoundError) as e:
         problems.append(str(e))
         raise WeightsError(f"{run_dir}: no checkpoint to resume from ({'; '.join(problems)}); "
-                           f"train again without --resume") from None
+                           f"start over with --force (overwrite=True) instead of --resume") from None
     warnings.warn(f"{problems[0]}; resuming from {best} (epoch {state['epoch']}) instead: the epochs after it are "
                   f"trained again", stacklevel=2)
     return best, state
@@ -465,7 +505,7 @@ def _check_best(best: str, last_state: dict) -> None:
         _save(best, last_state)
         return
     raise WeightsError(f"{problem}; the best model (epoch {last_state['best_epoch']}) is lost and the run "
-                       f"cannot report it: train again without --resume")
+                       f"cannot report it: start over with --force (overwrite=True) instead of --resume")
 
 
 def load_task_model(run_dir: str | os.PathLike, sentences: Iterable[Sequence[str]] | None = None, *,

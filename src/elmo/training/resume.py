@@ -11,6 +11,7 @@ import json
 import os
 from dataclasses import dataclass, fields
 
+from elmo.fileio import check_folder, owner_id, remove_owned_folder, temporary_target
 from elmo.hub.checkpoints import VOCAB_FILE, checkpoint_paths
 from elmo.model.config import BiLMConfig
 from elmo.model.vocab import Vocabulary
@@ -74,6 +75,35 @@ def is_run_from_before_markers(folder: str) -> bool:
     if isinstance(recorded, dict) and {"train", "output"} <= recorded.keys():
         return True
     return bool(checkpoint_paths(folder))
+
+
+def _run_entry(name: str) -> bool:
+    """Whether ``name`` (relative to a run directory) is something a training run writes there."""
+    top, _, rest = name.partition("/")
+    if not rest:
+        return name in {"options.json", VOCAB_FILE, SETTINGS_FILE, "metrics.csv", "checkpoints", "tensorboard"}
+    if top == "tensorboard":
+        return "/" not in rest and rest.startswith("events.out.tfevents.")
+    if top == "checkpoints":
+        name = temporary_target(rest) or rest
+        return name.startswith("step-") and name.endswith(".pt") and "/" not in name
+    return False
+
+
+def discard_run(run_dir: str | os.PathLike) -> bool:
+    """Delete the run directory ``run_dir`` to start a run over in it (``elmo train --force``):
+    only one elmo made (its marker, or a run from before the marker) holding nothing but what a
+    run writes; anything else raises :class:`elmo.fileio.ForeignFolderError` naming what is in
+    the way, and nothing is deleted. Returns whether there was a run to delete."""
+    def check(folder: str) -> str | None:
+        check_folder(folder, RUN_KIND, recognise=is_run_from_before_markers, allowed=_run_entry, option="--output")
+        return owner_id(folder)
+
+    if not check_folder(run_dir, RUN_KIND, recognise=is_run_from_before_markers, allowed=_run_entry,
+                        option="--output"):
+        return False
+    remove_owned_folder(run_dir, check)
+    return True
 
 
 def read_settings(run_dir: str) -> dict | None:
