@@ -212,3 +212,95 @@ def test_claim_folder_takes_the_folder_another_process_made_at_the_same_moment(t
     monkeypatch.setattr(fileio.os, "rename", other_process_first("training run"))
     with pytest.raises(ForeignFolderError, match="training run"):
         claim_folder(tmp_path / "other", "embeddings")
+
+
+# ------------------------------------------------------------------ temporaries, inputs, OS errors
+def test_temporaries_carry_a_name_no_user_chooses(tmp_path):
+    from elmo.fileio import atomic_path, temporary_target
+
+    with atomic_path(tmp_path / "out.hdf5") as tmp:
+        name = os.path.basename(tmp)
+        assert re.fullmatch(r"out\.hdf5\.elmo-tmp\.\d+\.[0-9a-f]{32}\.tmp", name), name
+        assert temporary_target(name) == "out.hdf5"
+    for users in ["out.hdf5.4000000.backup.tmp", "out.hdf5.elmo-tmp.1.backup.tmp", "out.hdf5.tmp", "notes.txt"]:
+        assert temporary_target(users) is None
+
+
+def test_check_folder_looks_into_sub_folders_and_at_what_a_write_makes(tmp_path):
+    folder = tmp_path / "corpus"
+    make_owned_folder(folder, "prepared corpus")
+    (folder / "train").mkdir()
+    (folder / "train" / "shard-00000.txt").write_text("a\n")
+    allowed = {"train", "train/shard-00000.txt"}.__contains__
+    assert check_folder(folder, "prepared corpus", allowed=allowed) is True
+    (folder / "train" / "mine.txt").write_text("keep")
+    with pytest.raises(ForeignFolderError, match="holds train/mine.txt, which elmo did not write there"):
+        check_folder(folder, "prepared corpus", allowed=allowed)
+    # Without the marker (recognised as from before it), only what the coming write makes goes.
+    old = tmp_path / "old"
+    old.mkdir()
+    (old / "a.txt").write_text("x")
+    (old / "b.txt").write_text("x")
+    recognised = {"recognise": lambda p: True, "allowed": {"a.txt", "b.txt"}.__contains__}
+    assert check_folder(old, "model folder", writes=["a.txt", "b.txt"], **recognised) is True
+    with pytest.raises(ForeignFolderError, match="old: holds b.txt, which this model folder does not hold"):
+        check_folder(old, "model folder", writes=["a.txt"], **recognised)
+    # ... while one with the marker is elmo's: what it wrote there before may go.
+    make_owned_folder(tmp_path / "ours", "model folder")
+    (tmp_path / "ours" / "b.txt").write_text("x")
+    assert check_folder(tmp_path / "ours", "model folder", writes=["a.txt"], allowed=recognised["allowed"])
+
+
+def test_atomic_folder_keeps_an_unmarked_folders_files_the_write_does_not_make(tmp_path):
+    old = tmp_path / "old"
+    old.mkdir()
+    (old / "a.txt").write_text("mine")
+    (old / "b.txt").write_text("mine too")
+    with pytest.raises(ForeignFolderError) as error:
+        atomic_folder(old, lambda folder: (folder / "a.txt").write_text("new"), overwrite=True,
+                      allowed={"a.txt", "b.txt"}.__contains__, recognise=lambda p: True)
+    assert str(error.value).startswith(f"{old}: holds b.txt")  # the user's path, not elmo's private one
+    assert (old / "a.txt").read_text() == "mine" and (old / "b.txt").read_text() == "mine too"
+    assert sorted(os.listdir(tmp_path)) == ["old"]
+
+
+def test_check_output_file_refuses_an_input_a_file_for_a_folder_and_names_the_option(tmp_path):
+    (tmp_path / "in.txt").write_text("x")
+    with pytest.raises(FileExistsError, match=r"--json .*in.txt: this is an input of the command"):
+        check_output_file(tmp_path / "in.txt", overwrite=True, inputs=[str(tmp_path / "in.txt")], option="--json")
+    with pytest.raises(NotADirectoryError, match=r"in.txt/out.json: .*in.txt is a file, not a folder"):
+        check_output_file(tmp_path / "in.txt" / "out.json", overwrite=True)
+
+
+def test_check_input_file_says_what_is_wrong(tmp_path):
+    from elmo.fileio import check_input_file
+
+    (tmp_path / "f.txt").write_text("x")
+    check_input_file(tmp_path / "f.txt")
+    check_input_file("-")
+    with pytest.raises(FileNotFoundError, match="nope.txt: no such file; check the path"):
+        check_input_file(tmp_path / "nope.txt")
+    with pytest.raises(IsADirectoryError, match="a folder, where a file was expected"):
+        check_input_file(tmp_path)
+    with pytest.raises(NotADirectoryError, match="f.txt is a file, not a folder"):
+        check_input_file(tmp_path / "f.txt" / "x")
+
+
+def test_os_error_message_names_the_path_and_what_to_do():
+    import errno
+
+    from elmo.fileio import os_error_message
+
+    def message(code, name="d"):
+        return os_error_message(OSError(code, os.strerror(code), name))
+
+    assert message(errno.EISDIR) == "d: a folder, where a file was expected; give a file"
+    assert message(errno.ENOENT) == "d: no such file or folder; check the path (a typo, or a file not made yet?)"
+    assert message(errno.ENOTDIR).startswith("d: a part of this path is a file, where a folder was expected; ")
+    assert message(errno.EACCES).startswith("d: permission denied; ")
+    assert message(errno.ENOSPC).startswith("d: no space left on the device; ")
+    # A temporary name is never shown: the file it was to become is.
+    assert message(errno.ENOSPC, f"/x/v.elmo-tmp.23778.{'a' * 32}.tmp").startswith("/x/v: no space left")
+    assert "[Errno" not in message(errno.EPIPE) and message(errno.EPIPE).startswith("d: broken pipe")
+    assert os_error_message(OSError(errno.EIO, "Input/output error")).startswith("Input/output error (a failing")
+    assert os_error_message(FileNotFoundError("x: elmo's own words")) == "x: elmo's own words"
