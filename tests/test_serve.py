@@ -520,3 +520,429 @@ def test_sigterm_finishes_the_request_in_flight_then_exits(tmp_path, alone):
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)
 
+
+
+# ------------------------------------------------------------------------------ under load, faults and strangers
+class GatedEmbedder:
+    """An Embedder whose batches wait until :attr:`gate` is set (it is, to begin with, so that the
+    model warms), and which records every sentence it is given: what reached the model."""
+
+    def __init__(self, model):
+        self.embedder = Embedder(model)
+        self.gate, self.entered = threading.Event(), threading.Event()
+        self.gate.set()
+        self.seen: list[str] = []
+        real = self.embedder.embed_sentences
+
+        def gated(sentences, *args, **kwargs):
+            self.seen.extend(" ".join(s) for s in sentences)
+            self.entered.set()
+            assert self.gate.wait(60), "the test never opened the gate"
+            return real(sentences, *args, **kwargs)
+
+        self.embedder.embed_sentences = gated  # on this instance only
+
+    def hold(self):
+        """Batches wait from now on; forget the warm-up's sentences."""
+        self.gate.clear()
+        self.entered.clear()
+        self.seen.clear()
+
+
+def wait_for(condition, what: str, seconds: float = 30):
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.02)
+
+
+def labelled(text: str, name: str, **labels) -> float:
+    """The value of a labelled series in Prometheus' text format (0 if absent)."""
+    inner = ",".join(f'{k}="{v}"' for k, v in labels.items())
+    found = re.search(rf"^{name}\{{{re.escape(inner)}\}} (\S+)$", text, re.M)
+    return float(found.group(1)) if found else 0.0
+
+
+def raw_request(base: str, path: str, body: bytes, headers: str = "") -> socket.socket:
+    """A connection that has sent ``POST path`` with ``body`` (and the Content-Length of the whole
+    ``body``), for the test to read or abandon."""
+    host, port = base.removeprefix("http://").split(":")
+    sock = socket.create_connection((host, int(port)))
+    sock.sendall(f"POST {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n{headers}"
+                 f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
+    return sock
+
+
+def test_past_max_concurrent_requests_a_429_with_retry_after(fixture_model, alone):
+    """Two requests hold the model; the third embedding request is refused at once (429, in
+    the endpoint's dialect, Retry-After, counted), /health still answers, and the two are
+    answered once the model moves."""
+    gated = GatedEmbedder(fixture_model)
+    app = create_app(gated.embedder, max_concurrent_requests=2, max_wait_ms=0, access_log=False)
+    with serving(app) as base, httpx.Client(base_url=base, timeout=60) as client, ThreadPoolExecutor(2) as pool:
+        gated.hold()
+        held = [pool.submit(client.post, "/embed_all", json={"inputs": f"held {i}", "layers": "top"})
+                for i in range(2)]
+        wait_for(lambda: labelled(client.get("/metrics").text, "elmo_requests_in_flight") >= 0
+                 and gated.entered.is_set(), "the first request did not reach the model")
+        wait_for(lambda: re.search(r"^elmo_requests_in_flight 3\.0$", client.get("/metrics").text, re.M),
+                 "the second request did not arrive")  # two held, and this /metrics itself
+        tei = client.post("/embed", json={"inputs": "one too many"})
+        openai = client.post("/v1/embeddings", json={"input": "one too many"})
+        assert client.get("/health").status_code == 200
+        gated.gate.set()
+        answers = [f.result() for f in held]
+        metrics = client.get("/metrics").text
+    assert tei.status_code == 429 and tei.headers["retry-after"].isdigit()
+    assert tei.json()["error_type"] == "Overloaded" and tei.json()["limit"] == "max_concurrent_requests"
+    assert openai.status_code == 429 and openai.json()["error"]["type"] == "rate_limit_error"
+    assert openai.json()["error"]["code"] == "max_concurrent_requests"
+    for i, answer in enumerate(answers):
+        assert answer.status_code == 200
+        assert np.array_equal(as_f32(answer.json()[0]), alone.embed_sentence(f"held {i}", layers="top"))
+    assert labelled(metrics, "elmo_refused_requests_total", reason="max_concurrent_requests") == 2
+    assert labelled(metrics, "elmo_requests_total", endpoint="/embed", status="429") == 1
+
+
+def test_past_max_queued_tokens_a_429_and_a_big_request_alone_is_taken(fixture_model):
+    gated = GatedEmbedder(fixture_model)
+    app = create_app(gated.embedder, max_queued_tokens=20, max_wait_ms=0, access_log=False)
+    with serving(app) as base, httpx.Client(base_url=base, timeout=60) as client, ThreadPoolExecutor(1) as pool:
+        gated.hold()
+        big = pool.submit(client.post, "/embed", json={"inputs": "x " * 30})  # 32 > 20, but alone: taken
+        wait_for(gated.entered.is_set, "the big request did not reach the model")
+        refused = client.post("/embed", json={"inputs": "a b c"})
+        assert client.get("/info").json()["max_queued_tokens"] == 20
+        gated.gate.set()
+        assert big.result().status_code == 200
+        metrics = client.get("/metrics").text
+        after = client.post("/embed", json={"inputs": "a b c"})
+    assert refused.status_code == 429 and refused.json()["limit"] == "max_queued_tokens"
+    assert "32 tokens queued" in refused.json()["error"] and int(refused.headers["retry-after"]) >= 1
+    assert labelled(metrics, "elmo_refused_requests_total", reason="max_queued_tokens") == 1
+    assert after.status_code == 200
+
+
+def test_requests_of_callers_who_left_never_reach_the_model(fixture_model, alone):
+    """One request holds the model; five more are sent and their connections closed; once the
+    model moves, none of the five is computed (each is a one-line 499 in the log), and a live
+    request is answered right."""
+    gated = GatedEmbedder(fixture_model)
+    app = create_app(gated.embedder, max_wait_ms=0, access_log=False)
+    with serving(app) as base, httpx.Client(base_url=base, timeout=60) as client, ThreadPoolExecutor(1) as pool:
+        gated.hold()
+        first = pool.submit(client.post, "/embed", json={"inputs": "the first one"})
+        wait_for(gated.entered.is_set, "the first request did not reach the model")
+        for i in range(5):
+            raw_request(base, "/embed", json.dumps({"inputs": f"abandoned {i}"}).encode()).close()
+        wait_for(lambda: labelled(client.get("/metrics").text, "elmo_requests_total", endpoint="/embed",
+                                  status="499") == 5, "the server did not see the five callers leave")
+        gated.gate.set()
+        assert first.result().status_code == 200
+        live = client.post("/embed", json={"inputs": "a live one", "normalize": False})
+        metrics = client.get("/metrics").text
+    assert live.status_code == 200
+    assert np.array_equal(as_f32(live.json()[0]), alone.embed_sentence("a live one", layers="average").mean(axis=0))
+    assert gated.seen == ["the first one", "a live one"], gated.seen
+    abandoned = sum(labelled(metrics, "elmo_abandoned_requests_total", stage=s) for s in ("body", "queued"))
+    assert abandoned == 5, metrics
+
+
+def test_a_request_past_its_timeout_gets_503_and_leaves_the_queue(fixture_model):
+    gated = GatedEmbedder(fixture_model)
+    app = create_app(gated.embedder, request_timeout=0.5, max_wait_ms=0, access_log=False)
+    with serving(app) as base, httpx.Client(base_url=base, timeout=60) as client:
+        gated.hold()
+        late = client.post("/v1/embeddings", json={"input": "stuck"})
+        queued = client.post("/v1/embeddings", json={"input": "behind it"})
+        gated.gate.set()
+        wait_for(lambda: client.post("/embed", json={"inputs": "fine"}).status_code == 200, "no recovery")
+        metrics = client.get("/metrics").text
+    assert late.status_code == 503 and late.json()["error"]["code"] == "request_timeout"
+    assert "request_timeout (0.5 s)" in late.json()["error"]["message"] and late.headers["retry-after"].isdigit()
+    assert queued.status_code == 503
+    assert "behind it" not in gated.seen  # dropped from the queue when its time ran out
+    assert labelled(metrics, "elmo_refused_requests_total", reason="request_timeout") == 2
+
+
+class FailingRunner:
+    """A Runner around an in-thread model whose ``run`` raises what a bug would (not a crash of
+    the model): on a batch holding BUG, or on every batch once :attr:`always` is set."""
+
+    def __init__(self, embedder):
+        from elmo.serve.batching import InThreadModel
+
+        self.inner = InThreadModel(embedder)
+        self.info = self.inner.info
+        self.always = False
+
+    async def warm(self):
+        await self.inner.warm()
+
+    async def run(self, requests, outputs):
+        if self.always or any("BUG" in s for r in requests for s in r):
+            raise KeyError("a bug in the runner")
+        return await self.inner.run(requests, outputs)
+
+    async def restart(self):
+        raise RuntimeError("cannot")
+
+    async def close(self):
+        await self.inner.close()
+
+
+def test_a_failing_batching_task_is_restarted_then_given_up(fixture_model, caplog):
+    """An error the batching task did not expect fails only its batch (503, and the task runs
+    on: /health 200); three in a row, and the server says it is broken (/health 503, on_fatal
+    told, every request 503) instead of hanging."""
+    fatal = []
+    runner = FailingRunner(Embedder(fixture_model))
+    app = create_app(runner, max_wait_ms=0, access_log=False, on_fatal=fatal.append)
+    with serving(app) as base, httpx.Client(base_url=base, timeout=30) as client:
+        lost = client.post("/embed", json={"inputs": "a BUG here"})
+        assert lost.status_code == 503 and "KeyError" in lost.json()["error"] and lost.json()["error_type"] == \
+            "Unhealthy"
+        assert client.get("/health").status_code == 200
+        assert client.post("/embed", json={"inputs": "fine"}).status_code == 200
+        runner.always = True
+        for _ in range(3):
+            assert client.post("/embed", json={"inputs": "doomed"}).status_code == 503
+        health = client.get("/health")
+        later = client.post("/embed", json={"inputs": "too late"})
+    assert health.status_code == 503 and "failed 3 times in a row" in health.json()["error"]
+    assert later.status_code == 503 and fatal == ["the batching task failed 3 times in a row"]
+    assert any("the batching task failed (KeyError" in r.getMessage() for r in caplog.records)
+
+
+def test_stop_answers_or_fails_every_request_it_took(fixture_model):
+    """stop() while a batch is held in the model and another request waits: with a bound on
+    the wait, both callers get ServerClosed (none hangs); without, both get their vectors."""
+    async def scenario(timeout):
+        gated = GatedEmbedder(fixture_model)
+        gated.hold()
+        batcher = Batcher(gated.embedder, max_wait_ms=0)
+        await batcher.start(warmup=False)
+        first = asyncio.create_task(batcher.embed([["in", "the", "model"]]))
+        await asyncio.get_running_loop().run_in_executor(None, gated.entered.wait, 30)
+        second = asyncio.create_task(batcher.embed([["queued"]]))
+        await asyncio.sleep(0.05)
+        stopping = asyncio.create_task(batcher.stop(timeout=timeout))
+        if timeout is None:
+            await asyncio.sleep(0.1)
+            gated.gate.set()
+        else:
+            await asyncio.sleep(timeout + 0.2)
+        outcomes = await asyncio.wait_for(asyncio.gather(first, second, return_exceptions=True), 30)
+        gated.gate.set()  # the model thread may finish now; stop() then closes it
+        await asyncio.wait_for(stopping, 30)
+        return outcomes
+
+    failed = asyncio.run(scenario(0.1))
+    assert all(isinstance(o, ServerClosed) for o in failed), failed
+    finished = asyncio.run(scenario(None))
+    assert [o[0].shape[1] for o in finished] == [3, 1]
+
+
+@pytest.mark.parametrize("body", [
+    b"[" * 100_000 + b"]" * 100_000,
+    b'{"inputs": ' + b"[" * 100_000 + b"]" * 100_000 + b"}",
+    b'{"inputs": "a", "layers": ' + b"9" * 5000 + b"}",
+    b'{"inputs": "a", "layers": ' + b"9" * 400 + b"}",
+    b'{"inputs": "a", "layers": NaN}',
+    b'{"inputs": "a", "layers": -Infinity, "pooling": 1e999}',
+    b'{"inputs": ["' + b"\\ud800" + b'"], "normalize": [[[[[]]]]]}',
+    b'{"inputs": "a", "' + b"k" * 3000 + b'": 1}',
+    b"\x00\x01\x02", b"", b"null", b'"a string"', b"1e999", b'{"inputs": "a"}{"inputs": "b"}',
+], ids=lambda body: f"{len(body)}-bytes-{body[:12]!r}")
+def test_hostile_bodies_get_a_one_line_refusal_never_a_500(url, body):
+    for path in ("/embed", "/embed_all", "/v1/embeddings", "/", "/tokenize"):
+        response = post(url, path, body)
+        assert response.status_code in (400, 413, 422), (path, response.status_code, response.text[:300])
+        answer = response.json()
+        message = answer["error"]["message"] if path.startswith("/v1/") else answer["error"]
+        assert "\n" not in message and len(message) < 400, message
+
+
+def test_a_lone_surrogate_token_is_embedded_not_a_500(url):
+    response = post(url, "/embed_all", b'{"inputs": [["\\ud800", "b"]], "layers": "top"}')
+    assert response.status_code == 200 and np.asarray(response.json()).shape == (1, 2, 32)
+
+
+def test_a_client_leaving_mid_body_is_one_log_line(url, caplog):
+    with caplog.at_level(logging.INFO):
+        sock = raw_request(url, "/embed", b'{"inputs": "a', headers="")  # declares 13 bytes, sends them...
+        sock.close()
+        host, port = url.removeprefix("http://").split(":")
+        sock = socket.create_connection((host, int(port)))
+        sock.sendall(b"POST /embed HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n" + b'{"inputs": "a')
+        time.sleep(0.2)
+        sock.close()  # ...this one declares 1,000 and leaves after 13
+        wait_for(lambda: any("client left" in r.getMessage() for r in caplog.records), "no log line")
+        assert httpx.get(url + "/health").status_code == 200
+    left = [r.getMessage() for r in caplog.records if "client left" in r.getMessage()]
+    assert any(re.fullmatch(r'127\.0\.0\.1:\d+ "POST /embed" 499 [\d.]+ ms client left \(13 bytes into its body\)',
+                            line) for line in left), left
+    assert not any(r.exc_info or "Traceback" in r.getMessage() or "Exception in ASGI" in r.getMessage()
+                   for r in caplog.records), [r.getMessage() for r in caplog.records]
+
+
+def test_a_refused_body_reaches_urllib_as_a_refusal(url):
+    """A body over max_body_bytes (here 4,000) sent whole by urllib, which reads nothing before
+    it has sent everything: it receives the 413, not a broken pipe, and so does the next one on
+    a server that goes on."""
+    import urllib.error
+    import urllib.request
+
+    for size in (5_000, 5 * 2**20):
+        data = json.dumps({"inputs": "a", "pad": "x" * size}).encode()
+        request = urllib.request.Request(url + "/embed", data=data, headers={"Content-Type": "application/json"})
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(request, timeout=60)
+        assert refused.value.code == 413 and json.loads(refused.value.read())["limit"] == "max_body_bytes"
+    assert httpx.get(url + "/health").status_code == 200
+
+
+def test_a_body_that_trickles_gets_408_and_the_connection_is_closed(fixture_model):
+    app = create_app(Embedder(fixture_model), request_timeout=1, access_log=False)
+    with serving(app) as base:
+        sock = raw_request(base, "/embed", b'{"inputs": "a"}')  # whole: answered
+        sock.settimeout(30)
+        assert sock.recv(65536).startswith(b"HTTP/1.1 200")
+        host, port = base.removeprefix("http://").split(":")
+        slow = socket.create_connection((host, int(port)))
+        slow.settimeout(30)
+        slow.sendall(b"POST /embed HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{")
+        answer = b""
+        while chunk := slow.recv(65536):  # read until the server closes
+            answer += chunk
+        sock.close()
+    head, _, content = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 408") and b"connection: close" in head.lower()
+    assert json.loads(content)["field"] == "body"
+
+
+def test_the_api_key(fixture_model, alone):
+    """With an API key, every endpoint but /health wants it as a Bearer token (401 in the
+    endpoint's dialect otherwise); the openai and huggingface_hub clients send it."""
+    app = create_app(Embedder(fixture_model), model_name="fixture", api_key="s3cret-key", access_log=False)
+    with serving(app) as base:
+        assert httpx.get(base + "/health").status_code == 200
+        for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": "s3cret-key"},
+                        {"Authorization": "Basic s3cret-key"}, {"Authorization": "Bearer s3cret-key-and-more"}):
+            for path in ("/embed", "/v1/embeddings", "/info", "/metrics", "/v1/models"):
+                response = (httpx.post(base + path, json={"inputs": "a"}, headers=headers) if path.startswith("/e")
+                            or path == "/v1/embeddings" else httpx.get(base + path, headers=headers))
+                assert response.status_code == 401, (path, headers)
+                assert response.headers["www-authenticate"] == "Bearer"
+                assert "Authorization: Bearer" in response.text
+        # A refused body is read away first: the client gets the 401 (urllib sends it whole).
+        import urllib.error
+        import urllib.request
+        request = urllib.request.Request(base + "/embed", data=b'{"inputs": "' + b"a " * 100_000 + b'"}')
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(request, timeout=60)
+        assert refused.value.code == 401
+        ok = httpx.post(base + "/embed", json={"inputs": "a b", "normalize": False},
+                        headers={"Authorization": "bearer s3cret-key"})
+        assert ok.status_code == 200
+        assert np.array_equal(as_f32(ok.json()[0]), alone.embed_sentence("a b", layers="average").mean(axis=0))
+        openai = pytest.importorskip("openai", reason="the openai client (test extra) is not installed")
+        good = openai.OpenAI(base_url=base + "/v1", api_key="s3cret-key", max_retries=0)
+        assert good.embeddings.create(model="elmo", input="a b").data[0].index == 0
+        with pytest.raises(openai.AuthenticationError):
+            openai.OpenAI(base_url=base + "/v1", api_key="nope", max_retries=0).embeddings.create(model="e", input="a")
+        hub = pytest.importorskip("huggingface_hub", reason="huggingface_hub (test extra) is not installed")
+        vector = hub.InferenceClient(model=base, token="s3cret-key").feature_extraction("a b", normalize=False)
+        assert np.array_equal(vector[0], alone.embed_sentence("a b", layers="average").mean(axis=0))
+
+
+def test_tei_clients_reach_it_unchanged(fixture_model, alone):
+    """huggingface_hub's InferenceClient posts to "/" as to TEI; /tokenize answers TEI's shape;
+    with embed_all_layers="top", /embed_all answers TEI's (tokens, dim); the openai client
+    lists and retrieves the model."""
+    hub = pytest.importorskip("huggingface_hub", reason="huggingface_hub (test extra) is not installed")
+    app = create_app(Embedder(fixture_model), model_name="fixture", embed_all_layers="top", access_log=False)
+    with serving(app) as base:
+        client = hub.InferenceClient(model=base)
+        texts = ["The bank raised rates .", "naïve café"]
+        got = client.feature_extraction(texts[0])  # TEI normalizes by default
+        want = alone.embed_sentence(texts[0], layers="average").mean(axis=0)
+        assert got.shape == (1, 32) and np.allclose(got[0], want / np.linalg.norm(want), rtol=1e-6, atol=0)
+        raw = client.feature_extraction(texts, normalize=False)
+        assert all(np.array_equal(raw[i], alone.embed_sentence(t, layers="average").mean(axis=0))
+                   for i, t in enumerate(texts))
+        tokens = httpx.post(base + "/embed_all", json={"inputs": texts[1]}).json()
+        assert np.array_equal(as_f32(tokens[0]), alone.embed_sentence(texts[1], layers="top"))
+        every = httpx.post(base + "/embed_all", json={"inputs": texts[1], "layers": "all"}).json()
+        assert as_f32(every[0]).shape == (3, 2, 32)
+        tokenized = httpx.post(base + "/tokenize", json={"inputs": ["  naïve  café", ""]}).json()
+        assert tokenized == [
+            [{"id": None, "text": "<S>", "special": True, "start": None, "stop": None},
+             {"id": None, "text": "naïve", "special": False, "start": 2, "stop": 7},
+             {"id": None, "text": "café", "special": False, "start": 9, "stop": 13},
+             {"id": None, "text": "</S>", "special": True, "start": None, "stop": None}],
+            [{"id": None, "text": "<S>", "special": True, "start": None, "stop": None},
+             {"id": None, "text": "</S>", "special": True, "start": None, "stop": None}]]
+        plain = httpx.post(base + "/tokenize", json={"inputs": "a b", "add_special_tokens": False}).json()
+        assert [t["text"] for t in plain[0]] == ["a", "b"]
+        assert httpx.post(base + "/tokenize", json={"inputs": [["a"]]}).status_code == 422
+        openai = pytest.importorskip("openai", reason="the openai client (test extra) is not installed")
+        models = openai.OpenAI(base_url=base + "/v1", api_key="unused", max_retries=0).models
+        assert [m.id for m in models.list().data] == ["fixture"] and models.retrieve("fixture").id == "fixture"
+        with pytest.raises(openai.NotFoundError):
+            models.retrieve("gpt-4")
+    with pytest.raises(ValueError, match="embed_all_layers"):
+        create_app(Embedder(fixture_model), embed_all_layers="middle")
+
+
+def test_a_big_answer_is_written_in_pieces_and_equals_the_whole(url, alone, monkeypatch):
+    import elmo.serve.app as served
+    from elmo.serve.protocol import as_json_array, dumps, json_pieces
+
+    rng = np.random.default_rng(0)
+    values = [[rng.standard_normal((3, 50, 7)).astype("f4"), np.zeros((3, 0, 7), "f4")],
+              {"data": [{"embedding": rng.standard_normal(9).astype("f4"), "index": i} for i in range(20)], "n": 1}]
+    for value in values:
+        whole = dumps(served.as_json(value))
+        for numbers in (1, 5, 64, 10**6):
+            assert b"".join(json_pieces(value, numbers)) == whole
+    assert as_json_array(values[0][0]).dtype == np.float64
+    monkeypatch.setattr(served, "STREAM_NUMBERS", 50)
+    monkeypatch.setattr(served, "STREAM_CHUNK_BYTES", 1000)
+    texts = ["The bank raised rates .", "naïve café"]
+    response = post(url, "/embed_all", {"inputs": texts})
+    assert response.status_code == 200 and "content-length" not in response.headers
+    assert response.headers["transfer-encoding"] == "chunked"
+    for text, answer in zip(texts, response.json()):
+        assert np.array_equal(as_f32(answer), alone.embed_sentence(text))
+
+
+def test_only_what_the_endpoint_returns_leaves_the_model_process(alone):
+    """The model's process pools: /embed's request comes back as one vector per input."""
+    from elmo.serve.protocol import Output
+
+    worker = worker_for(FIXTURE_SOURCE)
+    try:
+        text = "We sat on the river bank .".split()
+        (vectors,), (tops,) = (worker.compute([[text]], [Output("average", "mean", False)]),
+                               worker.compute([[text]], [Output("top")]))
+    finally:
+        worker.stop()
+    assert vectors[0].shape == (32,) and np.array_equal(vectors[0], alone.embed_sentence(text, layers="average")
+                                                        .mean(axis=0))
+    assert np.array_equal(tops[0], alone.embed_sentence(text, layers="top"))
+
+
+def test_new_command_options_are_checked(capsys):
+    cases = [(["--max-concurrent-requests", "0"], "--max-concurrent-requests: must be at least 1, got 0"),
+             (["--max-queued-tokens", "-5"], "--max-queued-tokens: must be at least 1, got -5"),
+             (["--request-timeout", "nan"], "--request-timeout: "),
+             (["--api-key", " "], "--api-key: empty, or with spaces around it")]
+    for extra, message in cases:
+        assert main(["serve", *FIXTURE_MODEL_ARGS, *extra]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"elmo serve: error: {message}") and len(err.strip().splitlines()) == 1, err
+    from elmo.cli.serve import is_loopback
+
+    assert is_loopback("127.0.0.1") and is_loopback("::1") and is_loopback("localhost")
+    assert not is_loopback("0.0.0.0") and not is_loopback("192.168.1.4") and not is_loopback("example.org")

@@ -281,7 +281,8 @@ class Front:
         async def send_checked(message):
             if message["type"] == "http.response.start":
                 status[0] = message["status"]
-                if message["status"] >= 400 and not await body.drain():
+                closing = (b"connection", b"close") in [(k.lower(), v.lower()) for k, v in message.get("headers", [])]
+                if message["status"] >= 400 and not closing and not await body.drain():
                     message = {**message, "headers": [*message.get("headers", []), (b"connection", b"close")]}
             await send(message)
 
@@ -444,7 +445,10 @@ def create_app(model: ProcessModel | Embedder, *, model_name: str = "default", l
     metrics.queued_tokens.set_function(lambda: batcher.queued_tokens)
     model_info = batcher.runner.info
     n_layers, dim = model_info["layers"], model_info["dimensions"]
-    embed_all_default = read_layers(embed_all_layers, n_layers, pooled=False, field="embed_all_layers")
+    try:
+        embed_all_default = read_layers(embed_all_layers, n_layers, pooled=False, field="embed_all_layers")
+    except ApiError as e:  # an option, not a request: the caller's ValueError
+        raise ValueError(e.message) from None
     created = int(time.time())
     info = {"model": model_name, "version": __version__, **model_info,
             "worker": "process" if isinstance(model, ProcessModel) else "thread",

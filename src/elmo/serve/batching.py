@@ -202,7 +202,8 @@ class InThreadModel:
         raise RuntimeError("an in-thread model cannot be restarted")
 
     async def close(self) -> None:
-        self._executor.shutdown(wait=True)
+        # Waits for a batch still running, off the event loop, which may have to answer others.
+        await asyncio.get_running_loop().run_in_executor(None, self._executor.shutdown, True)
 
 
 @dataclass

@@ -131,6 +131,7 @@ def check_fields(body: dict, known: Sequence[str]) -> None:
     """Refuse a field the endpoint does not know (a misspelt option would otherwise be ignored)."""
     for name in body:
         if name not in known:
+            name = name if len(name) <= 60 else name[:57] + "..."  # a name can be megabytes long
             raise ApiError(422, f"{name}: unknown field; this endpoint takes {', '.join(known)}", field=name)
 
 
