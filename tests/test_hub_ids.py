@@ -212,3 +212,31 @@ def test_a_hub_copy_counts_as_a_published_model_only_where_it_matches_the_pins(t
         print(origin["published"], origin["source"])
     """)
     assert out.split("\n")[:2] == ["None", f"small hf://acme/elmo-tiny@{MAIN}"]
+
+
+def test_a_repository_of_models_in_subfolders_names_them_to_choose_from(tmp_path):
+    from elmo.hub.hf import model_in
+
+    snapshot = tmp_path / "snapshot"
+    for language in ("en", "de"):
+        (snapshot / language).mkdir(parents=True)
+        (snapshot / language / "options.json").write_bytes(OPTIONS.read_bytes())
+        (snapshot / language / "weights.hdf5").write_bytes(WEIGHTS.read_bytes())
+    (snapshot / "notes").mkdir()  # a folder without a model is not offered
+    (snapshot / "README.md").write_text("two models\n")
+    with pytest.raises(ValueError) as error:
+        model_in(snapshot, "hf://acme/elmo-multi@v1")
+    message = str(error.value)
+    assert message == ("hf://acme/elmo-multi@v1: no model at this level; it holds models in the folders de, en: "
+                       "choose one (hf://acme/elmo-multi@v1/de, hf://acme/elmo-multi@v1/en)")
+    assert model_in(snapshot / "en", "hf://acme/elmo-multi@v1/en") == snapshot / "en"
+    # One level down, the id keeps its subfolder.
+    (snapshot / "nested" / "small").mkdir(parents=True)
+    (snapshot / "nested" / "small" / "model.zip").write_bytes(b"")
+    with pytest.raises(ValueError, match=r"choose one \(hf://acme/elmo-multi/nested/small\)$"):
+        model_in(snapshot / "nested", "hf://acme/elmo-multi/nested")
+    # A folder of no model at all still lists its files.
+    with pytest.raises(ValueError, match=r"\(it holds README.md\)$"):
+        (snapshot / "en").rename(tmp_path / "en")
+        (snapshot / "de").rename(tmp_path / "de")
+        model_in(snapshot, "hf://acme/elmo-multi")

@@ -112,6 +112,14 @@ def resolve_snapshot(text: str, *, progress: bool = True) -> tuple[Path, str]:
     return folder, pinned
 
 
+def _holds_model(folder: Path) -> bool:
+    """Whether :func:`model_in` would find a model in ``folder`` (nothing is read)."""
+    from elmo.hub.archives import looks_like_model
+
+    return (looks_like_model(folder) or (folder / "checkpoints").is_dir()
+            or any(p.suffix.lower() in (".zip", ".pt") and p.is_file() for p in folder.iterdir()))
+
+
 def model_in(folder: Path, text: str) -> Path:
     """The model source in a Hub snapshot ``folder``: the folder itself where the resolver reads
     it as one (options + weights under either naming, an ELMoForManyLangs model, an exported
@@ -126,6 +134,14 @@ def model_in(folder: Path, text: str) -> Path:
         found = [p for p in files if p.suffix.lower() == suffix]
         if len(found) == 1:
             return found[0]
+    # A repository of several models keeps each in a folder (en/, de/): name them to choose from.
+    models = sorted(p.name for p in folder.iterdir() if p.is_dir() and not p.name.startswith(".") and _holds_model(p))
+    if models:
+        hub = parse_hub_id(text)
+        choices = ", ".join(format_hub_id(HubId(hub.repo_id, hub.revision, "/".join(filter(None, (hub.subfolder, m)))))
+                            for m in models)
+        raise ValueError(f"{text}: no model at this level; it holds models in the folders {', '.join(models)}: "
+                         f"choose one ({choices})")
     names = ", ".join(p.name for p in files) or "no files"
     raise ValueError(f"{text}: no model there: expected options.json + weights.hdf5, one NLPL .zip or .pt "
                      f"checkpoint, an ELMoForManyLangs model or an exported folder (it holds {names})")
