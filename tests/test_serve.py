@@ -392,8 +392,9 @@ def test_a_dead_model_process_gives_503s_and_is_replaced(alone, monkeypatch):
 
 
 def test_batcher_budget_order_and_stop(fixture_model):
-    """The batcher itself: batches stay within the token budget (a bigger request alone), every
-    caller gets its own sentences back, and after stop() nothing more is taken."""
+    """The batcher itself: batches stay within the token budget (a request bigger than what is
+    left of it is split; only a sentence bigger than the budget runs alone), every caller gets
+    its own sentences back, in order, and after stop() nothing more is taken."""
     records = []
     embedder = Embedder(fixture_model)
     alone = Embedder(fixture_model)
@@ -413,9 +414,9 @@ def test_batcher_budget_order_and_stop(fixture_model):
         assert len(answer) == len(request)
         for sentence, array in zip(request, answer):
             assert np.array_equal(array, alone.embed_sentence(sentence))
-    assert sum(r.requests for r in records) == len(requests) and len(records) > 1
+    assert sum(r.sentences for r in records) == sum(len(r) for r in requests) and len(records) > 1
     for r in records:
-        assert r.requests == 1 or r.tokens + 2 * r.sentences <= 64, r
+        assert r.sentences == 1 or r.tokens + 2 * r.sentences <= 64, r
     assert batch_tokens([["a", "b"], []]) == 6
     with pytest.raises(ValueError, match="stateful policy"):
         Batcher(Embedder(fixture_model, state="stateful"))
@@ -583,9 +584,8 @@ def test_past_max_concurrent_requests_a_429_with_retry_after(fixture_model, alon
         gated.hold()
         held = [pool.submit(client.post, "/embed_all", json={"inputs": f"held {i}", "layers": "top"})
                 for i in range(2)]
-        wait_for(lambda: labelled(client.get("/metrics").text, "elmo_requests_in_flight") >= 0
-                 and gated.entered.is_set(), "the first request did not reach the model")
-        wait_for(lambda: re.search(r"^elmo_requests_in_flight 3\.0$", client.get("/metrics").text, re.M),
+        wait_for(gated.entered.is_set, "the first request did not reach the model")
+        wait_for(lambda: re.search(r"^elmo_requests_in_flight 3\.0$", client.get("/metrics").text, re.MULTILINE),
                  "the second request did not arrive")  # two held, and this /metrics itself
         tei = client.post("/embed", json={"inputs": "one too many"})
         openai = client.post("/v1/embeddings", json={"input": "one too many"})
@@ -946,3 +946,32 @@ def test_new_command_options_are_checked(capsys):
 
     assert is_loopback("127.0.0.1") and is_loopback("::1") and is_loopback("localhost")
     assert not is_loopback("0.0.0.0") and not is_loopback("192.168.1.4") and not is_loopback("example.org")
+
+
+def test_a_big_request_is_computed_a_batch_at_a_time_with_others_between(fixture_model, alone):
+    """A request of many sentences, over the batch budget, is split into batches; a request
+    that comes while its first part is computed goes into the next batch, not after the whole
+    of it; every sentence's vectors are still those of Embedder alone."""
+    records = []
+    big = [[f"w{i}", f"v{i}", "and", "more"] for i in range(12)]  # 6 tokens each with boundaries
+
+    async def scenario():
+        gated = GatedEmbedder(fixture_model)
+        gated.hold()
+        batcher = Batcher(gated.embedder, max_batch_tokens=24, max_wait_ms=0, on_batch=records.append)
+        await batcher.start(warmup=False)
+        whole = asyncio.create_task(batcher.embed(big))
+        await asyncio.get_running_loop().run_in_executor(None, gated.entered.wait, 30)
+        small = asyncio.create_task(batcher.embed([["a", "small", "one"]]))
+        await asyncio.sleep(0.05)
+        gated.gate.set()
+        answers = await asyncio.gather(whole, small)
+        await batcher.stop()
+        return gated.seen, answers
+
+    seen, (whole, small) = asyncio.run(scenario())
+    assert seen.index("a small one") == 4, seen  # after the first part (4 sentences), before the rest
+    assert all(r.tokens + 2 * r.sentences <= 24 for r in records)
+    for sentence, array in zip(big, whole):
+        assert np.array_equal(array, alone.embed_sentence(sentence))
+    assert np.array_equal(small[0], alone.embed_sentence(["a", "small", "one"]))

@@ -218,6 +218,12 @@ class _Job:
     future: asyncio.Future
     queued_at: float
     output: Output | None = None
+    taken: int = 0  # sentences handed to batches so far
+    done: int = 0  # sentences answered so far
+    results: list = field(default_factory=list)
+
+    def __post_init__(self):
+        self.results = [None] * len(self.sentences)
 
 
 # Failures of the batching task in a row (without a batch answered between them) after which it
@@ -230,9 +236,10 @@ class Batcher:
 
     ``model``: an :class:`Embedder` (run on ``model_thread`` of this process, :class:`InThreadModel`)
     or a :class:`Runner` such as :class:`elmo.serve.worker.ProcessModel`. ``max_batch_tokens``: a
-    batch closes once it holds this many tokens (boundaries included); a request bigger than that
-    runs alone. ``max_wait_ms``: the longest a request waits for others while the model is idle,
-    and only while others are on their way (requests inside :meth:`expecting` that have not
+    batch closes once it holds this many tokens (boundaries included); a request bigger than what
+    is left of it is computed a part at a time, each part going to the back of the queue (a
+    sentence bigger than the budget runs alone). ``max_wait_ms``: the longest a request waits for
+    others while the model is idle, and only while others are on their way (requests inside :meth:`expecting` that have not
     reached :meth:`embed` yet): a lone caller does not wait at all. ``max_queued_tokens``: the
     most tokens (boundaries included) taken and not yet answered; a request that would pass it
     is refused with :class:`Overloaded` (unless nothing else is queued: a big request alone is
@@ -360,14 +367,18 @@ class Batcher:
                              "shortly", self.retry_after())
         job = _Job(rows, cost, asyncio.get_running_loop().create_future(), time.perf_counter(), output)
         self._taken_cost += cost
-        job.future.add_done_callback(lambda _: self._answered(cost))
+        job.future.add_done_callback(lambda future: self._answered(job, future))
         self._pending.append(job)
         self._pending_cost += job.cost
         self._arrived.set()
         return await job.future
 
-    def _answered(self, cost: int) -> None:
-        self._taken_cost -= cost
+    def _answered(self, job: _Job, future: asyncio.Future) -> None:
+        """A request's end, whatever it was: its tokens are no longer taken; if its caller left
+        (the future cancelled), it is dropped: never computed if no part of it was taken yet."""
+        self._taken_cost -= job.cost
+        if future.cancelled() and self.on_dropped is not None:
+            self.on_dropped("queued" if not job.taken else "computing")
 
     def retry_after(self) -> int:
         """Seconds until the tokens taken are likely computed (1 to 60), for ``Retry-After``."""
@@ -458,39 +469,46 @@ class Batcher:
                     await asyncio.wait_for(self._arrived.wait(), remaining)
                 except TimeoutError:
                     break
-            jobs = self._current = self._take()
-            if not jobs:
+            parts = self._take()
+            jobs = self._current = [job for job, _, _ in parts]
+            if not parts:
                 continue
             started = time.perf_counter()
             crashed = None
             try:
-                outcomes = await self.runner.run([j.sentences for j in jobs], [j.output for j in jobs])
+                outcomes = await self.runner.run([job.sentences[a:b] for job, a, b in parts],
+                                                 [job.output for job in jobs])
             except WorkerCrashed as error:
                 crashed = error
-                outcomes = [error] * len(jobs)
+                outcomes = [error] * len(parts)
             seconds = time.perf_counter() - started
             failed = 0
-            for job, outcome in zip(jobs, outcomes):
-                if job.future.done():  # the caller went away meanwhile
-                    if self.on_dropped is not None:
-                        self.on_dropped("computing")
+            for (job, a, b), outcome in zip(parts, outcomes):
+                if job.future.done():  # the caller went away meanwhile (or an earlier part failed)
                     continue
                 if isinstance(outcome, BaseException):
                     failed += 1
                     job.future.set_exception(outcome)
-                else:
-                    job.future.set_result(outcome)
+                    continue
+                job.results[a:b] = outcome
+                job.done += b - a
+                if job.done == len(job.sentences):
+                    job.future.set_result(job.results)
+            for job, _, end in parts:
+                if end < len(job.sentences) and not job.future.done():
+                    self._pending.append(job)  # its rest, after the requests that came meanwhile
             self._current = []
             self._batches += 1
-            tokens = sum(len(s) for j in jobs for s in j.sentences)
+            tokens = sum(len(s) for job, a, b in parts for s in job.sentences[a:b])
             if seconds > 0 and crashed is None:
                 rate = tokens / seconds
                 self._tokens_per_second = rate if not self._tokens_per_second else \
                     0.8 * self._tokens_per_second + 0.2 * rate
             if self.on_batch is not None:
-                record = BatchRecord(requests=len(jobs), sentences=sum(len(j.sentences) for j in jobs),
+                record = BatchRecord(requests=len(parts), sentences=sum(b - a for _, a, b in parts),
                                      tokens=tokens, seconds=seconds,
-                                     queue_seconds=[started - j.queued_at for j in jobs], failed=failed)
+                                     queue_seconds=[started - job.queued_at for job, a, _ in parts if a == 0],
+                                     failed=failed)
                 try:
                     self.on_batch(record)
                 except Exception as error:  # metrics must not stop the batching
@@ -529,21 +547,35 @@ class Batcher:
                 job.future.set_exception(error)
         self._pending_cost = 0
 
-    def _take(self) -> list[_Job]:
-        """The next batch off the queue: requests in arrival order while they fit the budget
-        (the first always goes, however big); requests whose caller left are dropped."""
-        jobs: list[_Job] = []
+    def _take(self) -> list[tuple[_Job, int, int]]:
+        """The next batch off the queue, as ``(job, first, end)`` parts (sentences
+        ``first:end`` of a request): requests in arrival order while they fit the budget (the
+        first sentence always goes, however big); requests whose caller left are dropped. A
+        request bigger than what is left of the budget gives a part that fits, and its rest goes
+        to the back of the queue once that part is computed (:meth:`_run`): a big request is
+        computed a batch at a time, with the requests that came meanwhile between its parts,
+        rather than making them all wait for the whole of it."""
+        parts: list[tuple[_Job, int, int]] = []
         cost = 0
         while self._pending:
             job = self._pending[0]
-            if jobs and cost + job.cost > self.max_batch_tokens:
-                break
-            self._pending.popleft()
-            self._pending_cost -= job.cost
             if job.future.done():
-                if self.on_dropped is not None:
-                    self.on_dropped("queued")
+                self._pending.popleft()
+                self._pending_cost -= sum(batch_tokens([s]) for s in job.sentences[job.taken:])
                 continue
-            jobs.append(job)
-            cost += job.cost
-        return jobs
+            first = end = job.taken
+            while end < len(job.sentences):
+                sentence_cost = len(job.sentences[end]) + BOUNDARY_TOKENS
+                if (parts or end > first) and cost + sentence_cost > self.max_batch_tokens:
+                    break
+                cost += sentence_cost
+                end += 1
+            if end == first:
+                break  # the batch is full
+            self._pending_cost -= sum(batch_tokens([s]) for s in job.sentences[first:end])
+            job.taken = end
+            parts.append((job, first, end))
+            self._pending.popleft()  # with a rest, back in the queue once this part is computed
+            if end < len(job.sentences):
+                break
+        return parts
