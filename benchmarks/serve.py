@@ -17,6 +17,13 @@ targets are about):
     nice -n 10 python benchmarks/serve.py --output results/benchmarks/serve.json
     python benchmarks/serve.py --quick --output serve.json   # concurrency 1 and 8, 1 s each: seconds
 
+``--soak SECONDS`` is the overload and fault run instead (loopback only, bounded in time and
+traffic): the capacity measured for a mix of request sizes, then twice that offered for SECONDS
+(new connections at random times, some callers hanging up unanswered), the model's process
+killed half-way; it reports requests served, 429s, 5xx, p50/p99 and the server's memory at the
+start and end. ``--interference SECONDS`` measures one-sentence latency alone and while
+16,384-token ``/embed_all`` requests are in flight (``docs/serving.md`` has both).
+
 ``revisions.py serve`` drives two checkouts' servers with the same callers.
 """
 
@@ -119,8 +126,15 @@ class Connection:
         head = await self.reader.readuntil(b"\r\n\r\n")
         lines = head.decode("latin-1").split("\r\n")
         status = int(lines[0].split()[1])
-        length = next(int(line.split(":", 1)[1]) for line in lines[1:] if line.lower().startswith("content-length:"))
-        return status, await self.reader.readexactly(length)
+        headers = dict(line.lower().split(":", 1) for line in lines[1:] if ":" in line)
+        if "content-length" in headers:
+            return status, await self.reader.readexactly(int(headers["content-length"]))
+        parts = []  # chunked: the server writes a big answer in pieces
+        while size := int((await self.reader.readuntil(b"\r\n")).split(b";")[0], 16):
+            parts.append(await self.reader.readexactly(size))
+            await self.reader.readexactly(2)
+        await self.reader.readuntil(b"\r\n")
+        return status, b"".join(parts)
 
     def close(self) -> None:
         self.writer.close()
@@ -169,11 +183,12 @@ async def load(base: str, texts: list[str], concurrency: int, requests: int, sec
 
 
 def start_server(model: str | None, max_wait_ms: float, max_batch_tokens: int,
-                 threads: int | None, env: dict | None = None) -> tuple[subprocess.Popen, str]:
+                 threads: int | None, env: dict | None = None, extra: tuple[str, ...] = ()) -> tuple[subprocess.Popen, str]:
     """An ``elmo serve`` process on a free port of 127.0.0.1 (``env``: its environment, e.g. another
-    checkout first on ``PYTHONPATH``), once it says it is ready: the process and its base URL."""
+    checkout first on ``PYTHONPATH``; ``extra``: more options), once it says it is ready: the
+    process and its base URL."""
     command = [sys.executable, "-m", "elmo.cli.main", "serve", "--port", "0", "--no-access-log",
-               "--max-wait-ms", str(max_wait_ms), "--max-batch-tokens", str(max_batch_tokens)]
+               "--max-wait-ms", str(max_wait_ms), "--max-batch-tokens", str(max_batch_tokens), *extra]
     if model:
         command += ["--model", model]
     if threads:
@@ -184,6 +199,265 @@ def start_server(model: str | None, max_wait_ms: float, max_batch_tokens: int,
         if found:
             return process, found.group(1)
     raise SystemExit(f"elmo serve did not start (status {process.wait()})")
+
+
+# ------------------------------------------------------------------------------ soak and faults
+def rss_mib(pid: int) -> float:
+    """Resident memory of a process (Linux), MiB; 0 if it is gone."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:")) / 1024
+    except (OSError, StopIteration):
+        return 0.0
+
+
+def model_process(server_pid: int) -> int | None:
+    """The model's process: the server's child (Linux), of whichever of its threads started it
+    (a new one is started by the thread that talks to the model)."""
+    children = []
+    try:
+        for task in os.listdir(f"/proc/{server_pid}/task"):
+            with open(f"/proc/{server_pid}/task/{task}/children") as f:
+                children += [int(p) for p in f.read().split()]
+    except OSError:
+        return None
+    return children[0] if children else None
+
+
+def memory(server_pid: int) -> dict:
+    worker = model_process(server_pid)
+    return {"server_mib": round(rss_mib(server_pid), 1), "model_mib": round(rss_mib(worker), 1) if worker else 0.0}
+
+
+class Mix:
+    """The soak's requests, drawn at random: mostly one sentence on /embed, some batches of 16 on
+    /v1/embeddings, a few big /embed_all of about 1,000 tokens (the top layer: about 5 MB of
+    JSON), and callers who send a sentence and hang up without reading the answer."""
+
+    KINDS = (("one", 0.75), ("batch", 0.14), ("big", 0.05), ("abandoned", 0.06))
+
+    def __init__(self, texts: list[str], seed: int = 0):
+        import random
+
+        self.random = random.Random(seed)
+        self.texts = texts
+        words = " ".join(texts).split()
+        self.big = json.dumps({"inputs": [" ".join(words[i:i + 20]) for i in range(0, 1000, 20)],
+                               "layers": "top"}).encode()
+
+    def draw(self) -> tuple[str, str, bytes]:
+        kind = self.random.choices([k for k, _ in self.KINDS], [w for _, w in self.KINDS])[0]
+        text = self.random.choice(self.texts)
+        if kind in ("one", "abandoned"):
+            return kind, "/embed", json.dumps({"inputs": text}).encode()
+        if kind == "batch":
+            return kind, "/v1/embeddings", json.dumps({"input": self.random.sample(self.texts, 16)}).encode()
+        return kind, "/embed_all", self.big
+
+
+async def one_request(base: str, path: str, body: bytes, abandon: bool, timeout: float) -> tuple[str, float]:
+    """Send one request on a new connection: its outcome (the status, ``"abandoned"``,
+    ``"timeout"`` or ``"connection error"``) and seconds."""
+    started = time.perf_counter()
+    connection = None
+    try:
+        connection = await asyncio.wait_for(Connection.open(base), timeout)
+        if abandon:
+            connection.writer.write(f"POST {path} HTTP/1.1\r\nHost: {connection.host}\r\nContent-Type: "
+                                    f"application/json\r\nContent-Length: {len(body)}\r\n\r\n".encode() + body)
+            await connection.writer.drain()
+            await asyncio.sleep(0.01)
+            return "abandoned", time.perf_counter() - started
+        status, _ = await asyncio.wait_for(connection._post(path, body), timeout)
+        return str(status), time.perf_counter() - started
+    except TimeoutError:
+        return "timeout", time.perf_counter() - started
+    except (OSError, asyncio.IncompleteReadError, ValueError):
+        return "connection error", time.perf_counter() - started
+    finally:
+        if connection is not None:
+            connection.close()
+
+
+async def closed_loop_rate(base: str, mix: Mix, concurrency: int, seconds: float) -> float:
+    """Requests per second the server answers (200) of the mix, abandoned callers aside, with
+    ``concurrency`` callers each waiting for its answer before the next: its capacity."""
+    done = 0
+    until = time.perf_counter() + seconds
+
+    async def caller():
+        nonlocal done
+        while time.perf_counter() < until:
+            kind, path, body = mix.draw()
+            if kind == "abandoned":
+                continue
+            outcome, _ = await one_request(base, path, body, False, 60)
+            done += outcome == "200"
+
+    started = time.perf_counter()
+    await asyncio.gather(*(caller() for _ in range(concurrency)))
+    return done / (time.perf_counter() - started)
+
+
+async def soak(base: str, process: subprocess.Popen, texts: list[str], seconds: float, capacity_seconds: float,
+               factor: float, timeout: float) -> dict:
+    """The mix at ``factor`` times the measured capacity (arrivals at random, Poisson, each on a
+    new connection, whether or not earlier ones were answered) for ``seconds``; the model's
+    process killed (SIGKILL) half-way. Outcomes by kind, latencies of the answered ones,
+    memory at the start and end."""
+    import random
+    import signal
+
+    mix = Mix(texts)
+    capacity = await closed_loop_rate(base, mix, 16, capacity_seconds)
+    rate = factor * capacity
+    arrivals = random.Random(1)
+    outcomes: dict[str, dict[str, int]] = {}
+    latencies: dict[str, list[float]] = {}
+    tasks: set[asyncio.Task] = set()
+    result: dict = {"capacity_rps": round(capacity, 1), "offered_rps": round(rate, 1), "seconds": seconds,
+                    "factor": factor, "memory_start": memory(process.pid)}
+    peak = dict(result["memory_start"])
+
+    async def request(kind, path, body):
+        outcome, elapsed = await one_request(base, path, body, kind == "abandoned", timeout)
+        outcomes.setdefault(kind, {}).setdefault(outcome, 0)
+        outcomes[kind][outcome] += 1
+        if outcome == "200":
+            latencies.setdefault(kind, []).append(elapsed)
+
+    started = time.perf_counter()
+    killed = None
+    next_sample = started
+    while (now := time.perf_counter()) - started < seconds:
+        if killed is None and now - started >= seconds / 2:
+            worker = model_process(process.pid)
+            if worker:
+                os.kill(worker, signal.SIGKILL)
+                killed = {"pid": worker, "at_s": round(now - started, 1)}
+        if now >= next_sample:
+            for key, value in memory(process.pid).items():
+                peak[key] = max(peak[key], value)
+            next_sample = now + 1
+        task = asyncio.ensure_future(request(*mix.draw()))
+        tasks.add(task)
+        task.add_done_callback(tasks.discard)
+        await asyncio.sleep(arrivals.expovariate(rate))
+    if tasks:
+        await asyncio.wait(tasks)
+    result["wall_s"] = round(time.perf_counter() - started, 1)
+    result["memory_end"] = memory(process.pid)
+    result["memory_peak"] = peak
+    result["killed"] = killed
+    result["outcomes"] = outcomes
+    answered = [x for kind in ("one", "batch", "big") for x in latencies.get(kind, [])]
+    result["latency_ms"] = {kind: {"p50": round(1000 * percentile(values, 50), 1),
+                                   "p99": round(1000 * percentile(values, 99), 1), "n": len(values)}
+                            for kind, values in [*latencies.items(), ("all", answered)] if values}
+    totals: dict[str, int] = {}
+    for by_outcome in outcomes.values():
+        for outcome, n in by_outcome.items():
+            totals[outcome] = totals.get(outcome, 0) + n
+    result["totals"] = totals
+    result["sent"] = sum(totals.values())
+    result["served"] = totals.get("200", 0)
+    result["refused_429"] = totals.get("429", 0)
+    result["errors_5xx"] = sum(n for outcome, n in totals.items() if outcome.startswith("5"))
+    return result
+
+
+async def interference(base: str, texts: list[str], seconds: float, big_tokens: int, big_callers: int) -> dict:
+    """One caller sending one sentence at a time, alone and then while ``big_callers`` callers
+    each keep a ``/embed_all`` of ``big_tokens`` tokens (all layers) in flight: the one-sentence
+    latency, p50 and p99, both ways."""
+    words = " ".join(texts).split()
+    per = 256  # tokens per input: within the default --max-input-tokens
+    inputs = [" ".join(words[(i + j) % len(words)] for j in range(per)) for i in range(0, big_tokens, per)]
+    big = json.dumps({"inputs": inputs, "layers": "all"}).encode()
+    small = [json.dumps({"inputs": text}).encode() for text in texts]
+
+    async def small_caller(until: float) -> list[float]:
+        connection = await Connection.open(base)
+        out = []
+        i = 0
+        try:
+            while time.perf_counter() < until:
+                t = time.perf_counter()
+                status, _ = await connection.post("/embed", small[i % len(small)])
+                if status != 200:
+                    raise SystemExit(f"POST /embed: {status}")
+                out.append(time.perf_counter() - t)
+                i += 1
+        finally:
+            connection.close()
+        return out
+
+    big_answers = []
+
+    async def big_caller(until: float):
+        connection = await Connection.open(base)
+        try:
+            while time.perf_counter() < until:
+                t = time.perf_counter()
+                status, body = await connection.post("/embed_all", big)
+                if status != 200:
+                    raise SystemExit(f"POST /embed_all: {status} {body[:200]!r}")
+                big_answers.append((time.perf_counter() - t, len(body)))
+        finally:
+            connection.close()
+
+    alone = await small_caller(time.perf_counter() + seconds)
+    until = time.perf_counter() + seconds
+    bigs = [asyncio.ensure_future(big_caller(until)) for _ in range(big_callers)]
+    await asyncio.sleep(0.5)  # the big requests are in flight
+    loaded = await small_caller(until)
+    await asyncio.gather(*bigs)
+
+    def row(values):
+        return {"n": len(values), "p50_ms": round(1000 * percentile(values, 50), 2),
+                "p99_ms": round(1000 * percentile(values, 99), 2), "max_ms": round(1000 * max(values), 2)}
+
+    return {"big_tokens": big_tokens, "big_callers": big_callers, "alone": row(alone), "with_big": row(loaded),
+            "big_answers": len(big_answers),
+            "big_seconds_mean": round(statistics.fmean(t for t, _ in big_answers), 2) if big_answers else None,
+            "big_answer_mb": round(big_answers[0][1] / 2**20, 1) if big_answers else None}
+
+
+def run_soak(args, texts: list[str], results: dict) -> None:
+    results["load_average_before"] = os.getloadavg()[0]
+    process, base = start_server(args.model, args.max_wait_ms, args.max_batch_tokens, args.server_threads)
+    try:
+        if args.interference:
+            results["interference"] = asyncio.run(interference(base, texts, args.interference, 16384, 2))
+            row = results["interference"]
+            print(f"one sentence alone:            p50 {row['alone']['p50_ms']:8.2f} ms  "
+                  f"p99 {row['alone']['p99_ms']:8.2f} ms  ({row['alone']['n']} requests)")
+            print(f"with 2 x 16,384-token embed_all: p50 {row['with_big']['p50_ms']:8.2f} ms  "
+                  f"p99 {row['with_big']['p99_ms']:8.2f} ms  ({row['with_big']['n']} requests; "
+                  f"{row['big_answers']} big answers of {row['big_answer_mb']} MB, {row['big_seconds_mean']} s each)")
+        if args.soak:
+            results["soak"] = row = asyncio.run(soak(base, process, texts, args.soak, args.capacity_seconds,
+                                                     args.overload, args.client_timeout))
+            print(f"capacity {row['capacity_rps']} req/s; offered {row['offered_rps']} req/s for {row['seconds']} s; "
+                  f"model process killed at {row['killed'] and row['killed']['at_s']} s")
+            print(f"sent {row['sent']}, served {row['served']}, 429 {row['refused_429']}, 5xx {row['errors_5xx']}; "
+                  f"all outcomes {row['totals']}")
+            for kind, lat in row["latency_ms"].items():
+                print(f"  {kind:<10} p50 {lat['p50']:9.1f} ms  p99 {lat['p99']:9.1f} ms  ({lat['n']} answered)")
+            print(f"memory (MiB) start {row['memory_start']}, peak {row['memory_peak']}, end {row['memory_end']}")
+        with urllib_request(base + "/health") as health:
+            results["health_after"] = health.status
+        results["server_alive_after"] = process.poll() is None
+    finally:
+        process.terminate()
+        process.wait(60)
+    results["load_average_after"] = os.getloadavg()[0]
+
+
+def urllib_request(url: str):
+    import urllib.request
+
+    return urllib.request.urlopen(url, timeout=30)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -200,6 +474,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--output", help="JSON file to write (e.g. results/benchmarks/serve.json)")
     parser.add_argument("--quick", action="store_true",
                         help="concurrency 1 and 8, 1 s and 16 warm-up requests each: the code, in seconds")
+    parser.add_argument("--soak", type=float, metavar="SECONDS",
+                        help="instead: the soak and fault run, this long (60 to 120 s): the mixed load at --overload "
+                             "times the measured capacity, abandoned callers, the model's process killed half-way")
+    parser.add_argument("--overload", type=float, default=2.0, help="the soak's load, times the capacity")
+    parser.add_argument("--capacity-seconds", type=float, default=10.0, help="seconds to measure the capacity")
+    parser.add_argument("--client-timeout", type=float, default=30.0, help="a soak request's timeout, seconds")
+    parser.add_argument("--interference", type=float, metavar="SECONDS",
+                        help="instead (or before the soak): one-sentence latency alone, then while two callers keep "
+                             "16,384-token /embed_all requests in flight, this long each")
     args = parser.parse_args(argv)
     if args.quick:
         args.concurrency, args.seconds, args.warmup = [1, 8], 1.0, 16
@@ -209,6 +492,11 @@ def main(argv: list[str] | None = None) -> None:
                      "max_wait_ms": args.max_wait_ms, "max_batch_tokens": args.max_batch_tokens,
                      "server_threads": args.server_threads,
                      "sentence_tokens": [len(t.split()) for t in texts]}
+    if args.soak or args.interference:
+        run_soak(args, texts, results)
+        if args.output:
+            write_results(args.output, results)
+        return
     threads = args.server_threads or model_threads(None)
     results["direct_threads"] = threads or torch.get_num_threads()
     results["load_average_before"] = os.getloadavg()[0]
