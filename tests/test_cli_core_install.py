@@ -72,6 +72,7 @@ def test_help_and_version_of_every_verb_need_no_extra():
     (["task", "train", "configs/tasks/ner.toml"], "tasks"),
     (["task", "evaluate", "runs/none", "--data", "none.txt"], "tasks"),
     (["prepare", "examples/sentences.txt", "--output", "OUT"], "train"),
+    (["export", "default", "--output", "OUT", "--format", "onnx"], "onnx"),
 ])
 def test_a_verb_whose_extra_is_missing_names_it_when_it_runs(tmp_path, argv, extra):
     argv = [str(tmp_path / "out") if a == "OUT" else a for a in argv]

@@ -97,7 +97,7 @@ def test_the_command_line_asks_for_a_license_and_never_replaces_a_readme_of_your
     out = tmp_path / "out"
     for argv, message in (
             (["--hub-card"], "--hub-card: give the model's license (--license"),
-            (["--license", "mit"], "--license, --language and --dataset go into the model card: add --hub-card"),
+            (["--license", "mit"], "--license, --language, --dataset and --name go into the model card: add --hub-card"),
             (["--hub-card", "--license", "MIT License"], "license: 'MIT License' is not a Hub license id"),
             (["--hub-card", "--license", "mit", "--language", "English"], "language: 'English' is not a language code")):
         assert main(["export", "default", "--output", str(out), *argv]) == 2
@@ -115,3 +115,26 @@ def test_the_command_line_asks_for_a_license_and_never_replaces_a_readme_of_your
     assert main(["export", "default", "--output", str(out), "--force"]) == 2
     assert "README.md" in capsys.readouterr().err
     assert (out / "README.md").read_text(encoding="utf-8") == "# my own notes\n"
+
+
+def test_the_card_is_titled_with_the_models_name_not_the_local_folders(tmp_path, heldout_run, capsys):
+    from elmo.hub.card import card_name
+
+    out = tmp_path / "hubcard"
+    assert main(["export", "default", "--output", str(out), "--hub-card", "--license", "mit",
+                 "--name", "acme/elmo-news"]) == 0
+    card = (out / "README.md").read_text(encoding="utf-8")
+    assert "\n# acme/elmo-news\n" in card and "hubcard" not in card.replace(str(out), "")
+    # A repository id fills the examples, and the command that made the folder keeps --name.
+    assert 'Embedder.from_pretrained("hf://acme/elmo-news")' in card and "--model hf://acme/elmo-news" in card
+    assert "--name acme/elmo-news" in card and "OWNER/NAME" not in card
+    # Any other title leaves the examples to the reader.
+    other = export_for_hub("default", tmp_path / "other", license="mit", name="News ELMo (2026)")
+    assert "\n# News ELMo (2026)\n" in other and "hf://OWNER/NAME" in other
+    # Without --name: the Hub repository the model came from (not its pinned commit), or the run.
+    assert card_name({"source": f"hf://acme/elmo-tiny@{MAIN}/en", "path": str(tmp_path)}) == "acme/elmo-tiny/en"
+    _, _, origin = load_language_model_with_origin(heldout_run)
+    assert card_name(origin) == heldout_run.name == "run"
+    assert "\n# run\n" in export_for_hub(heldout_run, tmp_path / "from-run", license="mit")
+    assert main(["export", "default", "--output", str(tmp_path / "x"), "--name", "a/b"]) == 2
+    assert "--name go into the model card: add --hub-card" in capsys.readouterr().err

@@ -30,7 +30,8 @@ EXIT_BROKEN_PIPE = 141
 # needs one that is missing says which extra to install, in one line.
 EXTRA_OF_PACKAGE = {"nltk": "tasks", "sacremoses": "tasks", "seqeval": "tasks", "conllu": "tasks", "scorch": "tasks",
                     "huggingface_hub": "hub", "fastapi": "serve", "uvicorn": "serve", "prometheus_client": "serve",
-                    "orjson": "serve", "tensorboard": "train", "matplotlib": "train", "ray": "ray"}
+                    "orjson": "serve", "tensorboard": "train", "matplotlib": "train", "ray": "ray",
+                    "onnx": "onnx", "onnxruntime": "onnx"}
 # ... except where a verb takes a package from another extra (elmo prepare's tokenizers).
 EXTRA_OF_VERB_PACKAGE = {("prepare", "nltk"): "train", ("prepare", "sacremoses"): "train"}
 

@@ -36,6 +36,7 @@ RUN_METRICS_FILE = "metrics.csv"
 _LICENSE = re.compile(r"^[a-z0-9][a-z0-9.+-]*$")
 _LANGUAGE = re.compile(r"^[a-z]{2,3}(-[A-Za-z0-9]{2,8})*$")
 _DATASET = re.compile(r"^[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?$")
+_REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*$")
 
 
 def _checked(field: str, values: Sequence[str], pattern: re.Pattern, what: str) -> list[str]:
@@ -118,15 +119,19 @@ def model_card(model: LanguageModel, vocab: Vocabulary, origin: dict, *, name: s
 
     config = model.bilm.config
     lstm = config.lstm
+    # A repository id (OWNER/NAME) fills the examples; any other title leaves them to the reader.
+    repo = name if _REPO_ID.match(name) else "OWNER/NAME"
+    intro = "With `OWNER/NAME` this repository's id (`pip install 'elmo[hub]'`):" if repo == "OWNER/NAME" \
+        else "With `pip install 'elmo[hub]'`:"
     lines += [f"# {name}", "",
               "An ELMo biLM (Peters et al., 2018) for the `elmo` library, in the bilm-tf/AllenNLP layout "
               "(`options.json` + `weights.hdf5`) that AllenNLP and bilm-tf read too, with its softmax "
               "(`softmax_weights.hdf5`) and vocabulary (`vocab.txt`), which make it a language model for "
               "perplexity and `elmo finetune`.", "",
-              "## Use", "", "With `OWNER/NAME` this repository's id (`pip install 'elmo[hub]'`):", "",
+              "## Use", "", intro, "",
               "```python", "from elmo import Embedder", "",
-              'vectors = Embedder.from_pretrained("hf://OWNER/NAME").embed_sentence("A sentence .".split())',
-              "```", "", "```sh", "elmo embed sentences.txt vectors.hdf5 --model hf://OWNER/NAME", "```", "",
+              f'vectors = Embedder.from_pretrained("hf://{repo}").embed_sentence("A sentence .".split())',
+              "```", "", "```sh", f"elmo embed sentences.txt vectors.hdf5 --model hf://{repo}", "```", "",
               "## Model", "",
               f"- biLM: {lstm.n_layers} LSTM layers of {lstm.dim} cells each way, projected to "
               f"{lstm.projection_dim}; ELMo layers of {2 * lstm.projection_dim} dimensions "
@@ -148,19 +153,40 @@ def model_card(model: LanguageModel, vocab: Vocabulary, origin: dict, *, name: s
     return "\n".join(lines) + "\n"
 
 
+def card_name(origin: dict, name: str | None = None) -> str:
+    """The card's title: ``name`` where given (the repository id it will be uploaded to, or any
+    title), else the id of the Hub repository the model came from (without its pinned commit),
+    else the name of the training run or model folder it was read from (not the output folder,
+    a local name the Hub never sees)."""
+    if name:
+        return name
+    source = str(origin.get("source", ""))
+    from elmo.hub.hf import is_hub_id, parse_hub_id
+
+    if is_hub_id(source):
+        hub = parse_hub_id(source)
+        return "/".join(filter(None, (hub.repo_id, hub.subfolder)))
+    run = run_of(origin)
+    if run is not None:
+        return run.name
+    path = Path(origin.get("path") or source)
+    return path.stem if path.is_file() else path.name or "ELMo"
+
+
 def export_for_hub(source: ModelSource, output: str | os.PathLike, *, license: str, languages: Sequence[str] = (),
                    datasets: Sequence[str] = (), command: str | None = None, dtype: str = STORAGE_DTYPES[0],
-                   overwrite: bool = False) -> str:
+                   overwrite: bool = False, name: str | None = None) -> str:
     """Write the language model ``source`` names (a training run, its checkpoint, an exported
     folder, ``default``, a Hub model) into the folder ``output``, ready to upload to the Hub:
     :func:`~elmo.hub.checkpoints.export_language_model`'s files plus ``README.md``, the card of
     :func:`model_card` (its perplexity and settings from the run, where it is one). The folder
     appears complete or not at all. Returns the card's text. ``command``: the command that made
-    it, for the card. A bad license, language or dataset is refused before the model loads."""
+    it, for the card; ``name``: its title (:func:`card_name`). A bad license, language or dataset
+    is refused before the model loads."""
     check_card_fields(license, languages, datasets)
     model, vocab, origin = load_language_model_with_origin(source)
     run = run_of(origin)
-    card = model_card(model, vocab, origin, name=Path(os.path.abspath(output)).name, license=license,
+    card = model_card(model, vocab, origin, name=card_name(origin, name), license=license,
                       languages=languages, datasets=datasets, command=command,
                       perplexity=heldout_perplexity(run, origin["step"]) if run is not None else None,
                       settings=_run_settings(run) if run is not None else None)
@@ -168,4 +194,4 @@ def export_for_hub(source: ModelSource, output: str | os.PathLike, *, license: s
     return card
 
 
-__all__ = ["check_card_fields", "export_for_hub", "heldout_perplexity", "model_card", "run_of"]
+__all__ = ["card_name", "check_card_fields", "export_for_hub", "heldout_perplexity", "model_card", "run_of"]
