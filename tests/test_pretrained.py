@@ -151,3 +151,37 @@ def test_http_mirror_needs_opt_in(mirror, monkeypatch):
     with pytest.raises(DownloadError, match=r"refusing to download http://127\.0\.0\.1:\d+/.*ELMO_ALLOW_HTTP=1"):
         pretrained.model_files("small", progress=False)
     assert requests == []
+
+
+def test_offline_one_error_names_every_missing_file_and_its_path(tmp_path, monkeypatch, capsys):
+    """Issue 62: offline, a model of two files named only the first; the user copied it, ran
+    again, and only then learnt of the second (for URLs, in another urls/<hash>/ folder)."""
+    from elmo.hub import load_model
+    from elmo.hub.download import url_cache_folder
+
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("ELMO_CACHE", str(cache))
+    monkeypatch.setenv("ELMO_MODELS_URL", "http://127.0.0.1:9")  # the discard port: nothing listens
+    src = tmp_path / "in.txt"
+    src.write_text("x\n", encoding="utf-8")
+    assert main(["embed", str(src), "--model", "medium"]) == 2
+    err = capsys.readouterr().err
+    spec = pretrained.PUBLISHED["medium"]
+    for name in (spec.options_name, spec.weights_name):
+        assert f"download http://127.0.0.1:9/{spec.folder}/{name} and copy it to {cache / 'medium' / name}" in err
+    assert "To install these 2 files by hand" in err and len(err.strip().splitlines()) == 3, err
+    # A contributed model's pair of URLs (as flair passes them): each file's own folder, both named.
+    urls = ("http://127.0.0.1:9/pubmed/options.json", "http://127.0.0.1:9/pubmed/weights.hdf5")
+    with pytest.raises(DownloadError) as error:
+        load_model(urls, progress=False)
+    message = str(error.value)
+    for url, name in zip(urls, ("options.json", "weights.hdf5")):
+        assert f"download {url} and copy it to {url_cache_folder(url) / name}" in message
+    assert [m[0] for m in error.value.missing] == list(urls)
+    # Once one file is in place, only the other is named.
+    small = pretrained.PUBLISHED["small"]
+    (cache / "small").mkdir(parents=True)
+    shutil.copy(ALLENNLP / "options.json", cache / "small" / small.options_name)
+    assert main(["embed", str(src), "--model", "small"]) == 2
+    one = capsys.readouterr().err
+    assert "To install it by hand" in one and small.weights_name in one and small.options_name not in one, one

@@ -28,6 +28,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -57,7 +58,12 @@ LOCAL_FILES_HINT = "pass --options/--weights, or use from_files,"
 
 
 class DownloadError(RuntimeError):
-    """A file could not be downloaded, or what was downloaded is not the expected file."""
+    """A file could not be downloaded, or what was downloaded is not the expected file.
+
+    ``missing``: for a server that could not be reached (or refused the file), ``(url, path, reason)``
+    of each file to put in place by hand (:func:`fetch_all` names them all at once)."""
+
+    missing: tuple[tuple[str, Path, str], ...] = ()
 
     def message_for(self, local_files: str) -> str:
         """The message, with its advice on loading local files instead (:data:`LOCAL_FILES_HINT`)
@@ -257,11 +263,45 @@ def _cached_problems(path: Path, expected: _Expected) -> list[str]:
 
 def _network_error(remote: RemoteFile, path: Path, reason: str) -> DownloadError:
     """A DownloadError saying which URL failed, why, and how to put the file in place by hand."""
-    return DownloadError(
+    error = DownloadError(
         f"could not download {remote.url}: {reason}.\n"
         f"To install it by hand, download {remote.url} on a machine with internet access and copy it "
         f"to {path} (or {LOCAL_FILES_HINT} to load files from elsewhere)."
     )
+    error.missing = ((remote.url, path, reason),)
+    return error
+
+
+def fetch_all(files: Sequence[tuple[RemoteFile, str | os.PathLike]], *, progress: bool = True,
+              timeout: float = 30.0) -> list[Path]:
+    """:func:`fetch` of every ``(remote, cache folder)`` of ``files`` (a model's options and
+    weights), their local paths in order. Where servers cannot be reached (offline), one
+    DownloadError names every file still missing and the path to copy each to, not only the
+    first: a user copies them all in one go. Any other failure (a file that does not verify) is
+    raised as it is."""
+    paths, errors = [], []
+    for remote, folder in files:
+        try:
+            paths.append(fetch(remote, folder, progress=progress, timeout=timeout))
+        except DownloadError as e:
+            if not e.missing:
+                raise
+            errors.append(e)
+    if not errors:
+        return paths
+    if len(errors) == 1:
+        raise errors[0]
+    missing = [entry for error in errors for entry in error.missing]
+    (first_url, _, first_reason), rest = missing[0], missing[1:]
+    others = "; ".join(f"{url} ({reason})" for url, _, reason in rest)
+    steps = "; ".join(f"download {url} and copy it to {path}" for url, path, _ in missing)
+    error = DownloadError(
+        f"could not download {first_url}: {first_reason}; nor {others}.\n"
+        f"To install these {len(missing)} files by hand, on a machine with internet access: {steps} "
+        f"(or {LOCAL_FILES_HINT} to load files from elsewhere)."
+    )
+    error.missing = tuple(missing)
+    raise error from errors[0]
 
 
 def _download(remote: RemoteFile, expected: _Expected, path: Path, *, progress: bool,

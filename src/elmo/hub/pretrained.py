@@ -125,20 +125,22 @@ def model_files(name: str = DEFAULT_MODEL, *, cache_dir: str | os.PathLike | Non
     if name not in PUBLISHED:
         raise ValueError(f"model: unknown name {name!r}; expected one of {', '.join(model_names())}")
     from elmo.fileio import default_cache_dir
-    from elmo.hub.download import RemoteFile, fetch
-
-    from elmo.hub.download import DownloadError
+    from elmo.hub.download import DownloadError, RemoteFile, fetch_all
 
     spec = PUBLISHED[name]
     base = os.environ.get("ELMO_MODELS_URL", PUBLISHED_BASE_URL).rstrip("/")
     folder = Path(cache_dir if cache_dir is not None else default_cache_dir()) / name
     try:
-        options = fetch(RemoteFile(f"{base}/{spec.folder}/{spec.options_name}", spec.options_name,
-                                   spec.options_size, spec.options_sha256), folder, progress=progress)
-        weights = fetch(RemoteFile(f"{base}/{spec.folder}/{spec.weights_name}", spec.weights_name,
-                                   spec.weights_size, spec.weights_sha256), folder, progress=progress)
+        # Offline, one error names both files and where each goes (not one per run).
+        options, weights = fetch_all(
+            [(RemoteFile(f"{base}/{spec.folder}/{spec.options_name}", spec.options_name, spec.options_size,
+                         spec.options_sha256), folder),
+             (RemoteFile(f"{base}/{spec.folder}/{spec.weights_name}", spec.weights_name, spec.weights_size,
+                         spec.weights_sha256), folder)], progress=progress)
     except DownloadError as e:
-        raise DownloadError(f"{e}\n{hub_pointer(name)}") from e
+        error = DownloadError(f"{e}\n{hub_pointer(name)}")
+        error.missing = e.missing
+        raise error from e
     return options, weights
 
 

@@ -198,10 +198,13 @@ def _local(location: Location, cache_dir: str | os.PathLike | None, progress: bo
         published = published_match(found.path, found.weights) if found.kind == "files" else None
         return dataclasses.replace(found, resolved=pinned, published=published)
     if location.kind == "url":
-        from elmo.hub.download import fetch_url
+        from elmo.hub.download import RemoteFile, fetch_all, url_cache_folder, url_filename
 
-        paths = [fetch_url(part, cache_dir, progress=progress) if _is_url(part) else Path(part)
-                 for part in location.urls]
+        # Every file to download at once: offline, one error names each and the folder it goes to.
+        remote = [(RemoteFile(part, url_filename(part)), url_cache_folder(part, cache_dir))
+                  for part in location.urls if _is_url(part)]
+        fetched = iter(fetch_all(remote, progress=progress))
+        paths = [next(fetched) if _is_url(part) else Path(part) for part in location.urls]
         if len(paths) == 2:
             return Location("files", location.source, path=paths[0], weights=paths[1])
         kind = "checkpoint" if paths[0].suffix == ".pt" else "archive"
