@@ -256,8 +256,9 @@ class Mix:
 
 
 async def one_request(base: str, path: str, body: bytes, abandon: bool, timeout: float) -> tuple[str, float]:
-    """Send one request on a new connection: its outcome (the status, ``"abandoned"``,
-    ``"timeout"`` or ``"connection error"``) and seconds."""
+    """Send one request on a new connection: its outcome (the status, ``"503 killed batch"``
+    for a request lost with the model's process, ``"abandoned"``, ``"timeout"`` or
+    ``"connection error"``) and seconds."""
     started = time.perf_counter()
     connection = None
     try:
@@ -268,7 +269,9 @@ async def one_request(base: str, path: str, body: bytes, abandon: bool, timeout:
             await connection.writer.drain()
             await asyncio.sleep(0.01)
             return "abandoned", time.perf_counter() - started
-        status, _ = await asyncio.wait_for(connection._post(path, body), timeout)
+        status, answer = await asyncio.wait_for(connection._post(path, body), timeout)
+        if status == 503 and b"model worker died" in answer:
+            return "503 killed batch", time.perf_counter() - started
         return str(status), time.perf_counter() - started
     except TimeoutError:
         return "timeout", time.perf_counter() - started
@@ -309,7 +312,9 @@ async def soak(base: str, process: subprocess.Popen, texts: list[str], seconds: 
     import signal
 
     mix = Mix(texts)
-    capacity = await closed_loop_rate(base, mix, 16, capacity_seconds)
+    # At 64 callers the server batches as well as it can (the table of docs/serving.md): its
+    # capacity; fewer would understate it, and twice that would not overload it.
+    capacity = await closed_loop_rate(base, mix, 64, capacity_seconds)
     rate = factor * capacity
     arrivals = random.Random(1)
     outcomes: dict[str, dict[str, int]] = {}
@@ -363,6 +368,7 @@ async def soak(base: str, process: subprocess.Popen, texts: list[str], seconds: 
     result["served"] = totals.get("200", 0)
     result["refused_429"] = totals.get("429", 0)
     result["errors_5xx"] = sum(n for outcome, n in totals.items() if outcome.startswith("5"))
+    result["errors_5xx_outside_killed_batch"] = result["errors_5xx"] - totals.get("503 killed batch", 0)
     return result
 
 
@@ -425,7 +431,11 @@ async def interference(base: str, texts: list[str], seconds: float, big_tokens: 
 
 def run_soak(args, texts: list[str], results: dict) -> None:
     results["load_average_before"] = os.getloadavg()[0]
-    process, base = start_server(args.model, args.max_wait_ms, args.max_batch_tokens, args.server_threads)
+    env = None
+    if args.server_src:  # another build's server, for a comparison
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([os.path.abspath(args.server_src),
+                                                             *filter(None, [os.environ.get("PYTHONPATH")])])}
+    process, base = start_server(args.model, args.max_wait_ms, args.max_batch_tokens, args.server_threads, env)
     try:
         if args.interference:
             results["interference"] = asyncio.run(interference(base, texts, args.interference, 16384, 2))
@@ -440,8 +450,8 @@ def run_soak(args, texts: list[str], results: dict) -> None:
                                                      args.overload, args.client_timeout))
             print(f"capacity {row['capacity_rps']} req/s; offered {row['offered_rps']} req/s for {row['seconds']} s; "
                   f"model process killed at {row['killed'] and row['killed']['at_s']} s")
-            print(f"sent {row['sent']}, served {row['served']}, 429 {row['refused_429']}, 5xx {row['errors_5xx']}; "
-                  f"all outcomes {row['totals']}")
+            print(f"sent {row['sent']}, served {row['served']}, 429 {row['refused_429']}, 5xx {row['errors_5xx']} "
+                  f"({row['errors_5xx_outside_killed_batch']} outside the killed batch); all outcomes {row['totals']}")
             for kind, lat in row["latency_ms"].items():
                 print(f"  {kind:<10} p50 {lat['p50']:9.1f} ms  p99 {lat['p99']:9.1f} ms  ({lat['n']} answered)")
             print(f"memory (MiB) start {row['memory_start']}, peak {row['memory_peak']}, end {row['memory_end']}")
@@ -483,6 +493,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--interference", type=float, metavar="SECONDS",
                         help="instead (or before the soak): one-sentence latency alone, then while two callers keep "
                              "16,384-token /embed_all requests in flight, this long each")
+    parser.add_argument("--server-src", metavar="DIR",
+                        help="with --soak or --interference: run the server of another build's source folder "
+                             "(its src), to compare builds")
     args = parser.parse_args(argv)
     if args.quick:
         args.concurrency, args.seconds, args.warmup = [1, 8], 1.0, 16
