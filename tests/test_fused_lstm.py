@@ -27,6 +27,9 @@ from elmo.model.fused_lstm import lstm_fused
 from elmo.model.lm import LanguageModel
 from elmo.model.lstm import LstmLayer, lstm_plain
 
+# The numbers' promises: CI runs these again with the CPU kernels held to AVX2.
+pytestmark = pytest.mark.exactness
+
 LEGACY = Path(__file__).resolve().parent / "fixtures" / "legacy"
 
 

@@ -12,6 +12,9 @@ import elmo.inference.precision
 from elmo.inference.precision import BFLOAT16_CHECK_ENV, bfloat16_pays
 from elmo.inference.runtime import Runtime
 
+# The numbers' promises: CI runs these again with the CPU kernels held to AVX2.
+pytestmark = pytest.mark.exactness
+
 
 @pytest.fixture
 def measured(monkeypatch, tmp_path):

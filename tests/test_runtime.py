@@ -22,6 +22,9 @@ from elmo.model.lstm import (
     bilstm_inference,
 )
 
+# The numbers' promises: CI runs these again with the CPU kernels held to AVX2.
+pytestmark = pytest.mark.exactness
+
 
 def test_memo_is_dropped_when_weights_change():
     torch.manual_seed(3)
@@ -156,7 +159,6 @@ def test_token_vectors_are_the_token_layer_of_a_batch(tmp_path, token_memo):
     assert torch.equal(vectors, runtime.run_batch([words]).layers[0, 0, :, :proj])
 
 @pytest.mark.parametrize("lengths", LONG_LENGTHS)
-@pytest.mark.exactness
 def test_runtime_equals_plain_bilm_on_sentences_longer_than_one_chunk(lengths, product_kernel):
     """The whole inference path (both directions, two layers, skip connections, sorting and
     restoring the rows) on 300-token sentences mixed with short and empty ones."""
@@ -174,7 +176,6 @@ def test_runtime_equals_plain_bilm_on_sentences_longer_than_one_chunk(lengths, p
     torch.testing.assert_close(a.state.h, b.state.h, rtol=0, atol=1e-5)
 
 
-@pytest.mark.exactness
 def test_long_sentence_gives_the_same_bits_alone_and_in_a_batch(product_kernel):
     """The row blocks' promise (elmo.model.blocks): a sentence's outputs do not depend on its
     batch, to the bit, whether it runs alone (one padded block) or among others (in any block,
