@@ -83,6 +83,7 @@ def launch(command: list[str]) -> int:
     seconds = time.perf_counter() - start
     sys.stderr.buffer.write(stderr)
     print(json.dumps({"seconds": seconds, "peak_mb": usage.ru_maxrss / 1024,
+                      "cpu_seconds": usage.ru_utime + usage.ru_stime,  # less swayed by other jobs than wall time
                       "returncode": os.waitstatus_to_exitcode(status)}))
     return 0
 

@@ -146,3 +146,13 @@ def test_hostile_archives(tmp_path):
         assert at["left_in_cache"] == past["left_in_cache"] == 0 and past["peak_disk"] == 0
         assert at["peak_disk"] <= result[kind]["bound"]
     assert result["reuse"]["member_bytes"] == 4 * 10**6
+
+
+@pytest.mark.slow
+def test_onnx_speed(tmp_path):
+    """Both sides ran on the same sentences, and onnxruntime's layers are the Embedder's."""
+    pytest.importorskip("onnxruntime")
+    (row,) = quick(tmp_path, "onnx_speed")["results"]
+    assert row["parity"]["max_abs_diff"] <= 1e-5 and row["files_max_abs_diff"] <= 1e-5
+    assert set(row["whole_process"]) == {"elmo embed", "onnxruntime"}
+    assert all(w["seconds"] > 0 for w in row["whole_process"].values())
