@@ -372,10 +372,12 @@ async def soak(base: str, process: subprocess.Popen, texts: list[str], seconds: 
     return result
 
 
-async def interference(base: str, texts: list[str], seconds: float, big_tokens: int, big_callers: int) -> dict:
-    """One caller sending one sentence at a time, alone and then while ``big_callers`` callers
-    each keep a ``/embed_all`` of ``big_tokens`` tokens (all layers) in flight: the one-sentence
-    latency, p50 and p99, both ways."""
+async def interference(base: str, texts: list[str], seconds: float, big_tokens: int, big_callers: int,
+                       abandoned: int = 200) -> dict:
+    """One caller sending one sentence at a time: alone; right after ``abandoned`` callers sent
+    16 sentences each and hung up; and while ``big_callers`` callers each keep a ``/embed_all``
+    of ``big_tokens`` tokens (all layers) in flight. The one-sentence latency, p50 and p99,
+    each way."""
     words = " ".join(texts).split()
     per = 256  # tokens per input: within the default --max-input-tokens
     inputs = [" ".join(words[(i + j) % len(words)] for j in range(per)) for i in range(0, big_tokens, per)]
@@ -413,6 +415,11 @@ async def interference(base: str, texts: list[str], seconds: float, big_tokens: 
             connection.close()
 
     alone = await small_caller(time.perf_counter() + seconds)
+    # A burst of callers who send 16 sentences each and hang up at once, then a live caller:
+    # what they left behind should not be computed ahead of it.
+    burst = json.dumps({"input": texts[:16]}).encode()
+    await asyncio.gather(*(one_request(base, "/v1/embeddings", burst, True, 30) for _ in range(abandoned)))
+    after_burst = await small_caller(time.perf_counter() + seconds)
     until = time.perf_counter() + seconds
     bigs = [asyncio.ensure_future(big_caller(until)) for _ in range(big_callers)]
     await asyncio.sleep(0.5)  # the big requests are in flight
@@ -420,10 +427,11 @@ async def interference(base: str, texts: list[str], seconds: float, big_tokens: 
     await asyncio.gather(*bigs)
 
     def row(values):
-        return {"n": len(values), "p50_ms": round(1000 * percentile(values, 50), 2),
+        return {"n": len(values), "first_ms": round(1000 * values[0], 2), "p50_ms": round(1000 * percentile(values, 50), 2),
                 "p99_ms": round(1000 * percentile(values, 99), 2), "max_ms": round(1000 * max(values), 2)}
 
-    return {"big_tokens": big_tokens, "big_callers": big_callers, "alone": row(alone), "with_big": row(loaded),
+    return {"big_tokens": big_tokens, "big_callers": big_callers, "alone": row(alone),
+            "abandoned_burst": abandoned, "after_abandoned": row(after_burst), "with_big": row(loaded),
             "big_answers": len(big_answers),
             "big_seconds_mean": round(statistics.fmean(t for t, _ in big_answers), 2) if big_answers else None,
             "big_answer_mb": round(big_answers[0][1] / 2**20, 1) if big_answers else None}
@@ -442,6 +450,9 @@ def run_soak(args, texts: list[str], results: dict) -> None:
             row = results["interference"]
             print(f"one sentence alone:            p50 {row['alone']['p50_ms']:8.2f} ms  "
                   f"p99 {row['alone']['p99_ms']:8.2f} ms  ({row['alone']['n']} requests)")
+            print(f"after 200 callers hung up:     p50 {row['after_abandoned']['p50_ms']:8.2f} ms  "
+                  f"p99 {row['after_abandoned']['p99_ms']:8.2f} ms  first {row['after_abandoned']['first_ms']:.2f} ms "
+                  f"({row['after_abandoned']['n']} requests)")
             print(f"with 2 x 16,384-token embed_all: p50 {row['with_big']['p50_ms']:8.2f} ms  "
                   f"p99 {row['with_big']['p99_ms']:8.2f} ms  ({row['with_big']['n']} requests; "
                   f"{row['big_answers']} big answers of {row['big_answer_mb']} MB, {row['big_seconds_mean']} s each)")
