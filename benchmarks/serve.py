@@ -183,7 +183,8 @@ async def load(base: str, texts: list[str], concurrency: int, requests: int, sec
 
 
 def start_server(model: str | None, max_wait_ms: float, max_batch_tokens: int,
-                 threads: int | None, env: dict | None = None, extra: tuple[str, ...] = ()) -> tuple[subprocess.Popen, str]:
+                 threads: int | None, env: dict | None = None,
+                 extra: tuple[str, ...] = ()) -> tuple[subprocess.Popen, str]:
     """An ``elmo serve`` process on a free port of 127.0.0.1 (``env``: its environment, e.g. another
     checkout first on ``PYTHONPATH``; ``extra``: more options), once it says it is ready: the
     process and its base URL."""
@@ -427,7 +428,8 @@ async def interference(base: str, texts: list[str], seconds: float, big_tokens: 
     await asyncio.gather(*bigs)
 
     def row(values):
-        return {"n": len(values), "first_ms": round(1000 * values[0], 2), "p50_ms": round(1000 * percentile(values, 50), 2),
+        return {"n": len(values), "first_ms": round(1000 * values[0], 2),
+                "p50_ms": round(1000 * percentile(values, 50), 2),
                 "p99_ms": round(1000 * percentile(values, 99), 2), "max_ms": round(1000 * max(values), 2)}
 
     return {"big_tokens": big_tokens, "big_callers": big_callers, "alone": row(alone),

@@ -46,7 +46,8 @@ def add_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--vocab-cache", help="token vectors from elmo cache-vocab (other words use the CNN)")
     parser.add_argument("--max-batch-tokens", type=int, default=DEFAULT_MAX_BATCH_TOKENS,
                         help="a batch of concurrent requests closes at this many tokens (2 more per sentence for "
-                             "its boundaries); a bigger request is computed a batch at a time, others' requests between")
+                             "its boundaries); a bigger request is computed a batch at a time, others' requests "
+                             "between")
     parser.add_argument("--max-wait-ms", type=float, default=DEFAULT_MAX_WAIT_MS,
                         help="how long a request waits for others to batch with while the model is idle")
     parser.add_argument("--max-request-tokens", type=int, default=DEFAULT_LIMITS.max_request_tokens,

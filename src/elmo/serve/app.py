@@ -328,7 +328,8 @@ class Front:
                 who = f"{client[0]}:{client[1]}" if client else "-"
                 work = scope["state"].get("elmo_work", "")
                 if status[0] == 499:
-                    work += f" client left ({'after its body' if body.complete else f'{body.bytes:,} bytes into its body'})"
+                    where = "after its body" if body.complete else f"{body.bytes:,} bytes into its body"
+                    work += f" client left ({where})"
                 ACCESS_LOG.info('%s "%s %s" %d %.1f ms%s', who, scope.get("method", "-"), path[:200], status[0],
                                 seconds * 1000, work)
 

@@ -237,10 +237,11 @@ class Batcher:
     ``model``: an :class:`Embedder` (run on ``model_thread`` of this process, :class:`InThreadModel`)
     or a :class:`Runner` such as :class:`elmo.serve.worker.ProcessModel`. ``max_batch_tokens``: a
     batch closes once it holds this many tokens (boundaries included); a request bigger than what
-    is left of it is computed a part at a time, each part going to the back of the queue (a
-    sentence bigger than the budget runs alone). ``max_wait_ms``: the longest a request waits for
-    others while the model is idle, and only while others are on their way (requests inside :meth:`expecting` that have not
-    reached :meth:`embed` yet): a lone caller does not wait at all. ``max_queued_tokens``: the
+    is left of it is computed a part at a time, its rest going to the back of the queue after
+    each part (a sentence bigger than the budget runs alone). ``max_wait_ms``: the longest a
+    request waits for others while the model is idle, and only while others are on their way
+    (requests inside :meth:`expecting` that have not reached :meth:`embed` yet): a lone caller
+    does not wait at all. ``max_queued_tokens``: the
     most tokens (boundaries included) taken and not yet answered; a request that would pass it
     is refused with :class:`Overloaded` (unless nothing else is queued: a big request alone is
     always taken). None: no bound.

@@ -190,8 +190,8 @@ def read_layers(value, n_layers: int, pooled: bool, field: str = "layers") -> st
     if isinstance(value, int) and not isinstance(value, bool):
         if 0 <= value < n_layers:
             return value
-        raise ApiError(422, f"{field}: layer {shown(value)} out of range; the biLM has layers 0 (tokens) to {n_layers - 1}",
-                       field=field)
+        raise ApiError(422, f"{field}: layer {shown(value)} out of range; the biLM has layers 0 (tokens) to "
+                            f"{n_layers - 1}", field=field)
     choices = ", ".join(repr(n) for n in names)
     raise ApiError(422, f"{field}: expected {choices} or a layer index 0..{n_layers - 1}, got {shown(value)}"
                         + (" ('all' gives no single vector: use /embed_all)" if pooled and value == "all" else ""),
@@ -370,7 +370,8 @@ def json_pieces(value, numbers: int = 65536) -> Iterator[bytes]:
 
 
 def as_json(value):
-    """``value`` (JSON-ready but for its arrays) with every array made ready for :func:`dumps` (:func:`as_json_array`)."""
+    """``value`` (JSON-ready but for its arrays) with every array made ready for :func:`dumps`
+    (:func:`as_json_array`)."""
     if isinstance(value, np.ndarray):
         return as_json_array(value)
     if isinstance(value, dict):
