@@ -16,6 +16,9 @@ from elmo import Embedder, load_model  # noqa: E402
 from elmo.integrations.ray_serve import app_builder, elmo_deployment  # noqa: E402
 
 
+KEY = "ray-replicas-key"
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -32,7 +35,8 @@ def base(model):
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
     port = free_port()
     serve.start(http_options={"host": "127.0.0.1", "port": port})
-    app = elmo_deployment(model, model_name="fixture", max_wait_ms=20, max_inputs=4).options(
+    app = elmo_deployment(model, model_name="fixture", max_wait_ms=20, max_inputs=4, api_key=KEY,
+                          max_concurrent_requests=64, request_timeout=60.0).options(
         num_replicas=2, ray_actor_options={"num_cpus": 1}).bind()
     serve.run(app, name="elmo", route_prefix="/")
     yield f"http://127.0.0.1:{port}"
@@ -43,7 +47,10 @@ def base(model):
 def test_replicas_answer_what_embedder_gives(base, model):
     alone = Embedder(load_model(model))
     texts = ["The bank raised rates .", "We sat on the river bank .", "naïve café"]
-    with httpx.Client(base_url=base, timeout=60) as client:
+    with httpx.Client(base_url=base, timeout=60) as stranger:  # every replica wants the key, but on /health
+        assert stranger.get("/health").json() == {"status": "ok"}
+        assert stranger.post("/embed", json={"inputs": ["a"]}).status_code == 401
+    with httpx.Client(base_url=base, timeout=60, headers={"Authorization": f"Bearer {KEY}"}) as client:
         assert client.get("/health").json() == {"status": "ok"}
         info = client.get("/info").json()
         assert info["model"] == "fixture" and info["limits"]["max_inputs"] == 4

@@ -30,6 +30,8 @@ APP_OPTIONS: dict[str, type] = {
     "model": str, "device": str, "precision": str, "state": str, "threads": int, "cache_dir": str,
     "model_name": str, "max_batch_tokens": int, "max_wait_ms": float, "access_log": bool,
     "max_input_tokens": int, "max_inputs": int, "max_request_tokens": int, "max_body_bytes": int,
+    "max_concurrent_requests": int, "max_queued_tokens": int, "request_timeout": float, "api_key": str,
+    "embed_all_layers": str,
 }
 LIMIT_OPTIONS = ("max_input_tokens", "max_inputs", "max_request_tokens", "max_body_bytes")
 
