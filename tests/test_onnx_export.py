@@ -156,3 +156,28 @@ def test_the_command_line_writes_one_file_and_refuses_what_it_cannot_hold(tmp_pa
     err = capsys.readouterr().err
     assert "the ONNX export takes bilm-tf's character ids" in err and len(err.strip().splitlines()) == 1, err
     assert not manylangs.exists()
+
+
+def test_the_python_client_without_the_library_writes_what_elmo_embed_writes(model, tmp_path):
+    """examples/onnx_embed.py: the character-id rule written out again (numpy only), run by
+    onnxruntime, in the HDF5 layout elmo embed writes by default."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import h5py
+
+    path = tmp_path / "elmo.onnx"
+    export_onnx(model, path, state="reset")
+    sentences = [s for s in SENTENCES if s and len(s) < 200] + [["lonely"]]
+    text = tmp_path / "in.txt"
+    text.write_text("".join(" ".join(s) + "\n" for s in sentences), encoding="utf-8")
+    client = Path(__file__).resolve().parent.parent / "examples" / "onnx_embed.py"
+    done = subprocess.run([sys.executable, str(client), str(path), str(text), str(tmp_path / "out.hdf5"),
+                           "--batch-size", "2"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    want = Embedder(model, state="reset").embed_sentences(sentences)
+    with h5py.File(tmp_path / "out.hdf5") as f:
+        assert sorted(k for k in f if k != "sentence_to_index") == [str(i) for i in range(len(sentences))]
+        for i, expected in enumerate(want):
+            assert f[str(i)].shape == expected.shape and np.abs(f[str(i)][...] - expected).max() <= TOLERANCE
