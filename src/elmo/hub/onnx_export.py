@@ -29,6 +29,13 @@ inputs ``initial_c`` ``(2, L, batch, dim)`` and ``initial_h`` ``(2, L, batch, pr
 (forward stack first) and the outputs ``final_c`` and ``final_h`` of the same shapes, which the
 caller hands to the next batch row by row, as the stateful policy does
 (:mod:`elmo.inference.states`).
+
+The graph is written node by node with ``onnx.helper`` rather than traced by ``torch.onnx``: in
+PyTorch 2.13 the default (``dynamo=True``) exporter needs ``onnxscript`` too and exports a loop
+over a dynamic length only through the private ``torch._higher_order_ops.scan``; the TorchScript
+exporter (``dynamo=False``) turns a scripted loop into ``Loop`` but is deprecated. Both worked on
+a toy LSTM here; a graph of a few dozen node kinds written directly depends on neither and names
+its inputs, outputs and weights as this module documents them.
 """
 
 from __future__ import annotations
@@ -131,7 +138,7 @@ def _initial_state(model: BiLM, state: str) -> tuple[np.ndarray, np.ndarray] | N
     return _array(warm.c), _array(warm.h)
 
 
-def _lstm_body(layer, b: _Builder, prefix: str, cell_clip: float | None, proj_clip: float | None):
+def _lstm_body(layer, prefix: str, cell_clip: float | None, proj_clip: float | None):
     """The Scan body of one LSTM layer: state ``(c (batch, dim), h (batch, proj))`` and this
     step's input gates ``(batch, 4*dim)`` and mask ``(batch, 1)`` in; the new state and the step's
     output (zero where masked) out. The weights are the outer graph's initializers."""
@@ -260,7 +267,7 @@ def build_onnx(model: BiLM, state: str = "warm") -> "onnx.ModelProto":
                 if clip is not None:
                     b.weight(f"{prefix}_{which}_min", np.array(-clip, dtype=np.float32))
                     b.weight(f"{prefix}_{which}_max", np.array(clip, dtype=np.float32))
-            body = _lstm_body(layer, b, prefix, lstm.cell_clip, lstm.proj_clip)
+            body = _lstm_body(layer, prefix, lstm.cell_clip, lstm.proj_clip)
             c_final, h_final, out = b.node("Scan", [*starts, x_gates, keep], f"{prefix}_scan", outputs=3, body=body,
                                            num_scan_inputs=2, scan_input_axes=[1, 1], scan_output_axes=[1])
             if index > 0 and lstm.use_skip_connections:
