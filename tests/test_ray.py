@@ -53,6 +53,7 @@ def test_vectors_equal_elmo_embed(cluster, tmp_path, layers):
         np.testing.assert_allclose(row["embeddings"], want, rtol=0, atol=1e-6)
 
 
+@pytest.mark.slow  # CI runs it in its slow pass
 def test_example_writes_parquet(cluster, tmp_path, bilm_dir):
     lines = corpus(20, seed=11)
     expected = elmo_embed(tmp_path, lines, "top")

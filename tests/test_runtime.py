@@ -64,6 +64,7 @@ print(json.dumps({"shape": list(vectors.shape), "growth_mb": (after - before) / 
 """
 
 
+@pytest.mark.slow  # 20 s: CI runs it in its slow pass
 def test_ten_thousand_token_sentence_has_bounded_memory():
     out = subprocess.run([sys.executable, "-c", LONG_SENTENCE], capture_output=True, text=True, check=True)
     result = json.loads(out.stdout.strip().splitlines()[-1])

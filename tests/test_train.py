@@ -338,6 +338,7 @@ def test_existing_run_needs_resume(tmp_path):
         train(tiny_settings(tmp_path / "run"))
 
 
+@pytest.mark.slow  # 30 s: CI runs it in its slow pass
 def test_sigkill_then_resume_equals_uninterrupted_run(tmp_path):
     args = ["train", "--train", str(CORPUS), "--vocab", str(VOCAB), "--config", "tiny", "--batch-size", "4",
             "--unroll-steps", "10", "--max-tokens", str(4 * 10 * 400), "--checkpoint-every", "20",
