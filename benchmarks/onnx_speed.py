@@ -14,8 +14,8 @@ default) and saved in the bilm-tf layout for ``elmo embed --model``. Then:
   no PyTorch); median seconds, sentences per second, peak memory; and the largest difference
   between the two files.
 
-    python benchmarks/onnx_speed.py --text "$DATA/wikitext-2/test.txt" --sentences 300 \
-        --sizes default original --output results/benchmarks/onnx_speed.json
+    python benchmarks/onnx_speed.py --text "$DATA/wikitext-2/test.txt" --split-sentences --sentences 300 \
+        --sizes default original --repeats 2 --output results/benchmarks/onnx_speed.json
 
 ``--quick``: the tiny preset, 8 generated sentences, one round: the code, in seconds.
 """
@@ -35,6 +35,27 @@ from embed_speed import load_sentences  # noqa: E402
 
 CLIENT = os.path.join(REPO, "examples", "onnx_embed.py")
 SPECIAL = [[], ["One"], [f"w{i}" for i in range(200)], ["Zürich", "naïve", "日本語の文", "emoji🙂", "x" * 60]]
+
+
+def read_text(path: str, n: int, split: bool) -> list[list[str]]:
+    """The first ``n`` sentences of ``path``: its non-empty lines, or with ``split`` the pieces of
+    them that end in a ``.`` token."""
+    if not split:
+        return load_sentences(path, n)
+    out = []
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            sentence = []
+            for token in line.split():
+                sentence.append(token)
+                if token == "." and len(out) < n:
+                    out.append(sentence)
+                    sentence = []
+            if sentence and len(out) < n:
+                out.append(sentence)
+            if len(out) >= n:
+                return out
+    raise SystemExit(f"{path}: only {len(out)} sentences, {n} wanted")
 
 
 def load(size: str):
@@ -102,6 +123,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--text", help="tokenized sentences, one per line (needed unless --quick)")
     parser.add_argument("--sentences", type=int, default=300)
+    parser.add_argument("--split-sentences", action="store_true",
+                        help="cut --text's lines into sentences after each ' . ' token (wikitext's lines are "
+                             "paragraphs)")
     parser.add_argument("--sizes", nargs="+", default=["default", "original"])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--output", default="results/benchmarks/onnx_speed.json")
@@ -124,7 +148,7 @@ def main() -> int:
             quick_sentences(text, args.sentences)
         else:
             with open(text, "w", encoding="utf-8") as f:
-                f.writelines(" ".join(s) + "\n" for s in load_sentences(args.text, args.sentences))
+                f.writelines(" ".join(s) + "\n" for s in read_text(args.text, args.sentences, args.split_sentences))
         with open(text, encoding="utf-8") as f:
             sentences = [line.split() for line in f]
         for size in args.sizes:
