@@ -73,7 +73,7 @@ def parity(model, graph_path: str, sentences: list[list[str]]) -> dict:
     import onnxruntime as ort
 
     from elmo import Embedder
-    from elmo.hub.onnx_export import onnx_char_ids
+    from elmo.inference.onnx_export import onnx_char_ids
 
     want = Embedder(model, state="warm").embed_sentences(sentences)
     session = ort.InferenceSession(graph_path, providers=["CPUExecutionProvider"])
@@ -134,7 +134,7 @@ def main() -> int:
     import onnxruntime
 
     from elmo import save_bilm_tf
-    from elmo.hub.onnx_export import export_onnx
+    from elmo.inference.onnx_export import export_onnx
 
     if args.quick:
         args.sizes, args.repeats, args.sentences = ["tiny"], 1, 8

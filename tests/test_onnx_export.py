@@ -13,7 +13,7 @@ ort = pytest.importorskip("onnxruntime")
 
 from elmo import Embedder
 from elmo.cli.main import main
-from elmo.hub.onnx_export import build_onnx, export_onnx, onnx_char_ids, weight_bytes
+from elmo.inference.onnx_export import build_onnx, export_onnx, onnx_char_ids, weight_bytes
 from elmo.model.chars import word_to_char_ids
 
 SENTENCES = [

@@ -1,6 +1,6 @@
 """``elmo export``: write a run's model in the original layout, plus softmax and vocabulary; with
 ``--hub-card``, a folder ready to upload to the Hugging Face Hub (:mod:`elmo.hub.card`); with
-``--format onnx``, the biLM as one ONNX file (:mod:`elmo.hub.onnx_export`)."""
+``--format onnx``, the biLM as one ONNX file (:mod:`elmo.inference.onnx_export`)."""
 
 from __future__ import annotations
 
@@ -88,7 +88,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def run_onnx(args: argparse.Namespace) -> int:
-    """``--format onnx``: the biLM of ``args.run`` as one ONNX file (elmo.hub.onnx_export)."""
+    """``--format onnx``: the biLM of ``args.run`` as one ONNX file (elmo.inference.onnx_export)."""
     if args.hub_card or args.license or args.language or args.dataset or args.name:
         raise ValueError("--hub-card, --license, --language, --dataset and --name describe a Hub folder; "
                          "--format onnx writes one file")
@@ -101,7 +101,7 @@ def run_onnx(args: argparse.Namespace) -> int:
     if importlib.util.find_spec("onnx") is None:  # before the model loads; the command names the extra
         raise ModuleNotFoundError("No module named 'onnx'", name="onnx")
     check_output_file(args.output, args.force, option="--output")
-    from elmo.hub.onnx_export import export_onnx
+    from elmo.inference.onnx_export import export_onnx
     from elmo.hub.resolve import load_model
 
     written = export_onnx(load_model(args.run), args.output, state=args.state, overwrite=args.force)
