@@ -36,7 +36,9 @@ FILE_FRIENDLY_PROGRESS = {"disable": False, "ascii": True, "mininterval": 10.0}
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=PROG, description="AllenNLP's command line, for its elmo command only "
-                                     "(the rest of AllenNLP is not provided).")
+                                     "(the rest of AllenNLP is not provided).",
+                                     epilog=f"{PROG} run CONSOLE_SCRIPT ARGS... runs an installed command of a "
+                                     "library that imports AllenNLP (such as SeqVec's seqvec) on elmo's drop-in.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="{elmo}")
     elmo = sub.add_parser("elmo", help=HELP, description=HELP + " One float32 HDF5 dataset per input line, keyed "
                           "by line index (or by the sentence), plus a sentence_to_index JSON map.")
