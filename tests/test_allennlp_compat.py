@@ -237,6 +237,11 @@ def test_the_migration_page_snippets_run(tmp_path):
     assert len(flair_blocks) == 1 and "install_as_allennlp()" in flair_blocks[0]
     if importlib.util.find_spec("flair") is None:  # the `flair` extra (part of `test`) is not installed
         blocks = [b for b in blocks if b not in flair_blocks]
+    # SeqVec and bio_embeddings install only by the page's recipe (--no-deps), never with elmo: their
+    # snippets were run once by hand (the page says so) and run here where they are installed.
+    for package in ("bio_embeddings", "seqvec"):
+        if importlib.util.find_spec(package) is None:
+            blocks = [b for b in blocks if f"from {package}" not in b and f"import {package}" not in b]
     for block in blocks:
         script = block.replace('"vectors.hdf5"', repr(str(tmp_path / "vectors.hdf5")))
         result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=root)

@@ -25,10 +25,12 @@ def add_parser(parser: argparse.ArgumentParser) -> None:
                              "--format onnx, the .onnx file to write")
     parser.add_argument("--format", choices=FORMATS, default=FORMATS[0],
                         help="hdf5: the original layout in a folder; onnx: the biLM as one ONNX graph for "
-                             "onnxruntime and other runtimes (docs/onnx.md; needs the extra 'onnx')")
+                             "onnxruntime and other runtimes (docs/onnx.md; needs the extra 'onnx'; "
+                             "default %(default)s)")
     parser.add_argument("--state", choices=("warm", "reset", "stateful"), default="warm",
                         help="--format onnx: the state each sentence starts from, baked in as elmo embed's "
-                             "--state (warm, reset), or stateful: state inputs and outputs the caller carries")
+                             "--state (warm, reset), or stateful: state inputs and outputs the caller carries "
+                             "(default %(default)s)")
     parser.add_argument("--dtype", choices=STORAGE_DTYPES, default=STORAGE_DTYPES[0],
                         help="storage precision of the weights; loading always gives float32 (default %(default)s)")
     parser.add_argument("--force", action="store_true",
