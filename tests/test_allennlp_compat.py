@@ -224,6 +224,7 @@ def test_a_tutorial_script_runs_with_only_its_imports_changed():
     assert result.stdout.split("\n")[:2] == ["2 (2, 3, 32)", "(3, 6, 32)"]
 
 
+@pytest.mark.slow  # several processes: CI runs it in its slow pass
 def test_the_migration_page_snippets_run(tmp_path):
     import importlib.util
     import re

@@ -182,6 +182,7 @@ def test_cudnn_model_trains_through_torchs_kernel_and_the_language_model_matches
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
 
 
+@pytest.mark.slow  # several processes: CI runs it in its slow pass
 def test_a_trained_cudnn_model_exported_to_bilm_tf_files_embeds_the_same_through_the_spec(tmp_path):
     """Train a cuDNN model with `elmo train` (a few steps on the CPU), export it, load the
     bilm-tf files with the ordinary loader, and embed through the plain path (the specification):

@@ -131,6 +131,7 @@ def test_shards_read_back_as_the_one_process_output(tmp_path, model, layout):
             assert [sharded.text(i) for i in range(45)] == lines
 
 
+@pytest.mark.slow  # several processes: CI runs it in its slow pass
 def test_torchrun_two_processes_equal_one(tmp_path, model, layout="packed"):
     lines = corpus(40, seed=6)
     src = write_lines(tmp_path / "in.txt", lines)

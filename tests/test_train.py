@@ -311,6 +311,7 @@ def test_training_with_prefetch_equals_training_without_and_resumes_exactly(tmp_
         train(tiny_settings(tmp_path / "bad", prefetch=-1))
 
 
+@pytest.mark.slow  # several processes: CI runs it in its slow pass
 def test_deterministic_option_sets_the_process_up_before_training(tmp_path):
     """--deterministic turns on PyTorch's deterministic algorithms and cuBLAS's fixed workspace
     (checked in a fresh process: both are process-wide); the run trains as usual."""
