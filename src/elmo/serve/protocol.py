@@ -23,7 +23,7 @@ import functools
 import json
 import re
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 
 import numpy as np
@@ -361,12 +361,17 @@ def json_pieces(value, numbers: int = 65536) -> Iterator[bytes]:
             yield from json_pieces(item, numbers)
         yield b"}"
     else:
-        yield b"["
-        for i, item in enumerate(value):
-            if i:
-                yield b","
-            yield from json_pieces(item, numbers)
-        yield b"]"
+        yield from _list_pieces(value, lambda item: json_pieces(item, numbers))
+
+
+def _list_pieces(items, pieces: Callable[[object], Iterator[bytes]]) -> Iterator[bytes]:
+    """A JSON list of ``items`` in pieces: ``[``, each item's ``pieces`` with commas between, ``]``."""
+    yield b"["
+    for i, item in enumerate(items):
+        if i:
+            yield b","
+        yield from pieces(item)
+    yield b"]"
 
 
 def as_json(value):
@@ -396,12 +401,7 @@ def _array_pieces(array: np.ndarray, numbers: int) -> Iterator[bytes]:
     if array.size <= numbers:
         yield dumps(as_json_array(array))
     elif array.ndim > 2:
-        yield b"["
-        for i, part in enumerate(array):
-            if i:
-                yield b","
-            yield from _array_pieces(part, numbers)
-        yield b"]"
+        yield from _list_pieces(array, lambda part: _array_pieces(part, numbers))
     else:
         rows = max(1, numbers // array.shape[-1]) if array.ndim == 2 else numbers
         yield b"["
