@@ -23,7 +23,7 @@ FLOORS = (
     ("hub",),  # where models come from: resolve, checkpoints, downloads, archives
     ("inference", "training"),  # running a biLM; training one
     ("serve",),  # a running biLM behind HTTP (elmo serve; Ray Serve's deployment builds on it)
-    ("tasks", "integrations", "allennlp"),  # what uses a running biLM
+    ("tasks", "integrations", "allennlp", "simple_elmo"),  # what uses a running biLM
     ("elmo",),  # the public API (src/elmo/__init__.py)
     ("cli",),  # the command line: only it parses arguments
 )
