@@ -17,8 +17,10 @@ from elmo.serve.batching import DEFAULT_MAX_BATCH_TOKENS, DEFAULT_MAX_WAIT_MS
 from elmo.serve.protocol import (
     DEFAULT_MAX_CONCURRENT_REQUESTS,
     DEFAULT_MAX_QUEUED_TOKENS,
+    DEFAULT_MODEL_NAME,
     DEFAULT_REQUEST_TIMEOUT,
     Limits,
+    check_model_name,
 )
 
 HELP = ("Serve ELMo over HTTP (text-embeddings-inference's /embed_all and /embed, OpenAI's /v1/embeddings), "
@@ -33,6 +35,9 @@ def add_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--host", default="127.0.0.1",
                         help="address to listen on (0.0.0.0: every interface; then set an API key)")
     parser.add_argument("--port", type=int, default=8080, help="port to listen on (0: any free port, printed)")
+    parser.add_argument("--served-model-name", default=DEFAULT_MODEL_NAME, metavar="NAME",
+                        help="the model's name in /info, /v1/models and OpenAI answers, whatever --model is "
+                             "(clients send it as 'model')")
     parser.add_argument("--device", default=DEFAULT_DEVICE, help=f"torch device: {DEVICES}")
     parser.add_argument("--precision", default=DEFAULT_PRECISION, choices=list(PRECISIONS),
                         help="matrix products in this precision (bfloat16: fast on CPUs with AVX-512 BF16 or AMX; "
@@ -92,6 +97,7 @@ def check_options(args: argparse.Namespace) -> None:
         raise ValueError("--api-key: empty, or with spaces around it (a Bearer token has none)")
     if args.threads is not None:
         check_count(args.threads, "--threads")
+    check_model_name(args.served_model_name, "--served-model-name")
 
 
 def _option(name: str) -> str:
@@ -196,7 +202,7 @@ def run(args: argparse.Namespace) -> int:
 
     def ready() -> None:
         print(f"elmo serve: ready on {url} (POST /embed_all, /embed, /v1/embeddings; GET /health, /info, "
-              "/metrics)", file=sys.stderr, flush=True)
+              f"/metrics), model name {args.served_model_name!r}", file=sys.stderr, flush=True)
         if not args.api_key and not is_loopback(host):
             print(f"elmo serve: warning: listening on {host} without an API key: anyone who reaches this port "
                   "can use it (set ELMO_API_KEY or --api-key)", file=sys.stderr, flush=True)
@@ -215,8 +221,9 @@ def run(args: argparse.Namespace) -> int:
     serve_log.setLevel(logging.INFO)
     serve_log.propagate = False
     try:
-        app = create_app(worker, model_name=name, limits=limits, max_batch_tokens=args.max_batch_tokens,
-                         max_wait_ms=args.max_wait_ms, access_log=args.access_log, on_fatal=give_up,
+        app = create_app(worker, model_name=args.served_model_name, limits=limits,
+                         max_batch_tokens=args.max_batch_tokens, max_wait_ms=args.max_wait_ms,
+                         access_log=args.access_log, on_fatal=give_up,
                          max_concurrent_requests=args.max_concurrent_requests,
                          max_queued_tokens=args.max_queued_tokens,
                          request_timeout=args.request_timeout or None, api_key=args.api_key,

@@ -72,6 +72,7 @@ from elmo.serve.batching import (
 from elmo.serve.protocol import (
     DEFAULT_MAX_CONCURRENT_REQUESTS,
     DEFAULT_MAX_QUEUED_TOKENS,
+    DEFAULT_MODEL_NAME,
     DEFAULT_POOLED_LAYERS,
     DEFAULT_POOLING,
     DEFAULT_REQUEST_TIMEOUT,
@@ -82,6 +83,7 @@ from elmo.serve.protocol import (
     Output,
     as_json,
     check_fields,
+    check_model_name,
     count_numbers,
     dumps,
     json_pieces,
@@ -404,7 +406,7 @@ async def read_body(request: Request, limit: int, deadline: float | None = None)
             return b"".join(chunks)
 
 
-def create_app(model: ProcessModel | Embedder, *, model_name: str = "default", limits: Limits | None = None,
+def create_app(model: ProcessModel | Embedder, *, model_name: str = DEFAULT_MODEL_NAME, limits: Limits | None = None,
                max_batch_tokens: int = DEFAULT_MAX_BATCH_TOKENS, max_wait_ms: float = DEFAULT_MAX_WAIT_MS,
                max_concurrent_requests: int | None = DEFAULT_MAX_CONCURRENT_REQUESTS,
                max_queued_tokens: int | None = DEFAULT_MAX_QUEUED_TOKENS,
@@ -417,7 +419,7 @@ def create_app(model: ProcessModel | Embedder, *, model_name: str = "default", l
     process of its own, started here if it is not yet: what ``elmo serve`` runs), or an :class:`Embedder` run on
     ``model_thread`` of this process (:func:`~elmo.serve.batching.new_model_thread`, best the
     thread that loaded it; simpler, slower under load). State policy ``warm`` or ``reset``.
-    ``model_name`` is the name in ``/info`` and in OpenAI answers. ``limits`` bound each request
+    ``model_name`` is the name in ``/info``, ``/v1/models`` and every OpenAI answer. ``limits`` bound each request
     (:class:`~elmo.serve.protocol.Limits`); ``max_batch_tokens`` and ``max_wait_ms`` shape batches
     (:class:`~elmo.serve.batching.Batcher`). Past ``max_concurrent_requests`` embedding requests
     at once, or ``max_queued_tokens`` tokens taken and not answered, a request gets 429 with
@@ -429,6 +431,7 @@ def create_app(model: ProcessModel | Embedder, *, model_name: str = "default", l
     ``on_fatal`` with a message if the model's process died and could not be restarted, or the
     batching task kept failing (the app then answers 503 to everything: time to exit)."""
     limits = limits or Limits()
+    check_model_name(model_name)
     if max_concurrent_requests is not None:
         check_count(max_concurrent_requests, "max_concurrent_requests")
     if request_timeout is not None:
@@ -658,8 +661,7 @@ def load_app(model=None, *, device: str | None = None, precision: str = "float32
                       vocab_cache=None if vocab_cache is None else os.fspath(vocab_cache),
                       max_batch_tokens=app_options.get("max_batch_tokens", DEFAULT_MAX_BATCH_TOKENS))
     worker = ProcessModel(spec).start()
-    name = app_options.pop("model_name", None) or (str(model) if model is not None else "default")
-    return create_app(worker, model_name=name, **app_options)
+    return create_app(worker, **app_options)
 
 
 __all__ = ["Metrics", "create_app", "load_app", "serving_embedder"]

@@ -42,6 +42,9 @@ DEFAULT_MAX_CONCURRENT_REQUESTS = 512
 # Four requests of the default max_request_tokens: what the queue may hold before 429.
 DEFAULT_MAX_QUEUED_TOKENS = 65536
 DEFAULT_REQUEST_TIMEOUT = 120.0
+# The model's name in /info, /v1/models and every OpenAI answer (`elmo serve --served-model-name`,
+# TEI's and vLLM's flag): what clients put in "model", whatever model file is behind it.
+DEFAULT_MODEL_NAME = "elmo"
 
 
 @dataclass(frozen=True)
@@ -93,6 +96,17 @@ class ApiError(Exception):
 
 
 # ------------------------------------------------------------------------------ reading requests
+def check_model_name(name, where: str = "model_name") -> str:
+    """``name`` if it can name the served model: a non-empty string without spaces around it or
+    control characters (clients send it back in JSON and in ``/v1/models/{name}``); else a
+    ValueError naming ``where``."""
+    if not isinstance(name, str) or not name.strip():
+        raise ValueError(f"{where}: expected a non-empty name, got {name!r}")
+    if name != name.strip() or any(ord(c) < 32 or ord(c) == 127 for c in name):
+        raise ValueError(f"{where}: {name!r} has spaces around it or control characters")
+    return name
+
+
 def parse_json(body: bytes) -> dict:
     """A request body as a JSON object; malformed JSON is a 400 naming the byte at fault, and so
     is JSON that Python will not hold (nested too deep, an integer of thousands of digits)."""
