@@ -29,7 +29,8 @@ Where this module differs from simple_elmo, on purpose:
   return unit vectors. With ``layers="all"`` each layer's average is a unit vector here (simple_elmo
   divides the whole ``(layers, dim)`` matrix by one norm, after a reshape that mixes tokens and
   layers).
-* Errors are exceptions (:class:`ValueError`, :class:`TypeError`) with one line naming what is wrong, never ``SystemExit``.
+* Errors are exceptions (:class:`ValueError`, :class:`TypeError`) with one line naming what is
+  wrong, never ``SystemExit``.
 * ``session=`` (a TensorFlow session) and ``full=True`` (TensorFlow checkpoints, for
   ``get_elmo_substitutes``) have no counterpart and are refused by name; ``limit`` (how many
   vocabulary words simple_elmo caches) changes no number and is accepted and unused.
