@@ -73,6 +73,17 @@ def test_zip_and_default_batch_size(nlpl, expected):
     assert real_tokens_diff(m.get_elmo_vectors(SENTENCES), expected["zip_default_batch"]) <= ATOL
 
 
+def test_batch_size_is_read_at_each_call(nlpl, expected):
+    """As simple_elmo reads ``self.batch_size`` at each call, setting it after load counts."""
+    m = ElmoModel()
+    m.load(nlpl[0], max_batch_size=BATCH)
+    m.batch_size = 32
+    assert real_tokens_diff(m.get_elmo_vectors(SENTENCES), expected["zip_default_batch"]) <= ATOL
+    m.batch_size = 0
+    with pytest.raises(ValueError, match="batch_size: must be at least 1, got 0"):
+        m.get_elmo_vectors(SENTENCES)
+
+
 def test_the_state_policy_matters(model, expected):
     """The recorded numbers tell the policies apart, so the tests above would catch a wrong one:
     without the warm-up batch, or with another batch size, the vectors move far past ATOL."""

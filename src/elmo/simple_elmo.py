@@ -128,7 +128,9 @@ class ElmoModel:
         consecutive batches of ``batch_size`` with state carried by row."""
         embedder = self._loaded()
         embedder.reset_state()
-        chunks = [texts[i:i + self.batch_size] for i in range(0, len(texts), self.batch_size)]  # type: ignore[operator]
+        # load's max_batch_size, or what the caller set since (simple_elmo reads it at each call)
+        batch = embedder.batch_size if self.batch_size is None else check_count(self.batch_size, "batch_size")
+        chunks = [texts[i:i + batch] for i in range(0, len(texts), batch)]
         if warmup and chunks:
             embedder.embed_batch(chunks[0])
         out: list[np.ndarray] = []
@@ -149,11 +151,12 @@ class ElmoModel:
         layers = _check_layers(layers)
         texts = _check_texts(texts)
         activations = self._layers(texts, warmup)
+        model = self._loaded().model
         max_len = max((len(t) for t in texts), default=0)
+        shape: tuple[int, ...] = (len(texts), max_len, model.output_dim)
         if layers == "all":
-            result = np.zeros((len(texts), self.n_layers, max_len, self.vector_size))  # type: ignore[arg-type]
-        else:
-            result = np.zeros((len(texts), max_len, self.vector_size))  # type: ignore[arg-type]
+            shape = (len(texts), model.n_layers + 1, max_len, model.output_dim)
+        result = np.zeros(shape)
         for i, a in enumerate(activations):
             n = a.shape[1]
             if layers == "all":
