@@ -37,7 +37,7 @@ def add_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--port", type=int, default=8080, help="port to listen on (0: any free port, printed)")
     parser.add_argument("--served-model-name", default=DEFAULT_MODEL_NAME, metavar="NAME",
                         help="the model's name in /info, /v1/models and OpenAI answers, whatever --model is "
-                             "(clients send it as 'model')")
+                             f"(clients send it as 'model'; default: {DEFAULT_MODEL_NAME})")
     parser.add_argument("--device", default=DEFAULT_DEVICE, help=f"torch device: {DEVICES}")
     parser.add_argument("--precision", default=DEFAULT_PRECISION, choices=list(PRECISIONS),
                         help="matrix products in this precision (bfloat16: fast on CPUs with AVX-512 BF16 or AMX; "

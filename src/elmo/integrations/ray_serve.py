@@ -40,7 +40,7 @@ def elmo_deployment(model: str | os.PathLike | None = None, *, name: str = "elmo
     """A Ray Serve deployment (call ``.options(...)`` then ``.bind()``) whose replicas each serve
     :func:`elmo.serve.app.load_app`'s app for ``model`` (None: the packaged model). ``options``:
     those of :data:`APP_OPTIONS` (``device``, ``precision``, ``state``, ``threads``, batching and
-    limits)."""
+    limits; ``model_name``, ``elmo serve --served-model-name``, default ``"elmo"``)."""
     from ray import serve
 
     unknown = sorted(set(options) - set(APP_OPTIONS))
