@@ -291,7 +291,7 @@ for argv in cases:
 """
 
 
-@pytest.mark.slow  # four processes that import PyTorch: about 20 s on 2 busy cores
+@pytest.mark.slow  # two processes that import PyTorch: about 20 s on 2 busy cores
 def test_a_file_size_limit_names_the_output_in_every_writer(tmp_path):
     """``ulimit -f``: PyTorch's writer said "unexpected pos 576 vs 534" (a traceback), Python's
     file writes "File too large" naming nothing. Every writer names its output now."""
