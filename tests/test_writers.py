@@ -223,12 +223,18 @@ def test_the_library_writers_refuse_declared_inputs(tmp_path):
     (tmp_path / "model").mkdir()
     (tmp_path / "model" / "weights.hdf5").write_bytes(b"weights")
     os.link(tmp_path / "model" / "weights.hdf5", tmp_path / "hard")
-    with reading_inputs([source, tmp_path / "model"]):
+    with reading_inputs([source, tmp_path / "model" / "weights.hdf5"]):
         for output in (source, tmp_path / "model" / "weights.hdf5", tmp_path / "hard"):
             with pytest.raises(FileExistsError, match=REFUSAL):
                 atomic_write_text(output, "new")
         atomic_write_text(tmp_path / "model" / "new.txt", "a new file beside the inputs is fine")
     assert source.read_text() == "mine\n" and (tmp_path / "model" / "weights.hdf5").read_bytes() == b"weights"
+    # A folder named as an input stands for its files where a user names an output (the command
+    # line's check); elmo's own files inside it (a run's predictions, a cache) may be written.
+    assert "in the folder" in input_conflict(tmp_path / "model" / "weights.hdf5", [tmp_path / "model"])
+    assert "is a link to" in input_conflict(tmp_path / "hard", [tmp_path / "model"])
+    with reading_inputs([tmp_path / "model"]):
+        atomic_write_text(tmp_path / "model" / "new.txt", "elmo's own file, written again")
     assert "holds the input" in input_conflict(tmp_path, [source])
     assert input_conflict(tmp_path, [source], holds=False) is None
 
@@ -275,7 +281,8 @@ def test_a_full_device_names_the_output(capsys):
     """/dev/full answers every write with ENOSPC: the one real full disk a test can have."""
     assert main(["vocab", str(CORPUS), "--output", "/dev/full"]) == 2
     err = capsys.readouterr().err
-    assert err.strip() == "elmo vocab: error: /dev/full: no space left on the device; free some space, or write elsewhere"
+    assert err.strip() == ("elmo vocab: error: /dev/full: no space left on the device; free some space, "
+                           "or write elsewhere")
 
 
 # --------------------------------------------------------------------- OS errors name the output
@@ -333,5 +340,6 @@ def test_a_write_error_without_a_name_is_the_outputs(tmp_path):
     with pytest.raises(OSError) as raised:
         with atomic_path(tmp_path / "out.json") as tmp, open(tmp, "w"):
             raise OSError(errno.EDQUOT, os.strerror(errno.EDQUOT))
-    assert os_error_message(raised.value) == f"{tmp_path / 'out.json'}: over the disk quota; free some space, or write elsewhere"
+    assert os_error_message(raised.value) == (f"{tmp_path / 'out.json'}: over the disk quota; free some space, "
+                                              "or write elsewhere")
     assert os.listdir(tmp_path) == []

@@ -120,7 +120,8 @@ INPUT_FOLDER_SCAN = 100_000
 @contextlib.contextmanager
 def reading_inputs(paths: Iterable[str | os.PathLike]) -> Iterator[None]:
     """Within the block, every writer of this module refuses an output that is one of ``paths``
-    or is linked to one (see :func:`input_conflict`), ``--force`` or not. Nests (the paths add)."""
+    or is linked to one, and a folder it would replace whole that holds one (see
+    :func:`check_not_an_input`), ``--force`` or not. Nests (the paths add)."""
     added = tuple(os.fspath(p) for p in paths if os.fspath(p) != STDIN and os.path.lexists(os.fspath(p)))
     token = _INPUTS.set(_INPUTS.get() + added)
     try:
@@ -159,12 +160,14 @@ def _linked_in_folder(identity: tuple[int, int], folder: str) -> str | None:
     return None
 
 
-def input_conflict(output: str | os.PathLike, inputs: Iterable[str | os.PathLike], holds: bool = True) -> str | None:
+def input_conflict(output: str | os.PathLike, inputs: Iterable[str | os.PathLike], holds: bool = True,
+                   inside: bool = True) -> str | None:
     """Why ``output`` may not be written, given the command's ``inputs``, or None: the output is
     an input (by its device and inode: the same file under another spelling, a symbolic link to
-    it or a hard link of it), an existing file or folder inside an input folder (a folder given as
-    input stands for all its files), a file linked to one in an input folder, or, with ``holds``
-    (an output folder about to be replaced or deleted whole), a folder that holds an input."""
+    it or a hard link of it); with ``inside``, an existing file or folder inside an input folder
+    (a folder given as input stands for all its files) or a file linked to one in an input
+    folder; with ``holds`` (an output folder about to be replaced or deleted whole), a folder
+    that holds an input."""
     output = os.fspath(output)
     if output == STDIN:
         return None
@@ -179,7 +182,7 @@ def input_conflict(output: str | os.PathLike, inputs: Iterable[str | os.PathLike
             return f"this is an input of the command ({source})"
         if holds and _inside(real_source, real_output):
             return f"this folder holds the input {source}"
-        if os.path.isdir(real_source) and identity is not None:
+        if inside and os.path.isdir(real_source) and identity is not None:
             if _inside(real_output, real_source):
                 return f"this is in the folder {source}, an input of the command"
             if os.path.isfile(output):
@@ -191,10 +194,14 @@ def input_conflict(output: str | os.PathLike, inputs: Iterable[str | os.PathLike
 
 def check_not_an_input(output: str | os.PathLike, inputs: Iterable[str | os.PathLike] = (), *,
                        option: str | None = None, holds: bool = True) -> None:
-    """Refuse, in one line naming ``output`` (and ``option``), an output that is, holds (with
-    ``holds``) or is linked to one of ``inputs`` or of the inputs declared with
-    :func:`reading_inputs`: elmo never overwrites an input, ``--force`` or not."""
-    why = input_conflict(output, (*inputs, *current_inputs()), holds=holds)
+    """Refuse, in one line naming ``output`` (and ``option``), an output that is, is in, holds
+    (with ``holds``) or is linked to one of ``inputs`` (:func:`input_conflict`), or that is,
+    holds or is linked to one of the inputs declared with :func:`reading_inputs` (elmo writes
+    its own files into folders it reads, a run's predictions or a cache: the command line
+    refuses the outputs a user names inside an input folder before any work): elmo never
+    overwrites an input, ``--force`` or not."""
+    why = (input_conflict(output, inputs, holds=holds)
+           or input_conflict(output, current_inputs(), holds=holds, inside=False))
     if why is not None:
         label = f"{option} {os.fspath(output)}" if option else os.fspath(output)
         raise FileExistsError(f"{label}: {why}; elmo never overwrites an input: give another output")
@@ -392,6 +399,7 @@ def _through_path(path: str) -> Iterator[str]:
     """:func:`atomic_path` for an output written through (:func:`writes_through`): the block
     writes a temporary file in the system's temporary folder, whose bytes then go into ``path``."""
     _existing_parent(path, make_parents=False)
+    remove_stale_temporaries(os.path.join(tempfile.gettempdir(), os.path.basename(path)))
     tmp = _new_temporary(path, tempfile.gettempdir())
     try:
         yield tmp
