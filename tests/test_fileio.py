@@ -165,7 +165,7 @@ def test_remove_owned_folder_deletes_only_the_folder_it_checked(tmp_path):
     assert os.listdir(tmp_path) == ["work"]
 
 
-def test_check_output_file_refuses_folders_devices_and_existing_files(tmp_path):
+def test_check_output_file_refuses_folders_and_existing_files(tmp_path):
     check_output_file(tmp_path / "new.hdf5")
     (tmp_path / "old.hdf5").write_bytes(b"x")
     with pytest.raises(FileExistsError, match="already exists; pass --force"):
@@ -174,9 +174,13 @@ def test_check_output_file_refuses_folders_devices_and_existing_files(tmp_path):
     (tmp_path / "folder").mkdir()
     with pytest.raises(IsADirectoryError, match="folder: a folder is in the way of the output file"):
         check_output_file(tmp_path / "folder", overwrite=True)
+    # A FIFO or a device is written through (never renamed over), without --force; where the
+    # output must be a file (embed keeps its work beside it) it is refused.
     os.mkfifo(tmp_path / "fifo")
-    with pytest.raises(FileExistsError, match="fifo: not a regular file"):
-        check_output_file(tmp_path / "fifo", overwrite=True)
+    check_output_file(tmp_path / "fifo")
+    check_output_file("/dev/null")
+    with pytest.raises(FileExistsError, match="fifo: a device, a pipe or a name under /dev or /proc"):
+        check_output_file(tmp_path / "fifo", overwrite=True, through=False)
     with pytest.raises(FileNotFoundError, match="does not exist"):
         check_output_file(tmp_path / "typo" / "out.hdf5", overwrite=True)
 

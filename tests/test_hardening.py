@@ -92,7 +92,7 @@ def test_embed_refuses_to_overwrite_its_input(text_file):
     before = text_file.read_bytes()
     result = run_cli("embed", text_file, text_file, *FIXTURE_MODEL)
     assert result.returncode == 2
-    assert "the output file is the input file" in result.stderr
+    assert "elmo never overwrites an input" in result.stderr  # the command line's rule, before any work
     assert text_file.read_bytes() == before
 
 

@@ -533,7 +533,7 @@ def test_the_input_is_never_overwritten(tmp_path, capsys):
     for output in (src, tmp_path / "link.txt", tmp_path / "hard.txt"):
         for flags in ([], ["--force"], ["--resume"]):
             line = one_error_line(capsys, ["embed", str(src), str(output), *FIXTURE_MODEL_ARGS, *flags])
-            assert f"{output}: the output file is the input file; choose another output" in line, line
+            assert f"{output}: this is an input of the command ({src}); elmo never overwrites an input" in line, line
             assert not os.path.exists(f"{output}.partial")
     assert src.read_bytes() == before
     # An existing file that is not a finished output of the same run is not replaced without --force.

@@ -13,7 +13,7 @@ ort = pytest.importorskip("onnxruntime")
 
 from elmo import Embedder
 from elmo.cli.main import main
-from elmo.inference.onnx_export import build_onnx, export_onnx, onnx_char_ids, weight_bytes
+from elmo.inference.onnx_export import build_onnx, export_onnx, onnx_char_ids, weight_bytes, weights_digest
 from elmo.model.chars import word_to_char_ids
 
 SENTENCES = [
@@ -105,13 +105,64 @@ def test_the_weights_are_stored_once(model, tmp_path):
 def test_large_weights_go_to_the_external_data_file(model, tmp_path):
     path = tmp_path / "big.onnx"
     written = export_onnx(model, path, state="reset", external_data_bytes=1000)
-    data = tmp_path / "big.onnx.data"
-    assert written == [path, data] and sorted(p.name for p in tmp_path.iterdir()) == ["big.onnx", "big.onnx.data"]
+    digest = weights_digest(build_onnx(model, "reset"))
+    data = tmp_path / f"big.onnx.{digest[:16]}.data"
+    assert written == [path, data] and sorted(p.name for p in tmp_path.iterdir()) == ["big.onnx", data.name]
+    props = {p.key: p.value for p in onnx.load(str(path), load_external_data=False).metadata_props}
+    assert props["weights_sha256"] == digest and props["state"] == "reset"
     parameters = sum(p.numel() for p in model.parameters()) * 4
     assert path.stat().st_size < 64 * 1024 and data.stat().st_size >= 0.95 * parameters  # tensors under 1 KiB stay in
     assert data.stat().st_mode & 0o777 == path.stat().st_mode & 0o777
     layers, mask = session(path).run(None, {"char_ids": onnx_char_ids(SENTENCES[:4])})
     assert_same_layers(layers, mask, SENTENCES[:4], Embedder(model, state="reset").embed_sentences(SENTENCES[:4]))
+
+
+def test_a_kill_between_the_two_renames_never_pairs_an_old_graph_with_new_data(model, tmp_path, monkeypatch):
+    """The data file was renamed over the old one, then the graph: killed in between, the old
+    graph ran on the new weights (largest difference 38.4). Now the new data has a name of its
+    own, the old graph keeps reading its own, and the next export cleans up after the dead one."""
+    import copy
+    import os
+    import subprocess
+
+    import torch
+
+    import elmo.inference.onnx_export as onnx_export
+
+    path = tmp_path / "big.onnx"
+    export_onnx(model, path, state="reset", external_data_bytes=1000)
+    ids = onnx_char_ids(SENTENCES[2:4])
+    before = session(path).run(None, {"char_ids": ids})[0]
+    other = copy.deepcopy(model)
+    with torch.no_grad():
+        for parameter in other.parameters():
+            parameter.mul_(1.5)
+    # A kill after the data's rename: nothing after it runs (no rename of the graph, no cleanup).
+    replace, renamed = os.replace, []
+
+    def killed_after_the_first(source, target):
+        if renamed:
+            raise KeyboardInterrupt  # stands for SIGKILL: ...
+        renamed.append(target)
+        return replace(source, target)
+
+    monkeypatch.setattr(onnx_export.os, "replace", killed_after_the_first)
+    monkeypatch.setattr(onnx_export.shutil, "rmtree", lambda *a, **k: None)  # ... which cleans nothing up
+    with pytest.raises(KeyboardInterrupt):
+        export_onnx(other, path, state="reset", overwrite=True, external_data_bytes=1000)
+    monkeypatch.undo()
+    assert len(renamed) == 1 and renamed[0].name.endswith(".data")
+    assert np.array_equal(session(path).run(None, {"char_ids": ids})[0], before)  # the old pair, intact
+    # The killed process's folder, as the dead process it stands for would leave it.
+    [left] = [p for p in tmp_path.iterdir() if p.name.startswith(".elmo-onnx-")]
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    left.rename(tmp_path / left.name.replace(f"-{os.getpid()}-", f"-{dead.pid}-"))
+    written = export_onnx(other, path, state="reset", overwrite=True, external_data_bytes=1000)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(p.name for p in written)
+    after = session(path).run(None, {"char_ids": ids})[0]
+    want = Embedder(other, state="reset").embed_sentences(SENTENCES[2:4])
+    assert_same_layers(after, session(path).run(None, {"char_ids": ids})[1], SENTENCES[2:4], want)
 
 
 def test_the_character_ids_follow_the_documented_rule():

@@ -4,6 +4,7 @@ makes, transparent gzip reading (damage reported in one line) and standard input
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import errno
 import gzip
 import itertools
@@ -106,6 +107,238 @@ def _naming_the_target(error: OSError, tmp: str, path: str) -> OSError:
     return type(error)(error.errno, os.strerror(error.errno), path + named[len(tmp):])
 
 
+# ------------------------------------------------------------------ the command's inputs
+# The files and folders the running command reads (its arguments that name paths; a folder stands
+# for every file in it): no output may be one of them, whatever the flags. Set by the command line
+# (elmo.cli.main) or by a library caller with :func:`reading_inputs`; every writer here checks it.
+_INPUTS: contextvars.ContextVar[tuple[str, ...]] = contextvars.ContextVar("elmo_inputs", default=())
+# Files looked at inside an input folder for a hard link to the output (a run folder holds a few
+# dozen; a bound keeps a folder of millions from costing minutes).
+INPUT_FOLDER_SCAN = 100_000
+
+
+@contextlib.contextmanager
+def reading_inputs(paths: Iterable[str | os.PathLike]) -> Iterator[None]:
+    """Within the block, every writer of this module refuses an output that is one of ``paths``
+    or is linked to one, and a folder it would replace whole that holds one (see
+    :func:`check_not_an_input`), ``--force`` or not. Nests (the paths add)."""
+    added = tuple(os.fspath(p) for p in paths if os.fspath(p) != STDIN and os.path.lexists(os.fspath(p)))
+    token = _INPUTS.set(_INPUTS.get() + added)
+    try:
+        yield
+    finally:
+        _INPUTS.reset(token)
+
+
+def current_inputs() -> tuple[str, ...]:
+    """The inputs :func:`reading_inputs` declared for the code running now."""
+    return _INPUTS.get()
+
+
+def _inside(path: str, folder: str) -> bool:
+    return path != folder and path.startswith(folder.rstrip(os.sep) + os.sep)
+
+
+def _identity(path: str) -> tuple[int, int] | None:
+    try:
+        found = os.stat(path)
+    except (OSError, ValueError):
+        return None
+    return found.st_dev, found.st_ino
+
+
+def _linked_in_folder(identity: tuple[int, int], folder: str) -> str | None:
+    """A file under ``folder`` that is the file of ``identity`` (a hard link, or the same file), if any."""
+    seen = 0
+    for root, dirs, files in os.walk(folder):
+        for name in files:
+            seen += 1
+            if seen > INPUT_FOLDER_SCAN:
+                return None
+            if _identity(os.path.join(root, name)) == identity:
+                return os.path.join(root, name)
+    return None
+
+
+def input_conflict(output: str | os.PathLike, inputs: Iterable[str | os.PathLike], holds: bool = True,
+                   inside: bool = True) -> str | None:
+    """Why ``output`` may not be written, given the command's ``inputs``, or None: the output is
+    an input (by its device and inode: the same file under another spelling, a symbolic link to
+    it or a hard link of it); with ``inside``, an existing file or folder inside an input folder
+    (a folder given as input stands for all its files) or a file linked to one in an input
+    folder; with ``holds`` (an output folder about to be replaced or deleted whole), a folder
+    that holds an input."""
+    output = os.fspath(output)
+    if output == STDIN:
+        return None
+    real_output = os.path.realpath(output)
+    identity = _identity(output)
+    for source in inputs:
+        source = os.fspath(source)
+        if source == STDIN or not os.path.lexists(source):
+            continue
+        real_source = os.path.realpath(source)
+        if identity is not None and identity == _identity(source):
+            return f"this is an input of the command ({source})"
+        if holds and _inside(real_source, real_output):
+            return f"this folder holds the input {source}"
+        if inside and os.path.isdir(real_source) and identity is not None:
+            if _inside(real_output, real_source):
+                return f"this is in the folder {source}, an input of the command"
+            if os.path.isfile(output):
+                linked = _linked_in_folder(identity, real_source)
+                if linked is not None:
+                    return f"this is a link to {linked}, an input of the command"
+    return None
+
+
+def check_not_an_input(output: str | os.PathLike, inputs: Iterable[str | os.PathLike] = (), *,
+                       option: str | None = None, holds: bool = True) -> None:
+    """Refuse, in one line naming ``output`` (and ``option``), an output that is, is in, holds
+    (with ``holds``) or is linked to one of ``inputs`` (:func:`input_conflict`), or that is,
+    holds or is linked to one of the inputs declared with :func:`reading_inputs` (elmo writes
+    its own files into folders it reads, a run's predictions or a cache: the command line
+    refuses the outputs a user names inside an input folder before any work): elmo never
+    overwrites an input, ``--force`` or not."""
+    why = (input_conflict(output, inputs, holds=holds)
+           or input_conflict(output, current_inputs(), holds=holds, inside=False))
+    if why is not None:
+        label = f"{option} {os.fspath(output)}" if option else os.fspath(output)
+        raise FileExistsError(f"{label}: {why}; elmo never overwrites an input: give another output")
+
+
+# ------------------------------------------------------------------ outputs written through
+# Where a rename would replace something that is not a file of the user's: a device (/dev/null,
+# a terminal), a FIFO, a socket, and any name under these folders (/dev/stdout is a link to
+# /proc/self/fd/1). Such an output is opened and written, never renamed over.
+THROUGH_ROOTS = ("/dev", "/proc")
+# Names of an open file descriptor: writing through them appends to what the descriptor holds
+# (``elmo vocab ... --output /dev/stdout >> log`` keeps the log's lines).
+_DESCRIPTOR = re.compile(r"/dev/(std(in|out|err)|fd/\d+)|/proc/[^/]+/fd/\d+")
+_MAX_LINKS = 40
+
+
+def _link_chain(path: str) -> list[str]:
+    """``path`` and each name its symbolic links lead to, absolute, the folders resolved."""
+    names = []
+    current = os.path.abspath(path)
+    for _ in range(_MAX_LINKS):
+        current = os.path.join(os.path.realpath(os.path.dirname(current)), os.path.basename(current))
+        names.append(current)
+        try:
+            target = os.readlink(current)
+        except (OSError, ValueError):
+            break
+        current = os.path.normpath(os.path.join(os.path.dirname(current), target))
+    return names
+
+
+def _under_through_root(name: str) -> bool:
+    return any(name == root or name.startswith(root + "/") for root in THROUGH_ROOTS)
+
+
+def writes_through(path: str | os.PathLike) -> bool:
+    """Whether an output at ``path`` is written through (opened and written in place) rather
+    than renamed into place: a device, a FIFO or a socket, or a name under ``/dev`` or ``/proc``
+    (itself, or any link on the way to it)."""
+    path = os.fspath(path)
+    if path == STDIN:
+        return False
+    chain = _link_chain(path)
+    if any(_under_through_root(name) for name in chain) or any(_DESCRIPTOR.fullmatch(n) for n in chain):
+        return True
+    try:
+        mode = os.stat(path).st_mode
+    except (OSError, ValueError):
+        return False
+    return not (stat.S_ISREG(mode) or stat.S_ISDIR(mode))
+
+
+def _through_needs_force(path: str) -> bool:
+    """Whether writing through ``path`` replaces a file of the user's (a regular file under
+    /dev, such as /dev/shm/x), which wants ``--force`` as any other; a device, FIFO or open
+    descriptor does not."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return False
+    return stat.S_ISREG(mode) and not any(_DESCRIPTOR.fullmatch(n) for n in _link_chain(path))
+
+
+def _copy_through(source: str, path: str) -> None:
+    """Write the bytes of the file ``source`` into ``path`` in place: appended to a regular file
+    reached through an open descriptor's name, over a regular file (truncated first), or simply
+    written to a device or FIFO."""
+    flags = os.O_WRONLY
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        mode = None
+    if mode is None:
+        flags |= os.O_CREAT | os.O_EXCL
+    elif stat.S_ISREG(mode):
+        flags |= os.O_APPEND if any(_DESCRIPTOR.fullmatch(n) for n in _link_chain(path)) else os.O_TRUNC
+    try:
+        fd = os.open(path, flags, 0o666)
+        with open(source, "rb") as src, open(fd, "wb", closefd=True) as dst:
+            shutil.copyfileobj(src, dst, 1 << 20)
+    except OSError as error:
+        if error.errno is None:
+            raise
+        raise type(error)(error.errno, os.strerror(error.errno), path) from None
+
+
+# Errors of a write (the disk, the quota, ``ulimit -f``): Python's file objects raise them with no
+# file name; within atomic_path they are about the output.
+WRITE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO})
+
+
+class _RecordingFile:
+    """A binary file that keeps the first OSError its writes met: PyTorch's writer turns it
+    into a RuntimeError that names nothing ("unexpected pos 576 vs 534")."""
+
+    def __init__(self, f):
+        self.f, self.error = f, None
+
+    def write(self, data):
+        try:
+            return self.f.write(data)
+        except OSError as error:
+            self.error = self.error or error
+            raise
+
+    def flush(self):
+        try:
+            return self.f.flush()
+        except OSError as error:
+            self.error = self.error or error
+            raise
+
+    def __getattr__(self, name):
+        return getattr(self.f, name)
+
+
+def save_torch(payload, path: str | os.PathLike, **options) -> None:
+    """``torch.save(payload, path, **options)``, an OS error of the write (a full disk,
+    ``ulimit -f``) raised as that OSError (about ``path``), not PyTorch's RuntimeError."""
+    import torch
+
+    with open(path, "wb") as raw:
+        f = _RecordingFile(raw)
+        try:
+            torch.save(payload, f, **options)
+            f.flush()
+        except (RuntimeError, OSError) as error:
+            if f.error is None:
+                raise
+            found = f.error
+            raise type(found)(found.errno, os.strerror(found.errno), os.fspath(path)) from error
+
+
+# The errno HDF5 puts in its messages (h5py raises some write errors as RuntimeError, on close).
+_HDF5_ERRNO = re.compile(r"\berrno = (\d+)")
+
+
 @contextlib.contextmanager
 def atomic_path(path: str | os.PathLike, make_parents: bool = False) -> Iterator[str]:
     """Yield a temporary path beside ``path``; rename it onto ``path`` only if the block succeeds.
@@ -116,6 +349,11 @@ def atomic_path(path: str | os.PathLike, make_parents: bool = False) -> Iterator
     folders). An OS error raised while writing names ``path``, not the temporary file.
     """
     path = os.fspath(path)
+    check_not_an_input(path, holds=False)
+    if writes_through(path):
+        with _through_path(path) as tmp:
+            yield tmp
+        return
     directory = _existing_parent(path, make_parents)
     remove_stale_temporaries(path)
     try:
@@ -134,11 +372,46 @@ def atomic_path(path: str | os.PathLike, make_parents: bool = False) -> Iterator
     except BaseException as error:
         with contextlib.suppress(FileNotFoundError):
             os.remove(tmp)
-        if isinstance(error, OSError):
-            translated = _naming_the_target(error, tmp, path)
-            if translated is not error:
-                raise translated from None
+        translated = _about_output(error, tmp, path)
+        if translated is not error:
+            raise translated from None
         raise
+
+
+def _about_output(error: BaseException, tmp: str, path: str) -> BaseException:
+    """``error``, met while the temporary ``tmp`` of ``path`` was written, named by ``path``:
+    a write error with no file name (a full disk, ``ulimit -f``) is the output's, and so is an
+    HDF5 RuntimeError about ``tmp`` that carries a write error's errno."""
+    if not isinstance(error, OSError):
+        found = _HDF5_ERRNO.search(str(error)) if isinstance(error, RuntimeError) and tmp in str(error) else None
+        if found and int(found.group(1)) in WRITE_ERRNOS:
+            number = int(found.group(1))
+            return OSError(number, os.strerror(number), path)
+        return error
+    translated = _naming_the_target(error, tmp, path)
+    if translated is error and error.errno in WRITE_ERRNOS and error.filename is None:
+        return type(error)(error.errno, os.strerror(error.errno), path)
+    return translated
+
+
+@contextlib.contextmanager
+def _through_path(path: str) -> Iterator[str]:
+    """:func:`atomic_path` for an output written through (:func:`writes_through`): the block
+    writes a temporary file in the system's temporary folder, whose bytes then go into ``path``."""
+    _existing_parent(path, make_parents=False)
+    remove_stale_temporaries(os.path.join(tempfile.gettempdir(), os.path.basename(path)))
+    tmp = _new_temporary(path, tempfile.gettempdir())
+    try:
+        yield tmp
+        _copy_through(tmp, path)
+    except (OSError, RuntimeError) as error:
+        translated = _about_output(error, tmp, path)
+        if translated is not error:
+            raise translated from None
+        raise
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(tmp)
 
 
 # What each operating-system error means to someone running elmo, and what to do about it.
@@ -212,38 +485,36 @@ def check_input_file(path: str | os.PathLike, option: str | None = None) -> None
 
 
 def check_output_file(path: str | os.PathLike, overwrite: bool = False, *,
-                      inputs: Iterable[str | os.PathLike] = (), option: str | None = None) -> None:
-    """Refuse, before any work, an output file that may not or cannot be written: anything but a
-    regular file in its place (a folder, a device, a pipe: never replaced, whatever the flags),
-    an existing file without ``overwrite``, one of the command's ``inputs`` (never overwritten,
-    whatever the flags), and a folder around it that does not exist or cannot be written. A file
-    is one thing the user named: with ``overwrite`` it is replaced, atomically, once the new one
-    is complete (a folder may hold anything, so folders have a stricter rule: check_folder).
-    ``option``: the argument that named ``path``, to name it in the message."""
+                      inputs: Iterable[str | os.PathLike] = (), option: str | None = None,
+                      through: bool = True) -> None:
+    """Refuse, before any work, an output file that may not or cannot be written: a folder in its
+    place, an existing file without ``overwrite``, one of the command's ``inputs`` or of those
+    declared with :func:`reading_inputs`, or linked to one (never overwritten, whatever the
+    flags: :func:`input_conflict`), and a folder around it that does not exist or cannot be
+    written. A device, a FIFO or a name under /dev or /proc (``/dev/stdout``) is written through
+    (:func:`writes_through`), without ``overwrite``; with ``through=False`` (an output that must
+    be a file: one with a work folder beside it) it is refused. A file is one thing the user
+    named: with ``overwrite`` it is replaced, atomically, once the new one is complete (a folder
+    may hold anything, so folders have a stricter rule: check_folder). ``option``: the argument
+    that named ``path``, to name it in the message."""
     path = os.fspath(path)
     label = f"{option} {path}" if option else path
     if os.path.isdir(path):
         raise IsADirectoryError(f"{label}: a folder is in the way of the output file; give a file name")
-    if os.path.exists(path) and not stat.S_ISREG(os.stat(path).st_mode):
-        raise FileExistsError(f"{label}: not a regular file (a device or a pipe?), so not an output elmo replaces; "
-                              "give a file name")
-    for source in inputs:
-        if source != STDIN and _same_file(path, source):
-            raise FileExistsError(f"{label}: this is an input of the command ({os.fspath(source)}); elmo never "
-                                  "overwrites an input: give another output file")
+    check_not_an_input(path, inputs, option=option, holds=False)
+    if writes_through(path):
+        if not through:
+            raise FileExistsError(f"{label}: a device, a pipe or a name under /dev or /proc, where this output must "
+                                  "be a file (elmo keeps its work beside it); give a file name")
+        if _through_needs_force(path) and not overwrite:
+            raise FileExistsError(f"{label}: already exists; pass --force (overwrite=True) to replace it")
+        return
     parent = _existing_parent(path, make_parents=False)
     if not os.access(parent, os.W_OK | os.X_OK):
         raise PermissionError(f"{label}: the folder {parent} is not writable by you; choose another output or "
                               "change the folder's permissions")
     if os.path.exists(path) and not overwrite:
         raise FileExistsError(f"{label}: already exists; pass --force (overwrite=True) to replace it")
-
-
-def _same_file(a: str | os.PathLike, b: str | os.PathLike) -> bool:
-    try:
-        return os.path.samefile(a, b)
-    except OSError:
-        return False
 
 
 def atomic_write_text(path: str | os.PathLike, text: str, make_parents: bool = False) -> None:
@@ -317,6 +588,7 @@ def make_owned_folder(path: str | os.PathLike, kind: str, make_parents: bool = F
     nothing to lose); anything else there raises ForeignFolderError. Its parent must exist,
     unless ``make_parents``."""
     path = os.fspath(path)
+    check_not_an_input(path, holds=False)
     _existing_parent(path, make_parents)
     tmp = _new_folder_beside(path, "new")
     try:
@@ -455,6 +727,7 @@ def remove_owned_folder(path: str | os.PathLike, check: Callable[[str], object])
     even if the folder at ``path`` was swapped in between (then it is put back, and the second
     check's error raised)."""
     path = os.fspath(path)
+    check_not_an_input(path)
     shutil.rmtree(_move_aside_checked(path, check, check(path), "delete"))
 
 
@@ -476,6 +749,7 @@ def atomic_folder(output: str | os.PathLike, write, overwrite: bool = False, *, 
     ``write`` wrote. Anything else raises ForeignFolderError naming what is in the way, even with
     ``overwrite``. The parent folder must exist, unless ``make_parents``."""
     output = Path(output)
+    check_not_an_input(output, option=option if option.startswith("-") else None)
     _existing_parent(os.fspath(output), make_parents)
     exists = check_folder(output, kind, recognise=recognise, allowed=allowed, option=option)
     if exists and not overwrite:

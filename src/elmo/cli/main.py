@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import argparse
 import gc
+import glob
 import importlib
 import importlib.util
 import os
+import re
 import sys
 import warnings
 
@@ -102,11 +104,77 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+# An argument is an output when it is named so (dest "output") or its help says it is written
+# ("HDF5 file to write", "also write the results as JSON here"). Found by this rule, not listed,
+# so that a new verb's output joins the check below by being in the parser.
+_WRITES = re.compile(r"\bwrite\b", re.IGNORECASE)
+_GLOB = re.compile(r"[*?[]")
+
+
+def is_output_action(action: argparse.Action) -> bool:
+    """Whether ``action`` names a file or folder the command writes."""
+    return (isinstance(action, (argparse._StoreAction, argparse._AppendAction)) and action.type is None
+            and not action.choices and (action.dest == "output" or bool(_WRITES.search(action.help or ""))))
+
+
+def chosen_parsers(parser: argparse.ArgumentParser, args: argparse.Namespace) -> list[argparse.ArgumentParser]:
+    """``parser`` and the sub-parser of each verb ``args`` chose (``task`` then ``train``)."""
+    chain = [parser]
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            chosen = action.choices.get(getattr(args, action.dest, None))
+            if chosen is not None:
+                chain += chosen_parsers(chosen, args)
+    return chain
+
+
+def _label(action: argparse.Action) -> str:
+    return action.option_strings[-1] if action.option_strings else action.dest
+
+
+def _values(value) -> list[str]:
+    values = value if isinstance(value, (list, tuple)) else [value]
+    return [v for v in values if isinstance(v, str) and v]
+
+
+def command_paths(parser: argparse.ArgumentParser, args: argparse.Namespace) -> tuple[list[tuple[str, str]], list[str]]:
+    """The outputs ``args`` name, as (option, path), and their inputs: every other argument's
+    value that names an existing file or folder (a quoted glob: the files it matches)."""
+    outputs, inputs = [], []
+    for sub in chosen_parsers(parser, args):
+        for action in sub._actions:
+            if action.dest in ("help", "version") or isinstance(action, argparse._SubParsersAction):
+                continue
+            values = _values(getattr(args, action.dest, None))
+            if is_output_action(action):
+                outputs += [(_label(action), v) for v in values]
+                continue
+            if action.type is not None or action.choices or action.nargs == 0:
+                continue
+            for value in values:
+                found = glob.glob(value) if _GLOB.search(value) and not os.path.lexists(value) else [value]
+                inputs += [f for f in found if os.path.lexists(f)]
+    return outputs, inputs
+
+
+def check_outputs_are_not_inputs(parser: argparse.ArgumentParser, args: argparse.Namespace) -> list[str]:
+    """Refuse, before any work, an output that is, is in, is linked to or (replaced with
+    ``--force``) holds an input of the command, ``--force`` or not (:func:`elmo.fileio.input_conflict`);
+    returns the inputs, which the writers check again (:func:`elmo.fileio.reading_inputs`)."""
+    from elmo.fileio import check_not_an_input
+
+    outputs, inputs = command_paths(parser, args)
+    for option, path in outputs:
+        check_not_an_input(path, inputs, option=option, holds=bool(getattr(args, "force", False)))
+    return inputs
+
+
 def main(argv: list[str] | None = None) -> int:
     from_command_line = argv is None
     argv = _join_dash_values(sys.argv[1:] if argv is None else argv)
     try:  # the verb's module is imported to build its options
-        args = build_parser(argv).parse_args(argv)
+        parser = build_parser(argv)
+        args = parser.parse_args(argv)
     except ModuleNotFoundError as e:
         return _missing_extra(next((a for a in argv if a in VERBS), "?"), e)
     if from_command_line:
@@ -121,9 +189,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"elmo {args.verb}: warning: {message}", file=sys.stderr)
 
     warnings.showwarning = show_warning
+    if from_command_line:
+        sys.unraisablehook = _quiet_unraisable
 
     try:
-        return _module(args.verb).run(args) or 0
+        from elmo.fileio import reading_inputs
+
+        with reading_inputs(check_outputs_are_not_inputs(parser, args)):
+            return _module(args.verb).run(args) or 0
     except (ValueError, OSError, DownloadError) as e:
         if isinstance(e, BrokenPipeError):
             return _broken_pipe()
@@ -140,6 +213,16 @@ def main(argv: list[str] | None = None) -> int:
         hint = " (continue a training run with --resume)" if args.verb in ("train", "finetune") else ""
         print(f"\nelmo {args.verb}: interrupted{hint}", file=sys.stderr)
         return EXIT_INTERRUPTED
+
+
+def _quiet_unraisable(unraisable) -> None:
+    """Python's hook for errors it cannot raise, without the ones h5py meets freeing a file whose
+    write failed (a full disk: "Can't decrement id ref count"): the command has said, in one
+    line naming the file, what went wrong."""
+    if (isinstance(unraisable.exc_value, RuntimeError) and "h5py" in repr(unraisable.object)
+            and "ref count" in str(unraisable.exc_value)):
+        return
+    sys.__unraisablehook__(unraisable)
 
 
 def _missing_extra(verb: str, error: ModuleNotFoundError) -> int:

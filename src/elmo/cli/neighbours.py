@@ -22,7 +22,7 @@ def add_parser(parser: argparse.ArgumentParser) -> None:
                         help="neighbours to show")
     parser.add_argument("--any", action="store_true", help="compare with every word of the corpus, not only WORD")
     parser.add_argument("--vector-cache", metavar="DIR",
-                        help="keep every layer of the corpus in DIR, so that later queries embed only the query")
+                        help="write every layer of the corpus into DIR, so that later queries embed only the query")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     add_model_arguments(parser)
 

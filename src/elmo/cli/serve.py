@@ -152,6 +152,12 @@ def _listening_server_class():
             if self.started:
                 self.on_listening()
 
+        async def shutdown(self, sockets=None) -> None:
+            from elmo.serve.http import close_waiting
+
+            close_waiting(self.server_state)  # connections that never sent a request
+            await super().shutdown(sockets)
+
     return ListeningServer
 
 
@@ -166,6 +172,19 @@ def model_threads(threads: int | None) -> int | None:
     import torch
 
     return max(1, torch.get_num_threads() - 1)
+
+
+def uvicorn_config(app, args: argparse.Namespace):
+    """The uvicorn configuration ``elmo serve`` runs ``app`` with (elmo.serve.http: h11 with a
+    header size bound and a header deadline). uvicorn's own bound on open connections (past it,
+    a plain 503 from uvicorn) leaves room for every request the app admits, and as many again
+    being read or refused with a 429; connections that have not sent a request's headers do not
+    count, and are closed after a few seconds: strangers cannot hold this bound."""
+    from elmo.serve.http import server_config
+
+    return server_config(app, log_config=None, log_level="warning", access_log=False, lifespan="on",
+                         timeout_graceful_shutdown=args.graceful_timeout,
+                         limit_concurrency=2 * args.max_concurrent_requests + 64)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -228,11 +247,7 @@ def run(args: argparse.Namespace) -> int:
                          max_queued_tokens=args.max_queued_tokens,
                          request_timeout=args.request_timeout or None, api_key=args.api_key,
                          embed_all_layers=args.embed_all_layers)
-        # uvicorn's own bound on open connections (past it, a plain 503 from uvicorn): room for
-        # every request the app admits, and as many again being read or refused with a 429.
-        config = uvicorn.Config(app, log_config=None, log_level="warning", access_log=False, lifespan="on",
-                                timeout_graceful_shutdown=args.graceful_timeout,
-                                limit_concurrency=2 * args.max_concurrent_requests + 64)
+        config = uvicorn_config(app, args)
         server = ListeningServer(config, on_listening=ready)
         # uvicorn stops accepting on SIGTERM or SIGINT, lets the requests in flight finish, stops
         # the app (which finishes its queue and stops the model's process), then raises the

@@ -27,7 +27,7 @@ import h5py
 import numpy as np
 import torch
 
-from elmo.fileio import atomic_folder, atomic_path, check_folder
+from elmo.fileio import atomic_folder, atomic_path, check_folder, save_torch
 from elmo.hub.pickles import torch_reason, unsafe_global
 from elmo.model.bilm import BiLM
 from elmo.model.config import BiLMConfig, ConfigError
@@ -154,7 +154,7 @@ def save_checkpoint(model: BiLM, path: str | os.PathLike, **extra) -> None:
     if isinstance(model.characters, CharacterDictionary):  # plain strings and ints: weights_only reads them
         payload["characters"] = model.characters.to_payload()
     with atomic_path(path) as tmp:
-        torch.save(payload, tmp)
+        save_torch(payload, tmp)
 
 
 def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = "cpu") -> tuple[BiLM, dict]:
@@ -302,7 +302,7 @@ def save_train_checkpoint(payload: dict, path: str | os.PathLike) -> None:
     """Write a training checkpoint's payload (the trainer builds it) atomically, with its format
     and version markers."""
     with atomic_path(path) as tmp:
-        torch.save({**payload, "format": TRAIN_FORMAT, "version": TRAIN_VERSION}, tmp)
+        save_torch({**payload, "format": TRAIN_FORMAT, "version": TRAIN_VERSION}, tmp)
 
 
 def load_latest_train_checkpoint(run_dir: str | os.PathLike) -> tuple[str, dict] | None:

@@ -40,7 +40,7 @@ from pathlib import Path
 
 import torch
 
-from elmo.fileio import atomic_path, atomic_write_text
+from elmo.fileio import atomic_path, atomic_write_text, save_torch
 from elmo.hub.archives import MAX_ARCHIVE_BYTES_ENV, ArchiveError, ModelFolder, max_archive_bytes, member_bound
 from elmo.hub.pickles import UnsafePickleError, check_pickle, torch_reason
 from elmo.model.bilm import BiLM
@@ -459,7 +459,7 @@ def save_manylangs(model: BiLM, output_dir: str | os.PathLike) -> None:
     embedder, encoder = _tensors_out(model)
     for name, tensors in (("token_embedder.pkl", embedder), ("encoder.pkl", encoder)):
         with atomic_path(out / name) as tmp:
-            torch.save(tensors, tmp, _use_new_zipfile_serialization=False)
+            save_torch(tensors, tmp, _use_new_zipfile_serialization=False)
     atomic_write_text(out / "char.dic", format_dictionary(model.characters.chars))
     if model.characters.words is not None:  # their loader reads word.dic only for a word embedding
         atomic_write_text(out / "word.dic", format_dictionary(model.characters.words))

@@ -473,5 +473,5 @@ def check_output(input_path: str | os.PathLike, output_path: str | os.PathLike, 
     if os.path.isdir(output):  # found now, not once everything is embedded
         raise IsADirectoryError(f"{output}: a folder is in the way of the output file (one process writes one HDF5 "
                                 "file; a sharded run writes a folder): give a file name")
-    check_output_file(output, overwrite)
+    check_output_file(output, overwrite, through=False)  # its work folder goes beside it
 

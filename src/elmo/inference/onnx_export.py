@@ -6,8 +6,9 @@ and residual connections, each layer a ``Scan`` over time that carries the state
 as :func:`elmo.model.lstm.lstm_plain` does. Batch size and sentence length are free. Every weight
 is stored once, as an initializer (the highway, projection and LSTM matrices transposed, not
 copied), so the file is the weights plus a few kilobytes of graph; above
-:data:`EXTERNAL_DATA_BYTES` the weights go to ``NAME.onnx.data`` beside it (ONNX's external-data
-layout: protobuf cannot hold 2 GB).
+:data:`EXTERNAL_DATA_BYTES` the weights go to ``NAME.onnx.<16 hex digits>.data`` beside it (ONNX's
+external-data layout: protobuf cannot hold 2 GB), a name taken from the weights' SHA-256, so that
+a graph only ever reads the data written with it (:func:`export_onnx`).
 
 Input and output (what a client in another language must build and read; docs/onnx.md):
 
@@ -40,9 +41,12 @@ its inputs, outputs and weights as this module documents them.
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import os
+import re
 import shutil
-import tempfile
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -333,10 +337,63 @@ def weight_bytes(proto: "onnx.ModelProto") -> int:
     return sum(len(t.raw_data) for t in proto.graph.initializer)
 
 
+# An export's temporary folder beside its target: ``.elmo-onnx-<pid>-<32 hex digits>``; those of
+# processes that have died (killed mid-export) are removed by the next export into that folder.
+_ONNX_TEMPORARY = re.compile(r"\.elmo-onnx-(?P<pid>\d+)-[0-9a-f]{32}")
+
+
+def external_data_name(path: str | os.PathLike, digest: str) -> str:
+    """The name of the external-data file of the graph ``path`` whose weights' SHA-256 is
+    ``digest``: ``NAME.onnx.<first 16 hex digits>.data``."""
+    return f"{os.path.basename(os.fspath(path))}.{digest[:16]}.data"
+
+
+def weights_digest(proto: "onnx.ModelProto") -> str:
+    """SHA-256 of the weights of ``proto`` (each initializer's name and bytes, in order): what
+    names its external-data file and is kept in the graph's metadata (``weights_sha256``)."""
+    digest = hashlib.sha256()
+    for tensor in proto.graph.initializer:
+        digest.update(tensor.name.encode() + b"\0" + len(tensor.raw_data).to_bytes(8, "little"))
+        digest.update(tensor.raw_data)
+    return digest.hexdigest()
+
+
+def remove_stale_exports(path: str | os.PathLike) -> list[str]:
+    """Delete the temporary folders that exports killed mid-way left beside ``path`` (only
+    folders of elmo's naming whose process has died). Returns the removed paths."""
+    from elmo.fileio import _process_alive
+
+    folder = os.path.dirname(os.path.abspath(os.fspath(path)))
+    removed = []
+    with contextlib.suppress(OSError):
+        for name in os.listdir(folder):
+            match = _ONNX_TEMPORARY.fullmatch(name)
+            if match and int(match.group("pid")) != os.getpid() and not _process_alive(int(match.group("pid"))):
+                shutil.rmtree(os.path.join(folder, name), ignore_errors=True)
+                removed.append(os.path.join(folder, name))
+    return removed
+
+
+def _old_data_files(path: Path, keep: str) -> list[Path]:
+    """External-data files of earlier exports to ``path`` (elmo's naming), but ``keep``."""
+    pattern = re.compile(re.escape(path.name) + r"\.[0-9a-f]{16}\.data")
+    with contextlib.suppress(OSError):
+        return [path.parent / n for n in os.listdir(path.parent) if pattern.fullmatch(n) and n != keep]
+    return []
+
+
 def export_onnx(model: BiLM, path: str | os.PathLike, state: str = "warm", overwrite: bool = False,
                 external_data_bytes: int = EXTERNAL_DATA_BYTES) -> list[Path]:
     """Write ``model`` as ONNX to ``path`` (:func:`build_onnx`), atomically; weights of more than
-    ``external_data_bytes`` go to ``PATH.data`` beside it. Returns the files written."""
+    ``external_data_bytes`` go to a data file beside it (:func:`external_data_name`). Returns the
+    files written.
+
+    The two files of an external-data export are never a mismatched pair, whenever the process is
+    killed: the data file's name is its weights' digest (also in the graph's metadata,
+    ``weights_sha256``), so a new export never writes over the data an old graph reads. Both are
+    written in a fresh folder beside the target, the data moved into place first, then the graph;
+    the data files of earlier exports to ``path`` are deleted only after that (with
+    ``overwrite``, so is the ``NAME.onnx.data`` of earlier versions)."""
     onnx = _require_onnx()
     from elmo.fileio import atomic_path, check_output_file
 
@@ -347,11 +404,14 @@ def export_onnx(model: BiLM, path: str | os.PathLike, state: str = "warm", overw
         with atomic_path(path) as tmp:
             onnx.save_model(proto, tmp)
         return [path]
-    data = path.with_name(path.name + ".data")
-    check_output_file(data, overwrite)
-    # Both files are written in a fresh folder beside the target (the graph names its data file
-    # by its final name, relative to the graph), then moved into place: the data first.
-    folder = Path(tempfile.mkdtemp(prefix=".elmo-onnx-", dir=path.parent))
+    remove_stale_exports(path)
+    digest = weights_digest(proto)
+    helper = onnx.helper
+    helper.set_model_props(proto, {**{p.key: p.value for p in proto.metadata_props}, "weights_sha256": digest})
+    data = path.with_name(external_data_name(path, digest))
+    check_output_file(data, True)  # an input in its place is refused; an earlier same-weights file is replaced
+    folder = path.parent / f".elmo-onnx-{os.getpid()}-{uuid.uuid4().hex}"
+    os.mkdir(folder, 0o700)
     try:
         onnx.save_model(proto, str(folder / path.name), save_as_external_data=True, all_tensors_to_one_file=True,
                         location=data.name, size_threshold=1024)
@@ -359,12 +419,16 @@ def export_onnx(model: BiLM, path: str | os.PathLike, state: str = "warm", overw
         os.umask(umask)
         for name in (data.name, path.name):  # as any file the user writes (onnx makes its data file 0600)
             os.chmod(folder / name, 0o666 & ~umask)
-        os.replace(folder / data.name, data)
+        os.replace(folder / data.name, data)  # a new name: the data of the graph in place is untouched
         os.replace(folder / path.name, path)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+    legacy = path.with_name(path.name + ".data")
+    for old in _old_data_files(path, data.name) + ([legacy] if overwrite and legacy.is_file() else []):
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(old)
     return [path, data]
 
 
-__all__ = ["EXPORT_STATES", "EXTERNAL_DATA_BYTES", "OPSET", "build_onnx", "export_onnx", "onnx_char_ids",
-           "weight_bytes"]
+__all__ = ["EXPORT_STATES", "EXTERNAL_DATA_BYTES", "OPSET", "build_onnx", "export_onnx", "external_data_name",
+           "onnx_char_ids", "remove_stale_exports", "weight_bytes", "weights_digest"]

@@ -31,6 +31,7 @@ import asyncio
 import contextlib
 import functools
 import hmac
+import json
 import logging
 import os
 import time
@@ -68,6 +69,7 @@ from elmo.serve.batching import (
     Overloaded,
     ServerClosed,
     WorkerCrashed,
+    batch_tokens,
 )
 from elmo.serve.protocol import (
     DEFAULT_MAX_CONCURRENT_REQUESTS,
@@ -95,6 +97,7 @@ from elmo.serve.protocol import (
     read_layers,
     read_truncation,
     refuse_empty,
+    refuse_surrogates,
     shown,
     tokenize_response,
 )
@@ -108,6 +111,8 @@ ENDPOINTS = ("/health", "/info", "/metrics", "/embed_all", "/embed", "/", "/toke
              "/v1/models")
 # The endpoints that run the model: what max_concurrent_requests counts.
 EMBEDDING_ENDPOINTS = ("/embed_all", "/embed", "/", "/v1/embeddings")
+# Requests under max_concurrent_requests: the embedding ones and /tokenize.
+ADMITTED_ENDPOINTS = (*EMBEDDING_ENDPOINTS, "/tokenize")
 OPEN_ENDPOINTS = ("/health",)  # answered without the API key
 # Fields each endpoint reads. TEI's and OpenAI's fields that change nothing here are accepted so
 # that their clients work unchanged: OpenAI's "user", and a TEI "prompt_name" of null.
@@ -242,7 +247,11 @@ async def until_disconnected(receive) -> None:
 
 
 def _error_bytes(error: ApiError, path: str) -> bytes:
-    return dumps(error.openai_body() if path.startswith("/v1/") else error.tei_body())
+    body = error.openai_body() if path.startswith("/v1/") else error.tei_body()
+    try:
+        return dumps(body)
+    except (TypeError, ValueError):  # a lone surrogate from the request in the message: escaped
+        return json.dumps(body, ensure_ascii=True).encode()
 
 
 def _error_response(error: ApiError, path: str) -> Response:
@@ -298,7 +307,7 @@ class Front:
             await send_checked({"type": "http.response.start", "status": error.status, "headers": headers})
             await send({"type": "http.response.body", "body": content})
 
-        counted = scope.get("method") == "POST" and path in EMBEDDING_ENDPOINTS
+        counted = scope.get("method") == "POST" and path in ADMITTED_ENDPOINTS
         self.metrics.in_flight.inc()
         if counted:
             self.busy += 1
@@ -624,10 +633,24 @@ def create_app(model: ProcessModel | Embedder, *, model_name: str = DEFAULT_MODE
         if not isinstance(texts, list) or not texts or not all(isinstance(t, str) for t in texts):
             raise ApiError(422, f"inputs: expected a string or a non-empty list of strings, got {shown(inputs)}",
                            field="inputs")
-        if len(texts) > limits.max_inputs:
-            raise ApiError(413, f"inputs: {len(texts):,} inputs, more than max_inputs ({limits.max_inputs:,})",
-                           field="inputs", limit="max_inputs")
-        return _answer(tokenize_response(texts, read_bool(body, "add_special_tokens", True)))
+        special = read_bool(body, "add_special_tokens", True)
+
+        def counted() -> int:  # the same bounds as an embedding request's, off the event loop
+            for i, text in enumerate(texts):
+                refuse_surrogates(text, "inputs" if isinstance(inputs, str) else f"inputs[{i}]")
+            return batch_tokens(read_inputs(inputs, "inputs", limits))
+
+        cost = await asyncio.to_thread(counted)
+        try:
+            with batcher.admitted(cost):
+                answer = await asyncio.to_thread(lambda: dumps(tokenize_response(texts, special)))
+        except Overloaded as e:
+            metrics.refused.labels("max_queued_tokens").inc()
+            raise ApiError(429, str(e), limit="max_queued_tokens", headers={"Retry-After": str(e.retry_after)}) \
+                from None
+        except ServerClosed as e:
+            raise ApiError(503, f"{e}; try again", headers={"Retry-After": "1"}) from None
+        return Response(answer, media_type="application/json")
 
     def model_card() -> dict:
         return {"id": model_name, "object": "model", "created": created, "owned_by": "elmo"}

@@ -229,6 +229,8 @@ class _Job:
 # Failures of the batching task in a row (without a batch answered between them) after which it
 # is not started again: the server says it is broken and stops, for a supervisor to act.
 MAX_LOOP_FAILURES = 3
+# Seconds between two looks at an idle model's process (/health turns 503 within them of its death).
+WATCH_SECONDS = 0.25
 
 
 class Batcher:
@@ -288,7 +290,12 @@ class Batcher:
     def ready(self) -> bool:
         """Whether requests are being answered: started, warm, not stopping, not restarting its
         model, and its batching task alive."""
-        return self._ready and self._broken is None and self._task is not None and not self._task.done()
+        return (self._ready and self._broken is None and self._task is not None and not self._task.done()
+                and self._runner_alive())
+
+    def _runner_alive(self) -> bool:
+        alive = getattr(self.runner, "alive", None)
+        return True if alive is None else alive()
 
     @ready.setter
     def ready(self, value: bool) -> None:
@@ -374,6 +381,24 @@ class Batcher:
         self._arrived.set()
         return await job.future
 
+    @contextlib.contextmanager
+    def admitted(self, cost: int):
+        """Around work for a request done outside the model (``/tokenize``): its ``cost`` in
+        tokens counts as taken, under ``max_queued_tokens`` as :meth:`embed`'s requests are
+        (:class:`Overloaded` past it, :class:`ServerClosed` once stopping or broken)."""
+        if self._closing or self._broken:
+            raise ServerClosed(self._broken or "the server is stopping")
+        if self.max_queued_tokens is not None and self._taken_cost and \
+                self._taken_cost + cost > self.max_queued_tokens:
+            raise Overloaded(f"the server is overloaded: {self._taken_cost:,} tokens queued, and this request's "
+                             f"{cost:,} would pass max_queued_tokens ({self.max_queued_tokens:,}); try again "
+                             "shortly", self.retry_after())
+        self._taken_cost += cost
+        try:
+            yield
+        finally:
+            self._taken_cost -= cost
+
     def _answered(self, job: _Job, future: asyncio.Future) -> None:
         """A request's end, whatever it was: its tokens are no longer taken; if its caller left
         (the future cancelled), it is dropped: never computed if no part of it was taken yet."""
@@ -457,7 +482,14 @@ class Batcher:
         while True:
             while not self._pending:
                 self._arrived.clear()
-                await self._arrived.wait()
+                try:
+                    # Idle, the model's process is looked at every WATCH_SECONDS: one that died
+                    # is restarted now (/health says 503 meanwhile), not when a request finds it.
+                    await asyncio.wait_for(self._arrived.wait(), WATCH_SECONDS)
+                except TimeoutError:
+                    if not self._runner_alive() and not self._closing:
+                        if not await self._restart(WorkerCrashed("the model worker died while idle")):
+                            return
             # The model is idle: wait a little for the requests being read, unless the batch is
             # already full; with none on their way, waiting would only add to the latency.
             deadline = self._pending[0].queued_at + self.max_wait

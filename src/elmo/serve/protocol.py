@@ -141,11 +141,29 @@ def _json_kind(value) -> str:
             int: "a number", float: "a number"}.get(type(value), type(value).__name__)
 
 
+# A UTF-16 surrogate alone: JSON's "\ud800" escape gives one, and no answer can encode it.
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def printable(text: str) -> str:
+    """``text`` with any lone surrogate written as its escape (``\\ud800``): encodable in an answer."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8") if _SURROGATE.search(text) else text
+
+
+def refuse_surrogates(text: str, field: str) -> None:
+    """A 422 naming ``field`` for a text holding a lone surrogate (not text: no answer could
+    give it back)."""
+    found = _SURROGATE.search(text)
+    if found:
+        raise ApiError(422, f"{field}: a lone surrogate ({printable(found.group())}) at character {found.start():,}, "
+                            "which is not text; send valid Unicode", field=field)
+
+
 def check_fields(body: dict, known: Sequence[str]) -> None:
     """Refuse a field the endpoint does not know (a misspelt option would otherwise be ignored)."""
     for name in body:
         if name not in known:
-            name = name if len(name) <= 60 else name[:57] + "..."  # a name can be megabytes long
+            name = printable(name if len(name) <= 60 else name[:57] + "...")  # a name can be megabytes long
             raise ApiError(422, f"{name}: unknown field; this endpoint takes {', '.join(known)}", field=name)
 
 

@@ -303,6 +303,11 @@ class ProcessModel:
             outcomes.append(arrays)
         return outcomes
 
+    def alive(self) -> bool:
+        """Whether the worker process runs (a dead one is noticed without waiting for a batch)."""
+        process = self._process
+        return process is not None and process.poll() is None
+
     # ---------------------------------------------------------------- the Runner, async
     async def warm(self) -> None:
         """Nothing to do: the worker is warm before :meth:`start` returns."""

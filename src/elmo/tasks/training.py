@@ -44,6 +44,7 @@ from elmo.fileio import (
     claim_folder,
     owner_id,
     remove_owned_folder,
+    save_torch,
     temporary_target,
 )
 from elmo.hub.checkpoints import read_checkpoint
@@ -151,7 +152,7 @@ def _seed_everything(seed: int) -> None:
 
 def _save(path: str, payload: dict) -> None:
     with atomic_path(path) as tmp:
-        torch.save(payload, tmp)
+        save_torch(payload, tmp)
 
 
 TASK_RUN_KIND = "task run"  # the kind in the marker of a task run directory (elmo.fileio.claim_folder)

@@ -300,8 +300,13 @@ class Trainer:
 
     def _write_run_files(self) -> None:
         s = self.settings
-        self.config.to_json(os.path.join(s.output, "options.json"))
-        self.vocab.save(os.path.join(s.output, VOCAB_FILE))
+        # A resumed run given its own files back (--config RUN/options.json, --vocab RUN/vocab.txt)
+        # has them already; an input is never written over (elmo.fileio.check_not_an_input).
+        for source, name, save in ((s.config, "options.json", self.config.to_json),
+                                   (s.vocab, VOCAB_FILE, self.vocab.save)):
+            target = os.path.join(s.output, name)
+            if not (s.resume and isinstance(source, str) and _same_file(source, target)):
+                save(target)
         settings_path = os.path.join(s.output, SETTINGS_FILE)
         if s.resume and os.path.exists(settings_path):
             return  # restarted before its first checkpoint: the run keeps the settings it was started with
@@ -574,3 +579,9 @@ def train(settings: TrainSettings) -> dict:
             dist.barrier()
             dist.destroy_process_group()
 
+
+def _same_file(a: str, b: str) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
