@@ -20,6 +20,8 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import IO, TypeVar
 
+from elmo.jsonio import read_json
+
 T = TypeVar("T")
 
 STDIN = "-"
@@ -278,8 +280,7 @@ def read_owner(folder: str | os.PathLike) -> dict | None:
     """The marker of ``folder`` (``{"format", "kind", "id"}``), or None when it has no readable
     marker of elmo's."""
     try:
-        with open(os.path.join(os.fspath(folder), OWNER_FILE), "rb") as f:
-            info = json.loads(f.read(OWNER_MAX_BYTES))
+        info = read_json(os.path.join(os.fspath(folder), OWNER_FILE), max_bytes=OWNER_MAX_BYTES)
     except (OSError, ValueError):
         return None
     if (isinstance(info, dict) and info.get("format") == OWNER_FORMAT and isinstance(info.get("kind"), str)

@@ -24,6 +24,7 @@ import hashlib
 import http.client
 import json
 import os
+import re
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -35,9 +36,13 @@ from pathlib import Path
 from tqdm import tqdm
 
 from elmo.fileio import atomic_path, atomic_write_text, default_cache_dir
+from elmo.jsonio import JSONFileError, read_json
+from elmo.jsonio import field as json_field
 
 CHUNK_SIZE = 1 << 20
 SIDECAR_SUFFIX = ".sha256"
+# A sidecar holds a digest, a size and the URL: a few hundred bytes.
+SIDECAR_MAX_BYTES = 1 << 16
 # Set to "1" to allow plain http:// downloads (a mirror on a network you trust).
 ALLOW_HTTP_ENV = "ELMO_ALLOW_HTTP"
 
@@ -218,10 +223,16 @@ def _read_record(sidecar: Path) -> _Record | None:
     if not sidecar.exists():
         return None
     try:
-        data = json.loads(sidecar.read_text(encoding="utf-8"))
-        return _Record(sha256=str(data["sha256"]).lower(), size=int(data["size"]))
-    except (OSError, ValueError, KeyError, TypeError) as e:  # JSON and UTF-8 errors are ValueErrors
-        raise ValueError(f"unreadable sidecar {sidecar}") from e
+        data = read_json(sidecar, max_bytes=SIDECAR_MAX_BYTES)
+        sha256 = json_field(data, "sha256", str, os.fspath(sidecar))
+        size = json_field(data, "size", int, os.fspath(sidecar))
+    except OSError as e:
+        raise ValueError(f"unreadable sidecar {sidecar} ({e.strerror or e})") from e
+    except JSONFileError as e:
+        raise ValueError(f"unreadable sidecar {sidecar} ({e.reason})") from e
+    if not re.fullmatch(r"[0-9a-fA-F]{64}", sha256) or size < 0:
+        raise ValueError(f"unreadable sidecar {sidecar} (not a SHA-256 and a size in bytes)")
+    return _Record(sha256=sha256.lower(), size=size)
 
 
 def _expected(remote: RemoteFile, record: _Record | None, sidecar: Path) -> _Expected:

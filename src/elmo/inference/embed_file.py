@@ -28,6 +28,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
+from elmo import jsonio
 from elmo.fileio import (
     STDIN,
     atomic_path,
@@ -154,7 +155,8 @@ class FileEmbedder:
         # Stateful mode needs whole batches of consecutive lines per chunk.
         batch_size = embedder.batch_size
         chunk = max(1, self.chunk_sentences // batch_size) * batch_size
-        fingerprint = json.loads(json.dumps(self.fingerprint(chunk, (rank, world))))
+        # As work.json and elmo_info will hold it (tuples as lists), to compare with what they hold.
+        fingerprint = jsonio.loads(json.dumps(self.fingerprint(chunk, (rank, world))), "the run's fingerprint")
         work = WorkFolder(target)
         try:
             if os.path.exists(target):

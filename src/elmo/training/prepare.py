@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 from tqdm import tqdm
 
 from elmo.checks import check_count
+from elmo.jsonio import read_json
 from elmo.fileio import (
     atomic_folder,
     atomic_path,
@@ -272,8 +273,7 @@ def _is_prepared_from_before_markers(folder: str) -> bool:
     """Whether ``folder``, without elmo's marker, is one elmo prepare wrote before it marked its
     folders: a prepare.json of elmo's (its options and tools) and nothing elmo prepare does not write."""
     try:
-        with open(os.path.join(folder, STATS_FILE), "rb") as f:
-            stats = json.loads(f.read(1 << 20))
+        stats = read_json(os.path.join(folder, STATS_FILE))
     except (OSError, ValueError):
         return False
     return isinstance(stats, dict) and {"options", "tools", "inputs"} <= stats.keys()
