@@ -311,3 +311,170 @@ def test_a_hostile_state_file_is_ignored_or_refused(tmp_path, name, case):
     message = str(error.value)
     assert str(path) in message and words in message and "\n" not in message, message
 
+
+# ------------------------------------------------------------------------------------------- HDF5
+def spoil(path: Path, name: str, case: str) -> None:
+    """Make the dataset ``name`` of the HDF5 file ``path`` hostile in the way ``case`` says."""
+    import h5py
+    import numpy as np
+
+    with h5py.File(path, "r+") as f:
+        data = f[name][...]
+        del f[name]
+        if case == "dangling soft link":
+            f[name] = h5py.SoftLink("/nowhere")
+        elif case == "soft link loop":
+            f[name] = h5py.SoftLink(f"/{name}.loop")
+            f[f"{name}.loop"] = h5py.SoftLink(f"/{name}")
+        elif case == "external link to /etc/passwd":
+            f[name] = h5py.ExternalLink("/etc/passwd", "/x")
+        elif case == "external link to itself":
+            f[name] = h5py.ExternalLink(str(path), f"/{name}")
+        elif case == "external raw storage":
+            raw = path.with_name("outside.bin")
+            raw.write_bytes(np.ascontiguousarray(data).tobytes())
+            f.create_dataset(name, shape=data.shape, dtype=data.dtype, external=[(str(raw), 0, data.nbytes)])
+        elif case == "virtual dataset":
+            source = path.with_name("source.hdf5")
+            with h5py.File(source, "w") as g:
+                g["x"] = data
+            layout = h5py.VirtualLayout(shape=data.shape, dtype=data.dtype)
+            layout[...] = h5py.VirtualSource(str(source), "x", shape=data.shape)
+            f.create_virtual_dataset(name, layout)
+        elif case == "long double":
+            f[name] = data.astype(np.longdouble)
+        elif case == "booleans":
+            f[name] = data > 0
+        elif case == "NaN":
+            data = data.astype(np.float32)
+            data.flat[0] = np.nan
+            f[name] = data
+        elif case == "huge but finite":
+            f[name] = np.full_like(data, 3e38, dtype=np.float32)
+        elif case == "damaged chunk":
+            f.create_dataset(name, data=data, chunks=data.shape, compression="gzip", fletcher32=True)
+        else:  # pragma: no cover
+            raise AssertionError(case)
+    if case == "damaged chunk":
+        with h5py.File(path, "r") as f:
+            chunk = f[name].id.get_chunk_info(0)
+        content = bytearray(path.read_bytes())
+        content[chunk.byte_offset + chunk.size // 2] ^= 0xFF
+        path.write_bytes(bytes(content))
+
+
+HDF5_CASES = {  # case: words the refusal holds besides the file and the dataset's name
+    "dangling soft link": "soft link",
+    "soft link loop": "soft link",
+    "external link to /etc/passwd": "external link to /etc/passwd",
+    "external link to itself": "external link",
+    "external raw storage": "other files",
+    "virtual dataset": "virtual dataset",
+    "long double": "floats of 128 bits",
+    "booleans": "booleans",
+    "NaN": "NaN",
+    "huge but finite": "beyond 65504",
+    "damaged chunk": "damaged",
+}
+
+
+def _weights_reader(tmp_path):
+    import shutil
+
+    from conftest import ALLENNLP
+
+    from elmo.model.weights import load_bilm_tf
+    path = tmp_path / "weights.hdf5"
+    shutil.copy(ALLENNLP / "lm_weights.hdf5", path)
+    return path, "CNN_proj/W_proj", lambda: load_bilm_tf(ALLENNLP / "options.json", path)
+
+
+def _softmax_reader(tmp_path):
+    import shutil
+
+    import h5py
+    from conftest import ALLENNLP
+
+    from elmo.hub.checkpoints import load_softmax
+    path = tmp_path / "softmax.hdf5"
+    shutil.copy(ALLENNLP / "elmo_softmax_weights.hdf5", path)
+    with h5py.File(path, "r") as f:
+        vocab, dim = f["softmax/W"].shape
+    return path, "softmax/W", lambda: load_softmax(path, vocab, dim)
+
+
+def _vocab_cache_reader(tmp_path):
+    from conftest import load_fixture_model
+
+    from elmo.inference.vocab_cache import load_vocab_cache, save_vocab_cache
+    model = load_fixture_model("allennlp")
+    path = tmp_path / "cache.hdf5"
+    save_vocab_cache(model, ["the", "cat", "sat"], path)
+    return path, "embedding", lambda: load_vocab_cache(path, model)
+
+
+def _archive_reader(tmp_path):
+    """A zip's model.hdf5: spoiled in place, then zipped (the content-addressed case)."""
+    import shutil
+    import zipfile
+
+    from conftest import ALLENNLP
+
+    from elmo.hub.resolve import load_model
+    path = tmp_path / "model.hdf5"
+    shutil.copy(ALLENNLP / "lm_weights.hdf5", path)
+    archive = tmp_path / "model.zip"
+
+    def load():
+        with zipfile.ZipFile(archive, "w") as z:
+            z.write(ALLENNLP / "options.json", "options.json")
+            z.write(path, "model.hdf5")
+        return load_model(str(archive), cache_dir=tmp_path / "cache")
+    return path, "CNN_proj/W_proj", load
+
+
+# Each reader of model HDF5 files: (a good file's path, the dataset to spoil, the load).
+HDF5_READERS = {"weights": _weights_reader, "softmax": _softmax_reader, "vocabulary cache": _vocab_cache_reader,
+                "archive's model.hdf5": _archive_reader}
+
+
+@pytest.mark.parametrize("reader", HDF5_READERS)
+def test_a_good_model_file_loads(tmp_path, reader):
+    _, _, load = HDF5_READERS[reader](tmp_path)
+    assert load() is not None
+
+
+@pytest.mark.parametrize("case", HDF5_CASES)
+@pytest.mark.parametrize("reader", HDF5_READERS)
+def test_a_hostile_model_file_is_refused_naming_file_and_dataset(tmp_path, reader, case):
+    path, name, load = HDF5_READERS[reader](tmp_path)
+    spoil(path, name, case)
+    with pytest.raises(ValueError) as error:
+        load()
+    message = str(error.value)
+    assert "\n" not in message and path.name in message and name in message, message
+    assert HDF5_CASES[case] in message, message
+
+
+def test_a_vocabulary_cache_may_hold_its_words_as_text(tmp_path):
+    _, _, load = _vocab_cache_reader(tmp_path)
+    assert sorted(load()) == ["cat", "sat", "the"]
+
+
+def test_only_the_opener_opens_an_hdf5_file_to_read():
+    """Every ``h5py.File(...)`` opened to read is in hdf5io, or in a module listed with its reason."""
+    allowed = {"hdf5io.py": "the opener",
+               "inference/outputs.py": "embeddings outputs, opened lazily per sentence (millions of datasets)"}
+    found = []
+    for path in sorted(SRC.rglob("*.py")):
+        if path.relative_to(SRC).as_posix() in allowed:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "File"
+                    and isinstance(node.func.value, ast.Name) and node.func.value.id == "h5py"):
+                mode = node.args[1] if len(node.args) > 1 else next((k.value for k in node.keywords if k.arg == "mode"),
+                                                                     None)
+                if not (isinstance(mode, ast.Constant) and mode.value == "w"):
+                    found.append(f"{path.relative_to(SRC)}:{node.lineno}")
+    assert found == [], "open HDF5 files to read with elmo.hdf5io.open_hdf5, not:\n" + "\n".join(found)
+
