@@ -478,3 +478,81 @@ def test_only_the_opener_opens_an_hdf5_file_to_read():
                     found.append(f"{path.relative_to(SRC)}:{node.lineno}")
     assert found == [], "open HDF5 files to read with elmo.hdf5io.open_hdf5, not:\n" + "\n".join(found)
 
+
+# ------------------------------------------------------------------------------------- text lines
+def _model_args():
+    from conftest import FIXTURE_MODEL_ARGS
+    return FIXTURE_MODEL_ARGS
+
+
+# Every verb that reads text, with its arguments given the text file ("{text}") and a folder for
+# its output ("{out}"): each must refuse a line past elmo embed's bound naming the file and line,
+# found before the line is held. A new verb that reads text joins here.
+TEXT_READERS = {
+    "embed": lambda text, out: ["embed", text, f"{out}/o.hdf5", *_model_args()],
+    "vocab": lambda text, out: ["vocab", text, "--output", f"{out}/vocab.txt"],
+    "cache-vocab": lambda text, out: ["cache-vocab", text, f"{out}/cache.hdf5", *_model_args()],
+    "neighbours --corpus": lambda text, out: ["neighbours", "the cat", "--word", "cat", "--corpus", text, "--no-progress",
+                                              *_model_args()],
+    "prepare": lambda text, out: ["prepare", text, "--output", f"{out}/prepared"],
+    "evaluate --data": lambda text, out: ["evaluate", "default", "--data", text, "--no-progress"],
+}
+# Readers that take a stream (a device or pipe) as well as a regular file: /dev/zero, a file
+# without a line break, must fail fast, not grow (it reached 14 and 17 GB in a minute).
+STREAM_READERS = ("embed", "cache-vocab", "neighbours --corpus")  # prepare, vocab, evaluate take regular files only
+
+
+def _long_line_file(path: Path, line: int = 2) -> Path:
+    """A file whose line ``line`` is longer than the bound: zeros, sparse (nothing is written)."""
+    from elmo.fileio import MAX_LINE_BYTES
+    with open(path, "wb") as f:
+        f.write(b"a few words\n" * (line - 1))
+        f.truncate(f.tell() + MAX_LINE_BYTES + 10)
+    return path
+
+
+def _one_error_line(capsys) -> str:
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    return err[0]
+
+
+@pytest.mark.parametrize("verb", TEXT_READERS)
+def test_every_verb_refuses_a_line_past_the_bound_naming_file_and_line(tmp_path, capsys, verb):
+    from elmo.cli.main import main
+    text = _long_line_file(tmp_path / "long.txt")
+    out = tmp_path / "out"
+    out.mkdir()
+    assert main(TEXT_READERS[verb](str(text), str(out))) == 2
+    line = _one_error_line(capsys)
+    assert f"{text}:2: the line is longer than 64,000,000 bytes" in line, line
+
+
+@pytest.mark.parametrize("verb", STREAM_READERS)
+def test_dev_zero_fails_fast(tmp_path, capsys, verb):
+    import resource
+    import time
+
+    from elmo.cli.main import main
+    out = tmp_path / "out"
+    out.mkdir()
+    started = time.perf_counter()
+    assert main(TEXT_READERS[verb]("/dev/zero", str(out))) == 2
+    line = _one_error_line(capsys)
+    assert "/dev/zero:1: the line is longer than 64,000,000 bytes" in line, line
+    assert time.perf_counter() - started < 30
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss < 4 << 20  # KiB: under 4 GiB, not 14-17 GB
+
+
+def test_the_bound_is_elmo_embeds():
+    from elmo.fileio import MAX_LINE_BYTES
+    from elmo.inference.embed_file import MAX_BYTES_PER_TOKEN, MAX_LINE_TOKENS
+    assert MAX_LINE_TOKENS * MAX_BYTES_PER_TOKEN == MAX_LINE_BYTES
+
+
+def test_a_training_shard_with_a_line_past_the_bound_is_refused(tmp_path):
+    """Shards are read whole (one decode, one split): the longest line is checked on the bytes."""
+    from elmo.training.data import read_encoded
+    shard = _long_line_file(tmp_path / "shard.txt", line=3)
+    with pytest.raises(ValueError, match=rf"^{tmp_path}/shard\.txt:3: the line is longer than 64,000,000 bytes"):
+        read_encoded(str(shard))

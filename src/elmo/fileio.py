@@ -586,13 +586,19 @@ def open_text(path: str | os.PathLike) -> IO[bytes]:
     return open(path, "rb")
 
 
-def read_lines(path: str | os.PathLike, max_bytes: int | None = None) -> Iterator[str]:
+# The longest line any verb reads: elmo embed's bound (a million tokens of at most 64 bytes each,
+# elmo.inference.embed_file). A longer line is refused naming the file and line, found before it
+# is held, so that a file without line breaks (/dev/zero) costs this much memory and no more.
+MAX_LINE_BYTES = 64_000_000
+
+
+def read_lines(path: str | os.PathLike, max_bytes: int | None = MAX_LINE_BYTES) -> Iterator[str]:
     """Yield the lines of a UTF-8 text file (plain or ``.gz``; ``"-"`` for standard input)
     without their line endings, reading the file once, as a stream (pipes work).
 
     Raises ValueError naming the file and 1-based line number of a line that is not valid UTF-8,
-    or, with ``max_bytes``, of a line longer than that (found before the whole line is held:
-    memory stays bounded even when a file has no line breaks).
+    or of a line longer than ``max_bytes`` (:data:`MAX_LINE_BYTES`; found before the whole line is
+    held: memory stays bounded even when a file has no line breaks; None: no bound).
     """
     with open_text(path) as f:
         lines = f if max_bytes is None else _bounded_lines(f, max_bytes, path)

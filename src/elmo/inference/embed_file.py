@@ -30,6 +30,7 @@ from tqdm import tqdm
 
 from elmo import jsonio
 from elmo.fileio import (
+    MAX_LINE_BYTES,
     STDIN,
     atomic_path,
     atomic_write_text,
@@ -61,12 +62,13 @@ from elmo.model.bilm import BiLMState
 from elmo.model.chars import tokenize
 from elmo.version import __version__
 
-# A longer line is refused (with its line number) rather than held: its text and token list are
-# the only things a line costs in memory whatever its length (see elmo.inference.long_lines).
-MAX_LINE_TOKENS = 1_000_000
 # Bytes per token allowed when reading a line, before it is split: a line of more than
 # MAX_BYTES_PER_TOKEN * max_line_tokens bytes is refused unread.
 MAX_BYTES_PER_TOKEN = 64
+# A longer line is refused (with its line number) rather than held: its text and token list are
+# the only things a line costs in memory whatever its length (see elmo.inference.long_lines).
+# With the bytes per token, the bound of every verb that reads text (elmo.fileio.MAX_LINE_BYTES).
+MAX_LINE_TOKENS = MAX_LINE_BYTES // MAX_BYTES_PER_TOKEN
 # Lines per chunk of the work file's journal (rounded down to whole batches): the unit in which a
 # resumed run checks that its input is the interrupted run's.
 DEFAULT_CHUNK_SENTENCES = 4096
