@@ -36,6 +36,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from elmo.fileio import atomic_path, atomic_write_text, default_cache_dir
+from elmo.hub.archives import MAX_ARCHIVE_BYTES_ENV, max_archive_bytes
 from elmo.jsonio import JSONFileError, read_json
 from elmo.jsonio import field as json_field
 
@@ -344,6 +345,13 @@ def _download(remote: RemoteFile, expected: _Expected, path: Path, *, progress: 
                 f"{expected.size_source}, the server announces {length}; nothing was downloaded"
                 f"{expected.hint}"
             )
+        # Unpinned and unrecorded (a URL's first download): bounded as an archive is, while it
+        # streams, whether or not the server announces a length.
+        bound = expected.size if expected.size is not None else max_archive_bytes()
+        too_large = (f"{remote.url}: larger than {bound:,} bytes, the most elmo downloads for a file without a "
+                     f"pinned size (${MAX_ARCHIVE_BYTES_ENV} raises it)")
+        if expected.size is None and length is not None and length > bound:
+            raise DownloadError(f"{too_large}: the server announces {length:,}; nothing was downloaded")
         digest = hashlib.sha256()
         size = 0
         total = length if length is not None else expected.size
@@ -360,6 +368,9 @@ def _download(remote: RemoteFile, expected: _Expected, path: Path, *, progress: 
                 if not chunk:
                     break
                 size += len(chunk)
+                if expected.size is None and size > bound:
+                    raise DownloadError(f"{too_large}: the download was stopped after {size:,} bytes and nothing "
+                                        "was kept")
                 if expected.size is not None and size > expected.size:
                     # Stop at once: a server without Content-Length could otherwise fill the disk.
                     raise DownloadError(
