@@ -29,6 +29,7 @@ import torch
 from tqdm import tqdm
 
 from elmo import jsonio
+from elmo.checks import NonFiniteOutputError
 from elmo.fileio import (
     MAX_LINE_BYTES,
     STDIN,
@@ -288,21 +289,25 @@ class FileEmbedder:
                         continue
                     rows = [tokenized[i] for i in indices]
                     n_tokens = [len(r) for r in rows]
-                    if len(rows) == 1 and embedder.runs_in_windows(rows[0]):
-                        moving = _LongLineProgress(bar, f"line {block[indices[0]][0] + 1}")
-                        pieces = (options.select(p) for p in embedder.embed_long_sentence(rows[0], spill_dir=work.path,
-                                                                                      progress=moving))
-                    else:  # the embedder's one batch path, stored token by token: (tokens, *token_shape)
-                        pieces = [options.select(layers.transpose(1, 0, 2)) for layers in embedder.embed_batch(rows)]
-                    state = b""
-                    if embedder.state == "stateful":
-                        carried = embedder.runtime.carried_state
-                        state = (carried.c.float().cpu().numpy().tobytes() + carried.h.float().cpu().numpy().tobytes())
-                    frame = journal.append(chunk=c, batch=b, last=b == len(batches) - 1, digest=digest,
-                                           line_numbers=[block[i][0] for i in indices], n_tokens=n_tokens,
-                                           texts=[texts[i] for i in indices], vectors=pieces,
-                                           vector_bytes=sum(n_tokens) * row_bytes,
-                                           state=state)
+                    try:  # a batch with a NaN vector fails the run, naming its line (never exit 0)
+                        if len(rows) == 1 and embedder.runs_in_windows(rows[0]):
+                            moving = _LongLineProgress(bar, f"line {block[indices[0]][0] + 1}")
+                            pieces = (options.select(p) for p in embedder.embed_long_sentence(
+                                rows[0], spill_dir=work.path, progress=moving))
+                        else:  # the embedder's one batch path, stored token by token: (tokens, *token_shape)
+                            pieces = [options.select(layers.transpose(1, 0, 2)) for layers in embedder.embed_batch(rows)]
+                        state = b""
+                        if embedder.state == "stateful":
+                            carried = embedder.runtime.carried_state
+                            state = (carried.c.float().cpu().numpy().tobytes()
+                                     + carried.h.float().cpu().numpy().tobytes())
+                        frame = journal.append(chunk=c, batch=b, last=b == len(batches) - 1, digest=digest,
+                                               line_numbers=[block[i][0] for i in indices], n_tokens=n_tokens,
+                                               texts=[texts[i] for i in indices], vectors=pieces,
+                                               vector_bytes=sum(n_tokens) * row_bytes,
+                                               state=state)
+                    except NonFiniteOutputError as e:
+                        raise e.at(f"{input_path}:{block[indices[e.row]][0] + 1}") from None
                     bar.n = int(bar.n)  # drops a long line's fraction (_LongLineProgress): whole lines count here
                     if (c, b) in lost or (c, b) < frontier:
                         again += len(indices)
