@@ -89,8 +89,8 @@ def _dtype_words(dtype: np.dtype) -> str:
 
 
 # The largest magnitude a weight may have: float16's largest value, 65,504. Every model elmo can
-# write fits in a float16 weights file (STORAGE_DTYPES), trained weights are of order 1 to 100, and
-# a weight beyond it is damage: finite but huge weights (3e38) overflow float32 in the first
+# write fits in a float16 weights file (STORAGE_DTYPES; the default model's largest weight is 4.1),
+# and a weight beyond it is damage: finite but huge weights (3e38) overflow float32 in the first
 # product and turned most output values into NaN. The bound is on each value, checked in the
 # same pass as finiteness; an overflow that still compounds through the layers is caught by the
 # last guard, the check of every batch's output (elmo.inference.runtime).
