@@ -556,3 +556,27 @@ def test_a_training_shard_with_a_line_past_the_bound_is_refused(tmp_path):
     shard = _long_line_file(tmp_path / "shard.txt", line=3)
     with pytest.raises(ValueError, match=rf"^{tmp_path}/shard\.txt:3: the line is longer than 64,000,000 bytes"):
         read_encoded(str(shard))
+
+
+@pytest.mark.parametrize("info", ["[1]", '{"tokens": 5}', "[" * 100_000 + "]" * 100_000])
+def test_embed_resume_refuses_an_output_whose_elmo_info_is_not_elmos(tmp_path, capsys, info):
+    """A finished output's elmo_info deep, a list or without ``sentences`` gave a traceback on
+    --resume; now one line naming the output and the field, and --force replaces the output."""
+    import h5py
+    from conftest import FIXTURE_MODEL_ARGS
+
+    from elmo.cli.main import main
+    from elmo.inference.outputs import INFO_ATTR
+    text, out = tmp_path / "in.txt", tmp_path / "out.hdf5"
+    text.write_text("the cat sat\na dog\n")
+    argv = ["embed", str(text), str(out), *FIXTURE_MODEL_ARGS, "--resume"]
+    assert main(argv) == 0
+    with h5py.File(out, "r+") as f:
+        f.attrs[INFO_ATTR] = info
+    capsys.readouterr()
+    assert main(argv) == 2
+    line = _one_error_line(capsys)
+    assert f"{out}: the attribute {INFO_ATTR}: " in line and "Traceback" not in line, line
+    assert main([*argv, "--force"]) == 0
+    with h5py.File(out, "r") as f:
+        assert json.loads(f.attrs[INFO_ATTR])["sentences"] == 2

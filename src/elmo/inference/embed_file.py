@@ -163,7 +163,12 @@ class FileEmbedder:
         work = WorkFolder(target)
         try:
             if os.path.exists(target):
-                info = file_info(target) if resume else None
+                try:
+                    info = file_info(target) if resume else None
+                except jsonio.JSONFileError:  # its elmo_info is not elmo's: refused, named, unless replaced
+                    if not overwrite:
+                        raise
+                    info = None
                 if info is not None and info.get("fingerprint") == fingerprint:
                     work.remove()  # a run killed after its output was in place, before cleaning up
                     if world > 1:
