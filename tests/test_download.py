@@ -399,3 +399,32 @@ def test_unusable_cache_folder_names_the_path(server, tmp_path):
     expected = f"could not store {remote.url} at {blocker / 'options.json'}"
     with pytest.raises(DownloadError, match=re.escape(expected)):
         fetch(remote, blocker, progress=False)
+
+
+@pytest.mark.parametrize("announced", [True, False])
+def test_an_unpinned_download_is_bounded_while_it_streams(tmp_path, monkeypatch, announced):
+    """A URL's first download (no pinned size, no record) is held to $ELMO_MAX_ARCHIVE_BYTES, with
+    or without Content-Length: one with none wrote 5.49 GB into the cache under a 10 MB bound."""
+    monkeypatch.setenv("ELMO_MAX_ARCHIVE_BYTES", str(download.CHUNK_SIZE + 100))
+    data = b"x" * (4 * download.CHUNK_SIZE)
+    cache = tmp_path / "cache"
+    if announced:
+        (tmp_path / "www").mkdir()
+        (tmp_path / "www" / "file.bin").write_bytes(data)
+        with serve_directory(tmp_path / "www") as (base, _):
+            with pytest.raises(DownloadError) as info:
+                fetch(RemoteFile(url=f"{base}/file.bin", filename="file.bin"), cache, progress=False)
+        assert f"the server announces {len(data):,}; nothing was downloaded" in str(info.value)
+    else:
+        with serve_without_length(data) as url:
+            with pytest.raises(DownloadError) as info:
+                fetch(RemoteFile(url=url, filename="file.bin"), cache, progress=False)
+        assert "the download was stopped after" in str(info.value)
+    assert f"larger than {download.CHUNK_SIZE + 100:,} bytes" in str(info.value) and "\n" not in str(info.value)
+    assert leftovers(cache) == []
+
+
+def test_an_unpinned_download_within_the_bound_is_kept(tmp_path, monkeypatch):
+    monkeypatch.setenv("ELMO_MAX_ARCHIVE_BYTES", "100")
+    with serve_without_length(b"y" * 100) as url:
+        assert fetch(RemoteFile(url=url, filename="file.bin"), tmp_path / "cache", progress=False).read_bytes() == b"y" * 100

@@ -66,3 +66,29 @@ def test_the_first_unsafe_global_is_named_in_one_line(capsys):
 @pytest.mark.parametrize("data", [b"", b"\x00\x01 not a pickle", b"PK\x03\x04 a broken zip", b"\x80\x02(K\x01"])
 def test_bytes_that_are_not_a_pickle_are_left_to_torch_to_call_damaged(data):
     assert unsafe_global(data) is None
+
+
+@pytest.mark.parametrize("opcode", [b"\x8e", b"\x8d", b"\x8a"])  # BINBYTES8, BINUNICODE8 (2**40), LONG4 (2**31-1)
+def test_a_length_past_the_end_of_the_file_is_damage_not_an_allocation(tmp_path, opcode):
+    """A 14-byte legacy .pt whose pickle claims 2**40 bytes gave MemoryError in this scanner;
+    every length it reads is now bounded by what is left of the file."""
+    length = (2**40).to_bytes(8, "little") if opcode != b"\x8a" else (2**31 - 1).to_bytes(4, "little")
+    data = (b"\x80\x04" + opcode + length + b"abc")[:14]
+    path = tmp_path / "claim.pt"
+    path.write_bytes(data)
+    assert unsafe_global(path) is None and unsafe_global(data) is None  # damaged: left to torch.load to say so
+
+
+def test_a_text_line_without_end_is_read_only_to_its_bound(tmp_path):
+    path = tmp_path / "line.pt"
+    path.write_bytes(b"c" + b"m" * (1 << 20))  # GLOBAL with a module name of a megabyte and no newline
+    assert unsafe_global(path) is None
+
+
+def test_the_file_claiming_a_terabyte_is_one_line_of_damage(tmp_path):
+    from elmo.hub.checkpoints import read_checkpoint
+    path = tmp_path / "claim.pt"
+    path.write_bytes(b"\x80\x04\x8e" + (2**40).to_bytes(8, "little") + b"abc")
+    with pytest.raises(ValueError) as caught:
+        read_checkpoint(path, {"elmo-model": 1})
+    assert str(path) in str(caught.value) and "\n" not in str(caught.value)

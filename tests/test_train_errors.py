@@ -262,3 +262,33 @@ def test_world_size_without_rank_is_refused_in_one_line(tmp_path, capsys, monkey
     assert code == 2 and err == ("elmo train: error: WORLD_SIZE=2 is set but RANK is not: torchrun sets both for each "
                                  "process; set RANK too, or unset WORLD_SIZE to run one process\n")
     assert not (tmp_path / "r").exists()
+
+
+HOSTILE_SETTINGS = {"deep": ("[" * 100_000 + "]" * 100_000).encode(), "not UTF-8": b'{"train": ["caf\xe9"]}',
+                    "truncated": b'{"train": ["a.txt"], "outp', "seed a string": b'{"seed": "1"}'}
+
+
+@pytest.mark.parametrize("case", HOSTILE_SETTINGS)
+def test_resume_refuses_a_hostile_settings_file_naming_it(case, finished_run, tmp_path, capsys):
+    """train_settings.json nested 100,000 deep gave a traceback; not UTF-8 or truncated, a message
+    without the file."""
+    run = _copy(finished_run, tmp_path)
+    (run / "train_settings.json").write_bytes(HOSTILE_SETTINGS[case])
+    before = sorted(p.name for p in run.rglob("*"))
+    code, err = _cli(capsys, "train", "--vocab", str(VOCAB), "--train", str(CORPUS), "--output", str(run), "--resume")
+    assert code == 2 and err.count("\n") == 1 and "Traceback" not in err, err
+    assert f"{run / 'train_settings.json'}: " in err, err
+    assert sorted(p.name for p in run.rglob("*")) == before
+
+
+@pytest.mark.parametrize("case", HOSTILE_SETTINGS)
+def test_a_hub_card_refuses_a_hostile_settings_file_naming_it(case, finished_run, tmp_path, capsys):
+    run = _copy(finished_run, tmp_path)
+    (run / "train_settings.json").write_bytes(HOSTILE_SETTINGS[case])
+    out = tmp_path / "card"
+    code, err = _cli(capsys, "export", str(run), "--output", str(out), "--hub-card", "--license", "mit")
+    if case == "seed a string":  # the card reads only what it shows: the settings are shown as they are
+        assert code == 0, err
+        return
+    assert code == 2 and err.count("\n") == 1 and "Traceback" not in err, err
+    assert f"{run / 'train_settings.json'}: " in err and not out.exists(), err

@@ -50,3 +50,23 @@ def check_number(value: float, name: str, least: float = 0.0, *, above: bool = F
     if value < least or (above and value == least) or (below is not None and value >= below):
         raise ValueError(f"{name}: must be {bound}, got {_shown(value)}")
     return value
+
+
+class NonFiniteOutputError(ValueError):
+    """The last guard of "finite numbers in, finite numbers out": a batch whose vectors hold NaN or
+    infinite values (weights whose products overflow float32 on this input), raised instead of
+    returning or writing them. ``row``: the sentence's index in its batch, which the caller turns
+    into the sentence's number or the file's line (:meth:`at`)."""
+
+    def __init__(self, row: int, where: str = ""):
+        self.row, self.where = row, where
+        place = f"{where}: " if where else f"sentence {row} of the batch: "
+        super().__init__(f"{place}its vectors hold NaN or infinite values (the model's weights overflow float32 on "
+                         "this input?); nothing was written for it")
+
+    def at(self, where: str) -> NonFiniteOutputError:
+        """The same error, naming ``where`` (``"in.txt:12"``, ``"sentence 3"``)."""
+        return NonFiniteOutputError(self.row, where)
+
+    def __reduce__(self):
+        return type(self), (self.row, self.where)

@@ -21,6 +21,8 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import IO, TypeVar
 
+from elmo.jsonio import read_json
+
 T = TypeVar("T")
 
 STDIN = "-"
@@ -549,8 +551,7 @@ def read_owner(folder: str | os.PathLike) -> dict | None:
     """The marker of ``folder`` (``{"format", "kind", "id"}``), or None when it has no readable
     marker of elmo's."""
     try:
-        with open(os.path.join(os.fspath(folder), OWNER_FILE), "rb") as f:
-            info = json.loads(f.read(OWNER_MAX_BYTES))
+        info = read_json(os.path.join(os.fspath(folder), OWNER_FILE), max_bytes=OWNER_MAX_BYTES)
     except (OSError, ValueError):
         return None
     if (isinstance(info, dict) and info.get("format") == OWNER_FORMAT and isinstance(info.get("kind"), str)
@@ -859,13 +860,19 @@ def open_text(path: str | os.PathLike) -> IO[bytes]:
     return open(path, "rb")
 
 
-def read_lines(path: str | os.PathLike, max_bytes: int | None = None) -> Iterator[str]:
+# The longest line any verb reads: elmo embed's bound (a million tokens of at most 64 bytes each,
+# elmo.inference.embed_file). A longer line is refused naming the file and line, found before it
+# is held, so that a file without line breaks (/dev/zero) costs this much memory and no more.
+MAX_LINE_BYTES = 64_000_000
+
+
+def read_lines(path: str | os.PathLike, max_bytes: int | None = MAX_LINE_BYTES) -> Iterator[str]:
     """Yield the lines of a UTF-8 text file (plain or ``.gz``; ``"-"`` for standard input)
     without their line endings, reading the file once, as a stream (pipes work).
 
     Raises ValueError naming the file and 1-based line number of a line that is not valid UTF-8,
-    or, with ``max_bytes``, of a line longer than that (found before the whole line is held:
-    memory stays bounded even when a file has no line breaks).
+    or of a line longer than ``max_bytes`` (:data:`MAX_LINE_BYTES`; found before the whole line is
+    held: memory stays bounded even when a file has no line breaks; None: no bound).
     """
     with open_text(path) as f:
         lines = f if max_bytes is None else _bounded_lines(f, max_bytes, path)

@@ -9,7 +9,7 @@ import sys
 import numpy as np
 import torch
 
-from elmo.checks import check_count
+from elmo.checks import NonFiniteOutputError, check_count
 from elmo.cli.common import add_model_arguments, model_and_source_from_args
 from elmo.devices import DEFAULT_DEVICE, DEVICES, torchrun_environment
 from elmo.fileio import STDIN, chunks, read_lines
@@ -225,7 +225,11 @@ def print_vectors(embedder: Embedder, input_path: str, layers: str) -> None:
     number = 0
     for block in chunks(read_lines(input_path), PRINT_CHUNK):
         sentences = [line.split() for line in block]
-        for tokens, vectors in zip(sentences, embedder.embed_sentences(sentences, layers=layers)):
+        try:
+            embedded = embedder.embed_sentences(sentences, layers=layers)
+        except NonFiniteOutputError as e:  # its row: the sentence's index in the block
+            raise e.at(f"{input_path}:{number + e.row + 1}") from None
+        for tokens, vectors in zip(sentences, embedded):
             print(f"sentence {number}: {len(tokens)} tokens, array {tuple(vectors.shape)} "
                   f"({'layers, tokens, dim; the top layer below' if vectors.ndim == 3 else 'tokens, dim'})")
             top = vectors[-1] if vectors.ndim == 3 else vectors

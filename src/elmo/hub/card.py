@@ -23,6 +23,7 @@ from pathlib import Path
 
 from elmo.hub.checkpoints import CARD_MARK, export_language_model
 from elmo.hub.resolve import ModelSource, load_language_model_with_origin
+from elmo.jsonio import field as json_field, read_json
 from elmo.model.lm import LanguageModel
 from elmo.model.vocab import Vocabulary
 from elmo.model.weights import STORAGE_DTYPES
@@ -82,11 +83,16 @@ def heldout_perplexity(run: Path, step: int) -> tuple[float, int] | None:
 
 
 def _run_settings(run: Path) -> dict | None:
+    """The run's ``train_settings.json`` (None without one). A file that is not one is refused
+    (:class:`elmo.jsonio.JSONFileError`, naming the file and field): a card never shows settings
+    it cannot vouch for, and never guesses them."""
+    path = run / RUN_SETTINGS_FILE
     try:
-        settings = json.loads((run / RUN_SETTINGS_FILE).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        settings = read_json(path)
+    except FileNotFoundError:
         return None
-    return settings if isinstance(settings, dict) else None
+    json_field(settings, "init_from", (str, type(None)), os.fspath(path), required=False)
+    return settings
 
 
 def _yaml(value) -> str:

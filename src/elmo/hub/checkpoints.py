@@ -28,6 +28,7 @@ import numpy as np
 import torch
 
 from elmo.fileio import atomic_folder, atomic_path, check_folder, save_torch
+from elmo.hdf5io import HDF5FileError, open_hdf5, read_dataset
 from elmo.hub.pickles import torch_reason, unsafe_global
 from elmo.model.bilm import BiLM
 from elmo.model.config import BiLMConfig, ConfigError
@@ -177,14 +178,21 @@ def save_softmax(softmax: Softmax, path: str | os.PathLike, dtype: str = STORAGE
 
 def load_softmax(path: str | os.PathLike, vocab_size: int, dim: int) -> Softmax:
     softmax = Softmax(vocab_size, dim)
-    with h5py.File(path, "r") as f:
+    try:
+        f = open_hdf5(path)
+    except HDF5FileError as e:
+        raise WeightsError(str(e)) from None
+    with f:
         for name, param, shape in (("softmax/W", softmax.weight, (vocab_size, dim)), ("softmax/b", softmax.bias, (vocab_size,))):
-            if name not in f:
+            if name not in f or not isinstance(f[name], h5py.Dataset):
                 raise WeightsError(f"{path}: dataset '{name}' is missing (expected shape {shape})")
             if tuple(f[name].shape) != shape:
                 raise WeightsError(f"{path}: dataset '{name}' has shape {tuple(f[name].shape)}, "
                                    f"but the vocabulary and options need {shape}")
-            array = f[name][...]
+            try:
+                array = read_dataset(f[name], f"{path}: dataset '{name}'")
+            except HDF5FileError as e:
+                raise WeightsError(str(e)) from None
             check_finite(array, f"{path}: dataset '{name}'")  # strings, NaN: refused naming the dataset
             array = np.asarray(array, dtype=np.float32)
             with torch.no_grad():

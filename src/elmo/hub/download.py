@@ -24,6 +24,7 @@ import hashlib
 import http.client
 import json
 import os
+import re
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -35,9 +36,14 @@ from pathlib import Path
 from tqdm import tqdm
 
 from elmo.fileio import atomic_path, atomic_write_text, default_cache_dir
+from elmo.hub.archives import MAX_ARCHIVE_BYTES_ENV, max_archive_bytes
+from elmo.jsonio import JSONFileError, read_json
+from elmo.jsonio import field as json_field
 
 CHUNK_SIZE = 1 << 20
 SIDECAR_SUFFIX = ".sha256"
+# A sidecar holds a digest, a size and the URL: a few hundred bytes.
+SIDECAR_MAX_BYTES = 1 << 16
 # Set to "1" to allow plain http:// downloads (a mirror on a network you trust).
 ALLOW_HTTP_ENV = "ELMO_ALLOW_HTTP"
 
@@ -218,10 +224,16 @@ def _read_record(sidecar: Path) -> _Record | None:
     if not sidecar.exists():
         return None
     try:
-        data = json.loads(sidecar.read_text(encoding="utf-8"))
-        return _Record(sha256=str(data["sha256"]).lower(), size=int(data["size"]))
-    except (OSError, ValueError, KeyError, TypeError) as e:  # JSON and UTF-8 errors are ValueErrors
-        raise ValueError(f"unreadable sidecar {sidecar}") from e
+        data = read_json(sidecar, max_bytes=SIDECAR_MAX_BYTES)
+        sha256 = json_field(data, "sha256", str, os.fspath(sidecar))
+        size = json_field(data, "size", int, os.fspath(sidecar))
+    except OSError as e:
+        raise ValueError(f"unreadable sidecar {sidecar} ({e.strerror or e})") from e
+    except JSONFileError as e:
+        raise ValueError(f"unreadable sidecar {sidecar} ({e.reason})") from e
+    if not re.fullmatch(r"[0-9a-fA-F]{64}", sha256) or size < 0:
+        raise ValueError(f"unreadable sidecar {sidecar} (not a SHA-256 and a size in bytes)")
+    return _Record(sha256=sha256.lower(), size=size)
 
 
 def _expected(remote: RemoteFile, record: _Record | None, sidecar: Path) -> _Expected:
@@ -333,6 +345,13 @@ def _download(remote: RemoteFile, expected: _Expected, path: Path, *, progress: 
                 f"{expected.size_source}, the server announces {length}; nothing was downloaded"
                 f"{expected.hint}"
             )
+        # Unpinned and unrecorded (a URL's first download): bounded as an archive is, while it
+        # streams, whether or not the server announces a length.
+        bound = expected.size if expected.size is not None else max_archive_bytes()
+        too_large = (f"{remote.url}: larger than {bound:,} bytes, the most elmo downloads for a file without a "
+                     f"pinned size (${MAX_ARCHIVE_BYTES_ENV} raises it)")
+        if expected.size is None and length is not None and length > bound:
+            raise DownloadError(f"{too_large}: the server announces {length:,}; nothing was downloaded")
         digest = hashlib.sha256()
         size = 0
         total = length if length is not None else expected.size
@@ -349,6 +368,9 @@ def _download(remote: RemoteFile, expected: _Expected, path: Path, *, progress: 
                 if not chunk:
                     break
                 size += len(chunk)
+                if expected.size is None and size > bound:
+                    raise DownloadError(f"{too_large}: the download was stopped after {size:,} bytes and nothing "
+                                        "was kept")
                 if expected.size is not None and size > expected.size:
                     # Stop at once: a server without Content-Length could otherwise fill the disk.
                     raise DownloadError(

@@ -40,6 +40,7 @@ from pathlib import Path
 
 import torch
 
+from elmo import jsonio
 from elmo.fileio import atomic_path, atomic_write_text, save_torch
 from elmo.hub.archives import MAX_ARCHIVE_BYTES_ENV, ArchiveError, ModelFolder, max_archive_bytes, member_bound
 from elmo.hub.pickles import UnsafePickleError, check_pickle, torch_reason
@@ -114,13 +115,12 @@ def load_tensors(folder: ModelFolder, name: str, limit: int | None = None, why: 
 def _json_member(folder: ModelFolder, name: str) -> dict:
     text = folder.read_text(name)
     try:
-        value = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise ManyLangsError(f"{folder.label(name)}: not valid JSON (line {e.lineno}, column {e.colno}): {e.msg}"
-                             ) from None
-    except RecursionError:
-        raise ManyLangsError(f"{folder.label(name)}: its JSON is nested too deeply to read (a model's config is "
-                             "one level deep)") from None
+        value = jsonio.loads(text, folder.label(name))
+    except jsonio.JSONFileError as e:
+        if e.reason.startswith("its JSON is nested too deeply"):
+            raise ManyLangsError(f"{folder.label(name)}: its JSON is nested too deeply to read (a model's config is "
+                                 "one level deep)") from None
+        raise ManyLangsError(str(e)) from None
     if not isinstance(value, dict):
         raise ManyLangsError(f"{folder.label(name)}: expected a JSON object")
     return value

@@ -120,7 +120,47 @@ def pickle_globals(stream: IO[bytes]):
             stack.append(_NOT_A_NAME)
 
 
-def _first_unsafe(stream: IO[bytes], pickles: int) -> str | None:
+# The longest text line a pickle opcode may spell (a GLOBAL's module and name, a text-protocol
+# number or string): Python names are short, and a line is read whole before it is checked.
+_MAX_LINE_BYTES = 1 << 16
+
+
+class _Bounded:
+    """``stream`` read no further than ``size`` bytes from where it is: every length an opcode
+    claims (``BINBYTES8`` may claim 2**64) is checked against what is left before it is read, so
+    that a 14-byte file claiming a terabyte is damage, not a terabyte-sized allocation."""
+
+    def __init__(self, stream: IO[bytes], size: int):
+        self._stream, self._end = stream, stream.tell() + size
+
+    def _left(self) -> int:
+        return max(0, self._end - self._stream.tell())
+
+    def read(self, n: int = -1) -> bytes:
+        left = self._left()
+        if n is None or n < 0:
+            n = left
+        if n > left:
+            raise ValueError(f"a pickle opcode claims {n:,} bytes where {left:,} are left in the file")
+        return self._stream.read(n)
+
+    def readline(self, limit: int = -1) -> bytes:
+        line = self._stream.readline(min(self._left(), _MAX_LINE_BYTES))
+        if len(line) == _MAX_LINE_BYTES and not line.endswith(b"\n"):
+            raise ValueError(f"a pickle opcode's text line is longer than {_MAX_LINE_BYTES:,} bytes")
+        return line
+
+    def tell(self) -> int:
+        return self._stream.tell()
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        return self._stream.seek(offset, whence)
+
+
+def _first_unsafe(stream: IO[bytes], pickles: int, size: int) -> str | None:
+    """The first unsafe global of the ``pickles`` pickles in a row in ``stream``, which holds
+    ``size`` bytes from where it is (every length read is bounded by them)."""
+    stream = _Bounded(stream, size)
     for _ in range(pickles):
         if not stream.read(1):
             return None
@@ -144,12 +184,13 @@ def unsafe_global(source: str | os.PathLike | bytes) -> str | None:
                     for info in z.infolist():
                         if info.filename.count("/") == 1 and info.filename.endswith("/data.pkl"):
                             with z.open(info) as pkl:
-                                found = _first_unsafe(pkl, 1)
+                                found = _first_unsafe(pkl, 1, info.file_size)
                             if found:
                                 return found
                 return None
+            size = f.seek(0, io.SEEK_END)
             f.seek(0)
-            return _first_unsafe(f, _LEGACY_PICKLES)
+            return _first_unsafe(f, _LEGACY_PICKLES, size)
     except (ValueError, EOFError, OSError, zipfile.BadZipFile, IndexError, KeyError):
         return None  # not a pickle: damaged, which torch.load reports
 

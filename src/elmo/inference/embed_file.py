@@ -28,7 +28,10 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
+from elmo import jsonio
+from elmo.checks import NonFiniteOutputError
 from elmo.fileio import (
+    MAX_LINE_BYTES,
     STDIN,
     atomic_path,
     atomic_write_text,
@@ -60,12 +63,13 @@ from elmo.model.bilm import BiLMState
 from elmo.model.chars import tokenize
 from elmo.version import __version__
 
-# A longer line is refused (with its line number) rather than held: its text and token list are
-# the only things a line costs in memory whatever its length (see elmo.inference.long_lines).
-MAX_LINE_TOKENS = 1_000_000
 # Bytes per token allowed when reading a line, before it is split: a line of more than
 # MAX_BYTES_PER_TOKEN * max_line_tokens bytes is refused unread.
 MAX_BYTES_PER_TOKEN = 64
+# A longer line is refused (with its line number) rather than held: its text and token list are
+# the only things a line costs in memory whatever its length (see elmo.inference.long_lines).
+# With the bytes per token, the bound of every verb that reads text (elmo.fileio.MAX_LINE_BYTES).
+MAX_LINE_TOKENS = MAX_LINE_BYTES // MAX_BYTES_PER_TOKEN
 # Lines per chunk of the work file's journal (rounded down to whole batches): the unit in which a
 # resumed run checks that its input is the interrupted run's.
 DEFAULT_CHUNK_SENTENCES = 4096
@@ -154,11 +158,17 @@ class FileEmbedder:
         # Stateful mode needs whole batches of consecutive lines per chunk.
         batch_size = embedder.batch_size
         chunk = max(1, self.chunk_sentences // batch_size) * batch_size
-        fingerprint = json.loads(json.dumps(self.fingerprint(chunk, (rank, world))))
+        # As work.json and elmo_info will hold it (tuples as lists), to compare with what they hold.
+        fingerprint = jsonio.loads(json.dumps(self.fingerprint(chunk, (rank, world))), "the run's fingerprint")
         work = WorkFolder(target)
         try:
             if os.path.exists(target):
-                info = file_info(target) if resume else None
+                try:
+                    info = file_info(target) if resume else None
+                except jsonio.JSONFileError:  # its elmo_info is not elmo's: refused, named, unless replaced
+                    if not overwrite:
+                        raise
+                    info = None
                 if info is not None and info.get("fingerprint") == fingerprint:
                     work.remove()  # a run killed after its output was in place, before cleaning up
                     if world > 1:
@@ -284,21 +294,25 @@ class FileEmbedder:
                         continue
                     rows = [tokenized[i] for i in indices]
                     n_tokens = [len(r) for r in rows]
-                    if len(rows) == 1 and embedder.runs_in_windows(rows[0]):
-                        moving = _LongLineProgress(bar, f"line {block[indices[0]][0] + 1}")
-                        pieces = (options.select(p) for p in embedder.embed_long_sentence(rows[0], spill_dir=work.path,
-                                                                                      progress=moving))
-                    else:  # the embedder's one batch path, stored token by token: (tokens, *token_shape)
-                        pieces = [options.select(layers.transpose(1, 0, 2)) for layers in embedder.embed_batch(rows)]
-                    state = b""
-                    if embedder.state == "stateful":
-                        carried = embedder.runtime.carried_state
-                        state = (carried.c.float().cpu().numpy().tobytes() + carried.h.float().cpu().numpy().tobytes())
-                    frame = journal.append(chunk=c, batch=b, last=b == len(batches) - 1, digest=digest,
-                                           line_numbers=[block[i][0] for i in indices], n_tokens=n_tokens,
-                                           texts=[texts[i] for i in indices], vectors=pieces,
-                                           vector_bytes=sum(n_tokens) * row_bytes,
-                                           state=state)
+                    try:  # a batch with a NaN vector fails the run, naming its line (never exit 0)
+                        if len(rows) == 1 and embedder.runs_in_windows(rows[0]):
+                            moving = _LongLineProgress(bar, f"line {block[indices[0]][0] + 1}")
+                            pieces = (options.select(p) for p in embedder.embed_long_sentence(
+                                rows[0], spill_dir=work.path, progress=moving))
+                        else:  # the embedder's one batch path, stored token by token: (tokens, *token_shape)
+                            pieces = [options.select(layers.transpose(1, 0, 2)) for layers in embedder.embed_batch(rows)]
+                        state = b""
+                        if embedder.state == "stateful":
+                            carried = embedder.runtime.carried_state
+                            state = (carried.c.float().cpu().numpy().tobytes()
+                                     + carried.h.float().cpu().numpy().tobytes())
+                        frame = journal.append(chunk=c, batch=b, last=b == len(batches) - 1, digest=digest,
+                                               line_numbers=[block[i][0] for i in indices], n_tokens=n_tokens,
+                                               texts=[texts[i] for i in indices], vectors=pieces,
+                                               vector_bytes=sum(n_tokens) * row_bytes,
+                                               state=state)
+                    except NonFiniteOutputError as e:
+                        raise e.at(f"{input_path}:{block[indices[e.row]][0] + 1}") from None
                     bar.n = int(bar.n)  # drops a long line's fraction (_LongLineProgress): whole lines count here
                     if (c, b) in lost or (c, b) < frontier:
                         again += len(indices)

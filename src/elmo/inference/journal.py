@@ -49,6 +49,8 @@ from pathlib import Path
 import numpy as np
 
 from elmo.fileio import OWNER_FILE, atomic_write_text, make_owned_folder, read_owner, remove_owned_folder
+from elmo.jsonio import JSONFileError, read_json
+from elmo.jsonio import field as jsonio_field
 
 WORK_SUFFIX = ".partial"
 WORK_NAMES = frozenset({"work.json", "journal.bin", "synced", "lock", OWNER_FILE})
@@ -199,8 +201,8 @@ class WorkFolder:
         if not names or (names == ["lock"] and os.path.getsize(os.path.join(path, "lock")) == 0):
             return None  # empty, or only the empty lock file a refused resume made: nothing to lose
         try:
-            info = json.loads(Path(path, "work.json").read_text(encoding="utf-8"))
-        except (OSError, ValueError, RecursionError):
+            info = read_json(os.path.join(path, "work.json"))
+        except (OSError, ValueError):
             info = None
         if owner is None and isinstance(info, dict) and info.get("format") == WORK_FORMAT:
             return None  # made before the marker existed
@@ -227,16 +229,8 @@ class WorkFolder:
         """Take over an interrupted run's folder, refusing it when its fingerprint differs."""
         self.check_ours()
         self.lock()
-        try:
-            info = json.loads(Path(self.info_path).read_text(encoding="utf-8"))
-        except (OSError, ValueError, RecursionError) as e:
-            why = "nested too deeply" if isinstance(e, RecursionError) else e
-            raise WorkFileError(f"{self.path}: not a readable work file ({why}); remove it (or pass --force) "
-                                "to start over") from None
-        if not isinstance(info, dict) or info.get("format") != WORK_FORMAT or info.get("version") != WORK_VERSION:
-            raise WorkFileError(f"{self.path}: not an elmo embed work file of version {WORK_VERSION}; remove it "
-                                "(or pass --force) to start over")
-        differences = _fields_that_differ(info.get("fingerprint", {}), fingerprint)
+        info = self.read_info()
+        differences = _fields_that_differ(info["fingerprint"], fingerprint)
         if differences:
             raise WorkFileError(f"{self.path}: this work file is from a run with other settings, so resuming would "
                                 f"mix two kinds of vectors ({'; '.join(differences)}). Rerun with the interrupted "
@@ -279,13 +273,27 @@ class WorkFolder:
         """The identity every frame of this work file must carry: that of the fingerprint this
         process created or opened it with, else the one its ``work.json`` records."""
         if self._run is None:
-            try:
-                info = json.loads(Path(self.info_path).read_text(encoding="utf-8"))
-                self._run = run_identity(info["fingerprint"])
-            except (OSError, ValueError, KeyError, TypeError, RecursionError):
-                raise WorkFileError(f"{self.path}: its work.json is missing or unreadable; remove it (or pass "
-                                    "--force) to start over") from None
+            self._run = run_identity(self.read_info()["fingerprint"])
         return self._run
+
+    def read_info(self) -> dict:
+        """The folder's ``work.json``, checked: an object of elmo's format and version whose
+        ``fingerprint`` is an object. Anything else (missing, out of :mod:`elmo.jsonio`'s bounds,
+        a field of the wrong type) is a :class:`WorkFileError` naming the file (and field)."""
+        try:
+            info = read_json(self.info_path)
+            if jsonio_field(info, "format", str, self.info_path) != WORK_FORMAT or (
+                    jsonio_field(info, "version", int, self.info_path) != WORK_VERSION):
+                raise WorkFileError(f"{self.path}: not an elmo embed work file of version {WORK_VERSION}; remove it "
+                                    "(or pass --force) to start over")
+            jsonio_field(info, "fingerprint", dict, self.info_path)
+        except OSError as e:
+            raise WorkFileError(f"{self.path}: not a readable work file ({self.info_path}: "
+                                f"{e.strerror or e}); remove it (or pass --force) to start over") from None
+        except JSONFileError as e:
+            raise WorkFileError(f"{self.path}: not a readable work file ({e}); remove it (or pass --force) "
+                                "to start over") from None
+        return info
 
     # -------------------------------------------------------------------------------- reading
     def scan(self, chained: bool = False) -> list[Frame]:

@@ -20,6 +20,7 @@ import numpy as np
 import torch
 
 from elmo.fileio import atomic_path
+from elmo.hdf5io import DamagedDatasetError, HDF5FileError, open_hdf5, read_dataset
 from elmo.inference.embed import Embedder
 from elmo.inference.precision import DEFAULT_PRECISION
 
@@ -85,11 +86,14 @@ def load_or_compute(embedder: Embedder, sentences: Sequence[Sequence[str]], cach
     if os.path.lexists(path):
         # A file of the cache's name that elmo did not write is never replaced (nor a folder).
         try:
-            with h5py.File(path, "r") as f:
+            with open_hdf5(path) as f:
                 ours = f.attrs.get("format") == FORMAT
                 if ours and len(f["offsets"]) == len(sentences) + 1:
-                    return LayerCache(f["layers"][...], f["offsets"][...])
-        except (OSError, KeyError, TypeError):
+                    return LayerCache(read_dataset(f["layers"], f"{path}: dataset 'layers'"),
+                                      read_dataset(f["offsets"], f"{path}: dataset 'offsets'"))
+        except DamagedDatasetError:  # one of ours whose chunk rotted: said so, naming the dataset
+            raise
+        except (HDF5FileError, OSError, KeyError, TypeError):
             ours = False
         if not ours:
             raise FileExistsError(f"{path}: in the cache folder {cache_dir} under a name elmo's layer cache uses, "

@@ -28,10 +28,11 @@ import json
 import os
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 import h5py
 import numpy as np
+
+from elmo import jsonio
 
 LAYOUTS = ("allennlp", "packed")
 DEFAULT_LAYOUT = "allennlp"
@@ -276,10 +277,30 @@ def file_info(path: str | os.PathLike) -> dict | None:
             raw = f.attrs.get(INFO_ATTR)
     except (OSError, ValueError):
         return None
-    try:
-        return json.loads(raw) if raw is not None else None
-    except ValueError:
-        return None
+    return None if raw is None else read_info(raw, os.fspath(path))
+
+
+# The fields of the attribute elmo_info a reader relies on, with their JSON types (the rest is
+# informative). Counts are whole numbers of at least 0; the token shape a list of them.
+INFO_SCHEMA = {"sentences": (int,), "tokens": (int,), "token_shape": (list,), "fingerprint": (dict,),
+               "layers": (list, int, str, type(None)), "format_version": (int,)}
+INFO_REQUIRED = ("sentences", "tokens")
+
+
+def read_info(raw: str | bytes, path: str) -> dict:
+    """The attribute ``elmo_info`` of the finished file ``path`` (its JSON text ``raw``), checked
+    against :data:`INFO_SCHEMA`; a :class:`elmo.jsonio.JSONFileError` (a ValueError) naming the file
+    and the field when it is not elmo's."""
+    source = f"{path}: the attribute {INFO_ATTR}"
+    info = jsonio.loads(raw, source)
+    for name, kinds in INFO_SCHEMA.items():
+        value = jsonio.field(info, name, kinds, source, required=name in INFO_REQUIRED)
+        if isinstance(value, int) and not isinstance(value, bool) and value < 0:
+            raise jsonio.JSONFileError(source, f"the field {name!r} must be at least 0, not {value}")
+    shape = info.get("token_shape", [])
+    if not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in shape):
+        raise jsonio.JSONFileError(source, "the field 'token_shape' must be a list of counts")
+    return info
 
 
 # ------------------------------------------------------------------------------------ shards
@@ -452,8 +473,13 @@ class _AllenNLPFile(Embeddings):
         if self._texts is None:
             texts: list[str | None] = [None] * self._n
             if "sentence_to_index" in self.f:
-                for line, index in json.loads(self.f["sentence_to_index"][0]).items():
-                    if 0 <= int(index) < self._n:
+                source = f"{self.path}: the dataset sentence_to_index"
+                # Held whole already (one string in the file), so bounded by depth and numbers only.
+                mapping = jsonio.loads(self.f["sentence_to_index"][0], source, max_bytes=None)
+                if not isinstance(mapping, dict):
+                    raise jsonio.JSONFileError(source, "not a JSON object of lines and their indices")
+                for line, index in mapping.items():
+                    if isinstance(index, (int, str)) and str(index).isdigit() and int(index) < self._n:
                         texts[int(index)] = line
             self._texts = texts
         return self._texts[i]
@@ -546,11 +572,10 @@ class _Shards(Embeddings):
 
 
 def _info_of(f: h5py.File) -> dict:
+    """The file's elmo_info ({} for a file without one: an ``allennlp elmo`` file); refused, naming
+    the file and field, when it is not elmo's (:func:`read_info`)."""
     raw = f.attrs.get(INFO_ATTR)
-    try:
-        return json.loads(raw) if raw is not None else {}
-    except ValueError:
-        return {}
+    return read_info(raw, f.filename) if raw is not None else {}
 
 
 def _open_file(path: str, cache_bytes: int) -> Embeddings:
@@ -576,13 +601,11 @@ def _open_file(path: str, cache_bytes: int) -> Embeddings:
 def _open_folder(folder: str, cache_bytes: int) -> Embeddings:
     manifest_path = os.path.join(folder, MANIFEST)
     try:
-        manifest = json.loads(Path(manifest_path).read_text(encoding="utf-8"))
+        manifest = jsonio.read_json(manifest_path)
     except FileNotFoundError:
         partial = sorted(n for n in os.listdir(folder) if n.startswith("shard-"))
         hint = f" (it holds {', '.join(partial)}: is the run still going?)" if partial else ""
         raise FileNotFoundError(f"{folder}: no {MANIFEST}, so not the output of a finished sharded run{hint}") from None
-    except ValueError as e:
-        raise ValueError(f"{manifest_path}: not valid JSON ({e})") from None
     if not isinstance(manifest, dict) or manifest.get("format") != MANIFEST_FORMAT:
         raise ValueError(f"{manifest_path}: not an elmo shard manifest (no format {MANIFEST_FORMAT!r})")
     names = manifest.get("shards")

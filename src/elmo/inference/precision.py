@@ -13,6 +13,7 @@ the precision.
 from __future__ import annotations
 
 import json
+import math
 import os
 import platform
 import time
@@ -22,6 +23,8 @@ from pathlib import Path
 import torch
 
 from elmo.fileio import atomic_path
+from elmo.jsonio import JSONFileError, read_json
+from elmo.jsonio import field as json_field
 from elmo.model.blocks import int8_for, onednn_for
 from elmo.model.config import BiLMConfig
 from elmo.model.lstm import LstmLayer, bilstm_inference, stack_directions
@@ -80,6 +83,29 @@ def _lstm_step_seconds(dim: int, projection_dim: int, dtype: torch.dtype, rows: 
     return best
 
 
+def read_precision_record(path: Path) -> dict[str, dict[str, float]]:
+    """The measurements remembered in ``path`` (``$ELMO_CACHE/precision.json``: for each key, the
+    seconds of ``float32`` and ``bfloat16`` steps), or ``{}``. A cache: a file that is not one of
+    elmo's (out of :mod:`elmo.jsonio`'s bounds, or an entry that is not two positive numbers) is
+    ignored with a one-line warning, and measured again (then rewritten)."""
+    try:
+        known = read_json(path)
+        if not isinstance(known, dict):
+            raise JSONFileError(os.fspath(path), "not a JSON object")
+        for key, entry in known.items():
+            for name in ("float32", "bfloat16"):
+                seconds = json_field(entry, name, float, f"{path}: the entry {key[:80]!r}")
+                if not (math.isfinite(seconds) and seconds > 0):
+                    raise JSONFileError(f"{path}: the entry {key[:80]!r}", f"the field {name!r} must be a positive "
+                                        f"number of seconds, not {seconds}")
+    except FileNotFoundError:
+        return {}
+    except (OSError, JSONFileError) as e:
+        warnings.warn(f"precision: ignoring the remembered measurements: {e}", stacklevel=3)
+        return {}
+    return known
+
+
 def bfloat16_pays(config: BiLMConfig) -> tuple[bool, str]:
     """Whether bfloat16 products make this model's LSTM faster than float32 on this CPU, and why.
 
@@ -97,12 +123,7 @@ def bfloat16_pays(config: BiLMConfig) -> tuple[bool, str]:
                     torch.__version__, f"threads={torch.get_num_threads()}", f"lstm={dim}x{proj}",
                     f"bf16={'onednn-packed' if onednn_for('cpu', torch.bfloat16) else 'batched'}"])
     path = default_cache_dir() / "precision.json"
-    try:
-        known = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        known = {}
-    if not isinstance(known, dict):
-        known = {}
+    known = read_precision_record(path)
     entry = known.get(key)
     if not (isinstance(entry, dict) and {"float32", "bfloat16"} <= entry.keys()):
         entry = {"float32": _lstm_step_seconds(dim, proj, torch.float32),

@@ -19,9 +19,10 @@ import numpy as np
 import torch
 
 from elmo.fileio import atomic_path, check_output_file
+from elmo.hdf5io import HDF5FileError, open_hdf5, read_dataset
 from elmo.model.bilm import BiLM
 from elmo.model.encoder import encode_words_fast
-from elmo.model.weights import weights_fingerprint
+from elmo.model.weights import check_finite, weights_fingerprint
 
 
 def encoder_fingerprint(model: BiLM) -> str:
@@ -60,11 +61,11 @@ def load_vocab_cache(path: str | os.PathLike, model: BiLM) -> dict[str, torch.Te
     """Read a cache as ``word -> vector``; refuses a cache made with another token encoder, and
     with a ValueError naming the file anything that is not a cache (not HDF5, a dataset missing or
     of the wrong type or shape)."""
-    try:
-        f = h5py.File(path, "r")
-    except OSError as e:  # h5py's message does not name the file
-        raise ValueError(f"{path}: not a vocabulary cache (cannot be read as HDF5: {e}); make one with "
-                         "elmo cache-vocab") from None
+    try:  # links, external storage and non-numbers refused (elmo.hdf5io); the words are text
+        f = open_hdf5(path, text=("words",))
+    except HDF5FileError as e:
+        reason = str(e).removeprefix(f"{path}: ")
+        raise ValueError(f"{path}: not a vocabulary cache ({reason}); make one with elmo cache-vocab") from None
     with f:
         for name, kinds in (("embedding", "fiu"), ("words", "SUO")):
             if name not in f:
@@ -79,7 +80,13 @@ def load_vocab_cache(path: str | os.PathLike, model: BiLM) -> dict[str, torch.Te
             words = [w.decode("utf-8") if isinstance(w, bytes) else w for w in f["words"][...]]
         except UnicodeDecodeError as e:
             raise ValueError(f"{path}: 'words' holds a word that is not UTF-8 ({e.reason})") from None
-        vectors = torch.from_numpy(np.asarray(f["embedding"][...], dtype=np.float32))
+        where = f"{path}: dataset 'embedding'"
+        vectors = read_dataset(f["embedding"], where)
+        try:  # NaN, infinite or overflowing vectors would be written out as vectors, with exit 0
+            check_finite(vectors, where)
+        except ValueError as e:
+            raise ValueError(f"{e}; not a vocabulary cache to use (make it again with elmo cache-vocab)") from None
+        vectors = torch.from_numpy(np.asarray(vectors, dtype=np.float32))
     if vectors.shape != (len(words), model.config.lstm.projection_dim):
         raise ValueError(f"{path}: 'embedding' has shape {tuple(vectors.shape)}, expected "
                          f"({len(words)}, {model.config.lstm.projection_dim})")

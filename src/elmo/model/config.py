@@ -25,6 +25,7 @@ import os
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from elmo import jsonio
 from elmo.checks import check_count, check_number
 
 
@@ -165,14 +166,17 @@ class BiLMConfig:
             raise ConfigError(f"{where}: not an options.json: more than {MAX_OPTIONS_BYTES // 2**20} MiB (an options "
                               "file is a few hundred bytes)")
         try:
-            options = json.loads(data.decode("utf-8"))
+            # bilm-tf's files may say Infinity (and a hand-edited one NaN or 1e400): each field's
+            # own check names it.
+            options = jsonio.loads(data.decode("utf-8"), where, max_bytes=MAX_OPTIONS_BYTES, finite=False,
+                                   max_number_chars=1000)
         except UnicodeDecodeError as e:
             raise ConfigError(f"{where}: not an options.json: byte {e.start} is not UTF-8 text") from None
-        except json.JSONDecodeError as e:
-            raise ConfigError(f"{where}: not valid JSON (line {e.lineno}, column {e.colno}): {e.msg}") from e
-        except RecursionError:
-            raise ConfigError(f"{where}: not an options.json: its JSON is nested too deeply to read (an options "
-                              "file is three levels deep)") from None
+        except jsonio.JSONFileError as e:
+            if e.reason.startswith("its JSON is nested too deeply"):
+                raise ConfigError(f"{where}: not an options.json: its JSON is nested too deeply to read (an options "
+                                  "file is three levels deep)") from None
+            raise ConfigError(str(e)) from None
         try:
             return cls.from_dict(options)
         except ConfigError as e:
@@ -456,7 +460,7 @@ def preset_config(name: str) -> BiLMConfig:
     if not isinstance(name, str) or "/" in name or not entry.is_file():
         raise ConfigError(f"unknown preset {name!r}; expected one of {', '.join(PRESETS)}")
     try:
-        return BiLMConfig.from_dict(json.loads(entry.read_text(encoding="utf-8")))
+        return BiLMConfig.from_dict(jsonio.loads(entry.read_bytes(), f"preset {name}"))
     except ConfigError as e:  # pragma: no cover - the package's own files are tested
         raise ConfigError(f"preset {name}: {e}") from e
 

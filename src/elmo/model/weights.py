@@ -17,6 +17,7 @@ import torch
 from torch import nn
 
 from elmo.fileio import atomic_path
+from elmo.hdf5io import HDF5FileError, open_hdf5, read_dataset
 from elmo.model.bilm import BiLM
 from elmo.model.config import BiLMConfig, ConfigError
 
@@ -87,17 +88,32 @@ def _dtype_words(dtype: np.dtype) -> str:
     return f"{kinds.get(dtype.kind, 'values')} ({dtype})"
 
 
-def check_finite(array: np.ndarray | torch.Tensor, where: str) -> None:
-    """Refuse weights that are not numbers (:func:`check_numbers`), or NaN or infinite, naming
-    the dataset: they would fail deep inside numpy, or load silently and turn every vector into NaN."""
+# The largest magnitude a weight may have: float16's largest value, 65,504. Every model elmo can
+# write fits in a float16 weights file (STORAGE_DTYPES; the default model's largest weight is 4.1),
+# and a weight beyond it is damage: finite but huge weights (3e38) overflow float32 in the first
+# product and turned most output values into NaN. The bound is on each value, checked in the
+# same pass as finiteness; an overflow that still compounds through the layers is caught by the
+# last guard, the check of every batch's output (elmo.inference.runtime).
+MAX_WEIGHT = float(np.finfo(np.float16).max)
+
+
+def check_finite(array: np.ndarray | torch.Tensor, where: str, bound: float = MAX_WEIGHT) -> None:
+    """Refuse weights that are not numbers (:func:`check_numbers`), NaN or infinite, or of a
+    magnitude above ``bound`` (:data:`MAX_WEIGHT`), naming the dataset: they would fail deep inside
+    numpy, or load silently and turn every vector into NaN."""
     array = np.asarray(array)
     check_numbers(array.dtype, where)
-    if np.isfinite(array).all():
+    if array.dtype.kind != "f" or array.size == 0:
+        return
+    peak = float(np.max(np.abs(array)))  # NaN if any value is NaN: one pass decides
+    if peak <= bound:
         return
     bad = int((~np.isfinite(array)).sum())
     if bad:
         raise WeightsError(f"{where} holds {bad} NaN or infinite value(s); the file is damaged or the "
                            f"training diverged")
+    raise WeightsError(f"{where} holds a value of magnitude {peak:.3g}, beyond {bound:g}, the largest a weight may "
+                       "have (its products would overflow float32); the file is damaged or the training diverged")
 
 
 def _tf_to_torch(array: np.ndarray, conversion: str, param: torch.Tensor) -> torch.Tensor:
@@ -138,9 +154,9 @@ def bilm_from_hdf5(config: BiLMConfig, weights_file: str | os.PathLike, *, optio
                            f"or a native checkpoint)")
     label = weights_label or os.fspath(weights_file)
     try:
-        fin = h5py.File(weights_file, "r")
-    except OSError as e:
-        raise WeightsError(f"{label}: cannot open as HDF5 ({e})") from e
+        fin = open_hdf5(weights_file, label)
+    except HDF5FileError as e:
+        raise WeightsError(str(e)) from None
     written: set[int] = set()
     with fin, torch.no_grad():
         try:
@@ -158,7 +174,10 @@ def bilm_from_hdf5(config: BiLMConfig, weights_file: str | os.PathLike, *, optio
                 raise WeightsError(f"{label}: dataset '{name}' has shape {got}, but "
                                    f"{options_label} needs {shape}")
             check_numbers(dataset.dtype, f"{label}: dataset '{name}'")  # before reading it
-            array = dataset[...]
+            try:
+                array = read_dataset(dataset, f"{label}: dataset '{name}'")
+            except HDF5FileError as e:
+                raise WeightsError(str(e)) from None
             check_finite(array, f"{label}: dataset '{name}'")
             param.copy_(_tf_to_torch(array, conversion, param))
     unset = [name for name, p in model.named_parameters() if id(p) not in written]

@@ -28,7 +28,7 @@ as the maximum over the gold answers, and both are averaged over the questions.
 
 from __future__ import annotations
 
-import json
+import os
 import re
 import string
 from collections import Counter
@@ -38,6 +38,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from elmo import jsonio
 from elmo.checks import check_count
 from elmo.fileio import open_text
 from elmo.model.dropout import Dropout
@@ -101,6 +102,8 @@ class SquadQuestion:
 
 # Split tokens further at these characters (kept as tokens of their own), as BiDAF's SQuAD
 # tokenizer does: answers often start or end inside "1990-91", "Paris/Lyon" or "45°".
+# The largest SQuAD file read: SQuAD v1.1's training set is 30 MB, v2.0's 40 MB.
+MAX_SQUAD_BYTES = 1 << 30
 _SQUAD_SPLIT = re.compile("[-\u2010-\u2015/~\u2212\u00b0\u2018\u2019\u201c\u201d]")
 
 
@@ -130,15 +133,13 @@ def read_squad(path: PathLike) -> list[SquadQuestion]:
     its line and column; a missing or mistyped field is one naming the field, e.g.
     ``data[3].paragraphs[0].qas[2].answers[0].answer_start``."""
     with open_text(path) as f:
-        raw = f.read()
+        raw = f.read(MAX_SQUAD_BYTES + 1)
     try:
-        document = json.loads(raw.decode("utf-8"))
-    except UnicodeDecodeError as e:
-        raise DatasetError(path, raw[:e.start].count(b"\n") + 1, f"not valid UTF-8 ({e.reason})") from None
-    except json.JSONDecodeError as e:
-        raise DatasetError(path, e.lineno, f"not valid JSON: {e.msg} (column {e.colno})") from None
-    except RecursionError:  # SQuAD is six levels deep; Python's parser gives up near a thousand
-        raise DatasetError(path, None, "not a SQuAD file: its JSON is nested too deeply to read") from None
+        document = jsonio.loads(raw, os.fspath(path), max_bytes=MAX_SQUAD_BYTES)
+    except jsonio.JSONFileError as e:
+        if e.reason.startswith("its JSON is nested too deeply"):  # SQuAD is six levels deep
+            raise DatasetError(path, None, "not a SQuAD file: its JSON is nested too deeply to read") from None
+        raise DatasetError(path, e.line, e.reason) from None
 
     def field(value, name: str, kind: type, where: str):
         if not isinstance(value, dict) or name not in value:

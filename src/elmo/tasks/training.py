@@ -48,6 +48,7 @@ from elmo.fileio import (
     temporary_target,
 )
 from elmo.hub.checkpoints import read_checkpoint
+from elmo.jsonio import read_json
 from elmo.inference.layer_cache import load_or_compute
 from elmo.model.weights import WeightsError
 from elmo.tasks.base import Prepared, Split, Task
@@ -162,8 +163,7 @@ def is_task_run_from_before_markers(folder: str) -> bool:
     """Whether ``folder``, without elmo's marker, is a task run made before runs were marked:
     its ``config.json`` is a task config (what :func:`train_task` writes first)."""
     try:
-        with open(os.path.join(folder, "config.json"), "rb") as f:
-            config = json.loads(f.read(1 << 20))
+        config = read_json(os.path.join(folder, "config.json"))
     except (OSError, ValueError):
         return False
     return isinstance(config, dict) and {"task", "metric", "output", "data"} <= config.keys()

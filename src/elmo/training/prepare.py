@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 from tqdm import tqdm
 
 from elmo.checks import check_count
+from elmo.jsonio import read_json
 from elmo.fileio import (
     atomic_folder,
     atomic_path,
@@ -272,8 +273,7 @@ def _is_prepared_from_before_markers(folder: str) -> bool:
     """Whether ``folder``, without elmo's marker, is one elmo prepare wrote before it marked its
     folders: a prepare.json of elmo's (its options and tools) and nothing elmo prepare does not write."""
     try:
-        with open(os.path.join(folder, STATS_FILE), "rb") as f:
-            stats = json.loads(f.read(1 << 20))
+        stats = read_json(os.path.join(folder, STATS_FILE))
     except (OSError, ValueError):
         return False
     return isinstance(stats, dict) and {"options", "tools", "inputs"} <= stats.keys()
@@ -344,7 +344,12 @@ def _prepare_into(inputs: list[str], folder: str, output_dir: str, heldout_fract
     """Write the shards and prepare.json of :func:`prepare_corpus` into ``folder`` (the new
     folder, before it is renamed to ``output_dir``, which messages name); returns the statistics."""
     with contextlib.closing(_paragraphs(inputs, wrapped)) as paragraphs:  # closes the file it stopped in
-        tokenizer, sample_chars = ParagraphTokenizer.train(paragraphs, lang)
+        try:
+            tokenizer, sample_chars = ParagraphTokenizer.train(paragraphs, lang)
+        except TimeoutError as e:  # NLTK's guard on its regular expressions
+            raise ValueError(f"{', '.join(inputs)}: the sentence splitter's training gave up on the first "
+                             f"paragraphs ({str(e).split(';')[0]}); split very long lines into shorter ones"
+                             ) from None
     counts = {split: dict(articles=0, paragraphs=0, sentences=0, tokens=0, dropped_sentences=0) for split in SPLITS}
 
     with contextlib.ExitStack() as stack:
@@ -361,10 +366,16 @@ def _prepare_into(inputs: list[str], folder: str, output_dir: str, heldout_fract
                 lines_read[0] += 1
                 yield line
 
-        def write(split: str, paragraph: str) -> None:
+        def write(split: str, paragraph: str, path: str, line: int) -> None:
             split_counts = counts[split]
             split_counts["paragraphs"] += 1
-            for tokens in tokenizer.tokenize(paragraph):
+            try:
+                sentences = tokenizer.tokenize(paragraph)
+            except TimeoutError as e:  # NLTK's guard on its regular expressions: name where it was
+                raise ValueError(f"{path}:{line}: the sentence splitter gave up on this paragraph of "
+                                 f"{len(paragraph):,} characters ({str(e).split(';')[0]}); split it into "
+                                 "shorter lines") from None
+            for tokens in sentences:
                 if len(tokens) < min_tokens:
                     split_counts["dropped_sentences"] += 1
                     continue
@@ -377,7 +388,7 @@ def _prepare_into(inputs: list[str], folder: str, output_dir: str, heldout_fract
             lines = counted(read_lines(path))
             for split, paragraph, first in _assign_articles(unwrap(lines) if wrapped else lines, heldout_fraction):
                 counts[split]["articles"] += first
-                write(split, paragraph)
+                write(split, paragraph, path, lines_read[0] - before)
             if lines_read[0] == before:
                 warnings.warn(f"{path}: empty file, nothing taken from it", stacklevel=5)
         if not any(counts[split]["sentences"] for split in SPLITS):

@@ -7,12 +7,14 @@ from before runs were marked is recognised.
 
 from __future__ import annotations
 
-import json
 import os
+import types
+import typing
 from dataclasses import dataclass, fields
 
 from elmo.fileio import check_folder, owner_id, remove_owned_folder, temporary_target
 from elmo.hub.checkpoints import VOCAB_FILE, checkpoint_paths
+from elmo.jsonio import field as json_field, read_json
 from elmo.model.config import BiLMConfig
 from elmo.model.vocab import Vocabulary
 from elmo.training.recipe import TrainSettings, load_config_spec, resolve_config, run_steps
@@ -68,8 +70,7 @@ def is_run_from_before_markers(folder: str) -> bool:
     marked: it has the ``train_settings.json`` every run writes when it starts, or checkpoints.
     (A folder of someone's own ``options.json`` and ``metrics.csv`` is not one.)"""
     try:
-        with open(os.path.join(folder, SETTINGS_FILE), "rb") as f:
-            recorded = json.loads(f.read(1 << 20))
+        recorded = read_json(os.path.join(folder, SETTINGS_FILE))
     except (OSError, ValueError):
         recorded = None
     if isinstance(recorded, dict) and {"train", "output"} <= recorded.keys():
@@ -106,14 +107,30 @@ def discard_run(run_dir: str | os.PathLike) -> bool:
     return True
 
 
+def _settings_schema() -> dict[str, tuple[type, ...]]:
+    """The JSON types of each field of ``train_settings.json``: those of :class:`TrainSettings`'s
+    annotations (``int | None`` -> int or null, ``list[str]`` -> an array), and the fields the
+    run adds (``seed``, ``config``)."""
+    schema = {}
+    for name, hint in typing.get_type_hints(TrainSettings).items():
+        union = typing.get_origin(hint) in (typing.Union, types.UnionType)
+        schema[name] = tuple(typing.get_origin(a) or a for a in (typing.get_args(hint) if union else (hint,)))
+    schema["train"] += (str,)  # one shard given as a string
+    return schema
+
+
 def read_settings(run_dir: str) -> dict | None:
-    """The settings a run was started with (its ``train_settings.json``), None without the file."""
+    """The settings a run was started with (its ``train_settings.json``), None without the file.
+    A file that is not one (unreadable, out of :mod:`elmo.jsonio`'s bounds, or a field of the
+    wrong type) raises :class:`elmo.jsonio.JSONFileError` naming the file and the field: a
+    resume never guesses what a run was started with."""
     path = os.path.join(run_dir, SETTINGS_FILE)
     if not os.path.isfile(path):
         return None
-    with open(path, encoding="utf-8") as f:
-        recorded = json.load(f)
-    return recorded if isinstance(recorded, dict) else None
+    recorded = read_json(path)
+    for name, kinds in _settings_schema().items():
+        json_field(recorded, name, kinds, path, required=False)
+    return recorded
 
 
 def previous_run(settings: TrainSettings, payload: dict | None, base: BiLMConfig | None, vocab_size: int,
