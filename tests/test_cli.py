@@ -350,7 +350,7 @@ def test_a_verb_without_its_extra_names_the_extra(tmp_path, blocked, argv, extra
     done = subprocess.run([sys.executable, "-c", BLOCKED_IMPORT, blocked, *argv], capture_output=True, text=True,
                           cwd=root)
     assert done.returncode == 2, done.stderr[-2000:]
-    assert done.stderr.strip().endswith(f"pip install 'elmo[{extra}]'"), done.stderr
+    assert done.stderr.strip().endswith(f"pip install 'elmo-embeddings[{extra}]'"), done.stderr
     assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1
 
 

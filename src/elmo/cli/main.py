@@ -17,6 +17,7 @@ import sys
 import warnings
 
 from elmo import __version__
+from elmo.version import install_hint
 
 VERBS = {"embed": "embed", "train": "train", "finetune": "finetune", "export": "export", "evaluate": "evaluate",
          "prepare": "prepare", "vocab": "vocab", "cache-vocab": "cache_vocab", "task": "task",
@@ -150,7 +151,7 @@ def _missing_extra(verb: str, error: ModuleNotFoundError) -> int:
     if extra is None:
         raise error
     print(f"elmo {verb}: error: this command needs {package}, from the optional extra {extra!r}: "
-          f"pip install 'elmo[{extra}]'", file=sys.stderr)
+          f"{install_hint(extra)}", file=sys.stderr)
     return 2
 
 

@@ -121,8 +121,8 @@ def model_card(model: LanguageModel, vocab: Vocabulary, origin: dict, *, name: s
     lstm = config.lstm
     # A repository id (OWNER/NAME) fills the examples; any other title leaves them to the reader.
     repo = name if _REPO_ID.match(name) else "OWNER/NAME"
-    intro = "With `OWNER/NAME` this repository's id (`pip install 'elmo[hub]'`):" if repo == "OWNER/NAME" \
-        else "With `pip install 'elmo[hub]'`:"
+    intro = "With `OWNER/NAME` this repository's id (`pip install 'elmo-embeddings[hub]'`):" if repo == "OWNER/NAME" \
+        else "With `pip install 'elmo-embeddings[hub]'`:"
     lines += [f"# {name}", "",
               "An ELMo biLM (Peters et al., 2018) for the `elmo` library, in the bilm-tf/AllenNLP layout "
               "(`options.json` + `weights.hdf5`) that AllenNLP and bilm-tf read too, with its softmax "
