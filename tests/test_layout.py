@@ -18,7 +18,7 @@ PACKAGE = "elmo"
 
 # The floors, from the ground up; "elmo" is the package's own __init__ (the public API).
 FLOORS = (
-    ("version", "fileio", "devices", "checks"),  # leaves: no room of the package below them
+    ("version", "fileio", "devices", "checks", "progress"),  # leaves: no room of the package below them
     ("model",),  # the network: config, char ids, CNN, LSTM, biLM, softmax, weights
     ("hub",),  # where models come from: resolve, checkpoints, downloads, archives
     ("inference", "training"),  # running a biLM; training one
