@@ -175,7 +175,7 @@ def card_name(origin: dict, name: str | None = None) -> str:
 
 def export_for_hub(source: ModelSource, output: str | os.PathLike, *, license: str, languages: Sequence[str] = (),
                    datasets: Sequence[str] = (), command: str | None = None, dtype: str = STORAGE_DTYPES[0],
-                   overwrite: bool = False, name: str | None = None) -> str:
+                   overwrite: bool = False, name: str | None = None, make_parents: bool = False) -> str:
     """Write the language model ``source`` names (a training run, its checkpoint, an exported
     folder, ``default``, a Hub model) into the folder ``output``, ready to upload to the Hub:
     :func:`~elmo.hub.checkpoints.export_language_model`'s files plus ``README.md``, the card of
@@ -190,7 +190,7 @@ def export_for_hub(source: ModelSource, output: str | os.PathLike, *, license: s
                       languages=languages, datasets=datasets, command=command,
                       perplexity=heldout_perplexity(run, origin["step"]) if run is not None else None,
                       settings=_run_settings(run) if run is not None else None)
-    export_language_model(model, vocab, output, dtype=dtype, overwrite=overwrite, card=card)
+    export_language_model(model, vocab, output, dtype=dtype, overwrite=overwrite, card=card, make_parents=make_parents)
     return card
 
 
