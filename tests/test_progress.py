@@ -89,3 +89,22 @@ def test_every_long_verb_has_the_rules_option(argv, capsys):
     assert "--progress, --no-progress" in text
     assert "a bar on a terminal, and elsewhere (a log, a pipe) one line every 30 s" in text
     assert "--no-progress: none (default: --progress)" in text
+
+
+def test_train_in_a_log_writes_plain_lines_each_once(tmp_path, capsys, monkeypatch):
+    """elmo train with standard error in a log (pytest's capture is not a terminal), a line at
+    every step (interval 0): no carriage-return redraws, and no line twice (its last line was
+    written three times before the rule)."""
+    from conftest import FIXTURES
+
+    monkeypatch.setattr(progress, "LOG_INTERVAL", 0.0)
+    corpus = FIXTURES / "bilm-tf" / "train"
+    assert main(["train", "--train", str(corpus / "data.txt"), "--vocab", str(corpus / "vocab.txt"), "--config", "tiny",
+                 "--batch-size", "4", "--unroll-steps", "10", "--max-tokens", "400", "--output",
+                 str(tmp_path / "run")]) == 0
+    err = capsys.readouterr().err
+    assert "\r" not in err
+    lines = [line for line in err.splitlines() if "step" in line and "|" in line]
+    assert any("10/10" in line for line in lines), err
+    assert len(lines) == len(set(lines)), err
+    assert sum("loss=" in line and "10/10" in line for line in lines) == 1, err
