@@ -350,7 +350,7 @@ def test_a_verb_without_its_extra_names_the_extra(tmp_path, blocked, argv, extra
     done = subprocess.run([sys.executable, "-c", BLOCKED_IMPORT, blocked, *argv], capture_output=True, text=True,
                           cwd=root)
     assert done.returncode == 2, done.stderr[-2000:]
-    assert done.stderr.strip().endswith(f"pip install 'elmo[{extra}]'"), done.stderr
+    assert done.stderr.strip().endswith(f"pip install 'elmo-embeddings[{extra}]'"), done.stderr
     assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1
 
 
@@ -425,3 +425,39 @@ def test_the_command_line_freezes_its_imports_but_a_call_from_python_does_not(tm
     done = subprocess.run([sys.executable, "-c", script, str(text), str(tmp_path / "vocab2.txt")],
                           capture_output=True, text=True, check=True)
     assert done.stdout.split() == ["0", "True"]
+
+
+def test_a_refusal_on_the_command_line_names_options_not_python_arguments(tmp_path, capsys):
+    """The library's message says "--force (overwrite=True)"; the command says "--force" alone."""
+    words = tmp_path / "words.txt"
+    words.write_text("the\ncat\n")
+    cache = tmp_path / "cache.hdf5"
+    cache.write_bytes(b"someone's file")
+    assert main(["cache-vocab", str(words), str(cache), *MODEL_ARGS]) == 2
+    line = _one_line(capsys)
+    assert line.endswith(f"{cache}: already exists; pass --force to replace it"), line
+    assert "overwrite=" not in line
+    from elmo.cli.main import command_line_words
+
+    assert command_line_words("use --resume (resume=True), or start over with --force (overwrite=True)") == \
+        "use --resume, or start over with --force"
+
+
+@pytest.mark.parametrize("argv, hint", [
+    (["embed", "-", "--batchsize", "4"], "(--batchsize: did you mean --batch-size?)"),
+    (["embed", "-", "--frce"], "(--frce: did you mean --force?)"),
+    (["vocab", "x.txt", "--output", "v.txt", "--max-sise=5"], "(--max-sise: did you mean --max-size?)"),
+    (["embed", "-", "--zzzzzzzz"], None),
+])
+def test_a_mistyped_option_gets_the_verbs_usage_and_the_closest_option(argv, hint, capsys):
+    with pytest.raises(SystemExit) as stopped:
+        main(argv)
+    assert stopped.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"usage: elmo {argv[0]} "), err  # the verb's usage, not the top-level one
+    last = err.strip().splitlines()[-1]
+    assert last.startswith(f"elmo {argv[0]}: error: unrecognized arguments: "), last
+    if hint is None:
+        assert "did you mean" not in last
+    else:
+        assert last.endswith(hint), last

@@ -78,7 +78,7 @@ def test_a_verb_whose_extra_is_missing_names_it_when_it_runs(tmp_path, argv, ext
     argv = [str(tmp_path / "out") if a == "OUT" else a for a in argv]
     [result] = core_install(argv)
     assert result["code"] == 2, result
-    assert result["err"].endswith(f"from the optional extra {extra!r}: pip install 'elmo[{extra}]'\n"), result
+    assert result["err"].endswith(f"from the optional extra {extra!r}: pip install 'elmo-embeddings[{extra}]'\n"), result
     assert len(result["err"].splitlines()) == 1 and result["err"].startswith(f"elmo {argv[0]}: error: this command "
                                                                            "needs "), result
     assert not (tmp_path / "out").exists()
@@ -88,7 +88,7 @@ def test_serve_without_its_extra_names_it_when_it_runs():
     [result] = core_install(["serve", "--model", "tiny"])
     assert result["code"] == 2, result
     assert result["err"].startswith("elmo serve: error: the [serve] extra is not installed: pip install "
-                                    "'elmo[serve]'"), result
+                                    "'elmo-embeddings[serve]'"), result
     assert len(result["err"].splitlines()) == 1, result
 
 

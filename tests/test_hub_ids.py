@@ -120,14 +120,14 @@ def test_without_huggingface_hub_one_line_says_to_install_the_extra(monkeypatch,
     with pytest.raises(ImportError) as info:
         load_model("hf://acme/elmo-tiny")
     assert str(info.value) == ("hf://acme/elmo-tiny: models on the Hugging Face Hub need huggingface_hub: "
-                               "pip install 'elmo[hub]'")
+                               "pip install 'elmo-embeddings[hub]'")
     # The command line: the same line, exit status 2, no traceback.
     from elmo.cli.main import main
 
     (tmp_path / "in.txt").write_text("a b\n")
     assert main(["embed", "--model", "hf://acme/elmo-tiny", str(tmp_path / "in.txt")]) == 2
     err = capsys.readouterr().err
-    assert "pip install 'elmo[hub]'" in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+    assert "pip install 'elmo-embeddings[hub]'" in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
 
 
 def test_what_a_run_saves_names_the_hub_model_pinned_to_its_commit(tmp_path):

@@ -19,7 +19,7 @@ PACKAGE = "elmo"
 # The floors, from the ground up; "elmo" is the package's own __init__ (the public API).
 FLOORS = (
     ("jsonio",),  # the one JSON reader: below everything that reads JSON, fileio included
-    ("version", "fileio", "devices", "checks", "hdf5io"),  # leaves: nothing of the package but jsonio below them
+    ("version", "fileio", "devices", "checks", "hdf5io", "progress"),  # leaves: nothing of the package but jsonio below them
     ("model",),  # the network: config, char ids, CNN, LSTM, biLM, softmax, weights
     ("hub",),  # where models come from: resolve, checkpoints, downloads, archives
     ("inference", "training"),  # running a biLM; training one

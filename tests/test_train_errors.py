@@ -254,6 +254,18 @@ def test_export_replaces_only_an_export_elmo_made(finished_run, tmp_path, capsys
     assert _cli(capsys, "export", str(finished_run), "--output", str(fresh), "--force")[0] == 0
 
 
+def test_export_makes_the_folders_its_output_goes_in(finished_run, tmp_path, capsys):
+    """As train and prepare do with their --output: the README's `elmo export runs/tiny --output
+    models/tiny` works where models/ does not exist yet; a file in the way is still refused."""
+    nested = tmp_path / "models" / "2026" / "tiny"
+    assert _cli(capsys, "export", str(finished_run), "--output", str(nested))[0] == 0
+    assert (nested / "weights.hdf5").is_file()
+    (tmp_path / "afile").write_text("mine")
+    code, err = _cli(capsys, "export", str(finished_run), "--output", str(tmp_path / "afile" / "tiny"))
+    assert code == 2 and "is a file, not a folder" in err, err
+    assert (tmp_path / "afile").read_text() == "mine"
+
+
 def test_world_size_without_rank_is_refused_in_one_line(tmp_path, capsys, monkeypatch):
     monkeypatch.delenv("RANK", raising=False)
     monkeypatch.setenv("WORLD_SIZE", "2")

@@ -9,6 +9,17 @@ from collections.abc import Callable
 from elmo.hub.pretrained import DEFAULT_MODEL, model_names
 from elmo.hub.resolve import load_model_with_origin
 from elmo.model.bilm import BiLM
+from elmo.progress import LOG_INTERVAL
+
+# The one progress rule of the long verbs (elmo.progress), in each one's --help.
+PROGRESS_HELP = (f"progress on standard error: a bar on a terminal, and elsewhere (a log, a pipe) one line every "
+                 f"{LOG_INTERVAL:.0f} s of a run that lasts longer; --no-progress: none (default: --progress)")
+
+
+def add_progress_argument(parser: argparse.ArgumentParser, what: str = "") -> None:
+    """``--progress``/``--no-progress`` (``args.progress``, True by default) with the rule's help."""
+    parser.add_argument("--progress", action=argparse.BooleanOptionalAction, default=True,
+                        help=(what + ": " if what else "") + PROGRESS_HELP)
 
 
 def add_model_arguments(parser: argparse.ArgumentParser) -> None:

@@ -10,7 +10,7 @@ import numpy as np
 import torch
 
 from elmo.checks import NonFiniteOutputError, check_count
-from elmo.cli.common import add_model_arguments, model_and_source_from_args
+from elmo.cli.common import add_model_arguments, add_progress_argument, model_and_source_from_args
 from elmo.devices import DEFAULT_DEVICE, DEVICES, torchrun_environment
 from elmo.fileio import STDIN, chunks, read_lines
 from elmo.inference.embed import DEFAULT_BATCH_SIZE, DEFAULT_MAX_TOKENS, Embedder
@@ -100,8 +100,7 @@ def add_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--threads", type=int,
                         help="CPU threads (default: all cores, shared among the processes torchrun starts on "
                              "this machine)")
-    parser.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
-                        help="progress bar with sentences/s and ETA (default: only on a terminal)")
+    add_progress_argument(parser, "sentences/s and ETA")
 
 
 def launcher() -> dict[str, int] | None:
@@ -149,9 +148,8 @@ def bfloat16_hint(args: argparse.Namespace, device: str) -> str | None:
     """The one line of the progress output that tells of ``--precision bfloat16``, or None:
     only when float32 was asked for (the default, which stays exact), on a CPU with bfloat16
     instructions (AVX-512 BF16 or AMX), for an input file of at least :data:`BFLOAT16_HINT_BYTES`,
-    and when the progress bar is shown (``--progress``, or a terminal by default)."""
-    shown = args.progress if args.progress is not None else sys.stderr.isatty()
-    if not shown or args.precision != "float32" or torch.device(device).type != "cpu" or args.input == STDIN:
+    and when progress is shown (``--progress``, the default)."""
+    if not args.progress or args.precision != "float32" or torch.device(device).type != "cpu" or args.input == STDIN:
         return None
     flags = sorted((cpu_flags() or set()) & BFLOAT16_FLAGS)
     try:

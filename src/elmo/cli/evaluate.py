@@ -6,6 +6,7 @@ import argparse
 import json
 import os
 
+from elmo.cli.common import add_progress_argument
 from elmo.devices import DEFAULT_DEVICE, DEVICES
 from elmo.fileio import atomic_path, check_output_file
 from elmo.hub.resolve import load_language_model
@@ -28,8 +29,7 @@ def add_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", help="also write the results as JSON here (default: printed only)")
     parser.add_argument("--force", action="store_true", help="replace existing --json and --per-sentence files")
     parser.add_argument("--device", default=DEFAULT_DEVICE, help=f"{DEVICES} (default %(default)s)")
-    parser.add_argument("--no-progress", dest="progress", action="store_false",
-                        help="no progress bar (default: one on standard error)")
+    add_progress_argument(parser, "tokens scored")
 
 
 def check_output_files(args: argparse.Namespace, inputs: list[str]) -> None:

@@ -21,7 +21,8 @@ def add_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("run", help="run directory (its newest checkpoint), a training checkpoint file, or any language model "
                                        "(an exported folder, default)")
     parser.add_argument("--output", required=True,
-                        help="folder to write (a new or empty one; it appears complete or not at all); with "
+                        help="folder to write (a new or empty one, its parent folders made if missing; it appears "
+                             "complete or not at all); with "
                              "--format onnx, the .onnx file to write")
     parser.add_argument("--format", choices=FORMATS, default=FORMATS[0],
                         help="hdf5: the original layout in a folder; onnx: the biLM as one ONNX graph for "
@@ -79,12 +80,14 @@ def run(args: argparse.Namespace) -> int:
         from elmo.hub.card import export_for_hub
 
         export_for_hub(args.run, args.output, license=args.license, languages=args.language, datasets=args.dataset,
-                       command=command_of(args), dtype=args.dtype, overwrite=args.force, name=args.name)
+                       command=command_of(args), dtype=args.dtype, overwrite=args.force, name=args.name,
+                       make_parents=True)
         print(f"exported to {args.output}: options.json weights.hdf5 softmax_weights.hdf5 vocab.txt README.md "
               f"(review README.md, then upload the folder to the Hub)", file=sys.stderr)
         return 0
     model, vocab = load_language_model(args.run)
-    export_language_model(model, vocab, args.output, dtype=args.dtype, overwrite=args.force)
+    # As train and prepare do with their --output: models/tiny makes models/ too.
+    export_language_model(model, vocab, args.output, dtype=args.dtype, overwrite=args.force, make_parents=True)
     print(f"exported to {args.output}: options.json weights.hdf5 softmax_weights.hdf5 vocab.txt", file=sys.stderr)
     return 0
 

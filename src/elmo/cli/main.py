@@ -19,6 +19,7 @@ import sys
 import warnings
 
 from elmo import __version__
+from elmo.version import install_hint
 
 VERBS = {"embed": "embed", "train": "train", "finetune": "finetune", "export": "export", "evaluate": "evaluate",
          "prepare": "prepare", "vocab": "vocab", "cache-vocab": "cache_vocab", "task": "task",
@@ -94,13 +95,16 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"elmo {__version__}")
     sub = parser.add_subparsers(dest="verb", required=True, metavar="VERB")
     wanted = _requested_verb(argv) if argv is not None else None
+    verb_parsers: dict[str, argparse.ArgumentParser] = {}
     for name in VERBS:
         if wanted is not None and name != wanted:
             sub.add_parser(name)
             continue
         module = _module(name)
-        module.add_parser(sub.add_parser(name, help=module.HELP, description=module.HELP,
-                                         formatter_class=DefaultsHelpFormatter))
+        verb_parsers[name] = sub.add_parser(name, help=module.HELP, description=module.HELP,
+                                            formatter_class=DefaultsHelpFormatter)
+        module.add_parser(verb_parsers[name])
+    parser.set_defaults(_verb_parsers=verb_parsers)
     return parser
 
 
@@ -169,12 +173,40 @@ def check_outputs_are_not_inputs(parser: argparse.ArgumentParser, args: argparse
     return inputs
 
 
+def _parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:
+    """``parser.parse_args(argv)``, except that an argument the verb does not know is answered with
+    the verb's usage (not the top-level one) and, for a mistyped option, the closest option's name:
+    argparse suggests names only from Python 3.14 on, and only for choices."""
+    args, unknown = parser.parse_known_args(argv)
+    verb_parsers = vars(args).pop("_verb_parsers", {})
+    if unknown:
+        verb_parser = verb_parsers.get(args.verb, parser)
+        verb_parser.error(unrecognized_message(verb_parser, unknown))
+    return args
+
+
+def unrecognized_message(parser: argparse.ArgumentParser, unknown: list[str]) -> str:
+    """argparse's "unrecognized arguments: ..." with, for each unknown option, the closest option
+    of ``parser`` (difflib's ratio of at least 0.6): "(did you mean --batch-size?)"."""
+    import difflib
+
+    options = [option for action in parser._actions for option in action.option_strings if option.startswith("--")]
+    hints = []
+    for arg in unknown:
+        if arg.startswith("--"):
+            close = difflib.get_close_matches(arg.split("=", 1)[0], options, n=1, cutoff=0.6)
+            if close:
+                hints.append(f"{arg.split('=', 1)[0]}: did you mean {close[0]}?")
+    message = "unrecognized arguments: " + " ".join(unknown)
+    return message + (f" ({'; '.join(hints)})" if hints else "")
+
+
 def main(argv: list[str] | None = None) -> int:
     from_command_line = argv is None
     argv = _join_dash_values(sys.argv[1:] if argv is None else argv)
     try:  # the verb's module is imported to build its options
         parser = build_parser(argv)
-        args = parser.parse_args(argv)
+        args = _parse(parser, argv)
     except ModuleNotFoundError as e:
         return _missing_extra(next((a for a in argv if a in VERBS), "?"), e)
     if from_command_line:
@@ -205,7 +237,7 @@ def main(argv: list[str] | None = None) -> int:
         from elmo.fileio import os_error_message
 
         message = os_error_message(e) if isinstance(e, OSError) else str(e)
-        print(f"elmo {args.verb}: error: {message}", file=sys.stderr)
+        print(f"elmo {args.verb}: error: {command_line_words(message)}", file=sys.stderr)
         return 2
     except ModuleNotFoundError as e:
         return _missing_extra(args.verb, e)
@@ -225,6 +257,17 @@ def _quiet_unraisable(unraisable) -> None:
     sys.__unraisablehook__(unraisable)
 
 
+# The library's messages name both spellings of an option, "--force (overwrite=True)"; on the
+# command line the Python argument's name is noise.
+_PYTHON_ARGUMENT = re.compile(r" \((?:overwrite|resume)=True\)")
+
+
+def command_line_words(message: str) -> str:
+    """``message`` without the Python arguments that stand beside their command-line options:
+    "pass --force (overwrite=True) to replace it" becomes "pass --force to replace it"."""
+    return _PYTHON_ARGUMENT.sub("", message)
+
+
 def _missing_extra(verb: str, error: ModuleNotFoundError) -> int:
     """One line naming the optional extra that installs the missing package (exit status 2); any
     other missing module is a broken install, and its error goes on up."""
@@ -233,7 +276,7 @@ def _missing_extra(verb: str, error: ModuleNotFoundError) -> int:
     if extra is None:
         raise error
     print(f"elmo {verb}: error: this command needs {package}, from the optional extra {extra!r}: "
-          f"pip install 'elmo[{extra}]'", file=sys.stderr)
+          f"{install_hint(extra)}", file=sys.stderr)
     return 2
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from elmo.cli.common import add_model_arguments, defaults_of, model_from_args
+from elmo.cli.common import add_model_arguments, add_progress_argument, defaults_of, model_from_args
 
 HELP = "Find the corpus sentences whose use of a word is closest to its use in a given sentence (contextual neighbours)."
 
@@ -23,7 +23,7 @@ def add_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--any", action="store_true", help="compare with every word of the corpus, not only WORD")
     parser.add_argument("--vector-cache", metavar="DIR",
                         help="write every layer of the corpus into DIR, so that later queries embed only the query")
-    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_progress_argument(parser, "corpus sentences embedded")
     add_model_arguments(parser)
 
 
@@ -44,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"--corpus: {args.corpus} has no sentences")
     embedder = Embedder(model_from_args(args))
     found = contextual_neighbours(embedder, query, args.word, corpus, layer=args.layer, k=args.k, any_word=args.any,
-                                  cache_dir=args.vector_cache, progress=not args.no_progress)
+                                  cache_dir=args.vector_cache, progress=args.progress)
     if not found:
         print(f"no use of {args.word!r} in {args.corpus}", file=sys.stderr)
         return 1

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from elmo.cli.common import defaults_of
+from elmo.cli.common import add_progress_argument, defaults_of
 from elmo.training.data import expand_paths
 from elmo.training.prepare import check_prepared_folder, prepare_corpus
 
@@ -33,6 +33,7 @@ def add_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--wrapped", action="store_true",
                         help="hard-wrapped text such as Project Gutenberg's: a paragraph's lines run on until a "
                              "blank line, and two or more blank lines end a document")
+    add_progress_argument(parser, "input lines read")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -40,7 +41,7 @@ def run(args: argparse.Namespace) -> int:
     check_prepared_folder(args.output, args.force, inputs)  # before the tokenizers load
     stats = prepare_corpus(inputs, args.output, heldout_fraction=args.heldout_fraction,
                            sentences_per_shard=args.sentences_per_shard, lang=args.lang,
-                           min_tokens=args.min_tokens, progress=None, wrapped=args.wrapped, overwrite=args.force)
+                           min_tokens=args.min_tokens, progress=args.progress, wrapped=args.wrapped, overwrite=args.force)
     for split in ("train", "heldout"):
         s = stats[split]
         if s["articles"]:

@@ -22,6 +22,7 @@ from elmo.serve.protocol import (
     Limits,
     check_model_name,
 )
+from elmo.version import install_hint
 
 HELP = ("Serve ELMo over HTTP (text-embeddings-inference's /embed_all and /embed, OpenAI's /v1/embeddings), "
         "batching concurrent requests. Needs the [serve] extra.")
@@ -197,7 +198,7 @@ def run(args: argparse.Namespace) -> int:
 
         ListeningServer = _listening_server_class()
     except ImportError as e:
-        raise ValueError(f"the [serve] extra is not installed: pip install 'elmo[serve]' ({e})") from None
+        raise ValueError(f"the [serve] extra is not installed: {install_hint('serve')} ({e})") from None
     limits = Limits(max_input_tokens=args.max_input_tokens, max_inputs=args.max_inputs,
                     max_request_tokens=args.max_request_tokens, max_body_bytes=args.max_body_bytes)
     source = model_source_from_args(args)

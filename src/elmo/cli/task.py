@@ -7,6 +7,8 @@ import json
 import os
 import sys
 
+from elmo.cli.common import add_progress_argument
+
 HELP = ("Train a task model with or without ELMo (tagging, classification, entailment, SRL, coreference, "
         "reading comprehension, ...), or evaluate one.")
 
@@ -26,7 +28,7 @@ def add_parser(parser: argparse.ArgumentParser) -> None:
     train.add_argument("--force", action="store_true",
                        help="start over: delete the earlier run in the run directory first, if elmo made it and it "
                             "holds nothing but what a task run writes (default: an existing run is refused)")
-    train.add_argument("--no-progress", action="store_true", help="no progress bars")
+    add_progress_argument(train, "batches of each epoch")
     train.add_argument("--data-root", help="the folder holding your copy of the data: what the config's "
                        "$ELMO_DATA/... paths are under (default: $ELMO_DATA)")
     evaluate = sub.add_parser("evaluate", help="score a trained run on a data file",
@@ -83,7 +85,7 @@ def run(args: argparse.Namespace) -> int:
         config = load_task_config(args.config, overrides, data_root=args.data_root)
         # Names the config file and the data root; train_task checks again.
         check_task_paths(config, where=args.config, root=args.data_root)
-        metrics = train_task(config, resume=args.resume, progress=not args.no_progress, overwrite=args.force)
+        metrics = train_task(config, resume=args.resume, progress=args.progress, overwrite=args.force)
         summary = {k: metrics[k] for k in ("best_epoch", "dev", "test") if k in metrics}
         print(json.dumps(summary), file=sys.stderr)
         return 0

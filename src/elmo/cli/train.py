@@ -10,6 +10,7 @@ import socket
 import sys
 
 from elmo.checks import check_count
+from elmo.cli.common import add_progress_argument
 from elmo.devices import DEVICES
 from elmo.model.bilm import DEFAULT_LSTM_PATH, LSTM_PATHS
 from elmo.model.config import PRESETS
@@ -111,8 +112,7 @@ def add_common(parser: argparse.ArgumentParser, source: str = "the --config pres
                                        "(default: none, one process on --device)")
     parser.add_argument("--processes", type=int, default=1,
                         help="CPU data-parallel processes (gloo); for multi-node use torchrun (default %(default)s)")
-    parser.add_argument("--no-progress", dest="progress", action="store_false",
-                        help="no progress bar (default: one on standard error)")
+    add_progress_argument(parser, "steps, loss, perplexity and tokens/s")
 
 
 def add_parser(parser: argparse.ArgumentParser) -> None:

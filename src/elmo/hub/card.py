@@ -127,8 +127,8 @@ def model_card(model: LanguageModel, vocab: Vocabulary, origin: dict, *, name: s
     lstm = config.lstm
     # A repository id (OWNER/NAME) fills the examples; any other title leaves them to the reader.
     repo = name if _REPO_ID.match(name) else "OWNER/NAME"
-    intro = "With `OWNER/NAME` this repository's id (`pip install 'elmo[hub]'`):" if repo == "OWNER/NAME" \
-        else "With `pip install 'elmo[hub]'`:"
+    intro = "With `OWNER/NAME` this repository's id (`pip install 'elmo-embeddings[hub]'`):" if repo == "OWNER/NAME" \
+        else "With `pip install 'elmo-embeddings[hub]'`:"
     lines += [f"# {name}", "",
               "An ELMo biLM (Peters et al., 2018) for the `elmo` library, in the bilm-tf/AllenNLP layout "
               "(`options.json` + `weights.hdf5`) that AllenNLP and bilm-tf read too, with its softmax "
@@ -181,7 +181,7 @@ def card_name(origin: dict, name: str | None = None) -> str:
 
 def export_for_hub(source: ModelSource, output: str | os.PathLike, *, license: str, languages: Sequence[str] = (),
                    datasets: Sequence[str] = (), command: str | None = None, dtype: str = STORAGE_DTYPES[0],
-                   overwrite: bool = False, name: str | None = None) -> str:
+                   overwrite: bool = False, name: str | None = None, make_parents: bool = False) -> str:
     """Write the language model ``source`` names (a training run, its checkpoint, an exported
     folder, ``default``, a Hub model) into the folder ``output``, ready to upload to the Hub:
     :func:`~elmo.hub.checkpoints.export_language_model`'s files plus ``README.md``, the card of
@@ -196,7 +196,7 @@ def export_for_hub(source: ModelSource, output: str | os.PathLike, *, license: s
                       languages=languages, datasets=datasets, command=command,
                       perplexity=heldout_perplexity(run, origin["step"]) if run is not None else None,
                       settings=_run_settings(run) if run is not None else None)
-    export_language_model(model, vocab, output, dtype=dtype, overwrite=overwrite, card=card)
+    export_language_model(model, vocab, output, dtype=dtype, overwrite=overwrite, card=card, make_parents=make_parents)
     return card
 
 

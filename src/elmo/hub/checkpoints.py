@@ -242,21 +242,24 @@ def check_model_folder(output: str | os.PathLike, overwrite: bool = False, optio
         raise FileExistsError(f"{output}: already exists; pass --force (overwrite=True) to replace it")
 
 
-def write_model_folder(output: str | os.PathLike, write, overwrite: bool = False) -> None:
+def write_model_folder(output: str | os.PathLike, write, overwrite: bool = False, make_parents: bool = False) -> None:
     """Write a model folder with ``write(folder)`` atomically (:func:`elmo.fileio.atomic_folder`):
     an existing ``output`` is replaced only with ``overwrite``, and only when it is a model folder
     elmo made holding nothing else (see :data:`MODEL_FILES`); one without elmo's marker, only
-    when it holds nothing but what ``write`` writes."""
+    when it holds nothing but what ``write`` writes. The parent folder must exist, unless
+    ``make_parents``."""
     atomic_folder(output, write, overwrite, kind=MODEL_FOLDER_KIND, allowed=_replaceable(output),
-                  recognise=is_model_folder_from_before_markers, option="output")
+                  recognise=is_model_folder_from_before_markers, option="output", make_parents=make_parents)
 
 
 def export_language_model(model: LanguageModel, vocab: Vocabulary, output_dir: str | os.PathLike,
-                          dtype: str = STORAGE_DTYPES[0], overwrite: bool = False, card: str | None = None) -> None:
+                          dtype: str = STORAGE_DTYPES[0], overwrite: bool = False, card: str | None = None,
+                          make_parents: bool = False) -> None:
     """Write ``options.json`` + ``weights.hdf5`` (original layout), ``softmax_weights.hdf5`` and
     ``vocab.txt`` into the folder ``output_dir``, which appears complete or not at all. An existing
     one is replaced only with ``overwrite``, and only when elmo made it (:func:`write_model_folder`).
-    ``card``: the text of a ``README.md`` model card to write beside them (:mod:`elmo.hub.card`)."""
+    ``card``: the text of a ``README.md`` model card to write beside them (:mod:`elmo.hub.card`);
+    ``make_parents``: create the folders ``output_dir`` goes in (else they must exist)."""
     def write(folder) -> None:
         save_bilm_tf(model.bilm, folder, dtype=dtype)
         save_softmax(model.softmax, os.path.join(folder, SOFTMAX_FILE), dtype=dtype)
@@ -265,7 +268,7 @@ def export_language_model(model: LanguageModel, vocab: Vocabulary, output_dir: s
             with open(os.path.join(folder, CARD_FILE), "w", encoding="utf-8") as f:
                 f.write(card)
 
-    write_model_folder(output_dir, write, overwrite)
+    write_model_folder(output_dir, write, overwrite, make_parents)
 
 
 def checkpoint_paths(run_dir: str | os.PathLike) -> list[str]:

@@ -4,7 +4,7 @@ A Hub id names a repository (at a branch, tag or commit; ``main`` by default), o
 holding a model in any layout the resolver knows: ``options.json`` + ``weights.hdf5`` (or
 AllenNLP's ``elmo_..._options.json`` + ``elmo_..._weights.hdf5``), one NLPL-style ``.zip``, an
 ELMoForManyLangs model, a folder ``elmo export`` wrote. Its files come through
-``huggingface_hub`` (the optional extra ``elmo[hub]``) into the Hub's own cache, so its
+``huggingface_hub`` (the optional extra ``elmo-embeddings[hub]``) into the Hub's own cache, so its
 settings hold: ``HF_HUB_CACHE``, ``HF_HUB_OFFLINE=1``, ``HF_TOKEN`` for a private repository.
 The snapshot folder a model is read from is named by the commit it resolved to, so what a run
 records of a Hub model is its id pinned to that commit (:func:`pinned_id`): ``hf://OWNER/NAME@<40
@@ -16,6 +16,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
+
+from elmo.version import install_hint
 
 SCHEME = "hf://"
 _ID = re.compile(r"^hf://(?P<repo>[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*)(?:@(?P<revision>[^/]+))?"
@@ -78,7 +80,7 @@ def snapshot(text: str, *, progress: bool = True) -> Path:
 def resolve_snapshot(text: str, *, progress: bool = True) -> tuple[Path, str]:
     """The local folder holding what the Hub id ``text`` names (its subfolder, if it names one),
     downloaded into the Hub's cache if not there already. Raises :class:`HubExtraMissing` (an
-    ImportError, one line: install ``elmo[hub]``) without ``huggingface_hub``, and :class:`~elmo.hub.download.DownloadError`
+    ImportError, one line: install ``elmo-embeddings[hub]``) without ``huggingface_hub``, and :class:`~elmo.hub.download.DownloadError`
     naming the id when the Hub (or, offline, its cache) does not have it. Second, the id pinned
     to the commit it resolved to (:func:`pinned_id`)."""
     hub = parse_hub_id(text)
@@ -86,7 +88,7 @@ def resolve_snapshot(text: str, *, progress: bool = True) -> tuple[Path, str]:
         import huggingface_hub
     except ImportError:
         raise HubExtraMissing(f"{text}: models on the Hugging Face Hub need huggingface_hub: "
-                              f"pip install 'elmo[hub]'") from None
+                              f"{install_hint('hub')}") from None
     from huggingface_hub.utils import disable_progress_bars, enable_progress_bars
 
     from elmo.hub.download import DownloadError

@@ -16,7 +16,6 @@ from collections.abc import Iterator, Mapping, Sequence, Set
 
 import numpy as np
 import torch
-from tqdm import tqdm
 
 from elmo.checks import NonFiniteOutputError, check_count
 from elmo.hub.resolve import ModelSource, load_model, load_model_with_origin
@@ -33,6 +32,7 @@ from elmo.inference.runtime import DEFAULT_TOKEN_MEMO, Runtime
 from elmo.inference.states import DEFAULT_STATE
 from elmo.model.bilm import BiLM
 from elmo.model.chars import tokenize
+from elmo.progress import progress_bar
 
 Layers = str | int | Sequence[int]
 # Sentences per batch, and padded tokens per batch (outside stateful mode): the defaults of the
@@ -238,7 +238,7 @@ class Embedder:
         batch_size = self.batch_size if batch_size is None else check_count(batch_size, "batch_size")
         tokenized = as_sentences(sentences)
         results: list[np.ndarray | None] = [None] * len(tokenized)
-        with tqdm(total=len(tokenized), unit="sent", disable=not progress) as bar:
+        with progress_bar(progress, total=len(tokenized), unit="sent") as bar:
             for indices in self.batches(tokenized, batch_size):
                 try:
                     if len(indices) == 1 and self.runs_in_windows(tokenized[indices[0]]):

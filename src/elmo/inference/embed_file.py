@@ -61,6 +61,7 @@ from elmo.inference.outputs import (
 )
 from elmo.model.bilm import BiLMState
 from elmo.model.chars import tokenize
+from elmo.progress import progress_bar
 from elmo.version import __version__
 
 # Bytes per token allowed when reading a line, before it is split: a line of more than
@@ -85,7 +86,7 @@ class FileEmbedder:
     command's, or ``"packed"``, for millions of sentences), the stored ``dtype`` and
     ``compression``. ``chunk_sentences`` lines make one chunk of the journal (rounded down to whole
     batches); a line of more than ``max_line_tokens`` tokens is refused with its line number.
-    ``progress``: a bar (None: only on a terminal), at row ``progress_position``.
+    ``progress``: :mod:`elmo.progress`'s rule (a bar on a terminal, a line every 30 s elsewhere; None as True), False none; on a terminal at row ``progress_position``.
 
     The embedder is used, never changed (in stateful mode a file starts from zero state, so the
     state it carries between calls is reset, as ``Embedder.embed_file`` always did). It is used
@@ -250,15 +251,13 @@ class FileEmbedder:
         counter = threading.Thread(target=lambda: total.__setitem__(0, count_lines(input_path)), daemon=True)
         counter.start()
         counter.join(timeout=1.0)  # a plain file is counted by then; a big .gz goes on in the background
-        # tqdm's disable=None means "show only on a terminal".
-        disable = None if progress is None else not progress
         desc = f"shard {rank}/{world}" if world > 1 else None
         done = sum(f.sentences for f in frames)
         tokens_done = 0
         max_bytes = max_line_tokens * MAX_BYTES_PER_TOKEN
         lines = ((n, line) for n, line in enumerate(read_lines(input_path, max_bytes)) if n % world == rank)
-        with work.appender() as journal, tqdm(unit="sent", initial=done, disable=disable, desc=desc,
-                                              position=position, dynamic_ncols=True) as bar:
+        with work.appender() as journal, progress_bar(progress, unit="sent", initial=done, desc=desc,
+                                                      position=position) as bar:
             started = time.perf_counter()
             for c, block in enumerate(chunks(lines, chunk)):
                 digest = chunk_digest(line for _, line in block)

@@ -90,9 +90,9 @@ def contextual_neighbours(embedder: Embedder, query: str | Sequence[str], word: 
         for index, places in candidates:
             consider(index, cache[index][layer], places)
     else:
-        from tqdm import tqdm
+        from elmo.progress import progress_bar
 
-        bar = tqdm(total=len(candidates), desc="corpus", unit="sentence", disable=not progress)
+        bar = progress_bar(progress, total=len(candidates), desc="corpus", unit="sentence")
         for start in range(0, len(candidates), chunk):
             part = candidates[start:start + chunk]
             arrays = embedder.embed_sentences([list(corpus[i]) for i, _ in part], layers="all")

@@ -20,7 +20,7 @@ and reset policies make a sentence's vectors independent of its batch). The stat
 refused: Ray hands batches to actors in no fixed order. On a GPU actor (``num_gpus=1``), Ray makes
 one GPU visible and the embedder runs there; on CPU actors, torch uses ``num_cpus`` threads (Ray
 sets ``OMP_NUM_THREADS``), unless ``threads`` says otherwise. ``examples/ray_embed.py`` is a
-complete program. Install with ``pip install "elmo[ray]"``.
+complete program. Install with ``pip install "elmo-embeddings[ray]"``.
 """
 
 from __future__ import annotations

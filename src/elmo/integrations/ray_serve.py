@@ -16,7 +16,7 @@ or from the shell, with :func:`app_builder` (arguments as ``key=value``)::
 
     serve run elmo.integrations.ray_serve:app_builder model=default num_replicas=2 num_cpus=2
 
-Needs ``pip install "elmo[ray,serve]"``.
+Needs ``pip install "elmo-embeddings[ray,serve]"``.
 """
 
 from __future__ import annotations

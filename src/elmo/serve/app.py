@@ -40,6 +40,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
+from elmo.version import install_hint
+
 try:
     from fastapi import FastAPI, Request
     from fastapi.responses import Response
@@ -55,7 +57,7 @@ try:
     from starlette.requests import ClientDisconnect
 except ImportError as e:  # pragma: no cover - the message is the point
     raise ImportError(f"elmo serve needs the [serve] extra (FastAPI, uvicorn, prometheus_client): "
-                      f"pip install 'elmo[serve]' ({e})") from e
+                      f"{install_hint('serve')} ({e})") from e
 
 from elmo.checks import check_count, check_number
 from elmo.inference.embed import Embedder

@@ -34,7 +34,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import torch
-from tqdm import tqdm
 
 from elmo.fileio import (
     atomic_path,
@@ -51,6 +50,7 @@ from elmo.hub.checkpoints import read_checkpoint
 from elmo.jsonio import read_json
 from elmo.inference.layer_cache import load_or_compute
 from elmo.model.weights import WeightsError
+from elmo.progress import progress_bar
 from elmo.tasks.base import Prepared, Split, Task
 from elmo.tasks.catalog import KIND_TASKS, read_dataset, task_for
 from elmo.tasks.config import (
@@ -370,8 +370,8 @@ def _train_epoch(task: Task, config: TaskConfig, model: torch.nn.Module, optimiz
     model.train()
     random.shuffle(order)
     total, batches = 0.0, 0
-    bar = tqdm(range(0, len(order), config.train.batch_size), desc=f"epoch {epoch}", unit="batch",
-               disable=not progress, leave=False)
+    bar = progress_bar(progress, iterable=range(0, len(order), config.train.batch_size), desc=f"epoch {epoch}",
+                       unit="batch", leave=False)
     for start in bar:
         batch = task.batch(train, order[start:start + config.train.batch_size], vocab, labels)
         loss = model.loss(batch)

@@ -13,12 +13,12 @@ from collections import Counter
 from collections.abc import Sequence
 
 import torch
-from tqdm import tqdm
 
 from elmo.devices import DEFAULT_DEVICE
 from elmo.model.bilm import BACKWARD, FORWARD
 from elmo.model.lm import LanguageModel
 from elmo.model.vocab import Vocabulary
+from elmo.progress import progress_bar
 from elmo.training.data import LMBatcher, SentenceStream
 
 # Running streams read side by side, and tokens per stream per window, when evaluating.
@@ -49,7 +49,7 @@ def evaluate(model: LanguageModel, vocab: Vocabulary, paths: Sequence[str], batc
         batcher = LMBatcher(stream, vocab, batch_size, unroll_steps)
         state = model.bilm.zero_state(batch_size)
         total_nll, total = 0.0, 0
-        with tqdm(unit="tok", disable=not progress, desc="forward" if direction == FORWARD else "backward") as bar:
+        with progress_bar(progress, unit="tok", desc="forward" if direction == FORWARD else "backward") as bar:
             while (batch := batcher.next_batch()) is not None:
                 mask = batch["mask"].to(device)
                 nll, finals = model.direction_nll(direction, batch["char_ids"].to(device),

@@ -23,7 +23,6 @@ from collections.abc import Iterable, Iterator, Sequence
 from importlib.metadata import version
 from typing import TYPE_CHECKING
 
-from tqdm import tqdm
 
 from elmo.checks import check_count
 from elmo.jsonio import read_json
@@ -36,6 +35,7 @@ from elmo.fileio import (
     read_lines,
     temporary_target,
 )
+from elmo.progress import progress_bar
 
 # NLTK and sacremoses come with an optional extra: they are imported where they run, so that this
 # module (and elmo prepare --help, which takes its defaults from prepare_corpus) loads without them.
@@ -306,8 +306,7 @@ def prepare_corpus(inputs: Sequence[str | os.PathLike], output_dir: str | os.Pat
     ``output_dir/heldout/shard-00000.txt``, ...: one sentence per line, tokens separated by
     single spaces, ``sentences_per_shard`` sentences per shard. Each article goes to held-out with
     probability ``heldout_fraction``, decided by a hash of their text. Sentences with fewer than
-    ``min_tokens`` tokens are dropped. ``progress``: a progress bar over input lines (None: only
-    on a terminal).
+    ``min_tokens`` tokens are dropped. ``progress``: progress over input lines, by :mod:`elmo.progress`'s rule (None as True).
 
     Writes and returns the statistics (``output_dir/prepare.json``): the options, and per split
     the articles, paragraphs, sentences, tokens and shards written and the sentences dropped.
@@ -355,8 +354,7 @@ def _prepare_into(inputs: list[str], folder: str, output_dir: str, heldout_fract
     with contextlib.ExitStack() as stack:
         writers = {split: stack.enter_context(_ShardWriter(os.path.join(folder, split), sentences_per_shard))
                    for split in SPLITS}
-        bar = stack.enter_context(tqdm(unit=" lines", desc="prepare",
-                                       disable=None if progress is None else not progress))
+        bar = stack.enter_context(progress_bar(progress, unit=" lines", desc="prepare"))
 
         lines_read = [0]  # a disabled tqdm counts nothing, so keep our own count
 

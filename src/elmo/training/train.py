@@ -34,7 +34,6 @@ from dataclasses import asdict
 import torch
 import torch.distributed as dist
 from torch.optim.adagrad import adagrad
-from tqdm import tqdm
 
 from elmo.fileio import atomic_path, atomic_write_text, check_folder, claim_folder
 from elmo.hub.checkpoints import (
@@ -50,6 +49,7 @@ from elmo.model.encoder import distinct_words
 from elmo.model.lm import LanguageModel, predicted
 from elmo.model.softmax import log_uniform_sample
 from elmo.model.vocab import Vocabulary
+from elmo.progress import progress_bar
 from elmo.training.data import (
     LMBatcher,
     PrefetchingBatcher,
@@ -495,8 +495,7 @@ class Trainer:
         window_tokens = 0
         sums, n = None, 0  # the window's summed losses, on the device until a row is logged
         last: dict = {}
-        bar = tqdm(total=self.max_steps, initial=self.step, unit="step", disable=not (s.progress and self.ctx.main),
-                   dynamic_ncols=True)
+        bar = progress_bar(s.progress and self.ctx.main, total=self.max_steps, initial=self.step, unit="step")
         while self.step < self.max_steps:
             step_losses = torch.stack(self._step()).double()  # summed as the Python floats were
             sums = step_losses if sums is None else sums + step_losses
@@ -517,7 +516,7 @@ class Trainer:
                 if self.ctx.main:
                     self._log(metrics_path, writer, row)
                 bar.set_postfix(loss=f"{row['loss']:.3f}", ppl=f"{math.exp(row['loss']):.1f}",
-                                tok_s=f"{row['tokens_per_second']:.0f}")
+                                tok_s=f"{row['tokens_per_second']:.0f}", refresh=False)
                 last = row
                 sums, n, window_start, window_tokens = None, 0, time.monotonic(), 0
             if self.step % s.checkpoint_every == 0 or self.step == self.max_steps:
