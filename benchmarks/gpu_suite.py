@@ -246,8 +246,11 @@ class Deadline:
             signal.signal(signal.SIGALRM, previous)
 
 
-class OutOfTime(Exception):
-    """A row ran into its section's deadline (:meth:`Deadline.stop_at`)."""
+class OutOfTime(BaseException):
+    """A row ran into its section's deadline (:meth:`Deadline.stop_at`). Not an ``Exception``:
+    raised by the alarm wherever the row happens to be, it must pass every ``except Exception``
+    on its way out (torch.compile's, which would wrap it in its own error; a CUDA graph
+    capture's, which would turn it into "graphs off" and run on to the kill)."""
 
 
 def write_json(path: Path, data: dict) -> None:

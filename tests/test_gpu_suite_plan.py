@@ -155,3 +155,37 @@ def test_the_section_records_what_it_left_out_and_why(suite, tmp_path):
     assert data["_error"] == "first"
     assert suite.Device("cpu").why_not("cuda") == "needs a CUDA device"
     assert suite.Device("cpu").why_not(None) is None and suite.Device("cuda").why_not("compile") is None
+
+
+def test_a_row_cut_at_its_deadline_passes_every_except_exception(suite, monkeypatch):
+    """The alarm's OutOfTime is raised wherever the row is: inside torch.compile (which wraps an
+    ``Exception`` from its backend in its own error) or inside a CUDA graph's capture (whose
+    ``except Exception`` turns a failure into "graphs off" and runs on). It must come out as
+    itself from both, so that the section records the row as cut and goes on."""
+    assert not issubclass(suite.OutOfTime, Exception)
+
+    def backend(graph_module, example_inputs):  # the alarm firing while the backend compiles
+        raise suite.OutOfTime("stopped at the section's limit")
+
+    torch._dynamo.reset()
+    compiled = torch.compile(lambda x: torch.sin(x) + 1, backend=backend)
+    with pytest.raises(suite.OutOfTime):
+        compiled(torch.ones(3))
+    torch._dynamo.reset()
+
+    from elmo.inference.graphs import LstmGraphs
+    from elmo.inference.runtime import Runtime
+
+    model = suite.fixture_model("allennlp")
+    runtime = Runtime(model, state="reset")
+    layers = list(zip(runtime.model.forward_layers, runtime.model.backward_layers))
+    graphs = LstmGraphs(layers, runtime.dtype, model.config.lstm.use_skip_connections, capture=False)
+    graphs.capture = True  # as on a GPU: the capture below is the one that runs into the alarm
+
+    def capture(graph):
+        raise suite.OutOfTime("stopped at the section's limit")
+
+    monkeypatch.setattr(graphs, "_capture", capture)
+    with pytest.raises(suite.OutOfTime):
+        graphs._build(8, model.config.lstm.projection_dim)
+    assert graphs.disabled is None  # not taken for a failed capture
