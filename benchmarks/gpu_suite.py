@@ -122,11 +122,13 @@ def run_suite(args: argparse.Namespace) -> dict:
     else:
         report["suite"]["before"] = ("skipped: no --before-src given (the old code's rows are a command of their own, "
                                      "see docs/gpu.md)")
-    # Each section's own record lives beside the output, so that it survives even a kill of this
-    # process in the middle of the section; generated text and HDF5 files go to a temporary folder.
-    parts = out.with_name(out.stem + "-parts")
-    parts.mkdir(parents=True, exist_ok=True)
+    # Only the JSON goes to the output's folder: a lease brings back at most 8 files of $OUT,
+    # and which ones is not ours to choose. Each section's own record (rewritten after every
+    # row, so that a killed section keeps what it measured), the CUDA tests' progress, generated
+    # text and HDF5 files all live in a work folder outside it.
     with tempfile.TemporaryDirectory(prefix="gpu-suite-") as work:
+        parts = Path(work) / "parts"
+        parts.mkdir()
         for name in wanted:
             left = args.budget_s - (time.monotonic() - started)
             limit = QUICK_TIMEOUT if args.quick else TIMEOUTS[name.split("@")[0]]
@@ -165,16 +167,9 @@ def run_section(name: str, args: argparse.Namespace, work: str, limit: float, pa
         # beside another busy process spin so long that a section took 100 s instead of 6.
         env.setdefault("OMP_NUM_THREADS", "1")
     start = time.monotonic()
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                               start_new_session=True, cwd=ROOT, env=env)
-    try:
-        output, _ = process.communicate(timeout=limit)
-        status = "ok" if process.returncode == 0 else "failed"
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGKILL)
-        output, _ = process.communicate()
-        status = "timeout"
+    done = run_group(command, limit, env=env, merge_output=True)
+    output = done.stdout
+    status = "timeout" if done.timed_out else "ok" if done.returncode == 0 else "failed"
     result = read_json(part) or {}
     error = result.pop("_error", None)
     if status == "ok" and error:
@@ -182,9 +177,57 @@ def run_section(name: str, args: argparse.Namespace, work: str, limit: float, pa
     section = {"status": status, "seconds": round(time.monotonic() - start, 1), "limit_s": round(limit),
                "result": result}
     if status != "ok":
-        section["error"] = error or f"exit code {process.returncode}"
+        section["error"] = error or f"exit code {done.returncode}"
         section["output_tail"] = (output or "")[-3000:]
     return section
+
+
+# Every process of a run carries this variable (children inherit it), so that a test can tell
+# whether one of them outlived the run.
+RUN_MARKER = "ELMO_GPU_SUITE_RUN"
+
+
+class Finished:
+    """What :func:`run_group` returns: ``returncode`` (None when killed at the timeout),
+    ``stdout``, ``stderr`` (empty with ``merge_output``), ``timed_out`` and ``seconds``."""
+
+    def __init__(self, returncode, stdout: str, stderr: str, timed_out: bool, seconds: float):
+        self.returncode, self.stdout, self.stderr = returncode, stdout or "", stderr or ""
+        self.timed_out, self.seconds = timed_out, seconds
+
+
+def kill_group(pid: int) -> None:
+    """SIGKILL the process group ``pid`` leads (gone already: nothing to do)."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signal.SIGKILL)
+
+
+def run_group(command: list[str], timeout: float, *, env: dict | None = None, cwd=None,
+              merge_output: bool = False) -> Finished:
+    """Run ``command`` in a session of its own for at most ``timeout`` seconds, its output
+    captured; then kill its whole process group: at the timeout (``subprocess.run`` kills only
+    the direct child, and pytest's workers or ``elmo embed``'s own children ran on, on every
+    core, through the timings after) and after a normal end too (whatever it left behind). The
+    output goes to files, not pipes, so that a grandchild holding them open cannot keep this
+    waiting past the child's end."""
+    start = time.monotonic()
+    with tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace") as out, \
+            tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace") as err:
+        process = subprocess.Popen(command, stdout=out, stderr=out if merge_output else err, text=True,
+                                   cwd=ROOT if cwd is None else cwd, env=env, start_new_session=True)
+        timed_out = False
+        try:
+            process.wait(timeout=max(0.1, timeout))
+        except subprocess.TimeoutExpired:
+            timed_out = True
+        finally:  # also when interrupted (OutOfTime, ^C) before it ended
+            kill_group(process.pid)
+            process.wait()
+        out.seek(0)
+        err.seek(0)
+        stdout, stderr = out.read(), err.read()
+    return Finished(None if timed_out else process.returncode, stdout, stderr, timed_out,
+                    time.monotonic() - start)
 
 
 class Recorder:
@@ -555,10 +598,9 @@ def cpu_vector_flags() -> set[str]:
 
 def nvidia_smi(field: str) -> str | None:
     try:
-        done = subprocess.run(["nvidia-smi", f"--query-gpu={field}", "--format=csv,noheader"], capture_output=True,
-                              text=True, timeout=20)
+        done = run_group(["nvidia-smi", f"--query-gpu={field}", "--format=csv,noheader"], 20)
         return done.stdout.strip().splitlines()[0] if done.returncode == 0 and done.stdout.strip() else None
-    except (OSError, subprocess.SubprocessError):
+    except OSError:
         return None
 
 
@@ -866,16 +908,8 @@ def section_cuda_tests(rec: Recorder, args) -> None:
     rec.set("command", " ".join(command[1:]))
     rec.set("workers", workers)
     start = time.monotonic()
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT,
-                               start_new_session=True, env=env)
-    try:
-        output, _ = process.communicate(timeout=max(5.0, deadline.left()))
-        stopped = False
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGKILL)
-        output, _ = process.communicate()
-        stopped = True
+    done = run_group(command, max(5.0, deadline.left()), env=env, merge_output=True)
+    output, stopped = done.stdout, done.timed_out
     found = pytest_progress.read(str(progress))
     counts: dict[str, int] = {}
     for outcome in found["outcomes"].values():
@@ -886,7 +920,7 @@ def section_cuda_tests(rec: Recorder, args) -> None:
     rec.set("slowest", [f"{s:.1f} s {name}" for name, s in sorted(found["seconds"].items(), key=lambda x: -x[1])[:10]])
     rec.set("seconds_per_test", found["seconds"])
     rec.set("not_run", found["not_run"])
-    rec.set("exit_code", None if stopped else process.returncode)
+    rec.set("exit_code", done.returncode)
     rec.set("summary", sorted(f"{name} {outcome.upper()}" for name, outcome in found["outcomes"].items()
                               if outcome in ("failed", "error")))
     failures = re.split(r"\n(?=_{3,} .* _{3,}\n)", output)
@@ -894,8 +928,8 @@ def section_cuda_tests(rec: Recorder, args) -> None:
     if stopped:
         rec.fail(f"pytest stopped at the section's limit after {len(found['outcomes'])} of {len(found['collected'])} "
                  f"tests: {counts}\n{output[-1500:]}")
-    elif process.returncode not in (0, 5):  # 5: nothing collected
-        rec.fail(f"pytest exit code {process.returncode}: {counts}\n{output[-1500:]}")
+    elif done.returncode not in (0, 5):  # 5: nothing collected
+        rec.fail(f"pytest exit code {done.returncode}: {counts}\n{output[-1500:]}")
 
 
 # ================================================================================ training
@@ -1230,9 +1264,8 @@ def section_train_process(rec: Recorder, args) -> None:
                    "--device", args.device, "--checkpoint-every", str(10 ** 6)]
         rec.set("command", " ".join(["elmo", *command[3:]]).replace(str(work), "WORK"))
         start = time.monotonic()
-        try:
-            done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, timeout=max(1.0, deadline.left()))
-        except subprocess.TimeoutExpired:
+        done = run_group(command, max(1.0, deadline.left()))
+        if done.timed_out:
             rec.not_measured({"batch": batch, "steps": steps}, f"no time: still running after "
                                                                f"{time.monotonic() - start:.0f} s")
             return
@@ -1532,9 +1565,8 @@ def section_embed_process(rec: Recorder, args) -> None:
             rec.not_measured(key, why)
             continue
         start = time.monotonic()
-        try:
-            done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, timeout=max(1.0, deadline.left()))
-        except subprocess.TimeoutExpired:
+        done = run_group(command, max(1.0, deadline.left()))
+        if done.timed_out:
             rec.not_measured(key, f"no time: still running after {time.monotonic() - start:.0f} s")
             continue
         seconds = time.monotonic() - start
@@ -1554,9 +1586,8 @@ def section_embed_process(rec: Recorder, args) -> None:
     if not deadline.fits(1.5 * estimate):
         rec.not_measured({"run": "breakdown"}, deadline.why_not(1.5 * estimate))
         return
-    try:
-        done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, timeout=max(1.0, deadline.left()))
-    except subprocess.TimeoutExpired:
+    done = run_group(command, max(1.0, deadline.left()))
+    if done.timed_out:
         rec.not_measured({"run": "breakdown"}, "no time: still running at the section's limit")
         return
     if done.returncode != 0:
@@ -1608,58 +1639,86 @@ def embed_breakdown(text: str, device: str, work: str, quick: bool) -> dict:
 
 
 # ================================================================== the lease's own CPU
-def section_host_cpu(rec: Recorder, args) -> None:
-    """The lease machine's CPU, for what no other machine has shown (the H200's host is an Intel
-    Xeon with AMX): the tests marked ``exactness`` with CUDA hidden (batch independence by
-    construction on an Intel CPU, where it once failed), then ``bf16_whole_process.py
-    --generate`` on two cores (bfloat16 and int8 against float32, whole process). ``--quick``
-    runs one exactness test file and the small size on a few sentences: the code, not the numbers."""
-    import importlib.util
+# The lease's own CPU: what it may take. Never run on a lease yet; sized from this development
+# machine's runs (results/benchmarks/bf16_whole_process.json: 1,000 sentences at the original
+# size took 25 s in float32 on two cores, 12 s in bfloat16), so 200 sentences, no int8.
+HOST_CPU_TESTS_S = 35.0  # the exactness tests' share of the section; unfinished ones are not measured
+HOST_CPU_WHOLE_PROCESS_S = 25.0  # the least left for the whole-process comparison to be started
 
-    deadline = Deadline(args.ends_at)
-    env = dict(os.environ, CUDA_VISIBLE_DEVICES="")
-    command = [sys.executable, "-m", "pytest", "-q", "-m", "exactness", "-p", "no:cacheprovider", "-p", "no:randomly"]
-    cores = os.cpu_count() or 1
-    if args.quick:
+
+def host_cpu_exactness_command(quick: bool, cores: int, xdist: bool) -> tuple[list[str], dict]:
+    """The pytest command of the tests marked ``exactness`` and not ``slow`` (as CI's AVX2 pass
+    runs them: ``-m`` replaces the ``-m 'not slow'`` of ``addopts``, so a bare ``-m exactness``
+    would run the slow tests too), with the progress plugin, and the environment it adds."""
+    command = [sys.executable, "-m", "pytest", "-q", "-m", "exactness and not slow", "-p", "no:cacheprovider",
+               "-p", "no:randomly", "-p", "pytest_progress"]
+    env = {"CUDA_VISIBLE_DEVICES": "", "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])}
+    if quick:
         command.append("tests/test_states.py")
-    elif importlib.util.find_spec("xdist") is not None and cores >= 8:
+    elif xdist and cores >= 8:
         command += ["-n", "4"]
         env["OMP_NUM_THREADS"] = str(max(1, cores // 4))
+    return command, env
+
+
+def section_host_cpu(rec: Recorder, args) -> None:
+    """The lease machine's CPU, for what no other machine has shown (the H200's host is an Intel
+    Xeon with AMX): the tests marked ``exactness`` (and not ``slow``) with CUDA hidden (batch
+    independence by construction on an Intel CPU, where it once failed), each test's outcome
+    recorded as it ends and the unfinished ones left as not measured; then
+    ``bf16_whole_process.py --generate`` on two cores (bfloat16 against float32, whole process).
+    ``--quick`` runs one exactness test file and the tiny size on a few sentences: the code, not
+    the numbers."""
+    import importlib.util
+
+    import pytest_progress
+
+    deadline = Deadline(args.ends_at)
+    cores = os.cpu_count() or 1
+    command, extra_env = host_cpu_exactness_command(args.quick, cores, importlib.util.find_spec("xdist") is not None)
+    progress = Path(args.work) / "host_cpu_progress.jsonl"
+    with contextlib.suppress(FileNotFoundError):
+        progress.unlink()
+    env = dict(os.environ, **extra_env, ELMO_PYTEST_PROGRESS=str(progress))
     rec.set("exactness_command", " ".join(command[1:]))
-    start = time.monotonic()
-    try:
-        done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, env=env,
-                              timeout=max(1.0, min(deadline.left(), 45.0 if not args.quick else deadline.left())))
-        tail = done.stdout.strip().splitlines()[-1:] or [""]
-        rec.set("exactness_tests", {"exit_code": done.returncode, "summary": tail[0],
-                                    "seconds": round(time.monotonic() - start, 1)})
-        if done.returncode != 0:
-            rec.fail(f"exactness tests with CUDA hidden: exit code {done.returncode}: {done.stdout[-2000:]}")
-    except subprocess.TimeoutExpired:
-        rec.not_measured({"what": "exactness tests"}, f"no time: still running after {time.monotonic() - start:.0f} s")
+    limit = deadline.left() if args.quick else min(deadline.left() - HOST_CPU_WHOLE_PROCESS_S, HOST_CPU_TESTS_S)
+    done = run_group(command, max(1.0, limit), env=env)
+    found = pytest_progress.read(str(progress))
+    counts: dict[str, int] = {}
+    for outcome in found["outcomes"].values():
+        counts[outcome] = counts.get(outcome, 0) + 1
+    tail = done.stdout.strip().splitlines()[-1:] or [""]
+    rec.set("exactness_tests", {"exit_code": done.returncode, "summary": tail[0] if not done.timed_out else
+                                f"{counts} before the cut", "counts": counts, "collected": len(found["collected"]),
+                                "seconds": round(done.seconds, 1)})
+    bad = sorted(name for name, outcome in found["outcomes"].items() if outcome in ("failed", "error"))
+    if bad or (not done.timed_out and done.returncode != 0):
+        rec.fail(f"exactness tests with CUDA hidden: exit code {done.returncode}: {bad[:10]} {done.stdout[-2000:]}")
+    if done.timed_out:
+        for name in found["not_run"] or ["(collection)"]:
+            rec.not_measured({"what": "exactness test", "test": name},
+                             f"no time: the tests' share ({limit:.0f} s) ended first")
     output = Path(args.work) / "bf16_whole_process.json"
     # --quick: the tiny preset on a few sentences, float32 against bfloat16 only (30-60 s here).
-    extra = ["--sizes", "tiny", "--sentences", "8"] if args.quick else ["--sizes", "original", "--sentences", "400",
-                                                                          "--int8"]
+    extra = ["--sizes", "tiny", "--sentences", "8"] if args.quick else ["--sizes", "original", "--sentences", "200"]
     command = [sys.executable, "benchmarks/bf16_whole_process.py", "--generate", *extra, "--rounds", "1",
                "--threads", "2", "--output", str(output)]
     if shutil.which("taskset") and cores > 2:
         command = ["taskset", "-c", "0,1", *command]
     rec.set("whole_process_command", " ".join(command).replace(sys.executable, "python").replace(str(output), "OUT"))
-    if not deadline.fits(20.0):
-        rec.not_measured({"what": "bf16_whole_process"}, deadline.why_not(20.0))
+    need = 10.0 if args.quick else HOST_CPU_WHOLE_PROCESS_S
+    if not deadline.fits(need):
+        rec.not_measured({"what": "bf16_whole_process"}, deadline.why_not(need))
         return
-    start = time.monotonic()
-    try:
-        done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, timeout=max(1.0, deadline.left()))
-    except subprocess.TimeoutExpired:
-        rec.not_measured({"what": "bf16_whole_process"}, f"no time: still running after {time.monotonic() - start:.0f} s")
+    done = run_group(command, max(1.0, deadline.left()))
+    if done.timed_out:
+        rec.not_measured({"what": "bf16_whole_process"}, f"no time: still running after {done.seconds:.0f} s")
         return
     if done.returncode != 0:
         rec.fail(f"bf16_whole_process: exit code {done.returncode}: {done.stderr[-2000:]}")
         return
     rec.set("whole_process", read_json(output))
-    rec.set("whole_process_seconds", round(time.monotonic() - start, 1))
+    rec.set("whole_process_seconds", round(done.seconds, 1))
 
 
 def section_sleep(rec: Recorder, args) -> None:

@@ -189,3 +189,64 @@ def test_a_row_cut_at_its_deadline_passes_every_except_exception(suite, monkeypa
     with pytest.raises(suite.OutOfTime):
         graphs._build(8, model.config.lstm.projection_dim)
     assert graphs.disabled is None  # not taken for a failed capture
+
+
+def test_the_suite_writes_its_json_alone_into_the_output_folder(tmp_path):
+    """A lease brings back at most 8 files of $OUT, which ones not ours to choose: the sections'
+    own records and the CUDA tests' progress live in a work folder elsewhere, and the output
+    folder ends holding the JSON alone."""
+    out = tmp_path / "OUT"
+    out.mkdir()
+    done = subprocess.run([sys.executable, str(BENCHMARKS / "gpu_suite.py"), "--device", "cpu", "--quick",
+                           "--sections", "environment", "--out", str(out / "gpu_suite.json")],
+                          capture_output=True, text=True, cwd=ROOT)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert sorted(p.relative_to(out).as_posix() for p in out.rglob("*")) == ["gpu_suite.json"]
+    report = json.loads((out / "gpu_suite.json").read_text())
+    assert report["sections"]["environment"]["status"] == "ok"
+    assert report["sections"]["environment"]["result"]["environment"]["torch"]  # the part's record was read back
+
+
+def test_the_host_cpu_tests_leave_out_the_slow_ones(suite, tmp_path):
+    """``-m`` replaces the ``-m 'not slow'`` of addopts: the lease's CPU section must ask for
+    ``exactness and not slow`` itself, or the slow tests (compiling, torchrun, a 10,000-token
+    sentence) run under its short limit and are cut. Run here on a file of three tests."""
+    command, env = suite.host_cpu_exactness_command(quick=False, cores=16, xdist=False)
+    marker = command[len(command) - 1 - command[::-1].index("-m") + 1]  # (the first -m is python's)
+    (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n    slow: slow\n    exactness: numbers\n")
+    (tmp_path / "test_sample.py").write_text(
+        "import pytest\n\n@pytest.mark.exactness\ndef test_exact():\n    pass\n\n"
+        "@pytest.mark.exactness\n@pytest.mark.slow\ndef test_exact_and_slow():\n    pass\n\n"
+        "def test_other():\n    pass\n")
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rA", "-p", "no:cacheprovider", "-m", marker,
+                           "test_sample.py"], capture_output=True, text=True, cwd=tmp_path)
+    assert done.returncode == 0, done.stdout
+    assert "PASSED test_sample.py::test_exact" in done.stdout and "1 passed, 2 deselected" in done.stdout
+    assert env["CUDA_VISIBLE_DEVICES"] == "" and "pytest_progress" in command  # CUDA hidden; outcomes as they end
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"  # a zombie has ended; only its parent's wait is missing
+
+
+@pytest.mark.parametrize("hangs", [False, True])
+def test_a_child_process_is_killed_with_everything_it_started(suite, tmp_path, hangs):
+    """run_group kills the child's whole process group, at the timeout and after a normal end
+    alike: a grandchild (an xdist worker, elmo embed's own children) does not run on through
+    the timings that follow."""
+    pid_file = tmp_path / "grandchild.pid"
+    code = ("import subprocess, sys, time\n"
+            "g = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])\n"
+            f"open({str(pid_file)!r}, 'w').write(str(g.pid))\n"
+            f"time.sleep({60 if hangs else 0})\n")
+    done = suite.run_group([sys.executable, "-c", code], timeout=10 if hangs else 30)
+    assert done.timed_out is hangs and (done.returncode is None) is hangs
+    grandchild = int(pid_file.read_text())
+    deadline = time.time() + 5
+    while _alive(grandchild) and time.time() < deadline:
+        time.sleep(0.1)
+    assert not _alive(grandchild)
