@@ -250,3 +250,26 @@ def test_a_child_process_is_killed_with_everything_it_started(suite, tmp_path, h
     while _alive(grandchild) and time.time() < deadline:
         time.sleep(0.1)
     assert not _alive(grandchild)
+
+
+def test_the_cuda_tests_run_heavy_first_and_a_test_past_its_limit_is_cut(tmp_path, suite):
+    """pytest_progress (no pytest-timeout on the lease): ELMO_PYTEST_FIRST runs the named tests
+    first, ELMO_PYTEST_TEST_TIMEOUT cuts a test's body and records it as ``timeout`` (the suite
+    leaves it not measured), even past the test's own ``except Exception``; the run goes on."""
+    tests = tmp_path / "test_sample.py"
+    tests.write_text("import time\n\ndef test_light():\n    pass\n\ndef test_hangs():\n    try:\n"
+                     "        time.sleep(30)\n    except Exception:\n        pass\n\ndef test_heavy():\n    pass\n")
+    progress = tmp_path / "progress.jsonl"
+    env = dict(__import__("os").environ, ELMO_PYTEST_PROGRESS=str(progress), ELMO_PYTEST_FIRST="test_heavy,test_hangs",
+               ELMO_PYTEST_TEST_TIMEOUT="1", PYTHONPATH=f"{BENCHMARKS}:{__import__('os').environ.get('PYTHONPATH', '')}")
+    start = time.monotonic()
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "pytest_progress", "-p", "no:cacheprovider",
+                           str(tests)], capture_output=True, text=True, cwd=tmp_path, env=env)
+    assert time.monotonic() - start < 25 and done.returncode == 1, done.stdout
+    import pytest_progress
+
+    ended = [json.loads(line)["test"].split("::")[-1] for line in progress.read_text().splitlines()[1:]]
+    assert ended == ["test_heavy", "test_hangs", "test_light"]
+    found = pytest_progress.read(str(progress))
+    by_name = {k.split("::")[-1]: v for k, v in found["outcomes"].items()}
+    assert by_name == {"test_heavy": "passed", "test_hangs": "timeout", "test_light": "passed"}
