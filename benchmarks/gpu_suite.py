@@ -150,6 +150,9 @@ def run_suite(args: argparse.Namespace) -> dict:
             else:
                 print(f"[{time.monotonic() - started:6.1f} s] {name} (limit {limit:.0f} s)", flush=True)
                 section = run_section(name, args, work, limit, parts)
+                stragglers = kill_marked(os.environ[RUN_MARKER])
+                if stragglers:
+                    section["stragglers_killed"] = stragglers
                 own = (QUICK_TIMEOUT if args.quick else TIMEOUTS[name.split("@")[0]]) * args.timeout_scale
                 if section["status"] == "timeout" and limit < own - 0.5:
                     # The budget's end, not a wrong plan: what it measured is kept, the rest not measured.
@@ -319,6 +322,29 @@ def run_section(name: str, args: argparse.Namespace, work: str, limit: float, pa
 # Every process of a run carries this variable (children inherit it), so that a test can tell
 # whether one of them outlived the run.
 RUN_MARKER = "ELMO_GPU_SUITE_RUN"
+
+
+def kill_marked(value: str) -> int:
+    """SIGKILL every other process whose environment holds ``RUN_MARKER=value`` (Linux's
+    ``/proc``; elsewhere nothing): what a section started in sessions of its own (``run_group``'s
+    children) outlives the kill of the section's own group at its limit. Returns how many."""
+    needle, killed = f"{RUN_MARKER}={value}".encode(), 0
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return 0
+    for entry in entries:
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as f:
+                if needle not in f.read().split(b"\0"):
+                    continue
+            os.kill(int(entry), signal.SIGKILL)
+            killed += 1
+        except (OSError, ValueError):  # gone meanwhile, or not ours to read
+            continue
+    return killed
 
 
 class Finished:
