@@ -1330,9 +1330,10 @@ def autocast_lstm_dtype(trainer, bf16: bool, device: str) -> str:
     for bfloat16 may run in another precision, and its row says which."""
     import torch
 
-    trainer.settings.bf16 = bf16
+    # The trainer's autocast, as its settings define it (bfloat16, weight casts not cached under graphs).
     layer = torch.nn.LSTM(8, 8).to(device)
-    with torch.no_grad(), trainer._autocast():
+    with torch.no_grad(), torch.autocast(torch.device(device).type, dtype=torch.bfloat16, enabled=bf16,
+                                         cache_enabled=not trainer.settings.cuda_graphs):
         out, _ = layer(torch.randn(3, 2, 8, device=device))
     return str(out.dtype).replace("torch.", "")
 
@@ -1632,10 +1633,10 @@ def time_embedding(model, path: str, precision: str, sentences, warm, device: De
                         **({"cuda_graphs": True} if path == "graphs" else {}))  # (older checkouts lack the option)
     embedder.embed_sentences(warm)
     if path == "graphs":
-        # Every batch shape of the timed pass captured first (a capture is not a step's cost),
-        # then the token memo emptied, so that the timed pass meets its words as a first pass.
-        embedder.embed_sentences(sentences)
-        embedder.runtime._memo.clear()
+        # A graph is captured per row bucket on its second sighting: a second warm-up pass over
+        # other sentences captures the timed pass's batches of 64 (a capture is not a step's
+        # cost), and the timed pass still meets its own words as a first pass does.
+        embedder.embed_sentences(warm)
     device.sync()
     device.reset_peak_memory()
     start = time.perf_counter()
@@ -1659,76 +1660,41 @@ def time_embedding(model, path: str, precision: str, sentences, warm, device: De
     return result
 
 
-def sentence_batches(embedder, sentences) -> list[list[int]]:
-    """The sentences' indices in the batches ``embedder.embed_sentences`` makes of them
-    (``Embedder.batches``; an older checkout's private ``_batches``)."""
-    batches = getattr(embedder, "batches", None) or embedder._batches
-    return list(batches(sentences, embedder.batch_size))
-
-
 def embedding_stages(embedder, sentences, device: Device) -> dict:
-    """Seconds per stage of embedding ``sentences`` (each stage synchronised): building the
-    character ids on the host, the token encoder, the LSTM, the rest of the forward (sorting,
-    boundaries, concatenation), the copy to the host, and writing the arrays to HDF5 as
-    ``elmo embed`` does."""
+    """Seconds per stage of embedding ``sentences`` with a fresh runtime of the same settings
+    (a cold token memo, as a first pass meets it), each stage synchronised, through the
+    runtime's public steps only: building the character ids on the host, the runtime's
+    :meth:`~elmo.inference.runtime.Runtime.step` (initial state, token encoder, LSTM and the
+    rest of the forward: the runtime exposes no finer stages), the copy to the host, and
+    writing the arrays to HDF5 as ``elmo embed`` does."""
     import h5py
     import numpy as np
     import torch
 
-    from elmo.inference import runtime as runtime_module
+    from elmo import Embedder
     from elmo.inference.embed import select_layers
     from elmo.model.chars import batch_to_char_ids
 
-    runtime = embedder.runtime
-    runtime._memo.clear()  # the encoder's stage as a first pass meets it, not on words remembered
-    stages = dict.fromkeys(["host", "encoder", "lstm", "forward_rest", "to_host", "hdf5"], 0.0)
-
-    def timed(stage, function):
-        def wrapper(*a, **k):
+    old = embedder.runtime
+    runtime = Embedder(old.model, device=device.name, precision=old.precision, batch_size=embedder.batch_size,
+                       **({"cuda_graphs": True} if old.graphs is not None else {})).runtime
+    stages = dict.fromkeys(["host", "step", "to_host", "hdf5"], 0.0)
+    arrays = []
+    with torch.inference_mode():
+        for indices in embedder.batches(sentences, embedder.batch_size):
+            rows = [sentences[i] for i in indices]
+            start = time.perf_counter()
+            ids, mask = batch_to_char_ids(rows)
+            stages["host"] += time.perf_counter() - start
             device.sync()
             start = time.perf_counter()
-            result = function(*a, **k)
+            out = runtime.step(ids, mask, words=rows)
             device.sync()
-            stages[stage] += time.perf_counter() - start
-            return result
-        return wrapper
-
-    saved = {"_token_vectors": runtime._token_vectors, "_lstm_eager": runtime._lstm_eager}
-    saved_encode = runtime_module.encode_fast
-    runtime._token_vectors = timed("encoder", runtime._token_vectors)
-    runtime._lstm_eager = timed("lstm", runtime._lstm_eager)
-    runtime_module.encode_fast = timed("encoder", saved_encode)
-    graphs_run = None
-    if runtime.graphs is not None:
-        graphs_run = runtime.graphs.run
-        runtime.graphs.run = timed("lstm", graphs_run)
-    arrays = []
-    try:
-        with torch.inference_mode():
-            for indices in sentence_batches(embedder, sentences):
-                rows = [sentences[i] for i in indices]
-                start = time.perf_counter()
-                ids, mask = batch_to_char_ids(rows)
-                initial = runtime.states.initial(len(rows))
-                stages["host"] += time.perf_counter() - start
-                device.sync()
-                inner = stages["encoder"] + stages["lstm"]
-                start = time.perf_counter()
-                out = runtime.forward(ids, mask, initial, words=rows)
-                device.sync()
-                stages["forward_rest"] += time.perf_counter() - start - (stages["encoder"] + stages["lstm"] - inner)
-                runtime.states.update(out.state)
-                start = time.perf_counter()
-                layers = out.layers.float().cpu().numpy()
-                arrays += [select_layers(layers[i, :, :len(r)], "all") for i, r in enumerate(rows)]
-                stages["to_host"] += time.perf_counter() - start
-    finally:
-        runtime.__dict__.pop("_token_vectors", None)
-        runtime.__dict__.pop("_lstm_eager", None)
-        runtime_module.encode_fast = saved_encode
-        if graphs_run is not None:
-            runtime.graphs.run = graphs_run
-        del saved
+            stages["step"] += time.perf_counter() - start
+            start = time.perf_counter()
+            layers = out.layers.float().cpu().numpy()
+            arrays += [select_layers(layers[i, :, :len(r)], "all") for i, r in enumerate(rows)]
+            stages["to_host"] += time.perf_counter() - start
     with tempfile.TemporaryDirectory() as folder:
         start = time.perf_counter()
         with h5py.File(Path(folder) / "out.hdf5", "w") as f:
@@ -2117,11 +2083,11 @@ def embed_table(result: dict, title: str) -> list[tuple[str, list[str], list[lis
         st = r.get("stages_s", {})
         kernels = r.get("kernels_per_batch_of_64") or {}
         rows.append([r["size"], r["path"], _precision(r), _fmt(r.get("tokens_per_s")), _fmt(r.get("sentences")),
-                     *(_fmt(st.get(k), 2) for k in ("host", "encoder", "lstm", "forward_rest", "to_host", "hdf5")),
+                     *(_fmt(st.get(k), 2) for k in ("host", "step", "to_host", "hdf5")),
                      _fmt(kernels.get("cuda_kernels", kernels.get("aten_kernel_ops"))), r.get("error", "")[:60]])
     return [(f"{title} (batch 64, generated sentences); stage seconds from a second, synchronised pass",
-             ["size", "path", "precision", "tokens/s", "sentences", "host s", "encoder s", "LSTM s",
-              "rest of forward s", "to host s", "HDF5 s", "kernels per batch of 64", "error"], rows)] + \
+             ["size", "path", "precision", "tokens/s", "sentences", "host s", "runtime step s", "to host s", "HDF5 s",
+              "kernels per batch of 64", "error"], rows)] + \
         not_measured_table(result, title)
 
 
