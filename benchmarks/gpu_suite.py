@@ -1,7 +1,7 @@
 """One prepared run of every GPU measurement, for a short GPU lease: JSON out, a table printed at
 the end, every section in its own process under its own time limit, each planned to fit it.
 
-    PYTHONPATH=src python benchmarks/gpu_suite.py --out "$OUT/gpu_suite.json"     # on the GPU (8 min at most)
+    PYTHONPATH=src python3 benchmarks/gpu_suite.py --out "$OUT/gpu_suite.json"    # the lease's command (docs/gpu.md)
     PYTHONPATH=src python benchmarks/gpu_suite.py --device cpu --quick --out suite.json   # anywhere, ~2 min
     PYTHONPATH=src python benchmarks/gpu_suite.py --before-src before/src --out "$OUT/gpu_before.json"  # old rows
     python benchmarks/gpu_suite.py --render "$OUT/gpu_suite.json"   # the Markdown tables, printed
@@ -13,21 +13,28 @@ budget), plans its rows by value (the defaults first) and leaves out, recorded u
 ``not_measured`` with the reason, each row whose estimated cost no longer fits what is left of
 its limit. A section ends ``ok`` when its code ran to its end; ``failed`` on an error or a result
 out of tolerance; ``timeout`` only if its plan was wrong. The suite exits 0 when every section
-ended ``ok``. The JSON is rewritten after every section, and each section's own record after
-every row, so a kill loses nothing measured.
+ended ``ok``, ``skipped`` or ``cut`` (the budget's end). The JSON at ``--out``, the only file
+written in that folder, is rewritten after every section, with the goal figures (``goals``: a value, or
+``not_measured`` and why); each section's own record, rewritten after every row, lives in a
+work folder outside it, so a kill loses nothing measured. Every child process runs in a
+session of its own and is killed with its group (:func:`run_group`).
 
 * ``environment``: GPU, driver, torch/CUDA/cuDNN, CPU; measured fp32, TF32, bf16 and fp16 matmul peaks.
 * ``exactness``: every fast path (training: each LSTM path's outputs and gradients, the CUDA
   graph of the training window on its top layer; inference: eager, CUDA graphs) against the CPU
   plain path on the parity fixtures.
+* ``allennlp``: ``elmo embed`` against AllenNLP 0.9's ``ElmoEmbedder`` on the same device, the
+  same weights (the original size) and sentences, whole process and in-process (its code from
+  ``benchmarks/gpu_lease_prepare.py``).
 * ``cuda_tests``: ``pytest tests/test_cuda.py`` in parallel workers (pytest-xdist, in the
-  ``test`` extra), each test's outcome and seconds recorded as it ends (``pytest_progress.py``).
+  ``test`` extra), heavy tests first, each cut at its own limit, each test's outcome and seconds
+  recorded as it ends (``pytest_progress.py``).
 * ``train_original`` (then ``train_packaged``): training tokens/s per direction, s/step, peak
   memory, model FLOP utilisation and kernels per step (the real ``Trainer`` step on generated
   text with the real batcher), per LSTM path and precision, with each trainer's set-up time, the
   host's share of a step (batches, distinct words, CNN shapes) and a profile of the first row.
 * ``embed``: embedding tokens/s per path (eager, CUDA graphs, plain) and precision, with a
-  per-stage breakdown (host, encoder, LSTM, rest of the forward, copy to the host, HDF5 writing).
+  per-stage breakdown (character ids on the host, the runtime's step, copy to the host, HDF5).
 * ``embed_process``: whole-process ``elmo embed`` of generated sentences, eager and with CUDA
   graphs, and an in-process breakdown (imports, loading, embedding without and with HDF5).
 * ``train_process``: whole-process ``elmo train`` on a generated corpus with the real batcher.

@@ -273,3 +273,45 @@ def test_the_cuda_tests_run_heavy_first_and_a_test_past_its_limit_is_cut(tmp_pat
     found = pytest_progress.read(str(progress))
     by_name = {k.split("::")[-1]: v for k, v in found["outcomes"].items()}
     assert by_name == {"test_heavy": "passed", "test_hangs": "timeout", "test_light": "passed"}
+
+
+def test_the_goal_figures_are_values_from_rows_or_say_why_not(suite):
+    """goal_figures on a made-up GPU report: the best bfloat16 row at the original size with its
+    profiled step's host and device seconds, AllenNLP's ratios, each float32 path's largest
+    difference under PyTorch's TF32 defaults (not the TF32-off diagnostic rows); a figure whose
+    section did not run or whose row was left out says why."""
+    profile = {"host_ms_total": 400.0, "device_ms_total": 150.0}
+    report = {"suite": {"device": "cuda", "quick": False}, "sections": {
+        "train_original": {"status": "ok", "result": {
+            "rows": [{"batch": 2048, "path": "fused", "precision": "bfloat16", "tokens_per_s_per_direction": 90000.0,
+                      "s_per_step": 0.45, "kernels_per_step": {"profile": profile}},
+                     {"batch": 512, "path": "fused+graphs", "precision": "bfloat16",
+                      "tokens_per_s_per_direction": 30000.0, "s_per_step": 0.34, "kernels_per_step": {}},
+                     {"batch": 2048, "path": "fused", "precision": "float32", "tokens_per_s_per_direction": 99999.0,
+                      "s_per_step": 0.4}],
+            "host_preparation": [{"batch": 2048, "next_batch_s": 0.06, "distinct_words_s": 0.17}]}},
+        "allennlp": {"status": "ok", "result": {"figures": {"elmo": 50000.0, "ratio": 21.5},
+                                                "setting": {"size": "original"},
+                                                "not_measured": [{"run": "in-process", "why": "no time: x"}]}},
+        "exactness": {"status": "ok", "result": {
+            "inference": [{"fixture": "allennlp", "path": "eager", "precision": "float32", "tf32": "default",
+                           "max_abs_diff": 3e-3},
+                          {"fixture": "allennlp", "path": "eager", "precision": "float32", "tf32": "off",
+                           "max_abs_diff": 1e-6}],
+            "training": [{"fixture": "allennlp", "path": "fused", "dtype": "float32", "tf32": "default",
+                          "max_abs_diff_values": 9e-7, "max_rel_diff_gradients": 5e-7}],
+            "not_measured": [{"kind": "inference", "path": "graphs", "why": "no time: needs about 9 s"}]}}}}
+    goals = suite.goal_figures(report, list(suite.SECTIONS))
+    train = goals["train_original_bf16_tokens_per_s_per_direction"]
+    assert (train["value"], train["batch"], train["path"]) == (90000.0, 2048, "fused")
+    assert train["profiled_step_host_s"] == 0.4 and train["profiled_step_device_s"] == 0.15
+    assert train["host_batches_and_distinct_words_s"] == pytest.approx(0.23)
+    assert goals["embed_cuda_tokens_per_s"]["value"] == 50000.0 and goals["embed_vs_allennlp_ratio"]["value"] == 21.5
+    assert goals["embed_vs_allennlp_ratio_in_process"]["not_measured"] == "no time: x"
+    assert goals["float32_max_diff:inference:eager"]["value"] == 3e-3  # the default, TF32 convolutions and all
+    assert goals["float32_max_diff:inference:graphs"]["not_measured"] == "no time: needs about 9 s"
+    assert goals["float32_max_diff:training:fused"]["value"] == 9e-7
+    cpu = suite.goal_figures({"suite": {"device": "cpu", "quick": True}, "sections": {}}, ["environment"])
+    assert cpu["train_original_bf16_tokens_per_s_per_direction"]["not_measured"] == "a GPU figure: this run is on the CPU"
+    assert cpu["float32_max_diff:training:fused"]["not_measured"] == \
+        "the exactness section is not in this command's sections"
