@@ -168,7 +168,10 @@ def run_suite(args: argparse.Namespace) -> dict:
                 report["sections"][name] = section
                 print(f"[{time.monotonic() - started:6.1f} s] {name}: {report['sections'][name]['status']}", flush=True)
             report["suite"]["elapsed_s"] = round(time.monotonic() - started, 1)
-            report["goals"] = goal_figures(report, wanted)
+            try:
+                report["goals"] = goal_figures(report, wanted)
+            except Exception as error:  # the figures are read from the record: never lose the record for them
+                report["goals"] = {"error": f"{type(error).__name__}: {error}"}
             write_json(out, report)
     print()
     print(render_text(report))
