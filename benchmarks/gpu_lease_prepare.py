@@ -3,7 +3,7 @@ it, ``.lease/allennlp-0.9.0`` in the checkout (ignored by git), so that it trave
 with the working tree (the lease has no network) and the suite can run AllenNLP's own
 ``ElmoEmbedder`` on the same GPU as ``elmo embed``.
 
-    python3 benchmarks/gpu_lease_prepare.py        # then give the lease's run carry: [".lease/allennlp-0.9.0"]
+    python benchmarks/gpu_lease_prepare.py        # then give the lease's run carry: [".lease/allennlp-0.9.0"]
 
 It runs ``pip download allennlp==0.9.0 --no-deps`` and unpacks the wheel without its tests
 (about 3.4 MiB of the 64 MiB a lease carries). Nothing of AllenNLP is committed.
