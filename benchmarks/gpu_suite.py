@@ -1357,7 +1357,7 @@ def time_training(trainer, path: str, bf16: bool, warmup: int, min_steps: int, m
     # The carried LSTM state takes the precision of the last step: start each setting from zeros.
     trainer.state = trainer.model.bilm.zero_state(trainer.state.batch_size)
     # A step that leaves the losses on the device where the trainer has one (no host sync per step).
-    step = getattr(trainer, "_step", trainer.train_step)
+    step = getattr(trainer, "train_step_tensors", trainer.train_step)  # (an older checkout's Trainer: train_step alone)
     with training_path(trainer.model, path, trainer):
         start = time.perf_counter()
         for _ in range(warmup):

@@ -1,19 +1,12 @@
 """The benchmarks use elmo as a user does: no private name of elmo's modules (one defined in
 src/elmo with a leading underscore) is reached from benchmarks/, so that a change inside the
-package cannot break a measurement silently, and what is timed is what the package promises.
-
-The one exception is listed with its reason: the Trainer has no public step that leaves its
-losses on the device (``train_step`` reads them, a host synchronisation per step the real
-training loop does not make), and adding one is a change to src/elmo/training/train.py of its
-own."""
+package cannot break a measurement silently, and what is timed is what the package promises."""
 
 import ast
 import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-ALLOWED = {("gpu_suite.py", "_step"): "Trainer: a step without a host synchronisation has no public name",
-           ("train_speed.py", "_n_samples"): "Trainer: the negatives per step have no public name"}
 
 
 def private_names() -> set[str]:
@@ -51,4 +44,4 @@ def test_no_private_name_of_elmo_is_reached_from_the_benchmarks():
     assert {"_token_vectors", "_lstm_eager", "_memo"} <= private  # the scan sees the runtime's internals
     found = {(path.name, name) for path in sorted((ROOT / "benchmarks").rglob("*.py"))
              for name in reached(path, private)}
-    assert sorted(found - set(ALLOWED)) == []
+    assert sorted(found) == []

@@ -315,3 +315,27 @@ def test_the_goal_figures_are_values_from_rows_or_say_why_not(suite):
     assert cpu["train_original_bf16_tokens_per_s_per_direction"]["not_measured"] == "a GPU figure: this run is on the CPU"
     assert cpu["float32_max_diff:training:fused"]["not_measured"] == \
         "the exactness section is not in this command's sections"
+
+
+def test_the_trainers_public_step_leaves_its_losses_on_the_device(suite, tmp_path):
+    """Trainer.train_step_tensors, the public hook the suite times training with: one optimizer step whose two
+    losses come back as detached 0-dim tensors (not read, so the host need not wait), the same
+    step train_step reads."""
+    from elmo.training.train import Trainer, TrainSettings
+
+    corpus, vocab = tmp_path / "corpus.txt", tmp_path / "vocab.txt"
+    suite.write_corpus(corpus, suite.generate_sentences(200, seed=1, words=suite.packaged_words()[:500]))
+    suite.write_vocab(vocab, suite.packaged_words()[:500], 600)
+    trainer = Trainer(TrainSettings(train=[str(corpus)], vocab=str(vocab), output=str(tmp_path / "run"), config="tiny",
+                                    batch_size=4, max_tokens=10 ** 9, progress=False, device="cpu",
+                                    checkpoint_every=10 ** 9, log_every=10 ** 9))
+    try:
+        before = [p.detach().clone() for p in trainer.model.parameters()]
+        losses = trainer.train_step_tensors()
+        assert all(isinstance(t, torch.Tensor) and t.dim() == 0 and not t.requires_grad for t in losses)
+        assert all(0 < float(t) < 100 for t in losses)
+        assert any(not torch.equal(a, b) for a, b in zip(before, trainer.model.parameters()))  # it stepped
+    finally:
+        for batcher in trainer.batchers:
+            if hasattr(batcher, "close"):
+                batcher.close()
