@@ -24,7 +24,7 @@ Run (``benchmarks/embed_speed.py --allennlp-src`` and ``benchmarks/startup.py --
 call it)::
 
     python benchmarks/allennlp_embed.py --allennlp-src "$WORK/allennlp-0.9.0" \
-        OPTIONS.json WEIGHTS.hdf5 TEXT OUT.hdf5 --batch-size 64
+        OPTIONS.json WEIGHTS.hdf5 TEXT OUT.hdf5 --batch-size 64 [--cuda-device 0]
 """
 
 from __future__ import annotations
@@ -138,11 +138,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("text", help="one sentence per line, tokens separated by spaces")
     parser.add_argument("output", help="HDF5 file to write (every layer, as allennlp elmo --all)")
     parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--cuda-device", type=int, default=-1,
+                        help="the GPU to run on, as AllenNLP's own --cuda-device (default: -1, the CPU)")
     parser.add_argument("--lean", action="store_true",
                         help="stand in for every package the ELMo code never calls, even installed ones")
     args = parser.parse_args(argv)
     ElmoEmbedder = import_allennlp(args.allennlp_src, lean=args.lean)
-    embedder = ElmoEmbedder(options_file=args.options, weight_file=args.weights, cuda_device=-1)
+    embedder = ElmoEmbedder(options_file=args.options, weight_file=args.weights, cuda_device=args.cuda_device)
     with open(args.text, encoding="utf-8") as text:
         embedder.embed_file(text, args.output, output_format="all", batch_size=args.batch_size)
     return 0

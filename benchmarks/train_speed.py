@@ -55,7 +55,8 @@ def measure(preset: str, train: str, vocab: str, steps: int, warmup: int, device
         seconds = time.perf_counter() - start
     config = trainer.config
     tokens_per_second = steps * trainer.tokens_per_step / seconds
-    samples = trainer._n_samples()
+    negatives = config.training["n_negative_samples_batch"]
+    samples = 0 if negatives >= len(trainer.vocab) else negatives  # as many as the words: the full softmax
     softmax_width = (samples + 1) if samples else len(trainer.vocab)
     # Per token of one direction: the encoder runs on both directions' inputs, each direction has
     # its LSTM stack and its softmax.

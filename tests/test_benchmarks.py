@@ -20,7 +20,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 BENCHMARKS = ROOT / "benchmarks"
 # Imported by the benchmarks, not benchmarks themselves.
-SUPPORT = {"common.py", "allennlp_embed.py", "pytest_progress.py"}
+SUPPORT = {"common.py", "allennlp_embed.py", "pytest_progress.py", "gpu_lease_prepare.py"}
 
 
 def listed() -> dict[str, str]:

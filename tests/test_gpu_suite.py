@@ -31,8 +31,9 @@ def report(tmp_path_factory):
 def test_every_section_ran_ok(report):
     data, done = report
     statuses = {name: section["status"] for name, section in data["sections"].items()}
-    assert statuses == dict.fromkeys(["environment", "exactness", "cuda_tests", "train_original", "train_packaged",
-                                      "embed", "embed_process", "train_process", "host_step", "host_cpu"], "ok"), (
+    assert statuses == dict.fromkeys(["environment", "exactness", "train_original", "allennlp", "cuda_tests",
+                                      "train_packaged", "embed", "embed_process", "train_process", "host_step",
+                                      "host_cpu"], "ok"), (
         statuses, {n: s.get("error") for n, s in data["sections"].items()}, done.stdout[-2000:])
     assert done.returncode == 0
     assert "Sections" in done.stdout and "Exactness" in done.stdout  # the plain-text tables at the end
@@ -69,7 +70,10 @@ def test_numbers_are_sane(report):
         assert rows[0]["path"] == "fused" and rows[0]["precision"] == "bfloat16"  # the GPU default first
         for r in rows:
             assert "error" not in r, r
-            assert r["tokens_per_s_per_direction"] > 0 and r["s_per_step"] > 0 and 0 < r["mfu"] < 1
+            assert r["tokens_per_s_per_direction"] > 0 and r["s_per_step"] > 0 and r["mfu"] > 0
+            # (bfloat16's peak on a CPU without bfloat16 instructions is an emulated product's,
+            # measured in a moment on a busy machine: a bfloat16 row may pass it; float32's may not)
+            assert r["precision"] == "bfloat16" or r["mfu"] < 1
             assert r["peak"] == ("bfloat16" if r["precision"] == "bfloat16" else "float32")
             assert r["kernels_per_step"]["aten_kernel_ops"] > 100 and r["peak_memory_gib"] > 0
             assert r["gflop_per_token"] > 0 and r["estimate_s"] > 0
@@ -83,7 +87,7 @@ def test_numbers_are_sane(report):
         assert "error" not in r, r
         assert r["tokens_per_s"] > 0 and r["stages_s"]["hdf5"] >= 0
     fast = next(r for r in rows if r["path"] == "eager" and r["precision"] == "float32")
-    assert fast["stages_s"]["lstm"] > 0 and fast["stages_s"]["encoder"] > 0
+    assert fast["stages_s"]["step"] > 0 and fast["stages_s"]["host"] > 0
     process = sections["embed_process"]
     assert all(r["exit_code"] == 0 and r["seconds"] > 0 for r in process["whole_process"])
     assert process["breakdown_s"]["embed_without_output"] > 0 and process["breakdown_s"]["imports"] > 0
@@ -96,6 +100,21 @@ def test_numbers_are_sane(report):
     assert cpu["exactness_tests"]["exit_code"] == 0 and "passed" in cpu["exactness_tests"]["summary"]
     assert {r["configuration"] for r in cpu["whole_process"]["rows"]} >= {"float32", "bfloat16"}
     assert report[0]["suite"]["before"].startswith("skipped: no --before-src")  # and the JSON says why
+    allennlp = sections["allennlp"]
+    if (ROOT / ".lease" / "allennlp-0.9.0").is_dir():  # benchmarks/gpu_lease_prepare.py ran (CI runs it)
+        assert [r["exit_code"] for r in allennlp["whole_process"]] == [0, 0]
+        assert allennlp["in_process"]["max_abs_diff_elmo_stateful_vs_allennlp"] <= 1e-4  # the same computation
+        assert allennlp["figures"]["ratio"] > 0 and allennlp["figures"]["ratio_in_process"] > 0
+    else:
+        assert "gpu_lease_prepare.py" in allennlp["not_measured"][0]["why"]
+    goals = report[0]["goals"]
+    # On a CPU every GPU figure says why it is not measured; the float32 paths that ran here are values.
+    for name in ("train_original_bf16_tokens_per_s_per_direction", "embed_cuda_tokens_per_s",
+                 "embed_vs_allennlp_ratio", "embed_vs_allennlp_ratio_in_process"):
+        assert goals[name]["not_measured"] == "a GPU figure: this run is on the CPU"
+    assert goals["float32_max_diff:inference:eager"]["value"] <= 1e-5
+    assert goals["float32_max_diff:training:fused"]["value"] <= 1e-5
+    assert goals["float32_max_diff:inference:graphs"]["not_measured"] == "needs a CUDA device"
 
 
 def test_before_src_is_a_command_of_its_own(tmp_path):

@@ -155,3 +155,187 @@ def test_the_section_records_what_it_left_out_and_why(suite, tmp_path):
     assert data["_error"] == "first"
     assert suite.Device("cpu").why_not("cuda") == "needs a CUDA device"
     assert suite.Device("cpu").why_not(None) is None and suite.Device("cuda").why_not("compile") is None
+
+
+def test_a_row_cut_at_its_deadline_passes_every_except_exception(suite, monkeypatch):
+    """The alarm's OutOfTime is raised wherever the row is: inside torch.compile (which wraps an
+    ``Exception`` from its backend in its own error) or inside a CUDA graph's capture (whose
+    ``except Exception`` turns a failure into "graphs off" and runs on). It must come out as
+    itself from both, so that the section records the row as cut and goes on."""
+    assert not issubclass(suite.OutOfTime, Exception)
+
+    def backend(graph_module, example_inputs):  # the alarm firing while the backend compiles
+        raise suite.OutOfTime("stopped at the section's limit")
+
+    torch._dynamo.reset()
+    compiled = torch.compile(lambda x: torch.sin(x) + 1, backend=backend)
+    with pytest.raises(suite.OutOfTime):
+        compiled(torch.ones(3))
+    torch._dynamo.reset()
+
+    from elmo.inference.graphs import LstmGraphs
+    from elmo.inference.runtime import Runtime
+
+    model = suite.fixture_model("allennlp")
+    runtime = Runtime(model, state="reset")
+    layers = list(zip(runtime.model.forward_layers, runtime.model.backward_layers))
+    graphs = LstmGraphs(layers, runtime.dtype, model.config.lstm.use_skip_connections, capture=False)
+    graphs.capture = True  # as on a GPU: the capture below is the one that runs into the alarm
+
+    def capture(graph):
+        raise suite.OutOfTime("stopped at the section's limit")
+
+    monkeypatch.setattr(graphs, "_capture", capture)
+    with pytest.raises(suite.OutOfTime):
+        graphs._build(8, model.config.lstm.projection_dim)
+    assert graphs.disabled is None  # not taken for a failed capture
+
+
+def test_the_suite_writes_its_json_alone_into_the_output_folder(tmp_path):
+    """A lease brings back at most 8 files of $OUT, which ones not ours to choose: the sections'
+    own records and the CUDA tests' progress live in a work folder elsewhere, and the output
+    folder ends holding the JSON alone."""
+    out = tmp_path / "OUT"
+    out.mkdir()
+    done = subprocess.run([sys.executable, str(BENCHMARKS / "gpu_suite.py"), "--device", "cpu", "--quick",
+                           "--sections", "environment", "--out", str(out / "gpu_suite.json")],
+                          capture_output=True, text=True, cwd=ROOT)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert sorted(p.relative_to(out).as_posix() for p in out.rglob("*")) == ["gpu_suite.json"]
+    report = json.loads((out / "gpu_suite.json").read_text())
+    assert report["sections"]["environment"]["status"] == "ok"
+    assert report["sections"]["environment"]["result"]["environment"]["torch"]  # the part's record was read back
+
+
+def test_the_host_cpu_tests_leave_out_the_slow_ones(suite, tmp_path):
+    """``-m`` replaces the ``-m 'not slow'`` of addopts: the lease's CPU section must ask for
+    ``exactness and not slow`` itself, or the slow tests (compiling, torchrun, a 10,000-token
+    sentence) run under its short limit and are cut. Run here on a file of three tests."""
+    command, env = suite.host_cpu_exactness_command(quick=False, cores=16, xdist=False)
+    marker = command[len(command) - 1 - command[::-1].index("-m") + 1]  # (the first -m is python's)
+    (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n    slow: slow\n    exactness: numbers\n")
+    (tmp_path / "test_sample.py").write_text(
+        "import pytest\n\n@pytest.mark.exactness\ndef test_exact():\n    pass\n\n"
+        "@pytest.mark.exactness\n@pytest.mark.slow\ndef test_exact_and_slow():\n    pass\n\n"
+        "def test_other():\n    pass\n")
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rA", "-p", "no:cacheprovider", "-m", marker,
+                           "test_sample.py"], capture_output=True, text=True, cwd=tmp_path)
+    assert done.returncode == 0, done.stdout
+    assert "PASSED test_sample.py::test_exact" in done.stdout and "1 passed, 2 deselected" in done.stdout
+    assert env["CUDA_VISIBLE_DEVICES"] == "" and "pytest_progress" in command  # CUDA hidden; outcomes as they end
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"  # a zombie has ended; only its parent's wait is missing
+
+
+@pytest.mark.parametrize("hangs", [False, True])
+def test_a_child_process_is_killed_with_everything_it_started(suite, tmp_path, hangs):
+    """run_group kills the child's whole process group, at the timeout and after a normal end
+    alike: a grandchild (an xdist worker, elmo embed's own children) does not run on through
+    the timings that follow."""
+    pid_file = tmp_path / "grandchild.pid"
+    code = ("import subprocess, sys, time\n"
+            "g = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])\n"
+            f"open({str(pid_file)!r}, 'w').write(str(g.pid))\n"
+            f"time.sleep({60 if hangs else 0})\n")
+    done = suite.run_group([sys.executable, "-c", code], timeout=10 if hangs else 30)
+    assert done.timed_out is hangs and (done.returncode is None) is hangs
+    grandchild = int(pid_file.read_text())
+    deadline = time.time() + 5
+    while _alive(grandchild) and time.time() < deadline:
+        time.sleep(0.1)
+    assert not _alive(grandchild)
+
+
+def test_the_cuda_tests_run_heavy_first_and_a_test_past_its_limit_is_cut(tmp_path, suite):
+    """pytest_progress (no pytest-timeout on the lease): ELMO_PYTEST_FIRST runs the named tests
+    first, ELMO_PYTEST_TEST_TIMEOUT cuts a test's body and records it as ``timeout`` (the suite
+    leaves it not measured), even past the test's own ``except Exception``; the run goes on."""
+    tests = tmp_path / "test_sample.py"
+    tests.write_text("import time\n\ndef test_light():\n    pass\n\ndef test_hangs():\n    try:\n"
+                     "        time.sleep(30)\n    except Exception:\n        pass\n\ndef test_heavy():\n    pass\n")
+    progress = tmp_path / "progress.jsonl"
+    env = dict(__import__("os").environ, ELMO_PYTEST_PROGRESS=str(progress), ELMO_PYTEST_FIRST="test_heavy,test_hangs",
+               ELMO_PYTEST_TEST_TIMEOUT="1", PYTHONPATH=f"{BENCHMARKS}:{__import__('os').environ.get('PYTHONPATH', '')}")
+    start = time.monotonic()
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "pytest_progress", "-p", "no:cacheprovider",
+                           str(tests)], capture_output=True, text=True, cwd=tmp_path, env=env)
+    assert time.monotonic() - start < 25 and done.returncode == 1, done.stdout
+    import pytest_progress
+
+    ended = [json.loads(line)["test"].split("::")[-1] for line in progress.read_text().splitlines()[1:]]
+    assert ended == ["test_heavy", "test_hangs", "test_light"]
+    found = pytest_progress.read(str(progress))
+    by_name = {k.split("::")[-1]: v for k, v in found["outcomes"].items()}
+    assert by_name == {"test_heavy": "passed", "test_hangs": "timeout", "test_light": "passed"}
+
+
+def test_the_goal_figures_are_values_from_rows_or_say_why_not(suite):
+    """goal_figures on a made-up GPU report: the best bfloat16 row at the original size with its
+    profiled step's host and device seconds, AllenNLP's ratios, each float32 path's largest
+    difference under PyTorch's TF32 defaults (not the TF32-off diagnostic rows); a figure whose
+    section did not run or whose row was left out says why."""
+    profile = {"host_ms_total": 400.0, "device_ms_total": 150.0}
+    report = {"suite": {"device": "cuda", "quick": False}, "sections": {
+        "train_original": {"status": "ok", "result": {
+            "rows": [{"batch": 2048, "path": "fused", "precision": "bfloat16", "tokens_per_s_per_direction": 90000.0,
+                      "s_per_step": 0.45, "kernels_per_step": {"profile": profile}},
+                     {"batch": 512, "path": "fused+graphs", "precision": "bfloat16",
+                      "tokens_per_s_per_direction": 30000.0, "s_per_step": 0.34, "kernels_per_step": {}},
+                     {"batch": 2048, "path": "fused", "precision": "float32", "tokens_per_s_per_direction": 99999.0,
+                      "s_per_step": 0.4}],
+            "host_preparation": [{"batch": 2048, "next_batch_s": 0.06, "distinct_words_s": 0.17}]}},
+        "allennlp": {"status": "ok", "result": {"figures": {"elmo": 50000.0, "ratio": 21.5},
+                                                "setting": {"size": "original"},
+                                                "not_measured": [{"run": "in-process", "why": "no time: x"}]}},
+        "exactness": {"status": "ok", "result": {
+            "inference": [{"fixture": "allennlp", "path": "eager", "precision": "float32", "tf32": "default",
+                           "max_abs_diff": 3e-3},
+                          {"fixture": "allennlp", "path": "eager", "precision": "float32", "tf32": "off",
+                           "max_abs_diff": 1e-6}],
+            "training": [{"fixture": "allennlp", "path": "fused", "dtype": "float32", "tf32": "default",
+                          "max_abs_diff_values": 9e-7, "max_rel_diff_gradients": 5e-7}],
+            "not_measured": [{"kind": "inference", "path": "graphs", "why": "no time: needs about 9 s"}]}}}}
+    goals = suite.goal_figures(report, list(suite.SECTIONS))
+    train = goals["train_original_bf16_tokens_per_s_per_direction"]
+    assert (train["value"], train["batch"], train["path"]) == (90000.0, 2048, "fused")
+    assert train["profiled_step_host_s"] == 0.4 and train["profiled_step_device_s"] == 0.15
+    assert train["host_batches_and_distinct_words_s"] == pytest.approx(0.23)
+    assert goals["embed_cuda_tokens_per_s"]["value"] == 50000.0 and goals["embed_vs_allennlp_ratio"]["value"] == 21.5
+    assert goals["embed_vs_allennlp_ratio_in_process"]["not_measured"] == "no time: x"
+    assert goals["float32_max_diff:inference:eager"]["value"] == 3e-3  # the default, TF32 convolutions and all
+    assert goals["float32_max_diff:inference:graphs"]["not_measured"] == "no time: needs about 9 s"
+    assert goals["float32_max_diff:training:fused"]["value"] == 9e-7
+    cpu = suite.goal_figures({"suite": {"device": "cpu", "quick": True}, "sections": {}}, ["environment"])
+    assert cpu["train_original_bf16_tokens_per_s_per_direction"]["not_measured"] == "a GPU figure: this run is on the CPU"
+    assert cpu["float32_max_diff:training:fused"]["not_measured"] == \
+        "the exactness section is not in this command's sections"
+
+
+def test_the_trainers_public_step_leaves_its_losses_on_the_device(suite, tmp_path):
+    """Trainer.train_step_tensors, the public hook the suite times training with: one optimizer step whose two
+    losses come back as detached 0-dim tensors (not read, so the host need not wait), the same
+    step train_step reads."""
+    from elmo.training.train import Trainer, TrainSettings
+
+    corpus, vocab = tmp_path / "corpus.txt", tmp_path / "vocab.txt"
+    suite.write_corpus(corpus, suite.generate_sentences(200, seed=1, words=suite.packaged_words()[:500]))
+    suite.write_vocab(vocab, suite.packaged_words()[:500], 600)
+    trainer = Trainer(TrainSettings(train=[str(corpus)], vocab=str(vocab), output=str(tmp_path / "run"), config="tiny",
+                                    batch_size=4, max_tokens=10 ** 9, progress=False, device="cpu",
+                                    checkpoint_every=10 ** 9, log_every=10 ** 9))
+    try:
+        before = [p.detach().clone() for p in trainer.model.parameters()]
+        losses = trainer.train_step_tensors()
+        assert all(isinstance(t, torch.Tensor) and t.dim() == 0 and not t.requires_grad for t in losses)
+        assert all(0 < float(t) < 100 for t in losses)
+        assert any(not torch.equal(a, b) for a, b in zip(before, trainer.model.parameters()))  # it stepped
+    finally:
+        for batcher in trainer.batchers:
+            if hasattr(batcher, "close"):
+                batcher.close()
