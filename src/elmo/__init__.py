@@ -13,6 +13,12 @@ exported folder, ...); the readers it goes through stay in their modules:
 import gc as _gc
 import warnings
 
+from elmo.threads import prepare_openmp as _prepare_openmp
+
+# Before anything loads PyTorch (and with it OpenMP, which reads its settings once): passive
+# waiting, unless the user chose a wait policy (elmo.threads says why).
+_prepare_openmp()
+
 # Importing PyTorch makes about a million objects, none of them garbage, and the cyclic collector
 # would walk them again and again while they are made: 0.2-0.3 s of a one-sentence `elmo embed`
 # (docs/speed.md, "Start-up"). Collection waits until the imports are done, and what they made

@@ -30,7 +30,7 @@ FIXED_ON_RESUME = (("batch_size", "batch_size", "--batch-size"), ("unroll_steps"
 # --config, the hyperparameters above, --seed, --vocab, the training data -- is the run's.
 CHANGEABLE_ON_RESUME = ("--checkpoint-every", "--keep-checkpoints", "--log-every", "--heldout", "--eval-every",
                         "--eval-targets", "--device", "--bf16/--no-bf16", "--prefetch", "--deterministic", "--gpus",
-                        "--processes", "--no-progress", "--lstm-path", "--compile-cells", "--cuda-graphs",
+                        "--processes", "--threads", "--no-progress", "--lstm-path", "--compile-cells", "--cuda-graphs",
                         "--max-tokens/--epochs (Adagrad)")
 
 
