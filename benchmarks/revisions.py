@@ -47,6 +47,7 @@ import csv
 import json
 import os
 import resource
+import signal
 import statistics
 import subprocess
 import sys
@@ -194,6 +195,8 @@ def run_contention(args) -> int:
     runs: dict[str, list[dict]] = {f"{side} {t or 'default'}": [] for side in sides for t in settings}
     load_before = os.getloadavg()
     busy = start_busy(args.busy, args.busy_seconds)
+    # A kill of this script ends the busy processes too (the finally below).
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     try:
         time.sleep(1.0)  # the busy processes running before the first measurement
         load_busy = os.getloadavg()
