@@ -1,7 +1,8 @@
 """Entry point of the ``elmo`` command: dispatches to one module per verb.
 
 Only the module of the verb being run is imported (``elmo embed`` never loads the task,
-training or text-preparation code); ``elmo --help`` imports them all to list them. No verb's
+training or text-preparation code); ``elmo --help`` and ``elmo --version`` import none (each
+verb's one-line ``HELP`` is read from its source), so that they answer without loading PyTorch. No verb's
 module imports a package of an optional extra before the verb runs, so that the help of every
 verb works on a core install, and a verb whose extra is missing says which, in one line.
 """
@@ -9,6 +10,7 @@ verb works on a core install, and a verb whose extra is missing says which, in o
 from __future__ import annotations
 
 import argparse
+import ast
 import gc
 import importlib
 import importlib.util
@@ -77,6 +79,27 @@ def _module(verb: str):
     return importlib.import_module(f"elmo.cli.{VERBS[verb]}")
 
 
+def verb_help(verb: str) -> str:
+    """The one-line ``HELP`` of ``verb``'s module, read from its source without importing it
+    (which would load PyTorch); from the module itself where it is loaded already or has no
+    source file."""
+    name = f"elmo.cli.{VERBS[verb]}"
+    if name not in sys.modules:
+        spec = importlib.util.find_spec(name)
+        try:
+            with open(spec.origin, encoding="utf-8") as f:
+                tree = ast.parse(f.read())
+        except (AttributeError, TypeError, OSError, SyntaxError):
+            tree = ast.Module(body=[], type_ignores=[])
+        for node in tree.body:
+            if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "HELP" for t in node.targets):
+                try:
+                    return ast.literal_eval(node.value)
+                except ValueError:
+                    break
+    return _module(verb).HELP
+
+
 def _requested_verb(argv: list[str]) -> str | None:
     """The verb on the command line, if any (the first argument not starting with '-')."""
     for arg in argv:
@@ -86,7 +109,8 @@ def _requested_verb(argv: list[str]) -> str | None:
 
 
 def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
-    """The command's parser; with ``argv``, only the verb it names gets its full sub-parser."""
+    """The command's parser; with ``argv``, only the verb it names gets its full sub-parser (none
+    when it names none: ``elmo --help`` lists the verbs from their one-line help alone)."""
     parser = argparse.ArgumentParser(prog="elmo", description="ELMo: deep contextualized word representations.",
                                      formatter_class=DefaultsHelpFormatter)
     parser.add_argument("--version", action="version", version=f"elmo {__version__}")
@@ -95,6 +119,9 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     for name in VERBS:
         if wanted is not None and name != wanted:
             sub.add_parser(name)
+            continue
+        if argv is not None and wanted is None:
+            sub.add_parser(name, help=verb_help(name))
             continue
         module = _module(name)
         module.add_parser(sub.add_parser(name, help=module.HELP, description=module.HELP,
