@@ -200,9 +200,11 @@ def run_contention(args) -> int:
     try:
         time.sleep(1.0)  # the busy processes running before the first measurement
         load_busy = os.getloadavg()
+        # Each thread setting on every checkout back to back, so that the drift of a shared
+        # machine's load falls on the runs compared with each other.
         for round_index in range(args.rounds):
-            for side, src in sides.items():
-                for threads in settings:
+            for threads in settings:
+                for side, src in sides.items():
                     name = f"{side} {threads or 'default'}"
                     result = measure_contention(src, args, threads)
                     result["load_average"] = os.getloadavg()[0]
