@@ -137,9 +137,6 @@ def test_revisions_contention(tmp_path):
     for job in ("embed", "train"):
         row = result["summary"][f"after {job}"]
         assert set(row["median_seconds"]) == {"default", "1"} and row["default_over_best"] >= 1
-    # The busy processes are gone once the script is.
-    done = subprocess.run(["pgrep", "-f", "end = time.monotonic"], capture_output=True, text=True)
-    assert done.stdout.strip() == "", done.stdout
 
 
 @pytest.mark.slow
