@@ -145,3 +145,18 @@ def test_a_huge_threads_is_one_line_naming_the_option(argv, capsys, tmp_path, mo
     err = capsys.readouterr().err
     assert err.startswith(f"elmo {argv[0]}: error: --threads: must be at least 1 and at most "), err
     assert len(err.splitlines()) == 1 and not os.listdir(tmp_path)
+
+
+def test_set_threads_sets_what_is_asked_and_by_default_never_raises_a_lower_count():
+    import torch
+
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        assert threads.set_threads(None) == 1 and torch.get_num_threads() == 1
+        assert threads.set_threads(threads.affinity_cpus()) == threads.affinity_cpus()
+        assert torch.get_num_threads() == threads.affinity_cpus()
+        with pytest.raises(ValueError, match="^--threads: "):
+            threads.set_threads(0)
+    finally:
+        torch.set_num_threads(before)

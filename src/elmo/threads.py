@@ -157,11 +157,13 @@ def check_threads(threads: int, option: str = "--threads") -> int:
 
 
 def set_threads(threads: int | None = None, option: str = "--threads") -> int:
-    """Make PyTorch compute with ``threads`` threads (checked by :func:`check_threads`), or with
-    :func:`default_threads` when None. Returns the count. Imports PyTorch."""
+    """Make PyTorch compute with ``threads`` threads (checked by :func:`check_threads`); when
+    None, with no more than :func:`default_threads` (PyTorch's own default counts every CPU of the
+    affinity mask, not the cgroup's quota; a count a caller set lower stays). Returns the count.
+    Imports PyTorch."""
     import torch
 
-    count = default_threads() if threads is None else check_threads(threads, option)
+    count = check_threads(threads, option) if threads is not None else min(default_threads(), torch.get_num_threads())
     if torch.get_num_threads() != count:
         torch.set_num_threads(count)
     return count
