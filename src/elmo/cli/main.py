@@ -10,7 +10,6 @@ verb works on a core install, and a verb whose extra is missing says which, in o
 from __future__ import annotations
 
 import argparse
-import ast
 import gc
 import importlib
 import importlib.util
@@ -83,6 +82,8 @@ def verb_help(verb: str) -> str:
     """The one-line ``HELP`` of ``verb``'s module, read from its source without importing it
     (which would load PyTorch); from the module itself where it is loaded already or has no
     source file."""
+    import ast
+
     name = f"elmo.cli.{VERBS[verb]}"
     if name not in sys.modules:
         spec = importlib.util.find_spec(name)
