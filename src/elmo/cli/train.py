@@ -13,7 +13,7 @@ from elmo.checks import check_count
 from elmo.devices import DEVICES
 from elmo.model.bilm import DEFAULT_LSTM_PATH, LSTM_PATHS
 from elmo.model.config import PRESETS
-from elmo.threads import add_threads_argument, available_cpus, check_threads, set_threads
+from elmo.threads import add_threads_argument, check_threads, default_threads, set_threads
 from elmo.training.recipe import (
     CPU_MAX_BATCH,
     DEFAULT_PRESET,
@@ -199,7 +199,7 @@ def launch(settings: TrainSettings, gpus: str | None, processes: int, threads: i
     import torch.multiprocessing as mp
 
     # Each worker its share of the CPUs (an OpenMP team per worker on every core oversubscribes them).
-    per_worker = threads if threads is not None else max(1, available_cpus() // world)
+    per_worker = threads if threads is not None else max(1, default_threads() // world)
     mp.spawn(_worker, args=(world, _free_port(), gpu_list, settings, per_worker), nprocs=world, join=True)
     return 0
 
