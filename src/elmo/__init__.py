@@ -24,7 +24,10 @@ _prepare_openmp()
 def _load_api() -> None:
     """Import the public API (and with it PyTorch) into this module: on the first use of one of
     its names, so that ``import elmo`` alone, ``elmo --help`` and ``elmo --version`` never load
-    PyTorch (docs/speed.md, "Start-up")."""
+    PyTorch (docs/speed.md, "Start-up"); ``elmo.cli.main`` calls it before a verb's module loads.
+    Once loaded, a later call does nothing."""
+    if "Embedder" in globals():
+        return
     # Importing PyTorch makes about a million objects, none of them garbage, and the cyclic collector
     # would walk them again and again while they are made: 0.2-0.3 s of a one-sentence `elmo embed`
     # (docs/speed.md, "Start-up"). Collection waits until the imports are done, and what they made

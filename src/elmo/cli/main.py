@@ -75,6 +75,11 @@ def _join_dash_values(argv: list[str]) -> list[str]:
 
 
 def _module(verb: str):
+    import elmo
+
+    # PyTorch and the API first, with the cyclic collector held off while they load (elmo's
+    # __init__ says why): a verb's module would otherwise import them with it running.
+    elmo._load_api()
     return importlib.import_module(f"elmo.cli.{VERBS[verb]}")
 
 
