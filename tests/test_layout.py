@@ -19,6 +19,7 @@ PACKAGE = "elmo"
 # The floors, from the ground up; "elmo" is the package's own __init__ (the public API).
 FLOORS = (
     ("version", "fileio", "devices", "checks"),  # leaves: no room of the package below them
+    ("threads",),  # how many CPU threads and how they wait: before PyTorch loads (imports checks)
     ("model",),  # the network: config, char ids, CNN, LSTM, biLM, softmax, weights
     ("hub",),  # where models come from: resolve, checkpoints, downloads, archives
     ("inference", "training"),  # running a biLM; training one
