@@ -426,3 +426,13 @@ def test_the_command_line_freezes_its_imports_but_a_call_from_python_does_not(tm
     done = subprocess.run([sys.executable, "-c", script, str(text), str(tmp_path / "vocab2.txt")],
                           capture_output=True, text=True, check=True)
     assert done.stdout.split() == ["0", "True"]
+
+
+def test_importing_a_submodule_first_loads_the_api_under_the_collector_hold():
+    """``import elmo`` is light, but importing any heavier module of it first loads the API with
+    the collector held, as ``import elmo`` did before it became lazy: nothing waits in the youngest
+    generation afterwards, and the API's names are there."""
+    code = ("import gc, sys; from elmo.inference.embed import Embedder; import elmo; "
+            "print('Embedder' in vars(elmo), gc.get_count()[0] < 1000, 'torch' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.split() == ["True", "True", "True"]

@@ -11,6 +11,7 @@ exported folder, ...); the readers it goes through stay in their modules:
 """
 
 import gc as _gc
+import sys as _sys
 import warnings
 
 from elmo.threads import prepare_openmp as _prepare_openmp
@@ -20,14 +21,39 @@ from elmo.version import __version__ as __version__
 # waiting, unless the user chose a wait policy (elmo.threads says why).
 _prepare_openmp()
 
+# Modules that load no PyTorch: importing them leaves the API unloaded (``elmo --help``).
+_LIGHT = frozenset({"elmo.threads", "elmo.checks", "elmo.version", "elmo.cli", "elmo.cli.main"})
+
+
+class _LoadAPIFirst:
+    """A finder that loads the API (under the collector hold of :func:`_load_api`) before the
+    first import of any other ``elmo`` module, as ``import elmo`` itself did before it became
+    lazy: ``from elmo.inference.embed import Embedder`` pays no collector walks either. It finds
+    nothing itself, and leaves ``sys.meta_path`` once the API is loaded."""
+
+    @staticmethod
+    def find_spec(name, path=None, target=None):
+        if name.startswith("elmo.") and name not in _LIGHT:
+            _load_api()
+        return None
+
+
+_sys.meta_path.insert(0, _LoadAPIFirst)
+
+
+_loading: list = []  # non-empty while (or once) the API loads: its own imports find no finder
+
 
 def _load_api() -> None:
     """Import the public API (and with it PyTorch) into this module: on the first use of one of
     its names, so that ``import elmo`` alone, ``elmo --help`` and ``elmo --version`` never load
     PyTorch (docs/speed.md, "Start-up"); ``elmo.cli.main`` calls it before a verb's module loads.
     Once loaded, a later call does nothing."""
-    if "Embedder" in globals():
+    if "Embedder" in globals() or _loading:
         return
+    _loading.append(True)
+    if _LoadAPIFirst in _sys.meta_path:
+        _sys.meta_path.remove(_LoadAPIFirst)
     # Importing PyTorch makes about a million objects, none of them garbage, and the cyclic collector
     # would walk them again and again while they are made: 0.2-0.3 s of a one-sentence `elmo embed`
     # (docs/speed.md, "Start-up"). Collection waits until the imports are done, and what they made
@@ -51,6 +77,9 @@ def _load_api() -> None:
         from elmo.model.dictionary import CharacterDictionary
         from elmo.model.scalar_mix import ScalarMix
         from elmo.model.weights import WeightsError, save_bilm_tf
+    except BaseException:
+        _loading.clear()  # a failed load (a missing dependency) is tried again, and says so again
+        raise
     finally:
         if not frozen_by_caller:
             _gc.freeze()

@@ -91,11 +91,12 @@ def verb_help(verb: str) -> str:
 
     name = f"elmo.cli.{VERBS[verb]}"
     if name not in sys.modules:
-        spec = importlib.util.find_spec(name)
+        # The file beside this one (not importlib's find_spec, which would make elmo load its API).
+        source = os.path.join(os.path.dirname(os.path.abspath(__file__)), f"{VERBS[verb]}.py")
         try:
-            with open(spec.origin, encoding="utf-8") as f:
+            with open(source, encoding="utf-8") as f:
                 tree = ast.parse(f.read())
-        except (AttributeError, TypeError, OSError, SyntaxError):
+        except (OSError, SyntaxError, ValueError):
             tree = ast.Module(body=[], type_ignores=[])
         for node in tree.body:
             if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "HELP" for t in node.targets):
