@@ -143,6 +143,82 @@ def lstm_flops(config) -> int:
     return lstm.n_layers * per_layer
 
 
+def encoder_step_flops(config, words) -> float:
+    """Forward FLOPs of the token encoder on one step's distinct words (``words``:
+    :func:`elmo.model.encoder.distinct_words` of both directions' character ids): each length
+    group's convolutions over its real span (:func:`elmo.model.encoder.group_shapes` without
+    fixed shapes: what the model must compute, not the padding a GPU adds for fewer shapes), then
+    the highway layers and the projection of every distinct word."""
+    from elmo.model.encoder import group_shapes
+
+    cnn = config.char_cnn
+    widest = max(width for width, _ in cnn.filters)
+    flops = 0.0
+    for start, stop, rows, span in group_shapes(words, cnn.max_characters_per_token, widest, fixed_shapes=False):
+        flops += rows * sum(2 * width * cnn.embedding_dim * n * (span - width + 1) for width, n in cnn.filters)
+    head = cnn.n_highway * 2 * (2 * cnn.n_filters ** 2)
+    if cnn.n_filters != config.lstm.projection_dim:
+        head += 2 * cnn.n_filters * config.lstm.projection_dim
+    return flops + len(words.distinct) * head
+
+
+def embedding_work_flops(config, sentences) -> float:
+    """FLOPs of the computation embedding ``sentences`` (token lists) really needs: both
+    directions' LSTM stacks over every real position (each token and the sentence's two
+    boundaries), and the token encoder over the input's distinct words, each over its real
+    character slots (:func:`encoder_step_flops`). Padding, repeated words and the 50-slot
+    convolutions of the plain path are not work: the roofline's numerator."""
+    from elmo.model.chars import batch_to_char_ids
+    from elmo.model.encoder import distinct_words
+
+    positions = sum(len(s) + 2 for s in sentences)
+    words = sorted({w for s in sentences for w in s})
+    encoder = encoder_step_flops(config, distinct_words(batch_to_char_ids([words])[0])) if words else 0.0
+    return encoder + positions * 2 * lstm_flops(config)
+
+
+def product_peaks(config, precisions=("float32", "bfloat16"), square: int = 2048, rows: int = 64,
+                  repeats: int = 3) -> dict:
+    """This machine's measured FLOP/s of matrix products, per precision: the best over the LSTM's
+    own input product (``rows`` x projection -> 4 x cell) and a ``square`` one, each through
+    ``torch.matmul`` and through oneDNN's linear kernel (its weight prepacked, as elmo's
+    ``blocks.linear`` does) where this CPU and PyTorch reach it. Each entry holds every product's
+    rate (None: not reachable) and ``peak``, their best: the roofline's denominator."""
+    import torch
+
+    lstm = config.lstm
+    shapes = {"lstm": (rows, lstm.projection_dim, 4 * lstm.dim), "square": (square, square, square)}
+    found = {}
+    for precision in precisions:
+        dtype = getattr(torch, precision)
+        rates: dict = {}
+        for shape_name, (m, k, n) in shapes.items():
+            x, w = torch.randn(m, k).to(dtype), torch.randn(n, k).to(dtype)
+            wt = w.t().contiguous()
+            products = {"matmul": lambda: torch.matmul(x, wt)}
+            try:
+                if not torch.backends.mkldnn.is_available():
+                    raise RuntimeError("no oneDNN")
+                if dtype == torch.bfloat16 and not torch.ops.mkldnn._is_mkldnn_bf16_supported():
+                    raise RuntimeError("no bfloat16 in oneDNN on this CPU")
+                packed = torch.ops.mkldnn._reorder_linear_weight(w, m)
+                torch.ops.mkldnn._linear_pointwise(x, packed, None, "none", [], "")
+                products["onednn"] = lambda: torch.ops.mkldnn._linear_pointwise(x, packed, None, "none", [], "")
+            except (RuntimeError, AttributeError):
+                rates[f"{shape_name}_onednn"] = None
+            for product_name, product in products.items():
+                best = float("inf")
+                for _ in range(repeats + 1):
+                    start = time.perf_counter()
+                    product()
+                    best = min(best, time.perf_counter() - start)
+                rates[f"{shape_name}_{product_name}"] = 2 * m * k * n / best
+        rates["shapes"] = {name: list(shape) for name, shape in shapes.items()}
+        rates["peak"] = max(v for v in rates.values() if isinstance(v, float))
+        found[precision] = rates
+    return found
+
+
 def peak_rss_bytes() -> int:
     """Peak resident memory of this process so far (Linux reports KiB)."""
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024

@@ -13,8 +13,12 @@ sentences:
 * ``fast+cache``: float32 with a vocabulary cache of ``--cache-words`` words.
 * ``fast+bf16+cache``: both.
 
-Printed and saved: tokens/s, sentences/s, peak memory, speed-up over plain, model FLOPs per
-token and the fraction of this machine's measured float32 matmul peak reached; for bf16 its
+Printed and saved: tokens/s, sentences/s, peak memory, speed-up over plain, and the roofline
+figure: the work done (the FLOPs the computation really needs, ``common.embedding_work_flops``:
+the LSTM over real positions, the token encoder over distinct words) per second, as GFLOP/s and
+as a percentage of this machine's peak for the row's precision, measured in the same run
+(``common.product_peaks``: the LSTM's own product and a large square one, through
+``torch.matmul`` and oneDNN; printed under the table, saved as ``product_peaks``); for bf16 its
 largest and mean deviation from float32. Batch 1 also reports the latency of sentences of
 ``--latency-tokens`` tokens (20).
 
@@ -52,10 +56,12 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from allennlp_embed import allennlp_command  # noqa: E402
 from common import (  # noqa: E402
+    embedding_work_flops,
     installed_env,
     lstm_flops,
     matmul_peak_flops,
     peak_rss_bytes,
+    product_peaks,
     quick_sentences,
     random_model,
     time_process,
@@ -149,6 +155,11 @@ def run_one(args) -> dict:
     result["peak_memory_bytes"] = peak_rss_bytes()
     config = model.config
     result["model_flops_per_token"] = token_encoder_flops(config) + 2 * lstm_flops(config)
+    # The precision the products ran in (bfloat16 asked for falls back to float32 where this CPU
+    # would not gain from it): the peak it is held against.
+    result["precision"] = embedder.precision if args.path != "plain" else "float32"
+    result["work_flops"] = embedding_work_flops(config, sentences)
+    result["work_flops_per_second"] = result["work_flops"] / seconds
     return result
 
 
@@ -277,8 +288,10 @@ def in_process(args) -> None:
         return json.loads(out.stdout.strip().splitlines()[-1])
 
     peak = matmul_peak_flops()
-    results = []
+    results, peaks = [], {}
     for size in args.sizes:
+        # This machine's products at this size's shapes, measured here, between the rows' processes.
+        peaks[size] = product_peaks(random_model(size).config, square=512 if args.quick else 2048)
         for batch in args.batch_sizes:
             # The plain path of the big model is slow: it and its ratio use fewer sentences.
             n_plain = args.sentences if size in ("tiny", "small") else args.plain_sentences
@@ -295,17 +308,28 @@ def in_process(args) -> None:
                     # Scale by the fast path's rate on the plain path's own sentences.
                     row["speedup_over_plain"] = (row["tokens_per_second"] / rows[2]["tokens_per_second"]) * same_set / plain_rate
                 row["fraction_of_matmul_peak"] = row["model_flops_per_token"] * row["tokens_per_second"] / peak
+                row["peak_flops_per_second"] = peaks[size][row["precision"]]["peak"]
+                row["fraction_of_peak"] = row["work_flops_per_second"] / row["peak_flops_per_second"]
                 results.append(row)
-    header = f"{'size':9}{'batch':>6} {'path':12}{'sents':>6}{'tokens/s':>10}{'sent/s':>8}{'peak MB':>9}{'x plain':>8}{'% peak':>8}"
+    header = (f"{'size':9}{'batch':>6} {'path':12}{'sents':>6}{'tokens/s':>10}{'sent/s':>8}{'peak MB':>9}"
+              f"{'x plain':>8}{'GFLOP/s':>9}{'% peak':>8}")
     print(header)
     for r in results:
         print(f"{r['size']:9}{r['batch_size']:>6} {r['path']:12}{r['sentences']:>6}{r['tokens_per_second']:>10.0f}"
               f"{r['sentences_per_second']:>8.1f}{r['peak_memory_bytes'] / 2**20:>9.0f}{r['speedup_over_plain']:>8.1f}"
-              f"{100 * r['fraction_of_matmul_peak']:>7.1f}%" + "".join(
+              f"{r['work_flops_per_second'] / 1e9:>9.1f}{100 * r['fraction_of_peak']:>7.1f}%" + "".join(
                   f"  {key.split('_')[1]}-token latency {value:.1f} ms" for key, value in r.items()
                   if key.startswith("latency_")))
-    print(f"matmul peak {peak / 1e9:.0f} GFLOP/s float32")
-    write_results(args.output, {"quick": args.quick, "matmul_peak_flops": peak, "results": results})
+    print("% peak: the work done (LSTM over real positions, token encoder over distinct words) per second, of this "
+          "machine's best product in the row's precision, measured in this run (GFLOP/s; None: not reachable):")
+    for size, by_precision in peaks.items():
+        for precision, rates in by_precision.items():
+            shown = ", ".join(f"{k} {'-' if v is None else f'{v / 1e9:.0f}'}" for k, v in rates.items()
+                              if k not in ("shapes", "peak"))
+            print(f"  {size} {precision}: peak {rates['peak'] / 1e9:.0f} ({shown}; shapes {rates['shapes']})")
+    write_results(args.output, {"quick": args.quick, "matmul_peak_flops": peak, "product_peaks": peaks,
+                                "threads": os.environ.get("OMP_NUM_THREADS"), "load_average": os.getloadavg(),
+                                "results": results})
 
 
 if __name__ == "__main__":

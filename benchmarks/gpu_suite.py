@@ -93,6 +93,8 @@ SRC = os.environ.get("ELMO_SUITE_SRC") or str(ROOT / "src")
 sys.path[:0] = [SRC, str(HERE)]
 os.environ["PYTHONPATH"] = os.pathsep.join([SRC, *filter(None, [os.environ.get("PYTHONPATH")])])
 
+from common import encoder_step_flops  # noqa: E402  (the FLOP counts live in common.py)
+
 SECTIONS = ("environment", "exactness", "train_original", "allennlp", "cuda_tests", "train_packaged", "embed",
             "embed_process", "train_process", "host_step", "host_cpu")
 # Seconds each section may take, child process start included. From the two H200 runs
@@ -600,25 +602,6 @@ def write_vocab(path: Path, words: list[str], size: int) -> None:
 
 
 # ======================================================================== FLOPs and peaks
-def encoder_step_flops(config, words) -> float:
-    """Forward FLOPs of the token encoder on one step's distinct words (``words``:
-    :func:`elmo.model.encoder.distinct_words` of both directions' character ids): each length
-    group's convolutions over its real span (:func:`elmo.model.encoder.group_shapes` without
-    fixed shapes: what the model must compute, not the padding a GPU adds for fewer shapes), then
-    the highway layers and the projection of every distinct word."""
-    from elmo.model.encoder import group_shapes
-
-    cnn = config.char_cnn
-    widest = max(width for width, _ in cnn.filters)
-    flops = 0.0
-    for start, stop, rows, span in group_shapes(words, cnn.max_characters_per_token, widest, fixed_shapes=False):
-        flops += rows * sum(2 * width * cnn.embedding_dim * n * (span - width + 1) for width, n in cnn.filters)
-    head = cnn.n_highway * 2 * (2 * cnn.n_filters ** 2)
-    if cnn.n_filters != config.lstm.projection_dim:
-        head += 2 * cnn.n_filters * config.lstm.projection_dim
-    return flops + len(words.distinct) * head
-
-
 def train_flops_per_token(config, n_samples: int, vocab_size: int, encoder_flops_per_token: float) -> float:
     """Model FLOPs of one training token of one direction, forward and backward (forward times 3):
     ``encoder_flops_per_token`` (:func:`encoder_step_flops` of a step over the tokens of one

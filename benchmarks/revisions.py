@@ -17,6 +17,12 @@ the ratio of the medians (and per round) to the earlier checkout.
   losses must agree to float rounding: the largest difference is reported. ``--variant
   NAME=OPTIONS`` runs the later checkout a further way in the same rounds (``fused='--lstm-path
   fused'``).
+* ``contention``: whole ``elmo embed`` (the packaged model, ``--lines`` lines) and whole ``elmo
+  train`` (the tiny preset, ``--train-tokens`` tokens) of each checkout beside ``--busy`` busy
+  processes (default: one per core; pure-Python spin loops, bounded in time and killed at the
+  end), at the default threads (``OMP_NUM_THREADS`` and the OpenMP wait variables removed from
+  the environment) and at each of ``--threads`` (as ``OMP_NUM_THREADS``, which every checkout
+  honours): seconds per run, and the default's time over the best thread count's.
 * ``serve``: a real ``elmo serve`` of each checkout on 127.0.0.1 (``--threads``), driven by
   ``serve.py``'s callers at each ``--concurrency`` (``POST /embed``, one sentence per request) for
   ``--seconds`` each: requests/s, p50 ms, connections reopened, and the load average at its start.
@@ -29,6 +35,8 @@ src | tar -x -C DIR``); ``--quick`` runs this checkout against itself on tiny si
     OMP_NUM_THREADS=1 python benchmarks/revisions.py train --before $BEFORE/src --after $AFTER/src \\
         --train DATA/wiki/train/shard-00000.txt --steps 120 --rounds 4 --output results/benchmarks/revisions_train.json
     nice -n 10 python benchmarks/revisions.py serve --before "$OLD/src" --after src --threads 1 --rounds 2
+    python benchmarks/revisions.py contention --before $BEFORE/src --after src --rounds 2 \
+        --output results/benchmarks/contention_embed_train.json
     python benchmarks/revisions.py embed --quick --output revisions.json
 """
 
@@ -39,6 +47,7 @@ import csv
 import json
 import os
 import resource
+import signal
 import statistics
 import subprocess
 import sys
@@ -122,6 +131,113 @@ def measure_train(src: str, args, extra: list[str]) -> dict:
     return {"seconds": seconds, "tokens_per_second": tokens / seconds, "cpu_seconds": cpu_seconds,
             "tokens_per_cpu_second": tokens / cpu_seconds, "loop_tokens_per_second": tokens / loop_seconds,
             "losses": [float(row["loss"]) for row in rows]}
+
+
+# ------------------------------------------------------------------------------- contention
+# The environment a user who set nothing has: what the default thread count and wait policy are
+# made of (this script itself is often run with OMP_NUM_THREADS=1).
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "KMP_BLOCKTIME")
+BUSY_LOOP = "import sys, time\nend = time.monotonic() + float(sys.argv[1])\nwhile time.monotonic() < end:\n    pass\n"
+
+
+def start_busy(count: int, seconds: float) -> list[subprocess.Popen]:
+    """``count`` processes that each keep a core busy for at most ``seconds``."""
+    return [subprocess.Popen([sys.executable, "-c", BUSY_LOOP, str(seconds)]) for _ in range(count)]
+
+
+def stop_busy(processes: list[subprocess.Popen]) -> None:
+    for process in processes:
+        process.kill()
+    for process in processes:
+        process.wait()
+
+
+def contention_env(src: str, threads: int | None) -> dict:
+    env = {k: v for k, v in checkout_env(src).items() if k not in THREAD_VARIABLES}
+    if threads is not None:
+        env["OMP_NUM_THREADS"] = str(threads)
+    return env
+
+
+def timed(command: list[str], env: dict, what: str) -> dict:
+    """One whole process: wall-clock and CPU seconds (user + system)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.perf_counter()
+    done = subprocess.run(command, env=env, capture_output=True, text=True)
+    seconds = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if done.returncode != 0:
+        raise SystemExit(f"{what}: {' '.join(command)} failed:\n{done.stderr[-3000:]}")
+    return {"seconds": seconds, "cpu_seconds": (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)}
+
+
+def measure_contention(src: str, args, threads: int | None) -> dict:
+    """``elmo embed`` and ``elmo train`` of checkout ``src``, whole processes, at ``threads``
+    (None: the default)."""
+    env = contention_env(src, threads)
+    elmo = [sys.executable, "-m", "elmo.cli.main"]
+    with tempfile.TemporaryDirectory(dir=args.work) as out:
+        embed = timed([*elmo, "embed", args.text, os.path.join(out, "out.hdf5")], env, "embed")
+        train = timed([*elmo, "train", "--vocab", args.vocab, "--config", "tiny", "--train", args.train,
+                       "--output", os.path.join(out, "run"), "--max-tokens", str(args.train_tokens),
+                       "--batch-size", "8", "--seed", "11", "--checkpoint-every", "1000000", "--no-progress"],
+                      env, "train")
+    return {"embed_seconds": embed["seconds"], "embed_cpu_seconds": embed["cpu_seconds"],
+            "train_seconds": train["seconds"], "train_cpu_seconds": train["cpu_seconds"]}
+
+
+def run_contention(args) -> int:
+    """The ``contention`` job: every checkout x thread setting, in turns, beside the busy processes."""
+    settings = [None, *args.threads]
+    sides = {"before": args.before, "after": args.after}
+    if args.quick:
+        sides = {"after": args.after}
+    runs: dict[str, list[dict]] = {f"{side} {t or 'default'}": [] for side in sides for t in settings}
+    load_before = os.getloadavg()
+    busy = start_busy(args.busy, args.busy_seconds)
+    # A kill of this script ends the busy processes too (the finally below).
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    try:
+        time.sleep(1.0)  # the busy processes running before the first measurement
+        load_busy = os.getloadavg()
+        # Each thread setting on every checkout back to back, so that the drift of a shared
+        # machine's load falls on the runs compared with each other.
+        for round_index in range(args.rounds):
+            for threads in settings:
+                for side, src in sides.items():
+                    name = f"{side} {threads or 'default'}"
+                    result = measure_contention(src, args, threads)
+                    result["load_average"] = os.getloadavg()[0]
+                    runs[name].append(result)
+                    print(f"round {round_index + 1} {name}: { {k: round(v, 2) for k, v in result.items()} }",
+                          flush=True)
+    finally:
+        stop_busy(busy)
+    summary: dict = {}
+    for side in sides:
+        for job in ("embed", "train"):
+            medians = {str(t or "default"): statistics.median(r[f"{job}_seconds"] for r in runs[f"{side} {t or 'default'}"])
+                       for t in settings}
+            best = min(medians, key=medians.get)
+            summary[f"{side} {job}"] = {"median_seconds": medians, "best": best,
+                                        "default_over_best": medians["default"] / medians[best]}
+    print(f"contention: {args.busy} busy processes beside each run on {os.cpu_count()} CPUs; median seconds of "
+          f"{args.rounds} round(s), whole process; load average {load_before[0]:.1f} before, {load_busy[0]:.1f} "
+          f"with them")
+    header = "".join(f"{str(t or 'default') + ' thr':>13}" for t in settings)
+    print(f"{'':16}{header}{'default / best':>16}")
+    for name, row in summary.items():
+        cells = "".join(f"{row['median_seconds'][str(t or 'default')]:>13.1f}" for t in settings)
+        print(f"{name:16}{cells}{row['default_over_best']:>16.2f}")
+    if args.output:
+        from common import write_results
+
+        write_results(args.output, {"job": "contention", "before": args.before, "after": args.after,
+                                    "rounds": args.rounds, "quick": args.quick, "busy": args.busy,
+                                    "lines": args.lines, "train_tokens": args.train_tokens,
+                                    "threads": settings, "load_average_before": load_before,
+                                    "load_average_with_busy": load_busy, "runs": runs, "summary": summary})
+    return 0
 
 
 # ------------------------------------------------------------------------------------ serve
@@ -234,6 +350,15 @@ def parser() -> argparse.ArgumentParser:
     serve.add_argument("--concurrency", type=int, nargs="+", default=[1, 64])
     serve.add_argument("--seconds", type=float, default=5.0, help="seconds measured per concurrency")
     serve.add_argument("--warmup", type=int, default=128, help="requests per concurrency not measured")
+    contention = jobs.add_parser("contention", parents=[shared],
+                                 help="whole elmo embed and elmo train beside one busy process per core")
+    contention.add_argument("--lines", type=int, default=300, help="lines elmo embed embeds")
+    contention.add_argument("--train-tokens", type=int, default=2000, help="tokens elmo train trains on")
+    contention.add_argument("--threads", type=int, nargs="+", default=[1, 2],
+                            help="thread counts measured beside the default")
+    contention.add_argument("--busy", type=int, default=os.cpu_count() or 1, help="busy processes (default: one per core)")
+    contention.add_argument("--busy-seconds", type=float, default=3600.0,
+                            help="the longest a busy process runs (they are killed when the measuring ends)")
     return top
 
 
@@ -252,6 +377,8 @@ def main(argv: list[str] | None = None) -> int:
             elif args.job == "train":
                 args.steps, args.batch_size = 2, 4
                 args.train = args.train or quick_sentences(os.path.join(work, "train.txt"), 200)
+            elif args.job == "contention":
+                args.lines, args.train_tokens, args.threads = 20, 200, [1]
             else:
                 args.seconds, args.warmup, args.concurrency = 1.0, 16, [1, 8]
         missing = [f"--{name}" for name in ("before", "after", *{"embed": ["text"], "train": ["train"]}.get(args.job, []))
@@ -259,6 +386,11 @@ def main(argv: list[str] | None = None) -> int:
         if missing:
             raise SystemExit(f"revisions.py {args.job}: {', '.join(missing)} needed (or --quick)")
         args.before, args.after = os.path.abspath(args.before), os.path.abspath(args.after)
+        if args.job == "contention":
+            args.text = quick_sentences(os.path.join(work, "embed.txt"), args.lines)
+            args.train = quick_sentences(os.path.join(work, "train.txt"), 400)
+            args.vocab = os.path.join(args.after, "elmo", "resources", "model", "vocab.txt")
+            return run_contention(args)
         sides = {"before": (args.before, []), "after": (args.after, [])}
         if args.job == "train":
             args.model = args.model or os.path.join(args.after, "elmo", "resources", "model")

@@ -10,6 +10,7 @@ import tempfile
 import threading
 from pathlib import Path
 
+import elmo  # noqa: F401  (first: it asks OpenMP for passive waiting before PyTorch loads, elmo.threads)
 import h5py
 import numpy as np
 import pytest

@@ -65,6 +65,29 @@ def test_embed_speed_in_process(tmp_path):
         assert row["tokens_per_second"] > 0 and row["peak_memory_bytes"] > 0 and 0 < row["fraction_of_matmul_peak"] < 1
     assert all(r["latency_12_tokens_ms"] > 0 for r in rows[1:])
     assert 0 < rows[3]["cache_coverage"] <= 1
+    # The roofline: the real work per second against this run's own products, per precision.
+    for row in rows:
+        assert row["precision"] in (("bfloat16", "float32") if "bf16" in row["path"] else ("float32",))
+        assert row["work_flops"] > 0 and row["peak_flops_per_second"] > 0
+        assert row["fraction_of_peak"] == pytest.approx(row["work_flops_per_second"] / row["peak_flops_per_second"])
+
+
+def test_embedding_work_counts_real_positions_and_distinct_words():
+    """The roofline's numerator: the LSTM over every real position (tokens and two boundaries per
+    sentence), the token encoder once per distinct word, over its real character slots only."""
+    sys.path.insert(0, str(BENCHMARKS))
+    from common import embedding_work_flops, lstm_flops
+
+    from elmo.model.config import published_config
+
+    config = published_config("tiny")
+    once = embedding_work_flops(config, [["the", "cat"]])
+    twice = embedding_work_flops(config, [["the", "cat"], ["cat", "the"]])
+    per_position = 2 * lstm_flops(config)
+    assert twice - once == pytest.approx(4 * per_position)  # same words: only the positions add
+    longer = embedding_work_flops(config, [["the", "caterpillar"]])
+    assert longer > once  # more characters in a word: more convolution work
+    assert embedding_work_flops(config, []) == 0
 
 
 @pytest.mark.slow
@@ -104,6 +127,16 @@ def test_revisions(tmp_path, job):
     if job == "train":  # the same code, data, seed and negatives: the same losses
         assert len(result["runs"]["before"][0]["losses"]) == 2
         assert summary["after"]["largest_loss_difference"] < 1e-4
+
+
+@pytest.mark.slow
+def test_revisions_contention(tmp_path):
+    result = quick(tmp_path, "revisions", "contention")
+    assert result["busy"] >= 1 and result["threads"] == [None, 1]
+    assert set(result["runs"]) == {"after default", "after 1"}
+    for job in ("embed", "train"):
+        row = result["summary"][f"after {job}"]
+        assert set(row["median_seconds"]) == {"default", "1"} and row["default_over_best"] >= 1
 
 
 @pytest.mark.slow

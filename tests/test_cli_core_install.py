@@ -101,3 +101,31 @@ def test_building_the_parser_imports_no_optional_package():
     assert done.returncode == 0, done.stderr[-3000:]
     loaded = set(json.loads(done.stdout.splitlines()[-1]))
     assert "elmo" in loaded and not loaded & set(OPTIONAL), sorted(loaded & set(OPTIONAL))
+
+
+@pytest.mark.parametrize("args", [["--help"], ["--version"], []])
+def test_help_and_version_load_no_pytorch(args):
+    """``elmo --help`` and ``elmo --version`` answer without importing PyTorch (or numpy, h5py):
+    the verbs' one-line help is read from their source, and ``import elmo`` loads the API lazily."""
+    code = ("import json, runpy, sys\n"
+            f"sys.argv = ['elmo', *{args!r}]\n"
+            "try:\n    runpy.run_module('elmo.cli.main', run_name='__main__', alter_sys=True)\n"
+            "except SystemExit:\n    pass\n"
+            "print(json.dumps(sorted({m.partition('.')[0] for m in sys.modules})), file=sys.stderr)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    loaded = set(json.loads(done.stderr.splitlines()[-1]))
+    assert "elmo" in loaded and not loaded & {"torch", "numpy", "h5py"}, sorted(loaded & {"torch", "numpy", "h5py"})
+    if args == ["--help"]:
+        assert all(verb in done.stdout for verb in VERBS) and "Embed a file of sentences" in done.stdout
+
+
+def test_verb_help_read_from_source_is_the_modules_own():
+    from elmo.cli.main import _module, verb_help
+
+    for verb, name in VERBS.items():
+        module = _module(verb)
+        saved = sys.modules.pop(f"elmo.cli.{name}")  # not loaded: read from the source
+        try:
+            assert verb_help(verb) == module.HELP, verb
+        finally:
+            sys.modules[f"elmo.cli.{name}"] = saved

@@ -20,6 +20,7 @@ PACKAGE = "elmo"
 FLOORS = (
     ("jsonio",),  # the one JSON reader: below everything that reads JSON, fileio included
     ("version", "fileio", "devices", "checks", "hdf5io", "progress"),  # leaves: nothing of the package but jsonio below them
+    ("threads",),  # how many CPU threads and how they wait: before PyTorch loads (imports checks)
     ("model",),  # the network: config, char ids, CNN, LSTM, biLM, softmax, weights
     ("hub",),  # where models come from: resolve, checkpoints, downloads, archives
     ("inference", "training"),  # running a biLM; training one

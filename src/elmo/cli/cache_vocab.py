@@ -8,6 +8,7 @@ import sys
 from elmo.cli.common import add_model_arguments, model_from_args
 from elmo.fileio import check_output_file, read_lines
 from elmo.inference.vocab_cache import save_vocab_cache
+from elmo.threads import add_threads_argument, set_threads
 
 HELP = "Precompute token vectors for a word list (one word per line), for elmo embed --vocab-cache."
 
@@ -17,6 +18,7 @@ def add_parser(parser: argparse.ArgumentParser) -> None:
                                       "folder holding vocab.txt or vocab.txt.gz (an NLPL .zip) to use its vocabulary")
     parser.add_argument("output", help="HDF5 cache file to write")
     parser.add_argument("--force", action="store_true", help="replace an existing output file")
+    add_threads_argument(parser)
     add_model_arguments(parser)
 
 
@@ -33,6 +35,7 @@ def model_vocabulary_or_lines(path: str) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
+    set_threads(args.threads)
     check_output_file(args.output, args.force)  # before the model loads
     model = model_from_args(args)
     words = model_vocabulary_or_lines(args.words)

@@ -32,6 +32,7 @@ from elmo.inference.outputs import (
 )
 from elmo.inference.precision import BFLOAT16_FLAGS, DEFAULT_PRECISION, PRECISIONS, cpu_flags
 from elmo.inference.states import DEFAULT_STATE, STATE_MODES
+from elmo.threads import affinity_cpus, check_threads, set_threads, threads_help
 
 HELP = ("Embed a file of sentences (one per line, tokens split on whitespace) into HDF5, "
         "or print a summary of the vectors when no output file is given. Resumable (--resume), "
@@ -97,9 +98,9 @@ def add_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--shard", metavar="RANK/WORLD",
                         help="embed only lines n with n %% WORLD == RANK into OUTPUT/shard-RANK-of-WORLD.hdf5 "
                              "(default: torchrun's RANK and WORLD_SIZE when run under torchrun)")
-    parser.add_argument("--threads", type=int,
-                        help="CPU threads (default: all cores, shared among the processes torchrun starts on "
-                             "this machine)")
+    parser.add_argument("--threads", type=int, metavar="N",
+                        help=threads_help() + "; under torchrun, the CPUs are shared among the processes it "
+                                              "starts on this machine")
     add_progress_argument(parser, "sentences/s and ETA")
 
 
@@ -138,9 +139,9 @@ def placement(args: argparse.Namespace) -> tuple[tuple[int, int], str, int | Non
     threads = args.threads
     if threads is None and env is not None and device == "cpu":
         # torchrun sets OMP_NUM_THREADS=1 for every process; the cores are shared instead.
-        threads = max(1, len(os.sched_getaffinity(0)) // max(1, local_world))
+        threads = max(1, affinity_cpus() // max(1, local_world))
     if threads is not None:
-        check_count(threads, "--threads")
+        check_threads(threads)
     return shard, device, threads, local_rank
 
 
@@ -197,8 +198,7 @@ def run(args: argparse.Namespace) -> int:
                              "to standard output")
         if shard[1] > 1:
             raise ValueError("a sharded run writes files: give an output folder")
-    if threads is not None:
-        torch.set_num_threads(threads)
+    set_threads(threads)
     model, source = model_and_source_from_args(args)
     embedder = Embedder(model, state=args.state, device=device, precision=args.precision,
                         vocab_cache=args.vocab_cache, max_tokens=args.max_tokens, batch_size=args.batch_size,

@@ -10,6 +10,7 @@ from elmo.cli.common import add_progress_argument
 from elmo.devices import DEFAULT_DEVICE, DEVICES
 from elmo.fileio import atomic_path, check_output_file
 from elmo.hub.resolve import load_language_model
+from elmo.threads import add_threads_argument, set_threads
 from elmo.training.data import expand_paths
 from elmo.training.evaluate import EVAL_BATCH_SIZE, EVAL_UNROLL_STEPS, evaluate
 
@@ -29,6 +30,7 @@ def add_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", help="also write the results as JSON here (default: printed only)")
     parser.add_argument("--force", action="store_true", help="replace existing --json and --per-sentence files")
     parser.add_argument("--device", default=DEFAULT_DEVICE, help=f"{DEVICES} (default %(default)s)")
+    add_threads_argument(parser)
     add_progress_argument(parser, "tokens scored")
 
 
@@ -44,6 +46,7 @@ def check_output_files(args: argparse.Namespace, inputs: list[str]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    set_threads(args.threads)
     data = expand_paths(args.data)
     check_output_files(args, data)  # before the evaluation, which may take hours
     model, vocab = load_language_model(args.model)

@@ -11,6 +11,7 @@ import sys
 from elmo.hub.checkpoints import check_model_folder, export_language_model
 from elmo.hub.resolve import load_language_model
 from elmo.model.weights import STORAGE_DTYPES
+from elmo.threads import add_threads_argument, set_threads
 
 HELP = ("Export a training run as options.json + weights.hdf5 (+ softmax_weights.hdf5, vocab.txt), "
         "or any biLM as one ONNX file (--format onnx).")
@@ -36,6 +37,7 @@ def add_parser(parser: argparse.ArgumentParser) -> None:
                         help="storage precision of the weights; loading always gives float32 (default %(default)s)")
     parser.add_argument("--force", action="store_true",
                         help="replace an existing output folder, if elmo made it and it holds nothing else")
+    add_threads_argument(parser, "CPU threads (--format onnx traces and checks the graph)")
     hub = parser.add_argument_group("a folder for the Hugging Face Hub")
     hub.add_argument("--hub-card", action="store_true",
                      help="also write README.md, a model card with the Hub's metadata (needs --license)")
@@ -66,6 +68,7 @@ def command_of(args: argparse.Namespace) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    set_threads(args.threads)
     if args.format == "onnx":
         return run_onnx(args)
     if args.state != "warm":

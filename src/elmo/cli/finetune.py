@@ -18,6 +18,6 @@ def add_parser(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     settings = settings_from(args, init_from=args.model, config=None, vocab=None)
-    code = launch(settings, args.gpus, args.processes)
+    code = launch(settings, args.gpus, args.processes, args.threads)
     print(f"run directory: {settings.output}", file=sys.stderr)
     return code

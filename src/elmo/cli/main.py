@@ -1,7 +1,8 @@
 """Entry point of the ``elmo`` command: dispatches to one module per verb.
 
 Only the module of the verb being run is imported (``elmo embed`` never loads the task,
-training or text-preparation code); ``elmo --help`` imports them all to list them. No verb's
+training or text-preparation code); ``elmo --help`` and ``elmo --version`` import none (each
+verb's one-line ``HELP`` is read from its source), so that they answer without loading PyTorch. No verb's
 module imports a package of an optional extra before the verb runs, so that the help of every
 verb works on a core install, and a verb whose extra is missing says which, in one line.
 """
@@ -77,7 +78,36 @@ def _join_dash_values(argv: list[str]) -> list[str]:
 
 
 def _module(verb: str):
+    import elmo
+
+    # PyTorch and the API first, with the cyclic collector held off while they load (elmo's
+    # __init__ says why): a verb's module would otherwise import them with it running.
+    elmo._load_api()
     return importlib.import_module(f"elmo.cli.{VERBS[verb]}")
+
+
+def verb_help(verb: str) -> str:
+    """The one-line ``HELP`` of ``verb``'s module, read from its source without importing it
+    (which would load PyTorch); from the module itself where it is loaded already or has no
+    source file."""
+    import ast
+
+    name = f"elmo.cli.{VERBS[verb]}"
+    if name not in sys.modules:
+        # The file beside this one (not importlib's find_spec, which would make elmo load its API).
+        source = os.path.join(os.path.dirname(os.path.abspath(__file__)), f"{VERBS[verb]}.py")
+        try:
+            with open(source, encoding="utf-8") as f:
+                tree = ast.parse(f.read())
+        except (OSError, SyntaxError, ValueError):
+            tree = ast.Module(body=[], type_ignores=[])
+        for node in tree.body:
+            if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "HELP" for t in node.targets):
+                try:
+                    return ast.literal_eval(node.value)
+                except ValueError:
+                    break
+    return _module(verb).HELP
 
 
 def _requested_verb(argv: list[str]) -> str | None:
@@ -89,7 +119,8 @@ def _requested_verb(argv: list[str]) -> str | None:
 
 
 def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
-    """The command's parser; with ``argv``, only the verb it names gets its full sub-parser."""
+    """The command's parser; with ``argv``, only the verb it names gets its full sub-parser (none
+    when it names none: ``elmo --help`` lists the verbs from their one-line help alone)."""
     parser = argparse.ArgumentParser(prog="elmo", description="ELMo: deep contextualized word representations.",
                                      formatter_class=DefaultsHelpFormatter)
     parser.add_argument("--version", action="version", version=f"elmo {__version__}")
@@ -99,6 +130,9 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     for name in VERBS:
         if wanted is not None and name != wanted:
             sub.add_parser(name)
+            continue
+        if argv is not None and wanted is None:
+            sub.add_parser(name, help=verb_help(name))
             continue
         module = _module(name)
         verb_parsers[name] = sub.add_parser(name, help=module.HELP, description=module.HELP,

@@ -6,6 +6,7 @@ import argparse
 import sys
 
 from elmo.cli.common import add_model_arguments, add_progress_argument, defaults_of, model_from_args
+from elmo.threads import add_threads_argument, set_threads
 
 HELP = "Find the corpus sentences whose use of a word is closest to its use in a given sentence (contextual neighbours)."
 
@@ -24,6 +25,7 @@ def add_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--vector-cache", metavar="DIR",
                         help="write every layer of the corpus into DIR, so that later queries embed only the query")
     add_progress_argument(parser, "corpus sentences embedded")
+    add_threads_argument(parser)
     add_model_arguments(parser)
 
 
@@ -35,6 +37,7 @@ def run(args: argparse.Namespace) -> int:
     from elmo.model.chars import tokenize
 
     check_count(args.k, "-k")
+    set_threads(args.threads)
     query = tokenize(args.sentence)
     if not word_positions(query, args.word):  # before the model and the corpus load: fail fast
         raise ValueError(f"--word: {args.word!r} is not a token of the sentence {' '.join(query)!r}")

@@ -14,6 +14,7 @@ from elmo.devices import DEFAULT_DEVICE, DEVICES
 from elmo.inference.runtime import DEFAULT_PRECISION, PRECISIONS
 from elmo.inference.states import DEFAULT_STATE
 from elmo.serve.batching import DEFAULT_MAX_BATCH_TOKENS, DEFAULT_MAX_WAIT_MS
+from elmo.threads import affinity_cpus, available_cpus, check_threads, default_threads
 from elmo.serve.protocol import (
     DEFAULT_MAX_CONCURRENT_REQUESTS,
     DEFAULT_MAX_QUEUED_TOKENS,
@@ -45,10 +46,11 @@ def add_parser(parser: argparse.ArgumentParser) -> None:
                              "int8: CPUs, the original size)")
     parser.add_argument("--state", default=DEFAULT_STATE, choices=("warm", "reset"),
                         help="LSTM state policy; both make every answer independent of other requests")
-    parser.add_argument("--threads", type=int,
-                        help="CPU threads for the model, which runs in a process of its own (default: "
-                             "$OMP_NUM_THREADS if set, else one fewer than PyTorch's default, at least 1: "
-                             "a core is left to the process that answers HTTP)")
+    parser.add_argument("--threads", type=int, metavar="N",
+                        help=f"CPU threads for the model, which runs in a process of its own, 1 to {affinity_cpus()} "
+                             "here (default: $OMP_NUM_THREADS if set, else one fewer than the CPUs this process may "
+                             "use, at least 1: a core is left to the process that answers HTTP; "
+                             f"{model_threads(None) or default_threads()} here)")
     parser.add_argument("--vocab-cache", help="token vectors from elmo cache-vocab (other words use the CNN)")
     parser.add_argument("--max-batch-tokens", type=int, default=DEFAULT_MAX_BATCH_TOKENS,
                         help="a batch of concurrent requests closes at this many tokens (2 more per sentence for "
@@ -97,7 +99,7 @@ def check_options(args: argparse.Namespace) -> None:
     if args.api_key is not None and (not args.api_key.strip() or args.api_key != args.api_key.strip()):
         raise ValueError("--api-key: empty, or with spaces around it (a Bearer token has none)")
     if args.threads is not None:
-        check_count(args.threads, "--threads")
+        check_threads(args.threads)
     check_model_name(args.served_model_name, "--served-model-name")
 
 
@@ -170,9 +172,7 @@ def model_threads(threads: int | None) -> int | None:
     batch of 64 sentences took 75 ms on 1 thread and 175 ms on 2 while another process was busy."""
     if threads is not None or os.environ.get("OMP_NUM_THREADS"):
         return threads
-    import torch
-
-    return max(1, torch.get_num_threads() - 1)
+    return max(1, available_cpus() - 1)
 
 
 def uvicorn_config(app, args: argparse.Namespace):

@@ -15,6 +15,7 @@ HELP = ("Train a task model with or without ELMo (tagging, classification, entai
 
 def add_parser(parser: argparse.ArgumentParser) -> None:
     from elmo.tasks.catalog import DATASET_KINDS
+    from elmo.threads import add_threads_argument
 
     sub = parser.add_subparsers(dest="task_verb", required=True, metavar="{train,evaluate}")
     train = sub.add_parser("train", help="train the model a TOML config describes",
@@ -29,6 +30,7 @@ def add_parser(parser: argparse.ArgumentParser) -> None:
                        help="start over: delete the earlier run in the run directory first, if elmo made it and it "
                             "holds nothing but what a task run writes (default: an existing run is refused)")
     add_progress_argument(train, "batches of each epoch")
+    add_threads_argument(train)
     train.add_argument("--data-root", help="the folder holding your copy of the data: what the config's "
                        "$ELMO_DATA/... paths are under (default: $ELMO_DATA)")
     evaluate = sub.add_parser("evaluate", help="score a trained run on a data file",
@@ -43,6 +45,7 @@ def add_parser(parser: argparse.ArgumentParser) -> None:
                           "(default: data.vectors of the run's config)")
     evaluate.add_argument("--json", help="also write the result as JSON here")
     evaluate.add_argument("--force", action="store_true", help="replace existing --json and --predictions files")
+    add_threads_argument(evaluate)
     evaluate.add_argument("--predictions", help="SQuAD: where to write the prediction file, question id -> answer "
                           "(default: RUN/predictions-<data file name>.json)")
 
@@ -62,7 +65,9 @@ def _check_evaluate_outputs(args: argparse.Namespace) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from elmo.cli.main import require_extra
+    from elmo.threads import set_threads
 
+    set_threads(args.threads)
     # The whole [tasks] extra, now: a task imports some of its packages only to score, which
     # comes after the data is read and the first epoch trained.
     require_extra("tasks")

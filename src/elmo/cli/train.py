@@ -14,6 +14,7 @@ from elmo.cli.common import add_progress_argument
 from elmo.devices import DEVICES
 from elmo.model.bilm import DEFAULT_LSTM_PATH, LSTM_PATHS
 from elmo.model.config import PRESETS
+from elmo.threads import add_threads_argument, check_threads, default_threads, set_threads
 from elmo.training.recipe import (
     CPU_MAX_BATCH,
     DEFAULT_PRESET,
@@ -112,6 +113,7 @@ def add_common(parser: argparse.ArgumentParser, source: str = "the --config pres
                                        "(default: none, one process on --device)")
     parser.add_argument("--processes", type=int, default=1,
                         help="CPU data-parallel processes (gloo); for multi-node use torchrun (default %(default)s)")
+    add_threads_argument(parser, "CPU threads of each process (by default shared out among --processes)")
     add_progress_argument(parser, "steps, loss, perplexity and tokens/s")
 
 
@@ -160,7 +162,10 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _worker(rank: int, world: int, port: int, gpus: list[str] | None, settings: TrainSettings) -> None:
+def _worker(rank: int, world: int, port: int, gpus: list[str] | None, settings: TrainSettings,
+            threads: int | None = None) -> None:
+    if threads is not None:
+        set_threads(threads)
     os.environ.update({"RANK": str(rank), "WORLD_SIZE": str(world), "LOCAL_RANK": str(rank),
                        "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)})
     if gpus is not None:
@@ -168,11 +173,14 @@ def _worker(rank: int, world: int, port: int, gpus: list[str] | None, settings: 
     train(settings)
 
 
-def launch(settings: TrainSettings, gpus: str | None, processes: int) -> int:
+def launch(settings: TrainSettings, gpus: str | None, processes: int, threads: int | None = None) -> int:
     """Run ``train`` in this process, or spawn one process per GPU / CPU worker (the one-machine
-    shortcut for ``torchrun --nproc-per-node``)."""
+    shortcut for ``torchrun --nproc-per-node``), each computing with ``threads`` CPU threads
+    (None: :func:`elmo.threads.default_threads` here, shared out among the spawned workers)."""
     gpu_list = _gpu_ids(gpus) if gpus is not None else None
     check_count(processes, "--processes")
+    if threads is not None:
+        check_threads(threads)
     if gpu_list and processes != 1:
         raise ValueError(f"--gpus {gpus} and --processes {processes}: give one (--gpus runs one process per GPU)")
     world = len(gpu_list) if gpu_list else processes
@@ -183,13 +191,16 @@ def launch(settings: TrainSettings, gpus: str | None, processes: int) -> int:
             # Before anything asks CUDA about devices: afterwards the variable has no effect.
             os.environ.setdefault("CUDA_VISIBLE_DEVICES", ",".join(gpu_list))
         _check_gpus(gpus)
+        set_threads(threads)
         train(settings)
         return 0
     _check_gpus(gpus)  # the workers are fresh processes: asking CUDA here binds none of them
     settings.validate()  # one clear error here rather than one per worker
     import torch.multiprocessing as mp
 
-    mp.spawn(_worker, args=(world, _free_port(), gpu_list, settings), nprocs=world, join=True)
+    # Each worker its share of the CPUs (an OpenMP team per worker on every core oversubscribes them).
+    per_worker = threads if threads is not None else max(1, default_threads() // world)
+    mp.spawn(_worker, args=(world, _free_port(), gpu_list, settings, per_worker), nprocs=world, join=True)
     return 0
 
 
@@ -213,6 +224,6 @@ def _check_gpus(gpus: str | None) -> None:
 
 def run(args: argparse.Namespace) -> int:
     settings = settings_from(args)
-    code = launch(settings, args.gpus, args.processes)
+    code = launch(settings, args.gpus, args.processes, args.threads)
     print(f"run directory: {settings.output}", file=sys.stderr)
     return code

@@ -32,7 +32,8 @@ FIXED_ON_RESUME = (("batch_size", "batch_size", "--batch-size"), ("unroll_steps"
 # --config, the hyperparameters above, --seed, --vocab, the training data -- is the run's.
 CHANGEABLE_ON_RESUME = ("--checkpoint-every", "--keep-checkpoints", "--log-every", "--heldout", "--eval-every",
                         "--eval-targets", "--device", "--bf16/--no-bf16", "--prefetch", "--deterministic", "--gpus",
-                        "--processes", "--progress/--no-progress", "--lstm-path", "--compile-cells", "--cuda-graphs",
+                        "--processes", "--threads", "--progress/--no-progress", "--lstm-path", "--compile-cells",
+                        "--cuda-graphs",
                         "--max-tokens/--epochs (Adagrad)")
 
 
