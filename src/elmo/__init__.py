@@ -13,6 +13,7 @@ exported folder, ...); the readers it goes through stay in their modules:
 import gc as _gc
 import sys as _sys
 import warnings
+from typing import TYPE_CHECKING
 
 from elmo.threads import prepare_openmp as _prepare_openmp
 from elmo.version import __version__ as __version__
@@ -88,6 +89,23 @@ def _load_api() -> None:
             _gc.enable()
     names = locals()
     globals().update({name: names[name] for name in __all__})
+
+
+# What type checkers and editors see; at run time these names load on their first use (above).
+if TYPE_CHECKING:
+    from elmo.hub.checkpoints import save_checkpoint
+    from elmo.hub.resolve import load_model
+    from elmo.inference.elmo import Elmo, ElmoOutput
+    from elmo.inference.embed import Embedder
+    from elmo.inference.embed_file import EmbedReport, FileEmbedder
+    from elmo.inference.outputs import Embeddings, open_embeddings
+    from elmo.inference.states import DEFAULT_STATE, STATE_MODES
+    from elmo.model.bilm import BiLM, BiLMOutput, BiLMState
+    from elmo.model.chars import batch_to_char_ids, tokenize
+    from elmo.model.config import BiLMConfig, CharCNNConfig, ConfigError, LSTMConfig
+    from elmo.model.dictionary import CharacterDictionary
+    from elmo.model.scalar_mix import ScalarMix
+    from elmo.model.weights import WeightsError, save_bilm_tf
 
 
 __all__ = [

@@ -58,7 +58,7 @@ def _check_links(f: h5py.File, label: str) -> None:
     """Refuse any link that is not a hard link, found without following one (H5Lvisit)."""
     found: list[tuple[str, int]] = []
 
-    def visit(name: bytes, info) -> None:
+    def visit(name: bytes, info) -> int | None:
         if info.type != h5py.h5l.TYPE_HARD:
             found.append((name.decode("utf-8", "replace"), info.type))
             return 1  # stop: one is enough to refuse the file
@@ -85,7 +85,8 @@ def check_numbers(dataset: h5py.Dataset, where: str) -> None:
 def dtype_words(dtype: np.dtype) -> str:
     """What values of ``dtype`` are, in words (h5py marks its variable-length types in the metadata)."""
     dtype = np.dtype(dtype)
-    vlen = (dtype.metadata or {}).get("vlen")
+    metadata: dict = dict(dtype.metadata or {})
+    vlen = metadata.get("vlen")
     if vlen is not None:
         return "variable-length strings" if vlen in (str, bytes) else "variable-length arrays"
     if dtype.kind == "f":

@@ -94,11 +94,12 @@ def loads(text: str | bytes, source: str, *, max_bytes: int | None = MAX_BYTES, 
         raise JSONFileError(source, f"larger than {max_bytes:,} bytes, the limit for this file; not read "
                                     "(is it the right file?)")
     if isinstance(text, (bytes, bytearray)):
+        raw = bytes(text)
         try:
-            text = bytes(text).decode("utf-8")
+            text = raw.decode("utf-8")
         except UnicodeDecodeError as e:
             raise JSONFileError(source, f"not valid UTF-8 ({e.reason} at byte {e.start:,})",
-                                text[:e.start].count(b"\n") + 1) from None
+                                raw[:e.start].count(b"\n") + 1) from None
     if _depth(text) > max_depth:
         raise JSONFileError(source, f"its JSON is nested too deeply to read (more than {max_depth} levels)")
     try:

@@ -160,7 +160,8 @@ def chosen_parsers(parser: argparse.ArgumentParser, args: argparse.Namespace) ->
     chain = [parser]
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction):
-            chosen = action.choices.get(getattr(args, action.dest, None))
+            verb = getattr(args, action.dest, None)
+            chosen = action.choices.get(verb) if isinstance(verb, str) else None
             if chosen is not None:
                 chain += chosen_parsers(chosen, args)
     return chain

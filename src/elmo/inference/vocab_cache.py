@@ -81,12 +81,12 @@ def load_vocab_cache(path: str | os.PathLike, model: BiLM) -> dict[str, torch.Te
         except UnicodeDecodeError as e:
             raise ValueError(f"{path}: 'words' holds a word that is not UTF-8 ({e.reason})") from None
         where = f"{path}: dataset 'embedding'"
-        vectors = read_dataset(f["embedding"], where)
+        stored = read_dataset(f["embedding"], where)
         try:  # NaN, infinite or overflowing vectors would be written out as vectors, with exit 0
-            check_finite(vectors, where)
+            check_finite(stored, where)
         except ValueError as e:
             raise ValueError(f"{e}; not a vocabulary cache to use (make it again with elmo cache-vocab)") from None
-        vectors = torch.from_numpy(np.asarray(vectors, dtype=np.float32))
+        vectors = torch.from_numpy(np.asarray(stored, dtype=np.float32))
     if vectors.shape != (len(words), model.config.lstm.projection_dim):
         raise ValueError(f"{path}: 'embedding' has shape {tuple(vectors.shape)}, expected "
                          f"({len(words)}, {model.config.lstm.projection_dim})")
