@@ -33,12 +33,22 @@ def clock(monkeypatch):
 
 def test_a_short_run_in_a_log_prints_nothing(clock):
     log = io.StringIO()
-    with progress_bar(True, file=log, total=100, unit="sent") as bar:
+    with progress_bar(None, file=log, total=100, unit="sent") as bar:
         assert isinstance(bar, LogLines)
         for _ in range(100):
             clock.now += 0.1  # 10 s in all, under the interval
             bar.update(1)
     assert log.getvalue() == ""
+
+
+def test_asked_for_the_bar_is_drawn_in_a_log_too(clock):
+    """``--progress`` (True) is a user asking for the bar: it is drawn wherever standard error
+    goes, as before the rule; the default (None) follows the rule."""
+    log = io.StringIO()
+    with progress_bar(True, file=log, total=3) as bar:
+        assert not isinstance(bar, LogLines)
+        bar.update(3)
+    assert "3/3" in log.getvalue()
 
 
 def test_a_long_run_in_a_log_prints_a_line_per_interval_and_its_end_once(clock, monkeypatch):
@@ -71,7 +81,7 @@ def test_the_last_line_is_written_once_even_when_refreshed_again(clock):
 
 def test_on_a_terminal_a_bar_and_with_no_progress_nothing(clock):
     screen = Terminal()
-    with progress_bar(True, file=screen, total=3) as bar:
+    with progress_bar(None, file=screen, total=3) as bar:
         bar.update(3)
     assert "\r" in screen.getvalue() and "3/3" in screen.getvalue()
     quiet = Terminal()
@@ -87,8 +97,8 @@ def test_every_long_verb_has_the_rules_option(argv, capsys):
         main([*argv, "--help"])
     text = " ".join(capsys.readouterr().out.split()).replace("--no- progress", "--no-progress")
     assert "--progress, --no-progress" in text
-    assert "a bar on a terminal, and elsewhere (a log, a pipe) one line every 30 s" in text
-    assert "--no-progress: none (default: --progress)" in text
+    assert "default: a bar on a terminal, and elsewhere, a log or a pipe, one line every 30 s" in text
+    assert "--progress: the bar wherever standard error goes; --no-progress: none" in text
 
 
 def test_train_in_a_log_writes_plain_lines_each_once(tmp_path, capsys, monkeypatch):

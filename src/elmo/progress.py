@@ -1,8 +1,8 @@
 """The one progress rule of elmo's long commands (embed, train, finetune, evaluate, neighbours,
 prepare, task train): on a terminal, tqdm's bar; anywhere else (a log file, a pipe, a CI job), one
 plain line every :data:`LOG_INTERVAL` seconds of a run that lasts that long, and its last line at
-the end, never carriage-return redraws; ``--no-progress`` shows nothing. Short runs into a log
-print nothing."""
+the end, never carriage-return redraws (short runs into a log print nothing); ``--progress`` asks for
+the bar even there, ``--no-progress`` shows nothing."""
 
 from __future__ import annotations
 
@@ -60,14 +60,15 @@ class _Nowhere:
         pass
 
 
-def progress_bar(enabled: bool | None = True, *, file: TextIO | None = None, **kwargs: Any) -> tqdm:
-    """A progress bar under the rule above: ``enabled`` False shows nothing; True (or None) a bar
-    on a terminal and periodic lines elsewhere (``file``: standard error by default). ``kwargs``
-    are tqdm's (``total``, ``unit``, ``desc``, ``initial``, ...)."""
+def progress_bar(enabled: bool | None = None, *, file: TextIO | None = None, **kwargs: Any) -> tqdm:
+    """A progress bar: ``enabled`` None follows the rule above (a bar on a terminal, periodic lines
+    elsewhere), True asks for the bar wherever ``file`` is (``--progress``: a user who wants it in
+    a log gets it), False shows nothing. ``file``: standard error by default; ``kwargs`` are
+    tqdm's (``total``, ``unit``, ``desc``, ``initial``, ...)."""
     stream = file if file is not None else sys.stderr
     if enabled is False:
         return tqdm(disable=True, **kwargs)
-    if _is_terminal(stream):
+    if enabled is True or _is_terminal(stream):
         kwargs.setdefault("dynamic_ncols", True)
         return tqdm(file=stream, **kwargs)
     return LogLines(file=stream, **kwargs)

@@ -12,13 +12,15 @@ from elmo.model.bilm import BiLM
 from elmo.progress import LOG_INTERVAL
 
 # The one progress rule of the long verbs (elmo.progress), in each one's --help.
-PROGRESS_HELP = (f"progress on standard error: a bar on a terminal, and elsewhere (a log, a pipe) one line every "
-                 f"{LOG_INTERVAL:.0f} s of a run that lasts longer; --no-progress: none (default: --progress)")
+PROGRESS_HELP = (f"progress on standard error (default: a bar on a terminal, and elsewhere, a log or a pipe, one "
+                 f"line every {LOG_INTERVAL:.0f} s of a run that lasts longer); --progress: the bar wherever standard "
+                 "error goes; --no-progress: none")
 
 
 def add_progress_argument(parser: argparse.ArgumentParser, what: str = "") -> None:
-    """``--progress``/``--no-progress`` (``args.progress``, True by default) with the rule's help."""
-    parser.add_argument("--progress", action=argparse.BooleanOptionalAction, default=True,
+    """``--progress``/``--no-progress`` (``args.progress``: None by default, the rule of
+    :mod:`elmo.progress`; True, the bar anywhere; False, none) with the rule's help."""
+    parser.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                         help=(what + ": " if what else "") + PROGRESS_HELP)
 
 

@@ -150,7 +150,7 @@ def bfloat16_hint(args: argparse.Namespace, device: str) -> str | None:
     only when float32 was asked for (the default, which stays exact), on a CPU with bfloat16
     instructions (AVX-512 BF16 or AMX), for an input file of at least :data:`BFLOAT16_HINT_BYTES`,
     and when progress is shown (``--progress``, the default)."""
-    if not args.progress or args.precision != "float32" or torch.device(device).type != "cpu" or args.input == STDIN:
+    if args.progress is False or args.precision != "float32" or torch.device(device).type != "cpu" or args.input == STDIN:
         return None
     flags = sorted((cpu_flags() or set()) & BFLOAT16_FLAGS)
     try:

@@ -259,7 +259,7 @@ def _setup_data(task: Task, config: TaskConfig, progress: bool) -> tuple[dict[st
     splits = load_splits(config)
     prepared = task.prepare_training(splits["train"])
     splits["train"] = prepared.examples
-    if progress and prepared.note:
+    if progress is not False and prepared.note:
         print(prepared.note)
     data = {name: task.split(examples) for name, examples in splits.items()}
     return data, task.label_names(splits["train"]), prepared
@@ -347,7 +347,7 @@ def _train_epochs(task: Task, config: TaskConfig, model: torch.nn.Module, optimi
                                   progress)
         dev_score = _evaluate(task, config, model, data["dev"], vocab, labels).score
         run.history.append({"epoch": epoch, "train_loss": train_loss, "dev": dev_score})
-        if progress:
+        if progress is not False:
             print(f"epoch {epoch}: train loss {train_loss:.4f}, dev {config.metric} {dev_score:.4f}")
         improved = dev_score > run.best_score
         if improved:

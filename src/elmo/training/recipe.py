@@ -111,7 +111,7 @@ class TrainSettings:
     compile_cells: bool = False  # the fused path's pointwise functions through torch.compile
     cuda_graphs: bool = False  # the LSTM of each full window as a CUDA graph (LanguageModel.use_cuda_graphs)
     resume: bool = False
-    progress: bool = True
+    progress: bool | None = None  # elmo.progress: None the rule, True a bar anywhere, False none
 
     def validate(self) -> None:
         """Raise ValueError naming the option and the bad value for anything that would fail

@@ -502,7 +502,7 @@ class Trainer:
         window_tokens = 0
         sums, n = None, 0  # the window's summed losses, on the device until a row is logged
         last: dict = {}
-        bar = progress_bar(s.progress and self.ctx.main, total=self.max_steps, initial=self.step, unit="step")
+        bar = progress_bar(s.progress if self.ctx.main else False, total=self.max_steps, initial=self.step, unit="step")
         while self.step < self.max_steps:
             step_losses = torch.stack(self._step()).double()  # summed as the Python floats were
             sums = step_losses if sums is None else sums + step_losses
