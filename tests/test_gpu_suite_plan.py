@@ -191,6 +191,7 @@ def test_a_row_cut_at_its_deadline_passes_every_except_exception(suite, monkeypa
     assert graphs.disabled is None  # not taken for a failed capture
 
 
+@pytest.mark.slow  # a whole section in a child process: CI's slow pass
 def test_the_suite_writes_its_json_alone_into_the_output_folder(tmp_path):
     """A lease brings back at most 8 files of $OUT, which ones not ours to choose: the sections'
     own records and the CUDA tests' progress live in a work folder elsewhere, and the output
@@ -233,6 +234,7 @@ def _alive(pid: int) -> bool:
     return state != "Z"  # a zombie has ended; only its parent's wait is missing
 
 
+@pytest.mark.slow  # waits for the timeout: CI's slow pass
 @pytest.mark.parametrize("hangs", [False, True])
 def test_a_child_process_is_killed_with_everything_it_started(suite, tmp_path, hangs):
     """run_group kills the child's whole process group, at the timeout and after a normal end

@@ -64,6 +64,7 @@ def test_a_bad_name_is_refused(embedder, name, capsys):
     assert err.startswith("elmo serve: error: --served-model-name: ") and len(err.strip().splitlines()) == 1
 
 
+@pytest.mark.slow  # a real elmo serve process: CI's slow pass
 def test_the_command_serves_the_name_it_is_given():
     """A real ``elmo serve --served-model-name``: the openai client retrieves the model by that
     name, and the ready line says it."""
