@@ -50,13 +50,13 @@ def worker_for(source, **spec):
 
 
 @contextlib.contextmanager
-def serving(app):
-    """``app`` on uvicorn in a thread, on a free port of 127.0.0.1: yields the base URL once the
-    app has started (model warm), stops the server after."""
+def serving_config(config):
+    """uvicorn's ``config`` served in a thread, on a free port of 127.0.0.1: yields the base URL
+    and the server once the app has started (model warm), stops the server after."""
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, log_config=None, log_level="warning", lifespan="on"))
+    server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     deadline = time.monotonic() + 60
@@ -64,11 +64,18 @@ def serving(app):
         assert thread.is_alive() and time.monotonic() < deadline, "the server did not start"
         time.sleep(0.01)
     try:
-        yield f"http://127.0.0.1:{port}"
+        yield f"http://127.0.0.1:{port}", server
     finally:
         server.should_exit = True
         thread.join(30)
         sock.close()
+
+
+@contextlib.contextmanager
+def serving(app):
+    """``app`` on uvicorn in a thread (:func:`serving_config`): yields the base URL."""
+    with serving_config(uvicorn.Config(app, log_config=None, log_level="warning", lifespan="on")) as (url, _):
+        yield url
 
 
 @pytest.fixture(scope="module")

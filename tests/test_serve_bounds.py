@@ -17,8 +17,8 @@ import pytest
 
 pytest.importorskip("uvicorn", reason="the [serve] extra is not installed: pip install -e '.[serve]'")
 httpx = pytest.importorskip("httpx")
-import uvicorn  # noqa: E402
 from conftest import ALLENNLP, load_fixture_model  # noqa: E402
+from test_serve import serving_config  # noqa: E402
 
 import elmo.serve.app as app_module  # noqa: E402
 from elmo.inference.embed import Embedder  # noqa: E402
@@ -37,24 +37,13 @@ class QuickHeaders(GuardedH11Protocol):
 @contextlib.contextmanager
 def serving(app, **options):
     """``app`` on uvicorn in a thread with elmo serve's HTTP settings; yields (base URL, server)."""
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    server = uvicorn.Server(server_config(app, log_config=None, log_level="critical", lifespan="on",
-                                          http=QuickHeaders, limit_concurrency=CAP, **options))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 60
-    while not server.started:
-        assert thread.is_alive() and time.monotonic() < deadline, "the server did not start"
-        time.sleep(0.01)
-    try:
-        yield f"http://127.0.0.1:{port}", server
-    finally:
-        close_waiting(server.server_state)
-        server.should_exit = True
-        thread.join(30)
-        sock.close()
+    config = server_config(app, log_config=None, log_level="critical", lifespan="on", http=QuickHeaders,
+                           limit_concurrency=CAP, **options)
+    with serving_config(config) as (url, server):
+        try:
+            yield url, server
+        finally:
+            close_waiting(server.server_state)
 
 
 @pytest.fixture(scope="module")
