@@ -37,6 +37,7 @@ from elmo import Embedder, load_model  # noqa: E402
 from elmo.cli.main import main  # noqa: E402
 from elmo.serve.app import create_app  # noqa: E402
 from elmo.serve.batching import Batcher, ServerClosed, batch_tokens  # noqa: E402
+from elmo.serve.http import Server  # noqa: E402
 from elmo.serve.protocol import Limits  # noqa: E402
 from elmo.serve.worker import ProcessModel, WorkerSpec  # noqa: E402
 
@@ -56,7 +57,7 @@ def serving_config(config):
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
-    server = uvicorn.Server(config)
+    server = Server(config)  # elmo serve's, stopped by should_exit from this thread
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     deadline = time.monotonic() + 60

@@ -23,7 +23,7 @@ from test_serve import serving_config  # noqa: E402
 import elmo.serve.app as app_module  # noqa: E402
 from elmo.inference.embed import Embedder  # noqa: E402
 from elmo.serve.app import ENDPOINTS, create_app  # noqa: E402
-from elmo.serve.http import GuardedH11Protocol, close_waiting, server_config  # noqa: E402
+from elmo.serve.http import GuardedH11Protocol, server_config  # noqa: E402
 from elmo.serve.protocol import Limits  # noqa: E402
 
 HEADER_SECONDS = 1.5  # the test's deadline for headers (the command's: elmo.serve.http.HEADER_SECONDS)
@@ -40,10 +40,7 @@ def serving(app, **options):
     config = server_config(app, log_config=None, log_level="critical", lifespan="on", http=QuickHeaders,
                            limit_concurrency=CAP, **options)
     with serving_config(config) as (url, server):
-        try:
-            yield url, server
-        finally:
-            close_waiting(server.server_state)
+        yield url, server
 
 
 @pytest.fixture(scope="module")
@@ -198,6 +195,30 @@ def test_the_command_serves_with_the_guarded_protocol_and_its_bounds():
     assert issubclass(config.http, GuardedH11Protocol) and config.http.header_seconds == HEADER_SECONDS
     assert config.h11_max_incomplete_event_size == MAX_HEADER_BYTES and config.limit_concurrency == 80
     assert config.timeout_keep_alive == 5
+
+
+def test_a_stopping_server_closes_connections_waiting_for_headers_on_its_own_loop():
+    """Stopped (``should_exit``, from this thread) with connections waiting for their headers,
+    five times over, the server closes each of them and the process lives. These tests used to
+    close them from their own thread while uvloop ran the server in another, a transport closed
+    off its loop, and CI's pytest died of a segfault; elmo.serve.http.Server now closes them on
+    its loop as it shuts down, and no function to call from elsewhere is left."""
+    model = load_fixture_model("allennlp")
+    for _ in range(5):  # an app serves one lifespan: one each time
+        with serving(create_app(Embedder(model), model_name="fixture", access_log=False)) as (base, server):
+            waiting = [socket.create_connection(_address(base), timeout=5) for _ in range(4)]
+            for s in waiting[:2]:
+                s.sendall(b"GET /health HTTP/1.1\r\n")  # a header line, never the end of them
+            deadline = time.monotonic() + 5
+            while len(getattr(server.server_state, "elmo_waiting", ())) < 4:
+                assert time.monotonic() < deadline, "the connections were not seen as waiting"
+                time.sleep(0.01)
+        try:
+            for s in waiting:  # each closed by the server: end of stream, not a timeout
+                assert s.recv(1) == b""
+        finally:
+            for s in waiting:
+                s.close()
 
 
 def test_every_endpoint_is_served_by_the_guarded_protocol(served):

@@ -140,9 +140,9 @@ def listening_socket(host: str, port: int) -> socket.socket:
 
 
 def _listening_server_class():
-    import uvicorn
+    from elmo.serve.http import Server
 
-    class ListeningServer(uvicorn.Server):
+    class ListeningServer(Server):
         """A uvicorn server that says when it accepts connections (after the app's startup):
         "ready" printed earlier would send callers to a socket that does not listen yet."""
 
@@ -154,12 +154,6 @@ def _listening_server_class():
             await super().startup(sockets)
             if self.started:
                 self.on_listening()
-
-        async def shutdown(self, sockets=None) -> None:
-            from elmo.serve.http import close_waiting
-
-            close_waiting(self.server_state)  # connections that never sent a request
-            await super().shutdown(sockets)
 
     return ListeningServer
 

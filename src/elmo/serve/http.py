@@ -15,6 +15,7 @@ import asyncio
 from collections import OrderedDict
 
 import h11
+import uvicorn
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 # Seconds a connection may take to send a request's line and headers (from its opening, or from
@@ -104,22 +105,30 @@ class GuardedH11Protocol(H11Protocol):
         super().shutdown()
 
 
-def close_waiting(server_state) -> None:
-    """Close the connections of a server that wait for a request's headers (uvicorn's shutdown
-    tells only the connections it counts)."""
+def _close_all_waiting(server_state) -> None:
+    """Close the connections of a server that wait for a request's headers. On the server's
+    event loop only: a transport closed from another thread crashes uvloop (a segfault)."""
     for connection in list(getattr(server_state, "elmo_waiting", ())):
         connection._close_waiting()
+
+
+class Server(uvicorn.Server):
+    """uvicorn's server that also closes, when it shuts down, the connections waiting for a
+    request's headers (uvicorn's shutdown tells only the connections it counts). Stop it as any
+    uvicorn server, by setting ``should_exit``, from any thread."""
+
+    async def shutdown(self, sockets=None) -> None:
+        _close_all_waiting(self.server_state)
+        await super().shutdown(sockets)
 
 
 def server_config(app, **options):
     """The ``uvicorn.Config`` of ``elmo serve`` for ``app``: the guarded h11 protocol, its
     header bound and keep-alive timeout; ``options`` go to ``uvicorn.Config`` as they are."""
-    import uvicorn
-
     options = {"http": GuardedH11Protocol, "h11_max_incomplete_event_size": MAX_HEADER_BYTES,
                "timeout_keep_alive": KEEP_ALIVE_SECONDS, **options}
     return uvicorn.Config(app, **options)
 
 
-__all__ = ["GuardedH11Protocol", "HEADER_SECONDS", "KEEP_ALIVE_SECONDS", "MAX_HEADER_BYTES", "close_waiting",
+__all__ = ["GuardedH11Protocol", "HEADER_SECONDS", "KEEP_ALIVE_SECONDS", "MAX_HEADER_BYTES", "Server",
            "server_config"]
