@@ -83,7 +83,7 @@ import time
 from pathlib import Path
 
 # The sections live in benchmarks/gpu/, imported as the package ``gpu`` with this folder on the
-# path (run as a script it is; runpy and importlib, as the tests load the driver, put nothing there).
+# path (run as a script it is; runpy, as tests/test_gpu_suite.py loads the driver, puts nothing there).
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from gpu import allennlp, cuda_tests, embed, environment, exactness, host_cpu, train  # noqa: E402
