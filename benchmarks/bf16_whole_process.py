@@ -102,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.generate:
         from pathlib import Path
 
-        from gpu_suite import generate_sentences, packaged_words, write_corpus
+        from gpu.common import generate_sentences, packaged_words, write_corpus
 
         sentences = generate_sentences(args.sentences, seed=5, words=packaged_words())
         text, tokens = os.path.join(work, "sentences.txt"), sum(map(len, sentences))

@@ -14,7 +14,9 @@ from pathlib import Path
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
-SCRIPTS = ("gpu_suite.py", "pytest_progress.py", "allennlp_embed.py", "gpu_lease_prepare.py")
+# The driver, its sections' modules (benchmarks/gpu/) and the scripts it runs on the lease.
+SCRIPTS = ("gpu_suite.py", "pytest_progress.py", "allennlp_embed.py", "gpu_lease_prepare.py",
+           *sorted(p.relative_to(ROOT / "benchmarks").as_posix() for p in (ROOT / "benchmarks" / "gpu").glob("*.py")))
 H200 = "ran on the H200 under 2.11.0+cu130"
 IN_2_11 = {
     "torch.__version__": H200, "torch.version.cuda": H200, "torch.device": H200,
@@ -62,6 +64,7 @@ def torch_names(path: Path) -> set[str]:
 def test_every_torch_name_of_the_suite_exists_in_2_11():
     used = set().union(*(torch_names(ROOT / "benchmarks" / name) for name in SCRIPTS))
     assert "torch.cuda.make_graphed_callables" in used  # the reading works
+    assert {"gpu/common.py", "gpu/train.py", "gpu/embed.py"} <= set(SCRIPTS)  # every module of the suite is read
     unknown = sorted(used - set(IN_2_11))
     assert not unknown, f"torch names not known to exist in 2.11 (add each with its evidence): {unknown}"
 
