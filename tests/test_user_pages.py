@@ -14,6 +14,7 @@ PAGES = [ROOT / "README.md", ROOT / "benchmarks" / "README.md", ROOT / "results"
 HISTORY = {
     "a commit hash in backticks": re.compile(r"`[0-9a-f]{7,40}\^?`"),
     "a commit hash": re.compile(r"\b(?=[0-9a-f]*[a-f])(?=[0-9a-f]*[0-9])[0-9a-f]{7,40}\b\^?"),
+    "a version named by its hash": re.compile(r"\b(commit|code at|code of|checkout of|worktree of)s? [0-9a-f]{7,40}\b"),
     "a pointer into git history": re.compile(r"\bgit (show|log|blame)\b|\bremoved since\b"),
     "an issue number": re.compile(r"\b[Ii]ssues? #?\d+|(?<![\w(/#&-])#\d+\b"),
     "a work-session label": re.compile(
@@ -34,9 +35,9 @@ def history_references(text: str) -> list[tuple[int, str, str]]:
 def test_the_patterns_catch_history_and_leave_ordinary_text():
     caught = history_references(
         "at commit 4c07a18\n`e153875`\n`git show 14c9fa4:x.py`\nissue 44\nsee #49\nsession 6\n"
-        "the seventh session\ncompare_revisions_session6_float32.json\nremoved since; see")
+        "the seventh session\ncompare_revisions_session6_float32.json\nremoved since; see\ncode at 2506848")
     assert {kind for _, kind, _ in caught} == set(HISTORY)
-    assert sorted({number for number, _, _ in caught}) == list(range(1, 10))
+    assert sorted({number for number, _, _ in caught}) == list(range(1, 11))
     ordinary = ("[Many GPUs](#7-many-gpus-many-nodes), 2x512_128, 374,434,792 bytes, 1e-5, a TensorFlow session,"
                 " `git archive HEAD src`, step 24,000, AVX-512, float16, 0.999935, sha256 of 1,031 MiB")
     assert history_references(ordinary) == []
