@@ -24,8 +24,7 @@ from elmo.kernels.encoder import distinct_words, encode_distinct
 import elmo.kernels.fused_lstm as fused_module
 from elmo.kernels.fused_lstm import lstm_fused
 from elmo.model.config import BiLMConfig
-from elmo.model.network import DEFAULT_LSTM_PATH, LSTM_PATHS
-from elmo.model.network import LstmLayer, lstm_plain
+from elmo.model.network import DEFAULT_LSTM_PATH, LSTM_PATHS, LstmLayer, lstm_plain
 from elmo.training.lm import LanguageModel
 
 # The numbers' promises: CI runs these again with the CPU kernels held to AVX2.

@@ -17,8 +17,7 @@ from elmo.hub.resolve import ModelSource, load_model
 from elmo.inference.precision import DEFAULT_PRECISION
 from elmo.inference.runtime import Runtime
 from elmo.inference.states import DEFAULT_STATE
-from elmo.model.network import BiLM
-from elmo.model.network import ScalarMix
+from elmo.model.network import BiLM, ScalarMix
 
 
 @dataclass

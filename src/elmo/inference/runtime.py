@@ -165,8 +165,9 @@ class Runtime:
         :class:`elmo.allennlp.Elmo`) goes through here.
 
         ``char_ids`` ``(batch, time, 50)``, ``mask`` ``(batch, time)``; ``words`` as in
-        :meth:`forward`. ``differentiable`` runs the biLM's own forward under autograd, so that
-        gradients reach its weights (a biLM being fine-tuned), instead of the inference path."""
+        :meth:`forward`. ``differentiable`` runs the biLM under autograd through its LSTM path
+        (:func:`elmo.kernels.dispatch.bilm_forward`), so that gradients reach its weights (a biLM
+        being fine-tuned), instead of the inference path."""
         initial = self.initial_state(char_ids.shape[0])
         if differentiable:
             char_ids, mask = char_ids.to(self.device), mask.to(self.device)
