@@ -64,7 +64,15 @@ class Highway(nn.Module):
 
 
 class TokenEncoder(nn.Module):
-    """Character CNN token encoder.
+    """Character CNN token encoder: ``(batch, time, width)`` ids -> ``(batch, time, output_dim)``.
+
+    For one token of ``n_slots`` character ids ``c_1 .. c_n``::
+
+        E = [emb(c_1), ..., emb(c_n)]                        # (n_slots, embedding_dim)
+        p_k = max_t (conv_k(E)_t)  for each width k          # VALID convolution, max-pooled
+        x = activation([p_1; ...; p_K])                      # (n_filters,), tanh or relu
+        x = highway_L(... highway_1(x))                      # Highway
+        e = [word_vector;] x W_proj + b_proj                 # (output_dim,)
 
     ``output_dim`` is the LSTM projection dim. As in bilm-tf, the final projection exists only when
     its input width differs from it (every published model has one); ELMoForManyLangs' encoder
@@ -123,16 +131,6 @@ class TokenEncoder(nn.Module):
 
 
 # ------------------------------------------------------------------ 2. LSTM with projection
-#
-# For each timestep (TensorFlow's ``LSTMCell(num_proj=..., cell_clip=..., proj_clip=...)``)::
-#
-#     i, j, f, o = split(x_t W_x + h_{t-1} W_h + b, 4)         # TF's gate order
-#     c_t = sigmoid(f + 1) * c_{t-1} + sigmoid(i) * tanh(j)    # forget bias +1, not stored in b
-#     c_t = clip(c_t, cell_clip)
-#     h_t = clip((sigmoid(o) * tanh(c_t)) W_P, proj_clip)      # h_t is the projected output
-#
-# At padded timesteps the state is carried unchanged and the output is zero, so the final state of
-# each row is the state after its last real token (TF's ``dynamic_rnn`` with ``sequence_length``).
 
 FORGET_BIAS = 1.0
 
@@ -140,10 +138,23 @@ State = tuple[torch.Tensor, torch.Tensor]  # (c (batch, dim), h (batch, projecti
 
 
 class LstmLayer(nn.Module):
-    """Parameters of one LSTM-with-projection layer.
+    """One LSTM-with-projection layer, in bilm-tf's exact arithmetic.
 
-    ``input_weight``: ``(4*dim, input_dim)``, ``state_weight``: ``(4*dim, projection_dim)``,
-    ``bias``: ``(4*dim,)`` (without the forget bias), ``projection``: ``(projection_dim, dim)``.
+    For each timestep (TensorFlow's ``LSTMCell(num_proj=..., cell_clip=..., proj_clip=...)``,
+    :func:`lstm_step`)::
+
+        i, j, f, o = split(x_t W_x + h_{t-1} W_h + b, 4)         # TF's gate order
+        c_t = sigmoid(f + 1) * c_{t-1} + sigmoid(i) * tanh(j)    # forget bias +1, not stored in b
+        c_t = clip(c_t, cell_clip)
+        h_t = clip((sigmoid(o) * tanh(c_t)) W_P, proj_clip)      # h_t is the projected output
+
+    At padded timesteps the state is carried unchanged and the output is zero, so the final state
+    of each row is the state after its last real token (TF's ``dynamic_rnn`` with
+    ``sequence_length``; :func:`lstm_plain`).
+
+    Parameters: ``input_weight`` ``W_x``: ``(4*dim, input_dim)``, ``state_weight`` ``W_h``:
+    ``(4*dim, projection_dim)``, ``bias`` ``b``: ``(4*dim,)`` (without the forget bias),
+    ``projection`` ``W_P``: ``(projection_dim, dim)``.
     """
 
     def __init__(self, input_dim: int, dim: int, projection_dim: int,
@@ -173,7 +184,8 @@ class LstmLayer(nn.Module):
     def forward(self, inputs: torch.Tensor, mask: torch.Tensor, state: State | None = None,
                 ) -> tuple[torch.Tensor, State]:
         """Run the layer as the specification does (:func:`lstm_plain`); the fast paths are
-        :func:`elmo.kernels.fused_lstm.lstm_fused` (training) and :func:`bilstm_inference`."""
+        :func:`elmo.kernels.fused_lstm.lstm_fused` (training) and
+        :func:`elmo.kernels.cpu_lstm.bilstm_inference` (inference)."""
         return lstm_plain(self, inputs, mask, state)
 
 
@@ -329,6 +341,19 @@ def _check_memory(config: BiLMConfig) -> None:
 
 class BiLM(nn.Module):
     """Token encoder + forward and backward LSTM stacks.
+
+    For a sentence wrapped in ``<S>`` ... ``</S>`` with token vectors ``e_t`` (:class:`TokenEncoder`)::
+
+        f^0 = b^0 = e                                   # one encoder, both directions
+        f^l = LSTM_l^fwd(f^{l-1}) [+ f^{l-1} if l > 1]  # read left to right
+        b^l = LSTM_l^bwd(b^{l-1}) [+ b^{l-1} if l > 1]  # read right to left, its own layers
+        layers = [[e; e], [f^1; b^1], ..., [f^L; b^L]]  # (batch, L+1, time, 2*projection_dim)
+
+    (the bracketed residual where ``use_skip_connections``), zero at padding, the boundaries
+    removed again unless asked to keep them.
+
+    The residual joins each layer's output only (the state ``h`` a layer carries stays the
+    cell's own); dropout, in training, drops each layer's input before its cell.
 
     ``forward`` takes character ids *without* sentence boundaries; it adds them, runs both
     directions and by default removes them again. ``characters`` turns tokens into those ids
