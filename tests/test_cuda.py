@@ -61,13 +61,18 @@ def test_reduced_precision_on_cuda_stays_close(precision):
 
 
 def test_bilm_training_forward_on_cuda_matches_cpu():
+    """The biLM under autograd through its LSTM path (the fused one) on the GPU against the CPU
+    specification."""
+    from elmo.kernels.dispatch import bilm_forward
+
     model = load_fixture_model("allennlp")
     ids, mask = batch_to_char_ids(SENTENCES)
     with torch.enable_grad():
         cpu = model(ids, mask).layers
         gpu = BiLM(model.config).cuda()
         gpu.load_state_dict(model.state_dict())
-        out = gpu(ids.cuda(), mask.cuda()).layers
+        assert gpu.lstm_path == "fused"
+        out = bilm_forward(gpu, ids.cuda(), mask.cuda()).layers
     torch.testing.assert_close(out.cpu(), cpu, rtol=0, atol=1e-5)
 
 
