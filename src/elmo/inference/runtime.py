@@ -1,6 +1,7 @@
 """The inference runtime: one object that runs a biLM fast for inference, created once per model.
 
-:class:`~elmo.model.network.BiLM` is the specification (the per-timestep reference) and the training path.
+:class:`~elmo.model.network.BiLM` is the specification (the per-timestep reference); its training
+paths are :mod:`elmo.kernels.dispatch`'s.
 :class:`Runtime` holds everything that only inference needs, so that no caller reaches into the
 model: the device and the precision of the matrix products, both directions' weights stacked for
 batched products, the token memo and the vocabulary cache, and the LSTM state policy. It never
