@@ -17,7 +17,7 @@ from torch import nn
 
 from elmo.kernels.blocks import (HEAD_BLOCK, activation_dtype, block_sizes, linear, prepack, products_dtype,
                                  quantize)
-from elmo.model.network import PAD_ID, TokenEncoder
+from elmo.model.network import PAD_ID, TokenEncoder, highway
 
 # Buckets of real-slot counts: short words are convolved over short character windows.
 LENGTH_BUCKETS = (6, 8, 10, 12, 16, 24, 32)
@@ -349,9 +349,7 @@ def _highway_and_projection(encoder: TokenEncoder, x: torch.Tensor, dtype: torch
         weights = encoder_weights(encoder, dtype, x.shape[0])
     for carry_weight, carry_bias, transform_weight, transform_bias in weights.highways:
         x_low = x.to(dtype)
-        gate = torch.sigmoid(_product(x_low, carry_weight, carry_bias))
-        transformed = torch.relu(_product(x_low, transform_weight, transform_bias))
-        x = gate * transformed + (1.0 - gate) * x
+        x = highway(_product(x_low, carry_weight, carry_bias), _product(x_low, transform_weight, transform_bias), x)
     if word_ids is not None:
         x = torch.cat([encoder.word_embedding.weight[word_ids].float(), x], dim=1)
     if weights.projection is not None:

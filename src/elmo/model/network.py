@@ -59,8 +59,15 @@ class Highway(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """``x``: ``(..., dim)`` -> ``(..., dim)``."""
-        gate = torch.sigmoid(self.carry(x))
-        return gate * torch.relu(self.transform(x)) + (1.0 - gate) * x
+        return highway(self.carry(x), self.transform(x), x)
+
+
+def highway(carry: torch.Tensor, transform: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """The highway layer after its two products: ``carry = x W_carry + b_carry`` and ``transform =
+    x W_transform + b_transform`` (each ``(..., dim)``, however they were computed) and its input
+    ``x`` -> ``g * relu(transform) + (1 - g) * x`` with ``g = sigmoid(carry)``."""
+    gate = torch.sigmoid(carry)
+    return gate * torch.relu(transform) + (1.0 - gate) * x
 
 
 class TokenEncoder(nn.Module):
