@@ -145,11 +145,11 @@ def lstm_flops(config) -> int:
 
 def encoder_step_flops(config, words) -> float:
     """Forward FLOPs of the token encoder on one step's distinct words (``words``:
-    :func:`elmo.model.encoder.distinct_words` of both directions' character ids): each length
-    group's convolutions over its real span (:func:`elmo.model.encoder.group_shapes` without
+    :func:`elmo.kernels.encoder.distinct_words` of both directions' character ids): each length
+    group's convolutions over its real span (:func:`elmo.kernels.encoder.group_shapes` without
     fixed shapes: what the model must compute, not the padding a GPU adds for fewer shapes), then
     the highway layers and the projection of every distinct word."""
-    from elmo.model.encoder import group_shapes
+    from elmo.kernels.encoder import group_shapes
 
     cnn = config.char_cnn
     widest = max(width for width, _ in cnn.filters)
@@ -169,7 +169,7 @@ def embedding_work_flops(config, sentences) -> float:
     character slots (:func:`encoder_step_flops`). Padding, repeated words and the 50-slot
     convolutions of the plain path are not work: the roofline's numerator."""
     from elmo.model.chars import batch_to_char_ids
-    from elmo.model.encoder import distinct_words
+    from elmo.kernels.encoder import distinct_words
 
     positions = sum(len(s) + 2 for s in sentences)
     words = sorted({w for s in sentences for w in s})

@@ -29,14 +29,14 @@ import numpy as np
 import torch
 
 from elmo import Embedder
-from elmo.model.weights import load_bilm_tf
 from elmo.fileio import atomic_write_text, read_lines
 from elmo.hub import load_language_model
 from elmo.inference.runtime import compute_warm_state
-from elmo.model.bilm import BACKWARD, FORWARD, BiLMState
 from elmo.model.chars import BOS_TOKEN, EOS_TOKEN, batch_to_char_ids
-from elmo.model.lm import LanguageModel, stack_states
+from elmo.model.network import BACKWARD, FORWARD, BiLMState
 from elmo.model.vocab import Vocabulary
+from elmo.model.weights import load_bilm_tf
+from elmo.training.lm import LanguageModel, stack_states
 
 
 def sentences_from(path: str, min_len: int = 5, max_len: int = 40) -> list[list[str]]:

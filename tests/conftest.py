@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import torch
 
-import elmo.model.blocks as blocks_module
+import elmo.kernels.blocks as blocks_module
 from elmo.model.weights import load_bilm_tf
 from elmo.inference import journal
 from elmo.model.config import BiLMConfig
@@ -171,7 +171,7 @@ TEXT = [s.split() for s in [
 
 @pytest.fixture(params=["bmm", "onednn"])
 def product_kernel(request, monkeypatch):
-    """Runs a test with each kernel of the CPU's float32 products (elmo.model.blocks.linear):
+    """Runs a test with each kernel of the CPU's float32 products (elmo.kernels.blocks.linear):
     oneDNN's linear (the default where PyTorch has it) and PyTorch's own batched products (a
     PyTorch without oneDNN, and the GPU's branch)."""
     if request.param == "onednn":
@@ -184,7 +184,7 @@ def product_kernel(request, monkeypatch):
 
 
 # Sentences past two gate chunks, mixed with short and empty ones; the last batch spans two row
-# blocks of the inference kernel (elmo.model.blocks.row_block).
+# blocks of the inference kernel (elmo.kernels.blocks.row_block).
 LONG_LENGTHS = [[300, 17], [300, 300, 257, 129, 128, 40, 1, 0],
                 [260, 200, 150, 129, 128, 127, 100, 90, 80, 64, 63, 40, 33, 32, 31, 20, 17, 16, 15, 9, 5, 2, 1, 0]]
 

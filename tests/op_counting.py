@@ -115,7 +115,7 @@ class WindowCounter(TorchDispatchMode):
 def cells_counted_as_one(counter: WindowCounter):
     """Within the block, the fused path's compiled pointwise functions (``compiled=True``) are the
     eager ones, each counted as one kernel: the compiled path's code, without compiling."""
-    import elmo.model.fused_lstm as fused
+    import elmo.kernels.fused_lstm as fused
 
     compiled = fused._compiled_cells
     fused._compiled_cells = fused.CellFunctions(*(counter.as_one(f) for f in fused.EAGER_CELLS))
@@ -127,7 +127,7 @@ def cells_counted_as_one(counter: WindowCounter):
 
 def window_layers(seed: int = 0, dim: int = 32, projection_dim: int = 16, clip: float | None = 3.0):
     """Two directions x two layers of the given sizes (the packaged model's clips)."""
-    from elmo.model.lstm import LstmLayer
+    from elmo.model.network import LstmLayer
 
     torch.manual_seed(seed)
     return [[LstmLayer(projection_dim, dim, projection_dim, clip, clip) for _ in range(2)] for _ in range(2)]
@@ -153,7 +153,7 @@ def count_window(path: str, bf16: bool = False, units: bool = False, batch: int 
     if path not in ("fused", "per-direction"):
         raise ValueError(f"path: fused or per-direction, got {path!r}")
     if path == "fused":
-        from elmo.model.fused_lstm import lstm_fused  # imported before counting starts
+        from elmo.kernels.fused_lstm import lstm_fused  # imported before counting starts
     counter = WindowCounter()
     with counter, (cells_counted_as_one(counter) if units else contextlib.nullcontext()):
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):

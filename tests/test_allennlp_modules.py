@@ -18,7 +18,7 @@ from elmo.allennlp import (
     _ElmoCharacterEncoder,
     batch_to_ids,
 )
-from elmo.model.bilm import remove_boundaries
+from elmo.model.network import remove_boundaries
 
 # The numbers' promises: CI runs these again with the CPU kernels held to AVX2.
 pytestmark = pytest.mark.exactness

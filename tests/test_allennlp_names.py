@@ -16,7 +16,7 @@ import torch
 from conftest import ALLENNLP
 
 from elmo.allennlp import Elmo, _ElmoBiLm, _ElmoCharacterEncoder, batch_to_ids
-from elmo.model.lstm import lstm_step
+from elmo.model.network import lstm_step
 
 OPTIONS, WEIGHTS = str(ALLENNLP / "options.json"), str(ALLENNLP / "lm_weights.hdf5")
 SENTENCES = [["The", "cat", "sat", "on", "the", "mat", "."], ["Dogs", "bark"], ["A"]]

@@ -1,4 +1,4 @@
-"""Batch independence by construction (elmo.model.blocks): every matrix product and convolution of
+"""Batch independence by construction (elmo.kernels.blocks): every matrix product and convolution of
 the inference path is asked the same question whatever the batch.
 
 BLAS and oneDNN choose their kernels (and so their rounding) from the shapes they are given, and
@@ -18,8 +18,8 @@ from conftest import corpus, load_fixture_model
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from elmo import Embedder
-from elmo.model import blocks
-from elmo.model.blocks import GATE_BLOCK, HEAD_BLOCK, ROW_BLOCK, WORD_BLOCK
+from elmo.kernels import blocks
+from elmo.kernels.blocks import GATE_BLOCK, HEAD_BLOCK, ROW_BLOCK, WORD_BLOCK
 
 pytestmark = pytest.mark.exactness
 

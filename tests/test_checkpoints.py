@@ -16,13 +16,12 @@ from conftest import ALLENNLP, load_fixture_model
 from test_train import CORPUS, VOCAB, tiny_settings
 
 from elmo import BiLMConfig, Embedder, WeightsError, load_model, save_bilm_tf, save_checkpoint
-from elmo.hub.checkpoints import load_checkpoint
-from elmo.model.weights import load_bilm_tf
 from elmo.hub import (
     load_language_model,
     load_language_model_with_origin,
     read_checkpoint,
 )
+from elmo.hub.checkpoints import load_checkpoint
 from elmo.hub.checkpoints import (
     NATIVE_FORMAT,
     TRAIN_FORMAT,
@@ -38,9 +37,10 @@ from elmo.inference.layer_cache import load_or_compute
 from elmo.inference.runtime import Runtime, warm_state_key
 from elmo.inference.states import load_warm_state, save_warm_state
 from elmo.inference.vocab_cache import load_vocab_cache, save_vocab_cache
-from elmo.model.bilm import BiLMState
 from elmo.model.chars import batch_to_char_ids
+from elmo.model.network import BiLMState
 from elmo.model.vocab import Vocabulary
+from elmo.model.weights import load_bilm_tf
 from elmo.training.train import Trainer
 
 CLI = [sys.executable, "-m", "elmo.cli.main"]

@@ -181,7 +181,7 @@ def test_deeply_nested_or_huge_options_are_refused_naming_the_file(tmp_path):
 def test_a_model_the_memory_cannot_hold_is_refused_before_allocating(tmp_path, monkeypatch, capsys):
     """Before, a biLM under the 32 GiB ceiling but larger than the machine's memory failed inside
     the allocation (RuntimeError: can't allocate memory) after gigabytes of it."""
-    import elmo.model.bilm as bilm_module
+    import elmo.model.network as bilm_module
     from elmo import BiLM
     from elmo.cli.main import main
 

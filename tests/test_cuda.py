@@ -10,7 +10,7 @@ from conftest import FIXTURES, load_fixture_model
 
 from elmo import BiLM, Embedder, batch_to_char_ids
 from elmo.hub.checkpoints import load_train_checkpoint
-from elmo.model.lstm import LstmLayer, lstm_plain
+from elmo.model.network import LstmLayer, lstm_plain
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
@@ -61,13 +61,18 @@ def test_reduced_precision_on_cuda_stays_close(precision):
 
 
 def test_bilm_training_forward_on_cuda_matches_cpu():
+    """The biLM under autograd through its LSTM path (the fused one) on the GPU against the CPU
+    specification."""
+    from elmo.kernels.dispatch import bilm_forward
+
     model = load_fixture_model("allennlp")
     ids, mask = batch_to_char_ids(SENTENCES)
     with torch.enable_grad():
         cpu = model(ids, mask).layers
         gpu = BiLM(model.config).cuda()
         gpu.load_state_dict(model.state_dict())
-        out = gpu(ids.cuda(), mask.cuda()).layers
+        assert gpu.lstm_path == "fused"
+        out = bilm_forward(gpu, ids.cuda(), mask.cuda()).layers
     torch.testing.assert_close(out.cpu(), cpu, rtol=0, atol=1e-5)
 
 
@@ -146,12 +151,12 @@ def _spec_window(layers, inputs, lengths, c0, h0):
 @pytest.mark.parametrize("lengths", [[[30, 30, 30], [30, 30, 30]], [[30, 11, 0], [4, 30, 17]]])
 @pytest.mark.parametrize("compiled", [False, True])
 def test_fused_window_on_cuda_matches_the_cpu_specification(lengths, compiled):
-    """elmo.model.fused_lstm on the GPU (eager, and with the pointwise functions through
+    """elmo.kernels.fused_lstm on the GPU (eager, and with the pointwise functions through
     torch.compile, i.e. Triton) against lstm_plain on the CPU: outputs, final states and the
     gradients of the inputs, the initial state and every weight, clipping active."""
     import copy
 
-    from elmo.model.fused_lstm import lstm_fused
+    from elmo.kernels.fused_lstm import lstm_fused
 
     layers = _random_layers(2, 16, 24, 8, 0.5, seed=11)
     lengths = torch.tensor(lengths)
@@ -193,7 +198,7 @@ def test_fused_window_on_cuda_under_bfloat16_stays_close():
     import copy
     import json
 
-    from elmo.model.fused_lstm import lstm_fused
+    from elmo.kernels.fused_lstm import lstm_fused
 
     layers, inputs, weight = cuda_bf16_case()
     spec = torch.stack([lstm_plain(layers[d], inputs[d], torch.ones(8, 20, dtype=torch.bool))[0] for d in range(2)])
@@ -229,7 +234,7 @@ def test_cuda_graph_of_the_training_window_equals_eager():
     same losses and weights to float32 GEMM rounding."""
     import copy
 
-    from elmo.model.lm import LanguageModel
+    from elmo.training.lm import LanguageModel
 
     config = load_fixture_model("allennlp").config
     torch.manual_seed(15)
@@ -263,7 +268,7 @@ def test_cudnn_lstm_on_cuda_matches_the_cpu_specification():
     """A cuDNN model's window through cuDNN against lstm_plain (no clipping) on the CPU."""
     import copy
 
-    from elmo.model.cudnn_lstm import lstm_cudnn
+    from elmo.kernels.cudnn_lstm import lstm_cudnn
 
     layers = _random_layers(2, 16, 24, 8, None, seed=18)
     torch.manual_seed(19)

@@ -13,17 +13,12 @@ import torch
 from conftest import FIXTURES
 
 from elmo import Embedder, batch_to_char_ids
-from elmo.model.weights import load_bilm_tf
 from elmo.hub import load_language_model
+from elmo.kernels.cudnn_lstm import from_torch_lstm, load_torch_lstm, lstm_cudnn, to_torch_lstm
 from elmo.model.config import BiLMConfig, ConfigError
-from elmo.model.cudnn_lstm import (
-    from_torch_lstm,
-    load_torch_lstm,
-    lstm_cudnn,
-    to_torch_lstm,
-)
-from elmo.model.lm import LanguageModel
-from elmo.model.lstm import LstmLayer, lstm_plain
+from elmo.model.network import LstmLayer, lstm_plain
+from elmo.model.weights import load_bilm_tf
+from elmo.training.lm import LanguageModel
 
 # The numbers' promises: CI runs these again with the CPU kernels held to AVX2.
 pytestmark = pytest.mark.exactness

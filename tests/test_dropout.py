@@ -54,12 +54,12 @@ def test_task_models_use_the_fast_dropout():
     import inspect
 
     from elmo.allennlp import modules as allennlp
-    from elmo.model import scalar_mix
+    from elmo.model import network
     from elmo.model.dropout import Dropout
     from elmo.tasks import classification, coref, entailment, qa, srl, tagging
 
-    for module in (allennlp, scalar_mix, classification, coref, entailment, qa, srl, tagging):
+    for module in (allennlp, network.ScalarMix, classification, coref, entailment, qa, srl, tagging):
         source = inspect.getsource(module)
         assert "nn.Dropout(" not in source and "functional.dropout(" not in source, module.__name__
         assert "Dropout(" in source, module.__name__
-    assert type(scalar_mix.ScalarMix(3, dropout=0.5).dropout) is Dropout
+    assert type(network.ScalarMix(3, dropout=0.5).dropout) is Dropout

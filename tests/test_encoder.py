@@ -6,8 +6,8 @@ import torch
 from conftest import SENTENCES, TEXT, assert_gradients_close, make_config
 
 from elmo import BiLM, batch_to_char_ids
-from elmo.model import blocks
-from elmo.model.encoder import encode_distinct, encode_fast, encode_words_fast, encoder_weights
+from elmo.kernels import blocks
+from elmo.kernels.encoder import encode_distinct, encode_fast, encode_words_fast, encoder_weights
 
 pytestmark = pytest.mark.exactness
 
@@ -25,7 +25,7 @@ def test_encode_distinct_matches_encoder_and_gradients():
 
 
 def test_ladder_sizes_bound_padding_and_shapes():
-    from elmo.model.encoder import ladder_size
+    from elmo.kernels.encoder import ladder_size
 
     sizes = [ladder_size(n) for n in range(1, 20_001)]
     assert all(n <= size <= n + n // 4 for n, size in zip(range(1, 20_001), sizes))
@@ -35,7 +35,7 @@ def test_ladder_sizes_bound_padding_and_shapes():
 def test_fixed_shapes_pad_groups_and_give_the_same_numbers():
     """On the GPU's fixed shapes each group is padded (here the nine one-letter words to 10, and to
     the bucket's span) and the padding changes nothing: values equal, gradients equal to rounding."""
-    from elmo.model.encoder import distinct_words, ladder_size
+    from elmo.kernels.encoder import distinct_words, ladder_size
 
     torch.manual_seed(3)
     model = BiLM(make_config())
@@ -52,7 +52,7 @@ def test_fixed_shapes_pad_groups_and_give_the_same_numbers():
 def test_group_shapes_are_the_convolution_inputs_of_both_modes():
     """group_shapes says what encode_distinct runs: each group's rows (padded to the ladder with
     fixed shapes) and its span (from the group's longest word, or its bucket's bound)."""
-    from elmo.model.encoder import distinct_words, group_shapes, ladder_size, length_buckets
+    from elmo.kernels.encoder import distinct_words, group_shapes, ladder_size, length_buckets
 
     ids, _ = batch_to_char_ids([["a", "b", "c", "d", "e", "f", "g", "h", "i", "eeeeeee", "ffffffff", "ggggggggg"]])
     words = distinct_words(ids)

@@ -19,9 +19,9 @@ from elmo.hub.checkpoints import export_language_model
 from elmo.hub.convert import convert_model
 from elmo.hub.manylangs import save_manylangs
 from elmo.hub.pretrained import packaged_model_dir
-from elmo.model.lm import LanguageModel
 from elmo.model.vocab import Vocabulary
 from elmo.model.weights import bilm_tf_reader_notes
+from elmo.training.lm import LanguageModel
 
 
 def _number_or_none(value) -> bool:

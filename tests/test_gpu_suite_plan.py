@@ -51,7 +51,7 @@ def test_the_section_limits_fit_the_budget(suite):
 
 def test_the_training_plan_starts_with_the_default_and_keeps_the_plain_path_to_the_small_batch(sections):
     paths = sections.exactness.training_paths()
-    from elmo.model.bilm import DEFAULT_LSTM_PATH
+    from elmo.model.network import DEFAULT_LSTM_PATH
 
     assert paths[0] == DEFAULT_LSTM_PATH and paths[-1] == "plain"
     assert {"fused+graphs", "fused+compile"} <= set(paths)
@@ -103,7 +103,8 @@ def test_mfu_divides_by_the_peak_of_the_mode_that_ran(sections, monkeypatch):
 def test_the_encoder_flops_count_distinct_words_over_their_real_spans(sections):
     from elmo.model.chars import batch_to_char_ids
     from elmo.model.config import preset_config
-    from elmo.model.encoder import TokenEncoder, distinct_words
+    from elmo.kernels.encoder import distinct_words
+    from elmo.model.network import TokenEncoder
 
     config = preset_config("tiny")
     cnn = config.char_cnn

@@ -9,16 +9,11 @@ from op_counting import OpCounter
 from elmo import BiLM, batch_to_char_ids
 from elmo.inference.graphs import ROW_BUCKETS, LstmGraphs
 from elmo.inference.runtime import Runtime
-from elmo.model import blocks as blocks_module
-from elmo.model import lstm as lstm_module
+from elmo.kernels import blocks as blocks_module
+from elmo.kernels import cpu_lstm as lstm_module
+from elmo.kernels.cpu_lstm import bilstm_inference, bilstm_static_chunk, stack_directions
 from elmo.model.config import BiLMConfig
-from elmo.model.lstm import (
-    LstmLayer,
-    bilstm_inference,
-    bilstm_static_chunk,
-    lstm_plain,
-    stack_directions,
-)
+from elmo.model.network import LstmLayer, lstm_plain
 
 # The numbers' promises: CI runs these again with the CPU kernels held to AVX2.
 pytestmark = pytest.mark.exactness

@@ -6,16 +6,11 @@ import pytest
 import torch
 from conftest import LONG_LENGTHS
 
-from elmo.model import blocks as blocks_module
-from elmo.model import lstm as lstm_module
-from elmo.model.blocks import ROW_BLOCK
-from elmo.model.lstm import (
-    GATE_CHUNK_STEPS,
-    LstmLayer,
-    bilstm_inference,
-    lstm_plain,
-    stack_directions,
-)
+from elmo.kernels import blocks as blocks_module
+from elmo.kernels import cpu_lstm as lstm_module
+from elmo.kernels.blocks import ROW_BLOCK
+from elmo.kernels.cpu_lstm import GATE_CHUNK_STEPS, bilstm_inference, stack_directions
+from elmo.model.network import LstmLayer, lstm_plain
 
 pytestmark = pytest.mark.exactness
 

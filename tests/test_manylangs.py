@@ -16,10 +16,10 @@ import torch
 from conftest import FIXTURES, assert_gradients_close, bounded_load, cache_files, zip_with_bomb
 
 from elmo import BiLM, BiLMConfig, CharCNNConfig, Embedder, LSTMConfig, save_checkpoint
-from elmo.hub.checkpoints import load_checkpoint
 from elmo.cli.main import main
 from elmo.hub import load_model
 from elmo.hub.archives import ArchiveError
+from elmo.hub.checkpoints import load_checkpoint
 from elmo.hub.convert import ConversionError, convert_model, to_byte_scheme
 from elmo.hub.manylangs import ManyLangsError, load_manylangs, save_manylangs
 from elmo.inference.vocab_cache import load_vocab_cache, save_vocab_cache
@@ -395,7 +395,7 @@ def test_training_encoder_over_distinct_words_equals_the_encoder_for_dictionary_
     """The training path's token encoder (distinct words grouped by length, only the slots their
     characters reach) on a dictionary model's ids, with and without the word-id column: the plain
     encoder's values and gradients."""
-    from elmo.model.encoder import distinct_words, encode_distinct
+    from elmo.kernels.encoder import distinct_words, encode_distinct
 
     model = ascii_dictionary_model(word_dim=word_dim)
     encoder = model.token_encoder

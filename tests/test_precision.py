@@ -109,7 +109,7 @@ def test_int8_is_opt_in_close_to_float32_and_falls_back_where_it_cannot_run(monk
     import numpy as np
 
     from elmo import Embedder
-    from elmo.model import blocks
+    from elmo.kernels import blocks
 
     model = load_fixture_model("allennlp")
     before = {name: p.detach().clone() for name, p in model.named_parameters()}

@@ -17,10 +17,8 @@ from elmo import (
     batch_to_char_ids,
 )
 from elmo.inference.runtime import Runtime
-from elmo.model.lstm import (
-    LstmLayer,
-    bilstm_inference,
-)
+from elmo.kernels.cpu_lstm import bilstm_inference
+from elmo.model.network import LstmLayer
 
 # The numbers' promises: CI runs these again with the CPU kernels held to AVX2.
 pytestmark = pytest.mark.exactness
@@ -178,7 +176,7 @@ def test_runtime_equals_plain_bilm_on_sentences_longer_than_one_chunk(lengths, p
 
 
 def test_long_sentence_gives_the_same_bits_alone_and_in_a_batch(product_kernel):
-    """The row blocks' promise (elmo.model.blocks): a sentence's outputs do not depend on its
+    """The row blocks' promise (elmo.kernels.blocks): a sentence's outputs do not depend on its
     batch, to the bit, whether it runs alone (one padded block) or among others (in any block,
     at any position), in every chunk."""
     torch.manual_seed(11)

@@ -3,7 +3,7 @@ import torch
 from conftest import load_fixture_model
 
 from elmo import Elmo, ScalarMix, batch_to_char_ids
-from elmo.model.scalar_mix import masked_layer_norm
+from elmo.model.network import masked_layer_norm
 
 
 def random_layers(batch=2, n_layers=3, time=5, dim=4):

@@ -7,12 +7,12 @@ import pytest
 import torch
 from conftest import ALLENNLP, load_experiment
 
-from elmo.model.weights import load_bilm_tf
-from elmo.model.bilm import BACKWARD, FORWARD
-from elmo.model.lm import LanguageModel
-from elmo.model.softmax import Softmax
+from elmo.model.network import BACKWARD, FORWARD
 from elmo.model.vocab import Vocabulary
+from elmo.model.weights import load_bilm_tf
 from elmo.training.evaluate import evaluate
+from elmo.training.lm import LanguageModel
+from elmo.training.softmax import Softmax
 
 WORDS = "the cat sat on a mat and dog ran far away".split()
 

@@ -27,7 +27,7 @@ def test_vectors_independent_of_batch_and_history(state):
     for _ in range(3):  # earlier calls with other text must not matter
         embedder.embed_sentences(OTHERS, batch_size=2)
     after = embedder.embed_sentences([TARGET] + OTHERS, batch_size=2)[0]
-    # To the bit, on any CPU: every product runs on fixed row blocks (elmo.model.blocks).
+    # To the bit, on any CPU: every product runs on fixed row blocks (elmo.kernels.blocks).
     assert np.array_equal(in_batch, alone)
     assert np.array_equal(after, alone)
 

@@ -15,13 +15,12 @@ import pytest
 import torch
 from conftest import FIXTURES
 
-from elmo.model.weights import load_bilm_tf
 from elmo.hub import load_language_model
 from elmo.hub.checkpoints import load_train_checkpoint
-from elmo.model.bilm import FORWARD
 from elmo.model.chars import batch_to_char_ids
-from elmo.model.softmax import Softmax, expected_count, log_uniform_sample
+from elmo.model.network import FORWARD
 from elmo.model.vocab import Vocabulary
+from elmo.model.weights import load_bilm_tf
 from elmo.model.weights import WeightsError
 from elmo.training.data import (
     LMBatcher,
@@ -37,6 +36,7 @@ from elmo.training.recipe import (
     TrainSettings,
     finetune_batch_size,
 )
+from elmo.training.softmax import Softmax, expected_count, log_uniform_sample
 from elmo.training.train import train
 
 CORPUS = FIXTURES / "bilm-tf" / "train" / "data.txt"
@@ -664,7 +664,7 @@ def test_the_softmax_is_made_where_it_will_train():
     passes its device: the original vocabulary's took 93 s on 2 CPU cores before a GPU run
     moved it); on the CPU the numbers are the ones made without it."""
     from elmo.model.config import preset_config
-    from elmo.model.lm import LanguageModel
+    from elmo.training.lm import LanguageModel
 
     config = preset_config("tiny")
     torch.manual_seed(5)

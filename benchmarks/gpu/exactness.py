@@ -20,13 +20,14 @@ from gpu.common import Deadline, Device, OutOfTime, Recorder, fixture_model, fix
 
 def training_paths() -> list[str]:
     """The LSTM paths of training in this checkout, default first: the model's fast paths
-    (``elmo.model.bilm.LSTM_PATHS``, its default first), "fused+graphs" (the training window as
+    (``elmo.model.network.LSTM_PATHS``, its default first), "fused+graphs" (the training window as
     CUDA graphs) and "fused+compile" (the cells through torch.compile) where the model has them,
     and "plain" (the specification) last. The cuDNN backend is another model (no clipping): see
     :func:`cudnn_config`. The same list on any device: :meth:`Device.why_not` says which run."""
     import inspect
 
-    from elmo.model import bilm, lm
+    from elmo.model import network as bilm
+    from elmo.training import lm
 
     default = getattr(bilm, "DEFAULT_LSTM_PATH", "fast")
     fast = [p for p in getattr(bilm, "LSTM_PATHS", ("plain", "fast")) if p not in ("plain", "cudnn")]
@@ -49,7 +50,7 @@ def cudnn_config(config):
     """``config`` as a cuDNN-backend model (no clipping), where this checkout has that backend."""
     import dataclasses
 
-    from elmo.model import bilm
+    from elmo.model import network as bilm
 
     if "cudnn" not in getattr(bilm, "LSTM_PATHS", ()) or not hasattr(config.lstm, "backend"):
         return None
@@ -184,6 +185,8 @@ def run_window(model, on: str, tokens, state, weights) -> list:
     gradients of a weighted sum of every layer and the final states)."""
     import torch
 
+    from elmo.kernels.dispatch import run_stack
+
     model = model.to(on).train()
     mask = torch.ones(tokens.shape[:2], dtype=torch.bool)
     results = []
@@ -191,7 +194,7 @@ def run_window(model, on: str, tokens, state, weights) -> list:
         with torch.enable_grad():
             inputs = tokens.to(on).requires_grad_(True)
             carried = type(state)(state.c.to(on), state.h.to(on))
-            outputs, finals = model.run_stack(direction, inputs, mask.to(on), carried)
+            outputs, finals = run_stack(model, direction, inputs, mask.to(on), carried)
             total = sum((o * w.to(on)).sum() for o, w in zip(outputs, weights)) + sum(h.sum() for _, h in finals)
             layers = model.forward_layers if direction == 0 else model.backward_layers
             grads = torch.autograd.grad(total, [inputs, *layers.parameters()])
@@ -210,7 +213,7 @@ def graphs_exactness(reference, fixture: str, tokens, state, top_weight, device:
 
     import torch
 
-    from elmo.model.lm import LstmWindow
+    from elmo.training.lm import LstmWindow
 
     row = {"fixture": fixture, "path": "fused+graphs", "device": device.name, "dtype": "float32",
            "graph": "captured and replayed" if device.cuda else "not captured (no CUDA): the window ran eager"}

@@ -299,7 +299,7 @@ def step_words(batches: list[dict], encoder):
     """The distinct words of one step's two batches, as the trainer finds them on the host."""
     import torch
 
-    from elmo.model.encoder import distinct_words
+    from elmo.kernels.encoder import distinct_words
 
     return distinct_words(torch.stack([b["char_ids"] for b in batches]), encoder.pad_id,
                           encoder.word_embedding is not None)
@@ -308,7 +308,7 @@ def step_words(batches: list[dict], encoder):
 def cnn_shapes(words, config) -> tuple[set, set]:
     """The CNN input shapes ``(rows, span)`` of one step's length groups: as a GPU runs them
     (fixed shapes: the length bucket's span, rows on the ladder) and as a CPU does (exact)."""
-    from elmo.model.encoder import group_shapes
+    from elmo.kernels.encoder import group_shapes
 
     n_slots = config.char_cnn.max_characters_per_token
     widest = max(width for width, _ in config.char_cnn.filters)
@@ -417,7 +417,7 @@ def section_host_step(rec: Recorder, args, max_steps: int = 200) -> None:
     import torch
 
     from elmo.model.config import preset_config, published_config
-    from elmo.model.encoder import TokenEncoder
+    from elmo.model.network import TokenEncoder
     from elmo.model.vocab import Vocabulary
     from elmo.training.data import LMBatcher, SentenceStream
 

@@ -72,11 +72,10 @@ def _load_api() -> None:
         from elmo.inference.embed_file import EmbedReport, FileEmbedder
         from elmo.inference.outputs import Embeddings, open_embeddings
         from elmo.inference.states import DEFAULT_STATE, STATE_MODES
-        from elmo.model.bilm import BiLM, BiLMOutput, BiLMState
         from elmo.model.chars import batch_to_char_ids, tokenize
         from elmo.model.config import BiLMConfig, CharCNNConfig, ConfigError, LSTMConfig
         from elmo.model.dictionary import CharacterDictionary
-        from elmo.model.scalar_mix import ScalarMix
+        from elmo.model.network import BiLM, BiLMOutput, BiLMState, ScalarMix
         from elmo.model.weights import WeightsError, save_bilm_tf
     except BaseException:
         _loading.clear()  # a failed load (a missing dependency) is tried again, and says so again
@@ -100,11 +99,10 @@ if TYPE_CHECKING:
     from elmo.inference.embed_file import EmbedReport, FileEmbedder
     from elmo.inference.outputs import Embeddings, open_embeddings
     from elmo.inference.states import DEFAULT_STATE, STATE_MODES
-    from elmo.model.bilm import BiLM, BiLMOutput, BiLMState
     from elmo.model.chars import batch_to_char_ids, tokenize
     from elmo.model.config import BiLMConfig, CharCNNConfig, ConfigError, LSTMConfig
     from elmo.model.dictionary import CharacterDictionary
-    from elmo.model.scalar_mix import ScalarMix
+    from elmo.model.network import BiLM, BiLMOutput, BiLMState, ScalarMix
     from elmo.model.weights import WeightsError, save_bilm_tf
 
 

@@ -23,7 +23,7 @@ from elmo.allennlp.modules import ALLENNLP_STATE, _ElmoBiLm
 from elmo.checks import check_count
 from elmo.hub.archives import looks_like_model
 from elmo.inference.runtime import resolve_device
-from elmo.model.bilm import remove_boundaries
+from elmo.model.network import remove_boundaries
 
 # AllenNLP's defaults for ElmoEmbedder and the command: the original model.
 DEFAULT_OPTIONS_FILE = ("https://allennlp.s3.amazonaws.com/models/elmo/2x4096_512_2048cnn_2xhighway/"

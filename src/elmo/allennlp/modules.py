@@ -3,7 +3,7 @@ lower-level ``_ElmoCharacterEncoder`` and ``_ElmoBiLm`` that code in the wild us
 
 The classes keep AllenNLP's (2.10) constructor arguments, forward inputs, output dictionaries,
 attribute paths (``elmo._elmo_lstm._elmo_lstm.reset_states()``, ``elmo.scalar_mix_0.scalar_parameters``),
-``state_dict`` keys and shapes (:mod:`elmo.allennlp.names`), and its numbers, stateful as it was. They are thin layers: the network is :class:`elmo.model.bilm.BiLM`, run for inference by
+``state_dict`` keys and shapes (:mod:`elmo.allennlp.names`), and its numbers, stateful as it was. They are thin layers: the network is :class:`elmo.model.network.BiLM`, run for inference by
 :class:`elmo.inference.runtime.Runtime` (whose state policy carries AllenNLP's per-row state), and
 for fine-tuning (``requires_grad`` with gradients enabled) by the biLM's own forward pass.
 """
@@ -21,15 +21,9 @@ from elmo.allennlp import names
 from elmo.allennlp.scalar_mix import ScalarMix
 from elmo.hub import load_model
 from elmo.inference.runtime import Runtime
-from elmo.model.bilm import (
-    BiLM,
-    BiLMOutput,
-    BiLMState,
-    add_boundaries,
-    remove_boundaries,
-)
 from elmo.model.chars import MAX_CHARS, batch_to_char_ids
 from elmo.model.dropout import Dropout
+from elmo.model.network import BiLM, BiLMOutput, BiLMState, add_boundaries, remove_boundaries
 
 ALLENNLP_STATE = "stateful"  # AllenNLP's biLM carried LSTM state from batch to batch, row by row
 NO_CACHE_WARNING = "Word inputs were passed to ELMo but it does not have a cached vocab."  # AllenNLP's words
@@ -291,7 +285,7 @@ class _ElmoBiLm(nn.Module):
     Stateful by default, as AllenNLP was; ``state="warm"`` or ``"reset"`` make it deterministic.
     Submodules as in AllenNLP: ``_token_embedder`` (an :class:`_ElmoCharacterEncoder`) and
     ``_elmo_lstm`` (whose ``reset_states()`` forgets the carried state); :attr:`bilm` is the
-    :class:`~elmo.model.bilm.BiLM` they share.
+    :class:`~elmo.model.network.BiLM` they share.
     """
 
     def __init__(self, options_file: str | os.PathLike, weight_file: str | os.PathLike,

@@ -1,6 +1,6 @@
 """AllenNLP's parameter names and layouts for the drop-in's ``state_dict``, both directions.
 
-The drop-in runs the library's biLM (:class:`elmo.model.bilm.BiLM`), whose parameters keep
+The drop-in runs the library's biLM (:class:`elmo.model.network.BiLM`), whose parameters keep
 bilm-tf's layout: the LSTM gates in TensorFlow's order (input, new memory, forget, output) with
 the forget gate's +1 applied at run time, and each highway layer as two ``Linear`` (carry,
 transform). AllenNLP 2.10 stores the same numbers differently:
@@ -51,7 +51,7 @@ def _with_forget_bias(bias: torch.Tensor, sign: float) -> torch.Tensor:
 
 
 def encoder_pairs(encoder) -> Iterator[Pair]:
-    """The one-to-one keys of a :class:`~elmo.model.encoder.TokenEncoder` (``encoder``), local to
+    """The one-to-one keys of a :class:`~elmo.model.network.TokenEncoder` (``encoder``), local to
     the module holding it as ``_token_encoder``."""
     yield "_token_encoder.char_embedding.weight", "_char_embedding_weights"
     for i in range(len(encoder.convs)):
@@ -178,7 +178,7 @@ def encoder_from_allennlp(encoder, state: dict, prefix: str, errors: list[str]) 
 
 def lstm_from_allennlp(layers, direction: str, state: dict, prefix: str, errors: list[str]) -> None:
     """Rewrite in place AllenNLP's keys of the ``direction`` LSTM stack (``layers``, the library's
-    :class:`~elmo.model.lstm.LstmLayer` list) under ``prefix`` into the library's."""
+    :class:`~elmo.model.network.LstmLayer` list) under ``prefix`` into the library's."""
     for index, layer in enumerate(layers):
         ours_of = dict(layer.named_parameters(prefix=f"{direction}_layers.{index}"))
         for ours, theirs in _lstm_keys(direction, index).items():

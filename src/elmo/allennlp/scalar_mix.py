@@ -1,7 +1,7 @@
 """AllenNLP's ``allennlp.modules.scalar_mix.ScalarMix``: its constructor, its forward and its
 parameters by name and shape (``scalar_parameters.{k}`` ``(1,)`` each, ``gamma`` ``(1,)``), so
 that ``elmo.scalar_mix_0.scalar_parameters`` and AllenNLP's ``state_dict`` keys work unchanged.
-The arithmetic is the library's (:mod:`elmo.model.scalar_mix`), which is AllenNLP's.
+The arithmetic is the library's (:mod:`elmo.model.network`), which is AllenNLP's.
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from elmo.model.scalar_mix import masked_layer_norm
+from elmo.model.network import masked_layer_norm
 
 
 class ScalarMix(nn.Module):

@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 from elmo.hub.pretrained import DEFAULT_MODEL, model_names
 from elmo.hub.resolve import load_model_with_origin
-from elmo.model.bilm import BiLM
+from elmo.model.network import BiLM
 from elmo.progress import LOG_INTERVAL
 
 # The one progress rule of the long verbs (elmo.progress), in each one's --help.

@@ -12,8 +12,8 @@ import sys
 from elmo.checks import check_count
 from elmo.cli.common import add_progress_argument
 from elmo.devices import DEVICES
-from elmo.model.bilm import DEFAULT_LSTM_PATH, LSTM_PATHS
 from elmo.model.config import PRESETS
+from elmo.model.network import DEFAULT_LSTM_PATH, LSTM_PATHS
 from elmo.threads import add_threads_argument, check_threads, default_threads, set_threads
 from elmo.training.recipe import (
     CPU_MAX_BATCH,

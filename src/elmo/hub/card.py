@@ -24,9 +24,9 @@ from pathlib import Path
 from elmo.hub.checkpoints import CARD_MARK, export_language_model
 from elmo.hub.resolve import ModelSource, load_language_model_with_origin
 from elmo.jsonio import field as json_field, read_json
-from elmo.model.lm import LanguageModel
 from elmo.model.vocab import Vocabulary
 from elmo.model.weights import STORAGE_DTYPES
+from elmo.training.lm import LanguageModel
 
 # A training run's files (elmo.training.train writes them; read here as files, not imported,
 # so that the hub package stays below training).

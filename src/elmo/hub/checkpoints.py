@@ -30,11 +30,9 @@ import torch
 from elmo.fileio import atomic_folder, atomic_path, check_folder, save_torch
 from elmo.hdf5io import HDF5FileError, open_hdf5, read_dataset
 from elmo.hub.pickles import torch_reason, unsafe_global
-from elmo.model.bilm import BiLM
 from elmo.model.config import BiLMConfig, ConfigError
 from elmo.model.dictionary import CharacterDictionary, DictionaryError
-from elmo.model.lm import LanguageModel
-from elmo.model.softmax import Softmax
+from elmo.model.network import BiLM
 from elmo.model.vocab import Vocabulary
 from elmo.model.weights import (
     STORAGE_DTYPES,
@@ -43,6 +41,8 @@ from elmo.model.weights import (
     load_bilm_tf,
     save_bilm_tf,
 )
+from elmo.training.lm import LanguageModel
+from elmo.training.softmax import Softmax
 
 SOFTMAX_FILE = "softmax_weights.hdf5"
 VOCAB_FILE = "vocab.txt"

@@ -23,10 +23,10 @@ from pathlib import Path
 import torch
 
 from elmo.fileio import OWNER_FILE, atomic_write_text, check_output_file
-from elmo.model.bilm import BiLM
 from elmo.model.chars import BOS_CHAR, BOW_CHAR, EOS_CHAR, EOW_CHAR, MAX_CHARS, PAD_CHAR
 from elmo.model.config import BiLMConfig, CharCNNConfig
 from elmo.model.dictionary import SPECIAL_CHARS
+from elmo.model.network import BiLM
 
 FORMATS = ("bilm-tf", "elmo", "manylangs")
 

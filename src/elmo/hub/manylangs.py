@@ -44,13 +44,13 @@ from elmo import jsonio
 from elmo.fileio import atomic_path, atomic_write_text, save_torch
 from elmo.hub.archives import MAX_ARCHIVE_BYTES_ENV, ArchiveError, ModelFolder, max_archive_bytes, member_bound
 from elmo.hub.pickles import UnsafePickleError, check_pickle, torch_reason
-from elmo.model.bilm import BiLM
 from elmo.model.config import BiLMConfig, CharCNNConfig, ConfigError, LSTMConfig
 from elmo.model.dictionary import (
     CharacterDictionary,
     format_dictionary,
     parse_dictionary,
 )
+from elmo.model.network import BiLM
 from elmo.model.weights import check_finite
 
 # Their published architecture file (elmoformanylangs/configs/cnn_50_100_512_4096_sample.json),

@@ -69,10 +69,10 @@ from elmo.hub.pretrained import (
     published_match,
     published_name_of_url,
 )
-from elmo.model.bilm import BiLM
-from elmo.model.lm import LanguageModel
+from elmo.model.network import BiLM
 from elmo.model.vocab import Vocabulary
 from elmo.model.weights import load_bilm_tf
+from elmo.training.lm import LanguageModel
 
 ModelSource = str | os.PathLike | tuple[str | os.PathLike, str | os.PathLike] | None
 URL_SCHEMES = ("https://", "http://", "s3://")

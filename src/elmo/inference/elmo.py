@@ -17,8 +17,7 @@ from elmo.hub.resolve import ModelSource, load_model
 from elmo.inference.precision import DEFAULT_PRECISION
 from elmo.inference.runtime import Runtime
 from elmo.inference.states import DEFAULT_STATE
-from elmo.model.bilm import BiLM
-from elmo.model.scalar_mix import ScalarMix
+from elmo.model.network import BiLM, ScalarMix
 
 
 @dataclass
@@ -39,7 +38,7 @@ class ElmoMixes(nn.Module):
 
     ``n_layers`` layers of ``output_dim`` each go into ``num_output_representations`` mixes;
     ``mode``, ``do_layer_norm``, ``dropout`` and ``l2_coef`` configure every mix (see
-    :class:`~elmo.model.scalar_mix.ScalarMix`).
+    :class:`~elmo.model.network.ScalarMix`).
     """
 
     def __init__(self, n_layers: int, output_dim: int, num_output_representations: int = 1, *,
@@ -72,7 +71,7 @@ class Elmo(ElmoMixes):
     Without ``bilm``, the packaged default model is used (:func:`elmo.hub.load_model`).
 
     ``mode``, ``do_layer_norm``, ``dropout`` and ``l2_coef`` configure every mix (see
-    :class:`~elmo.model.scalar_mix.ScalarMix`); ``state`` picks the LSTM state policy
+    :class:`~elmo.model.network.ScalarMix`); ``state`` picks the LSTM state policy
     (:mod:`elmo.inference.states`) and ``precision`` the matrix products' dtype. The biLM becomes part of
     this module (``.to()`` moves it), stays in eval mode and gets no gradients; it runs through an
     :class:`~elmo.inference.runtime.Runtime`, rebuilt when the module moves to another device.

@@ -30,8 +30,8 @@ from elmo.inference.outputs import DEFAULT_COMPRESSION, DEFAULT_DTYPE, DEFAULT_L
 from elmo.inference.precision import DEFAULT_PRECISION
 from elmo.inference.runtime import DEFAULT_TOKEN_MEMO, Runtime
 from elmo.inference.states import DEFAULT_STATE
-from elmo.model.bilm import BiLM
 from elmo.model.chars import tokenize
+from elmo.model.network import BiLM
 from elmo.progress import progress_bar
 
 Layers = str | int | Sequence[int]

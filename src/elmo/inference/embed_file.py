@@ -59,8 +59,8 @@ from elmo.inference.outputs import (
     shard_lines,
     shard_name,
 )
-from elmo.model.bilm import BiLMState
 from elmo.model.chars import tokenize
+from elmo.model.network import BiLMState
 from elmo.progress import progress_bar
 from elmo.version import __version__
 

@@ -1,12 +1,12 @@
 """CUDA graphs for the biLM's LSTM stack at inference: the step loop replayed, not relaunched.
 
-On a GPU, a layer-step of the eager path (:func:`~elmo.model.lstm.bilstm_inference`) is about ten
+On a GPU, a layer-step of the eager path (:func:`~elmo.kernels.cpu_lstm.bilstm_inference`) is about ten
 small kernels, and a batch of 64 sentences of 25 tokens launches thousands of them: the host's
 launches, not the GPU, set the pace. A CUDA graph records the kernels of ``K`` steps of every layer
 once and replays them with one launch.
 
 A graph needs static shapes and no host synchronisation, so it runs
-:func:`~elmo.model.lstm.bilstm_static_chunk`: every row at every step, masked. Shapes are
+:func:`~elmo.kernels.cpu_lstm.bilstm_static_chunk`: every row at every step, masked. Shapes are
 bucketed: rows up to the next size in :data:`ROW_BUCKETS` (empty rows), time in chunks of
 ``K`` steps (one replay per chunk, the state carried in the graph's buffers). A bucket is
 captured only when it has been seen ``capture_after`` times, so embedding one sentence never
@@ -30,7 +30,8 @@ from dataclasses import dataclass
 
 import torch
 
-from elmo.model.lstm import LstmLayer, StackedWeights, bilstm_static_chunk
+from elmo.kernels.cpu_lstm import StackedWeights, bilstm_static_chunk
+from elmo.model.network import LstmLayer
 
 # Row counts a graph is captured for: a batch takes the smallest that holds it.
 ROW_BUCKETS = (8, 16, 32, 64, 128, 256, 512)

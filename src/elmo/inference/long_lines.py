@@ -28,8 +28,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
+from elmo.kernels.cpu_lstm import GATE_CHUNK_STEPS
 from elmo.model.chars import BOS_TOKEN, EOS_TOKEN
-from elmo.model.lstm import GATE_CHUNK_STEPS
 
 if TYPE_CHECKING:
     from elmo.inference.runtime import Runtime

@@ -1,9 +1,9 @@
 """A biLM as one ONNX graph (``elmo export --format onnx``), for runtimes without Python.
 
-The graph holds the whole biLM of the specification (:meth:`elmo.model.bilm.BiLM.forward`): the
+The graph holds the whole biLM of the specification (:meth:`elmo.model.network.BiLM.forward`): the
 character CNN with its highway layers and projection, and both LSTM stacks with their clipping
 and residual connections, each layer a ``Scan`` over time that carries the state past padding
-as :func:`elmo.model.lstm.lstm_plain` does. Batch size and sentence length are free. Every weight
+as :func:`elmo.model.network.lstm_plain` does. Batch size and sentence length are free. Every weight
 is stored once, as an initializer (the highway, projection and LSTM matrices transposed, not
 copied), so the file is the weights plus a few kilobytes of graph; above
 :data:`EXTERNAL_DATA_BYTES` the weights go to ``NAME.onnx.<16 hex digits>.data`` beside it (ONNX's
@@ -55,9 +55,9 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
-from elmo.model.bilm import BiLM
 from elmo.model.chars import BOS_IDS, EOS_IDS, MAX_CHARS, ByteCharacters, words_to_char_ids
 from elmo.model.config import ConfigError
+from elmo.model.network import BiLM
 
 if TYPE_CHECKING:  # onnx is an optional extra: imported only when a graph is built or read
     import onnx
@@ -176,7 +176,7 @@ def _lstm_body(layer, prefix: str, cell_clip: float | None, proj_clip: float | N
 
 def _token_encoder(model: BiLM, b: _Builder, char_ids: str, batch_time: str) -> str:
     """The character CNN, highway layers and projection on ``char_ids`` ``(batch, time, 50)``:
-    token vectors ``(batch, time, proj)`` (:meth:`elmo.model.encoder.TokenEncoder.forward`)."""
+    token vectors ``(batch, time, proj)`` (:meth:`elmo.model.network.TokenEncoder.forward`)."""
     encoder = model.token_encoder
     width = encoder.n_slots
     flat = b.node("Reshape", [char_ids, b.weight("chars_shape", np.array([-1, width], dtype=np.int64))], "ids")
@@ -225,7 +225,7 @@ def build_onnx(model: BiLM, state: str = "warm") -> "onnx.ModelProto":
     b = _Builder([], [])
     b.weight("one", np.array(1.0, dtype=np.float32))
     b.weight("zero", np.array(0.0, dtype=np.float32))
-    b.weight("forget_bias", np.array(1.0, dtype=np.float32))  # elmo.model.lstm.FORGET_BIAS, not in the bias
+    b.weight("forget_bias", np.array(1.0, dtype=np.float32))  # elmo.model.network.FORGET_BIAS, not in the bias
     b.weight("gate_split", np.array([dim] * 4, dtype=np.int64))
 
     # A row is a real one (a boundary or a token) where any of its ids is non-zero, as in bilm-tf.

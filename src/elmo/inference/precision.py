@@ -25,14 +25,15 @@ import torch
 from elmo.fileio import atomic_path
 from elmo.jsonio import JSONFileError, read_json
 from elmo.jsonio import field as json_field
-from elmo.model.blocks import int8_for, onednn_for
+from elmo.kernels.blocks import int8_for, onednn_for
+from elmo.kernels.cpu_lstm import bilstm_inference, stack_directions
 from elmo.model.config import BiLMConfig
-from elmo.model.lstm import LstmLayer, bilstm_inference, stack_directions
+from elmo.model.network import LstmLayer
 
 # Precision of the matrix products on the fast path; states and nonlinearities stay float32.
 # Each name maps to the dtype of the products, which the activations take too, except for int8:
 # activations stay float32 and the LSTM's and the highway and projection layers' products run
-# on int8 operands (elmo.model.blocks.quantize, activation_dtype): a CPU with oneDNN's int8
+# on int8 operands (elmo.kernels.blocks.quantize, activation_dtype): a CPU with oneDNN's int8
 # kernel only, opt-in (docs/speed.md, "Precision: float32, bfloat16, int8").
 PRECISIONS = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16, "int8": torch.int8}
 DEFAULT_PRECISION = "float32"

@@ -1,6 +1,7 @@
 """The inference runtime: one object that runs a biLM fast for inference, created once per model.
 
-:class:`~elmo.model.bilm.BiLM` is the specification (the per-timestep reference) and the training path.
+:class:`~elmo.model.network.BiLM` is the specification (the per-timestep reference); its training
+paths are :mod:`elmo.kernels.dispatch`'s.
 :class:`Runtime` holds everything that only inference needs, so that no caller reaches into the
 model: the device and the precision of the matrix products, both directions' weights stacked for
 batched products, the token memo and the vocabulary cache, and the LSTM state policy. It never
@@ -37,20 +38,10 @@ from elmo.inference.states import (
     warmup_sentences,
     warmup_text,
 )
-from elmo.model.bilm import (
-    BiLM,
-    BiLMOutput,
-    BiLMState,
-    add_boundaries,
-    remove_boundaries,
-    reverse_within_length,
-)
-from elmo.model.encoder import encode_fast, encode_words_fast
-from elmo.model.lstm import (
-    StackedWeights,
-    bilstm_inference,
-    stack_directions,
-)
+from elmo.kernels.cpu_lstm import StackedWeights, bilstm_inference, stack_directions
+from elmo.kernels.dispatch import bilm_forward
+from elmo.kernels.encoder import encode_fast, encode_words_fast
+from elmo.model.network import BiLM, BiLMOutput, BiLMState, add_boundaries, remove_boundaries, reverse_within_length
 from elmo.model.weights import weights_fingerprint
 
 # Keys of the sentence markers in the token memo: not strings, so that no input token (a literal
@@ -175,12 +166,13 @@ class Runtime:
         :class:`elmo.allennlp.Elmo`) goes through here.
 
         ``char_ids`` ``(batch, time, 50)``, ``mask`` ``(batch, time)``; ``words`` as in
-        :meth:`forward`. ``differentiable`` runs the biLM's own forward under autograd, so that
-        gradients reach its weights (a biLM being fine-tuned), instead of the inference path."""
+        :meth:`forward`. ``differentiable`` runs the biLM under autograd through its LSTM path
+        (:func:`elmo.kernels.dispatch.bilm_forward`), so that gradients reach its weights (a biLM
+        being fine-tuned), instead of the inference path."""
         initial = self.initial_state(char_ids.shape[0])
         if differentiable:
             char_ids, mask = char_ids.to(self.device), mask.to(self.device)
-            out = self.model(char_ids, mask, initial, keep_boundaries=keep_boundaries)
+            out = bilm_forward(self.model, char_ids, mask, initial, keep_boundaries=keep_boundaries)
         else:
             out = self.forward(char_ids, mask, initial, keep_boundaries=keep_boundaries, words=words)
         self.states.update(out.state)
@@ -256,13 +248,13 @@ class Runtime:
         first; from ``c`` ``(2, batch, dim)`` and ``h`` ``(2, batch, projection_dim)``. Returns the
         outputs ``(2, batch, time, projection_dim)`` (before any skip connection, which is the
         caller's: ``config.lstm.use_skip_connections``) and the final ``(c, h)``
-        (:func:`~elmo.model.lstm.bilstm_inference`)."""
+        (:func:`~elmo.kernels.cpu_lstm.bilstm_inference`)."""
         return bilstm_inference(self.model.forward_layers[index], self.model.backward_layers[index], x, lengths,
                                 c, h, self.dtype, self._stacked_weights(index))
 
     # ---------------------------------------------------------------------------- internals
     def _stacked_weights(self, index: int) -> StackedWeights:
-        """Layer ``index``'s weights as :func:`~elmo.model.lstm.stack_directions` lays them out,
+        """Layer ``index``'s weights as :func:`~elmo.kernels.cpu_lstm.stack_directions` lays them out,
         rebuilt only when a parameter changed (a tensor's ``_version`` grows with every in-place
         update): stacking them on every call cost 35% of the time of embedding one sentence."""
         layers = (self.model.forward_layers[index], self.model.backward_layers[index])

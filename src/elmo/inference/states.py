@@ -27,8 +27,8 @@ import numpy as np
 import torch
 
 from elmo.fileio import atomic_path
-from elmo.model.bilm import BiLMState
 from elmo.model.chars import tokenize
+from elmo.model.network import BiLMState
 
 STATE_MODES = ("warm", "reset", "stateful")
 DEFAULT_STATE = "warm"

@@ -20,8 +20,8 @@ import torch
 
 from elmo.fileio import atomic_path, check_output_file
 from elmo.hdf5io import HDF5FileError, open_hdf5, read_dataset
-from elmo.model.bilm import BiLM
-from elmo.model.encoder import encode_words_fast
+from elmo.kernels.encoder import encode_words_fast
+from elmo.model.network import BiLM
 from elmo.model.weights import check_finite, weights_fingerprint
 
 

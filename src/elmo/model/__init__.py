@@ -1,3 +1,5 @@
-"""The paper's network: its config (``options.json``), byte ids, the character CNN token
-encoder, the LSTM layer (specification and fast paths), the biLM, the softmax, the scalar mix, the
-language model, its vocabulary, and the bilm-tf HDF5 weight layout."""
+"""The paper's network and what describes it: :mod:`~elmo.model.network` (the specification: the
+character CNN token encoder, the LSTM with projection, the biLM, the scalar mix), its config
+(``options.json``), byte ids and character dictionaries, word vocabularies, and the bilm-tf HDF5
+weight layout. Its fast paths are :mod:`elmo.kernels`, the language model it trains as
+:mod:`elmo.training.lm`."""

@@ -162,7 +162,7 @@ def batch_to_char_ids(batch: Sequence[Sequence[str]]) -> tuple[torch.Tensor, tor
 
 
 class ByteCharacters:
-    """The bilm-tf character scheme as an object: what a :class:`~elmo.model.bilm.BiLM` uses to
+    """The bilm-tf character scheme as an object: what a :class:`~elmo.model.network.BiLM` uses to
     turn tokens into the ids its token encoder reads. Every published bilm-tf/AllenNLP model uses
     it; :class:`elmo.model.dictionary.CharacterDictionary` is the other scheme (ELMoForManyLangs').
 

@@ -18,8 +18,8 @@ from torch import nn
 
 from elmo.fileio import atomic_path
 from elmo.hdf5io import HDF5FileError, open_hdf5, read_dataset
-from elmo.model.bilm import BiLM
 from elmo.model.config import BiLMConfig, ConfigError
+from elmo.model.network import BiLM
 
 # Storage precisions of a weights file; loading always gives float32.
 STORAGE_DTYPES = ("float32", "float16")

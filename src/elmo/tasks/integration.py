@@ -15,7 +15,7 @@ from torch import nn
 
 from elmo.checks import check_number
 from elmo.inference.elmo import Elmo
-from elmo.model.scalar_mix import ScalarMix
+from elmo.model.network import ScalarMix
 
 PLACEMENTS = ("input", "output", "both")
 

@@ -15,11 +15,11 @@ from collections.abc import Sequence
 import torch
 
 from elmo.devices import DEFAULT_DEVICE
-from elmo.model.bilm import BACKWARD, FORWARD
-from elmo.model.lm import LanguageModel
+from elmo.model.network import BACKWARD, FORWARD
 from elmo.model.vocab import Vocabulary
 from elmo.progress import progress_bar
 from elmo.training.data import LMBatcher, SentenceStream
+from elmo.training.lm import LanguageModel
 
 # Running streams read side by side, and tokens per stream per window, when evaluating.
 EVAL_BATCH_SIZE = 64

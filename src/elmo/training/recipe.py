@@ -15,8 +15,8 @@ import torch
 
 from elmo.checks import check_count, check_number
 from elmo.devices import DEFAULT_DEVICE, resolve_device
-from elmo.model.bilm import DEFAULT_LSTM_PATH, LSTM_PATHS
 from elmo.model.config import PRESETS, BiLMConfig, ConfigError, preset_config
+from elmo.model.network import DEFAULT_LSTM_PATH, LSTM_PATHS
 
 
 @dataclass(frozen=True)
@@ -107,7 +107,7 @@ class TrainSettings:
     bf16: bool | None = None  # None: on for CUDA, off on CPU
     prefetch: int | None = None  # batches built ahead in a thread; 0: none; None: 2 on CUDA, 0 on CPU
     deterministic: bool = False  # reproducible GPU kernels (see use_deterministic_kernels)
-    lstm_path: str | None = None  # how the LSTM trains (elmo.model.bilm.LSTM_PATHS); None: the default
+    lstm_path: str | None = None  # how the LSTM trains (elmo.model.network.LSTM_PATHS); None: the default
     compile_cells: bool = False  # the fused path's pointwise functions through torch.compile
     cuda_graphs: bool = False  # the LSTM of each full window as a CUDA graph (LanguageModel.use_cuda_graphs)
     resume: bool = False

@@ -44,10 +44,8 @@ from elmo.hub.checkpoints import (
     save_train_checkpoint,
 )
 from elmo.hub.resolve import load_language_model_with_origin
-from elmo.model.bilm import BiLMState
-from elmo.model.encoder import distinct_words
-from elmo.model.lm import LanguageModel, predicted
-from elmo.model.softmax import log_uniform_sample
+from elmo.kernels.encoder import distinct_words
+from elmo.model.network import BiLMState
 from elmo.model.vocab import Vocabulary
 from elmo.progress import progress_bar
 from elmo.training.data import (
@@ -59,6 +57,7 @@ from elmo.training.data import (
 )
 from elmo.training.distributed import gather_rows, setup_distributed, use_deterministic_kernels
 from elmo.training.evaluate import evaluate
+from elmo.training.lm import LanguageModel, predicted
 from elmo.training.recipe import (
     DEFAULT_PRESET,
     RECIPE,
@@ -78,6 +77,7 @@ from elmo.training.resume import (
     previous_run,
     resume_conflicts,
 )
+from elmo.training.softmax import log_uniform_sample
 
 METRIC_FIELDS = ["step", "tokens", "loss", "forward_perplexity", "backward_perplexity", "learning_rate",
                  "tokens_per_second", "elapsed_seconds", "heldout_forward_perplexity",

@@ -1,7 +1,7 @@
 """The fused training path of the LSTM: every direction of one layer over a whole window, as one
 ``torch.autograd.Function`` (:func:`lstm_fused`).
 
-The arithmetic is the specification's (:func:`elmo.model.lstm.lstm_plain`: bilm-tf's gates
+The arithmetic is the specification's (:func:`elmo.model.network.lstm_plain`: bilm-tf's gates
 ``i, j, f, o``, the forget bias +1, cell and projection clipping), so a model trains the same and
 its files do not change. What changes is how many operations a window takes. The directions' layers
 (the same sizes, their own weights) run as one batched product over a leading direction axis, and
@@ -25,7 +25,7 @@ PyTorch (several kernels each: on a CPU a step's slices stay in cache between th
 Buffers are time-major, ``(directions, time, batch, ...)``: a timestep's slice of every direction is
 one strided block, and ``(directions, time * batch, ...)`` is a view for the window-wide products.
 Under autocast the products run in the autocast dtype and the cell state and nonlinearities'
-derivatives in float32, as :func:`elmo.model.lstm.bilstm_inference` does.
+derivatives in float32, as :func:`elmo.kernels.cpu_lstm.bilstm_inference` does.
 """
 
 from __future__ import annotations
@@ -35,8 +35,8 @@ from typing import NamedTuple
 
 import torch
 
-from elmo.model import blocks
-from elmo.model.lstm import FORGET_BIAS, LstmLayer
+from elmo.kernels import blocks
+from elmo.model.network import FORGET_BIAS, LstmLayer
 
 
 def _cell_tanh(x: torch.Tensor) -> torch.Tensor:
@@ -178,7 +178,7 @@ def _product(x: torch.Tensor, weight: torch.Tensor, add: torch.Tensor | None = N
     """``x @ weight.T`` per direction, plus ``add`` ``(n, rows, out)`` or ``bias`` ``(n, out)``
     if given: ``x`` ``(n, rows, in)``, ``weight`` ``(n, out, in)``; written into ``out`` when
     given. One batched product (``torch.bmm``/``baddbmm``, the GPU's branch), or oneDNN's kernel
-    once per direction where :func:`elmo.model.blocks.onednn_trains` says so (it reads ``weight``
+    once per direction where :func:`elmo.kernels.blocks.onednn_trains` says so (it reads ``weight``
     contiguous): at a training step's shapes (batch 32, the packaged model) 1.3-1.7x as fast as
     MKL's batched product on the development EPYC, single-threaded (docs/training.md)."""
     if not blocks.onednn_trains(x, weight):
@@ -385,7 +385,7 @@ def lstm_fused(layers: Sequence[LstmLayer], inputs: torch.Tensor, state: tuple[t
     h (n, batch, projection_dim))`` or None for zeros; ``lengths``: ``(n, batch)`` real steps per
     row (a prefix of each row; None: all ``time``). Returns ``outputs`` ``(n, time, batch,
     projection_dim)`` (zero past each row's length) and the final ``(c, h)`` of every row, float32
-    (float64 for float64 weights). The numbers are :func:`elmo.model.lstm.lstm_plain`'s for each
+    (float64 for float64 weights). The numbers are :func:`elmo.model.network.lstm_plain`'s for each
     layer, to float rounding, values and gradients (inputs, initial state, every weight).
     ``compiled``: the pointwise functions through ``torch.compile`` (:func:`cell_functions`).
     """

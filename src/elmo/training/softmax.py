@@ -12,7 +12,7 @@ import math
 import torch
 from torch import nn
 
-from elmo.model.blocks import trained_linear
+from elmo.kernels.blocks import trained_linear
 
 
 class Softmax(nn.Module):

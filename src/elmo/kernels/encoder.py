@@ -1,12 +1,9 @@
-"""Token encoder: characters -> char embeddings -> n-gram convolutions with max-pool -> highway
-layers -> linear projection. Gives a context-independent vector to any string.
-
-One option serves the ELMoForManyLangs models (``char_cnn.characters == "dictionary"``): their
-character ids come from the model's dictionary, and a word embedding (``word_dim``) may be
-concatenated before the projection, which they always have. Their ids then hold the word id in
-column 0 and the character ids after it (:mod:`elmo.model.dictionary`).
-
-This is the readable reference implementation; the fast path (issue 4) is tested against it.
+"""The token encoder's fast paths: :func:`encode_distinct` (training: the CNN once per distinct
+token of a batch, over the character slots its characters reach, with autograd) and
+:func:`encode_words_fast` / :func:`encode_fast` (inference: the same convolutions in fixed blocks
+of words, products through oneDNN's kernels in float32, bfloat16 or int8, weights converted once
+and remembered in ``_CONVERTED``). Both compute what :class:`elmo.model.network.TokenEncoder`
+computes, to float rounding, and are tested against it.
 """
 
 from __future__ import annotations
@@ -18,94 +15,15 @@ from typing import NamedTuple
 import torch
 from torch import nn
 
-from elmo.model.blocks import (HEAD_BLOCK, activation_dtype, block_sizes, linear, prepack, products_dtype,
-                               quantize)
-from elmo.model.chars import PAD_CHAR
-from elmo.model.config import CharCNNConfig
+from elmo.kernels.blocks import (HEAD_BLOCK, activation_dtype, block_sizes, linear, prepack, products_dtype,
+                                 quantize)
+from elmo.model.network import PAD_ID, TokenEncoder, highway
 
-PAD_ID = PAD_CHAR + 1  # the id of a padding slot inside a word (after the +1 shift), byte scheme
 # Buckets of real-slot counts: short words are convolved over short character windows.
 LENGTH_BUCKETS = (6, 8, 10, 12, 16, 24, 32)
 # Words whose pooled CNN features are held at once by the inference path: bounds its memory.
 WORDS_PER_PART = 64 * HEAD_BLOCK
 
-
-class Highway(nn.Module):
-    """One highway layer in bilm-tf's form.
-
-    ``g = sigmoid(x W_carry + b_carry); y = g * relu(x W_transform + b_transform) + (1 - g) * x``.
-    Note that bilm-tf's "carry" gate multiplies the *transformed* input (the usual papers call that
-    the transform gate); we keep its names so the weight file maps one to one.
-    """
-
-    def __init__(self, dim: int):
-        super().__init__()
-        self.carry = nn.Linear(dim, dim)
-        self.transform = nn.Linear(dim, dim)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """``x``: ``(..., dim)`` -> ``(..., dim)``."""
-        gate = torch.sigmoid(self.carry(x))
-        return gate * torch.relu(self.transform(x)) + (1.0 - gate) * x
-
-
-class TokenEncoder(nn.Module):
-    """Character CNN token encoder.
-
-    ``output_dim`` is the LSTM projection dim. As in bilm-tf, the final projection exists only when
-    its input width differs from it (every published model has one); ELMoForManyLangs' encoder
-    always has one. ``pad_id`` is the id of a padding slot inside a word (:data:`PAD_ID` for the
-    byte scheme; a dictionary model's own).
-    """
-
-    def __init__(self, config: CharCNNConfig, output_dim: int, pad_id: int = PAD_ID):
-        super().__init__()
-        self.config = config
-        dictionary = config.characters == "dictionary"
-        # Row 0 is the padding id (a token slot with no token); it stays zero.
-        n_rows = config.n_characters + 1 if dictionary else 262
-        self.char_embedding = nn.Embedding(n_rows, config.embedding_dim, padding_idx=0)
-        self.convs = nn.ModuleList(nn.Conv1d(config.embedding_dim, n, width) for width, n in config.filters)
-        n_filters = config.n_filters
-        self.highways = nn.ModuleList(Highway(n_filters) for _ in range(config.n_highway))
-        self.word_embedding = nn.Embedding(config.n_words + 1, config.word_dim, padding_idx=0) if config.word_dim else None
-        projection_in = n_filters + config.word_dim
-        self.projection = nn.Linear(projection_in, output_dim) if projection_in != output_dim or dictionary else None
-        self.activation = torch.tanh if config.activation == "tanh" else torch.relu
-        self.output_dim = output_dim
-        self.pad_id = pad_id
-        self.n_slots = config.max_characters_per_token
-
-    def split_ids(self, ids: torch.Tensor) -> tuple[torch.Tensor | None, torch.Tensor]:
-        """``ids`` ``(..., width)`` -> word ids ``(...)`` (None without a word embedding) and
-        character ids ``(..., n_slots)``."""
-        if self.word_embedding is None:
-            return None, ids
-        return ids[..., 0], ids[..., 1:]
-
-    def forward(self, char_ids: torch.Tensor) -> torch.Tensor:
-        """``char_ids``: ``(batch, time, width)`` int64 -> token vectors ``(batch, time, output_dim)``."""
-        batch, time, _ = char_ids.shape
-        word_ids, char_ids = self.split_ids(char_ids)
-        chars = self.char_embedding(char_ids.reshape(batch * time, self.n_slots))  # (B*T, slots, char_dim)
-        chars = chars.transpose(1, 2)  # (B*T, char_dim, slots): Conv1d wants channels first
-        # VALID convolution over all slots, max over positions, then the activation.
-        pooled = [conv(chars).max(dim=2).values for conv in self.convs]  # each (B*T, n_filters_i)
-        words = word_ids.reshape(batch * time) if word_ids is not None else None
-        return self.head(torch.cat(pooled, dim=1), words).reshape(batch, time, self.output_dim)
-
-    def head(self, pooled: torch.Tensor, word_ids: torch.Tensor | None = None) -> torch.Tensor:
-        """What follows the max-pool: ``(n, n_filters)`` pooled features -> the activation, the
-        highway layers and the projection -> ``(n, output_dim)``; ``word_ids`` ``(n,)`` for a model
-        with a word embedding (ELMoForManyLangs: [word vector; CNN output] into the projection)."""
-        x = self.activation(pooled)
-        for highway in self.highways:
-            x = highway(x)
-        if word_ids is not None:
-            x = torch.cat([self.word_embedding(word_ids), x], dim=1)
-        if self.projection is not None:
-            x = self.projection(x)
-        return x
 
 class Words(NamedTuple):
     """The distinct tokens of a batch, for :func:`encode_distinct`.
@@ -284,7 +202,7 @@ class EncoderWeights(NamedTuple):
     ``(carry weight, carry bias, transform weight, transform bias)`` and the projection's
     ``(weight, bias)`` (None without one). Biases of the highway and projection stay float32
     (added to the product's result in float32); weights of their products are
-    :func:`~elmo.model.blocks.prepack`'s, for blocks of the head's size."""
+    :func:`~elmo.kernels.blocks.prepack`'s, for blocks of the head's size."""
 
     convs: tuple[tuple[torch.Tensor, torch.Tensor], ...]
     constants: list[torch.Tensor]
@@ -301,8 +219,8 @@ def encoder_weights(encoder: TokenEncoder, dtype: torch.dtype, head_rows: int) -
     """``encoder``'s weights for :func:`encode_words_fast`'s products in ``dtype``, for head
     products of ``head_rows`` rows. In float32 the parameters themselves (no copy); in reduced
     precision converted (and pre-packed) once; for ``torch.int8`` (on a CPU where
-    :func:`elmo.model.blocks.int8_for`, elsewhere float32) the highway and projection weights
-    quantized once (:func:`elmo.model.blocks.quantize`) and the convolutions' weights left
+    :func:`elmo.kernels.blocks.int8_for`, elsewhere float32) the highway and projection weights
+    quantized once (:func:`elmo.kernels.blocks.quantize`) and the convolutions' weights left
     float32.
     Remembered until a parameter changes (a tensor's ``_version`` grows with every in-place
     update) or the encoder is gone."""
@@ -361,12 +279,12 @@ def encode_words_fast(encoder: TokenEncoder, ids: torch.Tensor, dtype: torch.dty
 
     Equal to ``encoder(ids)`` up to float rounding, but convolves each word only over the
     windows that touch its characters (grouped in length buckets). The convolutions run on blocks
-    of exactly :data:`~elmo.model.blocks.WORD_BLOCK` words of one bucket over a slot span fixed by
+    of exactly :data:`~elmo.kernels.blocks.WORD_BLOCK` words of one bucket over a slot span fixed by
     the bucket, the highway layers and projection on blocks of
-    :data:`~elmo.model.blocks.HEAD_BLOCK` words (larger on a GPU,
-    :data:`~elmo.model.blocks.BLOCK_SIZES`; each last block padded with copies of its first word), so every convolution and product has a shape that the model and the word's bucket
+    :data:`~elmo.kernels.blocks.HEAD_BLOCK` words (larger on a GPU,
+    :data:`~elmo.kernels.blocks.BLOCK_SIZES`; each last block padded with copies of its first word), so every convolution and product has a shape that the model and the word's bucket
     decide: a word's vector is the same bits whatever other words are encoded with it
-    (:mod:`elmo.model.blocks`), and memory stays bounded however many words come in. ``dtype``
+    (:mod:`elmo.kernels.blocks`), and memory stays bounded however many words come in. ``dtype``
     may be ``torch.bfloat16`` (or float16 on GPU) for the convolutions and matrix products, or
     ``torch.int8`` for the highway and projection products (:func:`encoder_weights`); the result
     is float32.
@@ -431,9 +349,7 @@ def _highway_and_projection(encoder: TokenEncoder, x: torch.Tensor, dtype: torch
         weights = encoder_weights(encoder, dtype, x.shape[0])
     for carry_weight, carry_bias, transform_weight, transform_bias in weights.highways:
         x_low = x.to(dtype)
-        gate = torch.sigmoid(_product(x_low, carry_weight, carry_bias))
-        transformed = torch.relu(_product(x_low, transform_weight, transform_bias))
-        x = gate * transformed + (1.0 - gate) * x
+        x = highway(_product(x_low, carry_weight, carry_bias), _product(x_low, transform_weight, transform_bias), x)
     if word_ids is not None:
         x = torch.cat([encoder.word_embedding.weight[word_ids].float(), x], dim=1)
     if weights.projection is not None:

@@ -29,7 +29,7 @@ from collections.abc import Sequence
 
 import torch
 
-from elmo.model.lstm import FORGET_BIAS, LstmLayer
+from elmo.model.network import FORGET_BIAS, LstmLayer
 
 
 def _torch_order(rows: torch.Tensor) -> torch.Tensor:
@@ -76,7 +76,7 @@ def load_torch_lstm(layer: LstmLayer, lstm: torch.nn.LSTM) -> None:
 
 def lstm_cudnn(layers: Sequence[LstmLayer], inputs: torch.Tensor, state: tuple[torch.Tensor, torch.Tensor],
                ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
-    """:func:`elmo.model.fused_lstm.lstm_fused`'s contract for full windows (no ``lengths``),
+    """:func:`elmo.kernels.fused_lstm.lstm_fused`'s contract for full windows (no ``lengths``),
     through torch's LSTM kernel (cuDNN on a GPU, its own loop on a CPU), one call per layer.
     ``inputs``: ``(n, time, batch, input_dim)``; ``state``: ``(c (n, batch, dim), h (n, batch,
     proj))``. The layers must not clip (:class:`~elmo.model.config.LSTMConfig` refuses

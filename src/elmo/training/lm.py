@@ -11,18 +11,12 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from elmo.model.bilm import (
-    BACKWARD,
-    FORWARD,
-    BiLM,
-    BiLMState,
-    dropout_masks,
-    run_fused_stacks,
-)
+from elmo.kernels.dispatch import dropout_masks, fused_stacks, run_fused_stacks, run_stack
+from elmo.kernels.encoder import Words, encode_distinct
+from elmo.kernels.fused_lstm import autocast_dtype
 from elmo.model.config import BiLMConfig
-from elmo.model.encoder import Words, encode_distinct
-from elmo.model.fused_lstm import autocast_dtype
-from elmo.model.softmax import Softmax, log_uniform_sample
+from elmo.model.network import BACKWARD, FORWARD, BiLM, BiLMState
+from elmo.training.softmax import Softmax, log_uniform_sample
 
 
 @dataclass
@@ -37,7 +31,7 @@ class DirectionLoss:
 class LanguageModel(nn.Module):
     """A :class:`BiLM` and the softmax both directions share.
 
-    ``lstm_path`` and ``compile_cells`` choose how the LSTM trains (see :data:`elmo.model.bilm.LSTM_PATHS`;
+    ``lstm_path`` and ``compile_cells`` choose how the LSTM trains (see :data:`elmo.model.network.LSTM_PATHS`;
     None: the default, the fused path); they change the speed, not the model.
     """
 
@@ -76,12 +70,12 @@ class LanguageModel(nn.Module):
 
         ``full``: whether both batches' masks are all True, when the caller knows it without asking
         the device (the trainer reads it from the batcher's host tensors; None: asked of the masks).
-        ``words``: :func:`elmo.model.encoder.distinct_words` of the two batches' ``char_ids``
+        ``words``: :func:`elmo.kernels.encoder.distinct_words` of the two batches' ``char_ids``
         stacked, computed where the ids are made (None: computed here).
         The two directions' sampled negatives are drawn from ``generator`` forward first, and the
         dropout masks from the global generator in the per-direction path's order, so every
         LSTM path trains on the same random numbers. ``samples``: the two directions' negatives
-        (:func:`elmo.model.softmax.log_uniform_sample`'s results), when the caller drew them
+        (:func:`elmo.training.softmax.log_uniform_sample`'s results), when the caller drew them
         (then ``n_samples`` and ``generator`` are not used). ``softmax_rows``: ``(rows, index)``,
         a leaf tensor of softmax weight rows and, for every target and negative in
         :meth:`Softmax.sampled_losses`' order, its row there: the weight's gradient then lands,
@@ -103,7 +97,7 @@ class LanguageModel(nn.Module):
             tops, finals = [], []
             for direction in (FORWARD, BACKWARD):
                 outputs, direction_finals = self.bilm.run_stack(direction, tokens[direction], masks[direction], state,
-                                                                dropout, full)
+                                                                dropout)
                 top = outputs[-1]
                 if dropout > 0:
                     top = nn.functional.dropout(top, dropout, self.training)
@@ -131,9 +125,9 @@ class LanguageModel(nn.Module):
             top, c, h = self._graphed_window(args)(*args)
             # The graph's outputs live in its static buffers, which its next replay overwrites.
             return top, c.clone(), h.clone()
-        outputs, c, h = self.bilm.fused_stacks(tokens, masks, state.c, state.h,
-                                               [self.bilm.forward_layers, self.bilm.backward_layers],
-                                               drop[:, :n_layers] if drop is not None else None, full)
+        outputs, c, h = fused_stacks(self.bilm, tokens, masks, state.c, state.h,
+                                     [self.bilm.forward_layers, self.bilm.backward_layers],
+                                     drop[:, :n_layers] if drop is not None else None, full)
         top = outputs[-1]
         if drop is not None:
             top = top * drop[:, n_layers]
@@ -168,7 +162,7 @@ class LanguageModel(nn.Module):
         ``mask``: ``(batch, unroll)``. ``n_samples`` > 0 uses the sampled softmax.
         """
         tokens = encode_distinct(self.bilm.token_encoder, char_ids)  # (batch, unroll, projection_dim)
-        outputs, finals = self.bilm.run_stack(direction, tokens, mask, state, dropout)
+        outputs, finals = run_stack(self.bilm, direction, tokens, mask, state, dropout)
         top = outputs[-1]
         if dropout > 0:
             top = nn.functional.dropout(top, dropout, self.training)

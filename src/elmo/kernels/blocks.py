@@ -41,7 +41,7 @@ HEAD_BLOCK = 64
 # 32 MB per direction in float32, as large as the development CPU's L3, so each row block of a
 # step read it from memory again; in parts of this many columns (8 MB) the step's row blocks
 # find it in the cache (1.24x on that product there, 1.53x with each part multiplied transposed:
-# elmo.model.lstm._column_parts; benchmarks/column_parts.py at commit 1a3a222). Like the row blocks, a constant:
+# elmo.kernels.cpu_lstm._column_parts; benchmarks/column_parts.py at commit 1a3a222). Like the row blocks, a constant:
 # which part a column falls in never depends on the batch. bfloat16's packed weight (16 MB) fits
 # the cache and stays whole (its parts measured 0.94x-1.11x at 4,096 columns: no gain shown).
 COLUMN_BLOCK = 4096

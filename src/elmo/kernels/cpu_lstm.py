@@ -1,113 +1,23 @@
-"""One LSTM layer with a projection and clipping, in bilm-tf's exact arithmetic.
-
-For each timestep (TensorFlow's ``LSTMCell(num_proj=..., cell_clip=..., proj_clip=...)``)::
-
-    i, j, f, o = split(x_t W_x + h_{t-1} W_h + b, 4)         # TF's gate order
-    c_t = sigmoid(f + 1) * c_{t-1} + sigmoid(i) * tanh(j)    # forget bias +1, not stored in b
-    c_t = clip(c_t, cell_clip)
-    h_t = clip((sigmoid(o) * tanh(c_t)) W_P, proj_clip)      # h_t is the projected output
-
-At padded timesteps the state is carried unchanged and the output is zero, so the final state of
-each row is the state after its last real token (TF's ``dynamic_rnn`` with ``sequence_length``).
-
-:func:`lstm_plain` is the per-timestep specification; faster paths must match it.
+"""The LSTM's inference kernels: both directions of a layer at once (:func:`bilstm_inference`),
+every matrix product on fixed row blocks through oneDNN on a CPU (:mod:`elmo.kernels.blocks`),
+the cell's pointwise part in place (:func:`lstm_cell_inplace`), and the static-shape chunk a CUDA
+graph captures (:func:`bilstm_static_chunk`). The arithmetic is the specification's
+(:func:`elmo.model.network.lstm_plain`: bilm-tf's gates, forget bias, clipping), folded into the
+weights where that is exact; in float32 the same numbers, to float rounding.
 """
 
 from __future__ import annotations
 
 import itertools
-import math
 from collections.abc import Sequence
 from typing import NamedTuple
 
 import torch
-from torch import nn
 
-from elmo.model import blocks
-from elmo.model.blocks import (GATE_BLOCK, activation_dtype, block_sizes, in_blocks, linear, onednn_for, pad_rows,
-                               padded, prepack, products_dtype, quantize, row_block)
-
-FORGET_BIAS = 1.0
-
-State = tuple[torch.Tensor, torch.Tensor]  # (c (batch, dim), h (batch, projection_dim))
-
-
-class LstmLayer(nn.Module):
-    """Parameters of one LSTM-with-projection layer.
-
-    ``input_weight``: ``(4*dim, input_dim)``, ``state_weight``: ``(4*dim, projection_dim)``,
-    ``bias``: ``(4*dim,)`` (without the forget bias), ``projection``: ``(projection_dim, dim)``.
-    """
-
-    def __init__(self, input_dim: int, dim: int, projection_dim: int,
-                 cell_clip: float | None, proj_clip: float | None):
-        super().__init__()
-        self.input_dim, self.dim, self.projection_dim = input_dim, dim, projection_dim
-        self.cell_clip, self.proj_clip = cell_clip, proj_clip
-        self.input_weight = nn.Parameter(torch.empty(4 * dim, input_dim))
-        self.state_weight = nn.Parameter(torch.empty(4 * dim, projection_dim))
-        self.bias = nn.Parameter(torch.zeros(4 * dim))
-        self.projection = nn.Parameter(torch.empty(projection_dim, dim))
-        self.reset_parameters()
-
-    def reset_parameters(self) -> None:
-        """Glorot-uniform over the joint ``[x; h]`` matrix, as TF initialises ``W_0``."""
-        bound = math.sqrt(6.0 / (self.input_dim + self.projection_dim + 4 * self.dim))
-        nn.init.uniform_(self.input_weight, -bound, bound)
-        nn.init.uniform_(self.state_weight, -bound, bound)
-        nn.init.zeros_(self.bias)
-        bound = math.sqrt(6.0 / (self.dim + self.projection_dim))
-        nn.init.uniform_(self.projection, -bound, bound)
-
-    def zero_state(self, batch: int, like: torch.Tensor) -> State:
-        """Zero ``(c, h)`` for ``batch`` rows, on ``like``'s device and dtype."""
-        return (like.new_zeros(batch, self.dim), like.new_zeros(batch, self.projection_dim))
-
-    def forward(self, inputs: torch.Tensor, mask: torch.Tensor, state: State | None = None,
-                ) -> tuple[torch.Tensor, State]:
-        """Run the layer as the specification does (:func:`lstm_plain`); the fast paths are
-        :func:`elmo.model.fused_lstm.lstm_fused` (training) and :func:`bilstm_inference`."""
-        return lstm_plain(self, inputs, mask, state)
-
-
-def lstm_step(layer: LstmLayer, x_gates: torch.Tensor, state: State) -> State:
-    """One timestep from precomputed input gates ``x_gates`` ``(batch, 4*dim)``; returns ``(c, h)``."""
-    c_prev, h_prev = state
-    gates = x_gates + h_prev @ layer.state_weight.t()
-    i, j, f, o = gates.chunk(4, dim=1)
-    c = torch.sigmoid(f + FORGET_BIAS) * c_prev + torch.sigmoid(i) * torch.tanh(j)
-    if layer.cell_clip is not None:
-        c = c.clamp(-layer.cell_clip, layer.cell_clip)
-    h = (torch.sigmoid(o) * torch.tanh(c)) @ layer.projection.t()
-    if layer.proj_clip is not None:
-        h = h.clamp(-layer.proj_clip, layer.proj_clip)
-    return c, h
-
-
-def lstm_plain(layer: LstmLayer, inputs: torch.Tensor, mask: torch.Tensor,
-               state: State | None = None) -> tuple[torch.Tensor, State]:
-    """The per-timestep reference loop.
-
-    ``inputs``: ``(batch, time, input_dim)``; ``mask``: ``(batch, time)`` bool, a prefix of True per
-    row; ``state``: ``(c, h)`` or None for zeros. Returns ``outputs`` ``(batch, time, projection_dim)``
-    (zero where masked) and the final ``(c, h)`` of every row.
-    """
-    batch, time, _ = inputs.shape
-    c, h = state if state is not None else layer.zero_state(batch, inputs)
-    outputs = []
-    for t in range(time):
-        x_gates = inputs[:, t] @ layer.input_weight.t() + layer.bias
-        c_new, h_new = lstm_step(layer, x_gates, (c, h))
-        keep = mask[:, t].unsqueeze(1)
-        c = torch.where(keep, c_new, c)
-        h = torch.where(keep, h_new, h)
-        outputs.append(torch.where(keep, h_new, torch.zeros_like(h_new)))
-    if outputs:
-        out = torch.stack(outputs, dim=1)
-    else:
-        out = inputs.new_zeros(batch, 0, layer.projection_dim)
-    return out, (c, h)
-
+from elmo.kernels import blocks
+from elmo.kernels.blocks import (GATE_BLOCK, activation_dtype, block_sizes, in_blocks, linear, onednn_for, pad_rows,
+                                 padded, prepack, products_dtype, quantize, row_block)
+from elmo.model.network import FORGET_BIAS, LstmLayer
 
 # Timesteps whose input gates are precomputed at once: bounds memory on very long sentences.
 GATE_CHUNK_STEPS = 128
@@ -120,9 +30,9 @@ def _tanh(x: torch.Tensor) -> torch.Tensor:
 
 
 class LinearWeights(NamedTuple):
-    """One direction's weights in the layout of :func:`elmo.model.blocks.linear` (``(out, in)``,
-    contiguous, in float32; in bfloat16 pre-packed by :func:`elmo.model.blocks.prepack` for the
-    block size each runs on; for int8, :func:`elmo.model.blocks.quantize`'s weights), for the CPU's
+    """One direction's weights in the layout of :func:`elmo.kernels.blocks.linear` (``(out, in)``,
+    contiguous, in float32; in bfloat16 pre-packed by :func:`elmo.kernels.blocks.prepack` for the
+    block size each runs on; for int8, :func:`elmo.kernels.blocks.quantize`'s weights), for the CPU's
     oneDNN products."""
 
     input: torch.Tensor        # (4*dim, input_dim)
@@ -149,7 +59,7 @@ class StackedWeights(NamedTuple):
     state: torch.Tensor | None        # (2, proj, 4*dim)
     projection: torch.Tensor | None   # (2, dim, proj)
     bias: torch.Tensor                # (2, 1, 4*dim), float32, forget bias included
-    # Per direction, the same weights for oneDNN's products (:func:`elmo.model.blocks.linear`), or
+    # Per direction, the same weights for oneDNN's products (:func:`elmo.kernels.blocks.linear`), or
     # None where the products run through ``torch.bmm`` (a GPU, float16, no oneDNN, or bfloat16
     # where oneDNN lacks the CPU's bfloat16 instructions).
     linear: tuple[LinearWeights, LinearWeights] | None = None
@@ -168,8 +78,8 @@ def stack_directions(forward_layer: LstmLayer, backward_layer: LstmLayer, dtype:
     """Both directions' weights for :func:`bilstm_inference`'s products in ``dtype`` (the bias in
     float32). Where oneDNN's products run (a CPU), only what they read is kept
     (:attr:`StackedWeights.linear`): in float32 the layers' own weights, no copy; in bfloat16
-    packed copies; for ``torch.int8`` (where :func:`elmo.model.blocks.int8_for`, elsewhere
-    float32) quantized ones (:func:`elmo.model.blocks.quantize`). Elsewhere (a GPU, float16, no
+    packed copies; for ``torch.int8`` (where :func:`elmo.kernels.blocks.int8_for`, elsewhere
+    float32) quantized ones (:func:`elmo.kernels.blocks.quantize`). Elsewhere (a GPU, float16, no
     oneDNN) the batched layout for ``torch.bmm``."""
     layers = (forward_layer, backward_layer)
     dim = forward_layer.dim
@@ -307,7 +217,7 @@ def _column_parts(direction: LinearWeights, bias: torch.Tensor | None,
                   ) -> list[tuple[object, torch.Tensor | None, slice, bool]]:
     """One direction's recurrent product in parts of gate columns: ``[(weight, bias, columns,
     transposed), ...]``. A plain float32 weight comes in parts of
-    :data:`~elmo.model.blocks.COLUMN_BLOCK` columns (views, no copy), each multiplied
+    :data:`~elmo.kernels.blocks.COLUMN_BLOCK` columns (views, no copy), each multiplied
     ``transposed``: as ``part @ block.T``, the bias added after, with the part's gate rows
     (thousands) in oneDNN's row dimension and the block's 16 rows as its weight. On the original
     size's step that ran 1.23x as fast as ``block @ part.T`` (233 against 189 GFLOP/s), with the
@@ -403,10 +313,10 @@ def bilstm_inference(forward_layer: LstmLayer, backward_layer: LstmLayer, inputs
     :func:`lstm_plain` in float32. ``weights`` are :func:`stack_directions`'s result, when the
     caller keeps them between calls.
 
-    Every matrix product runs on row blocks of a fixed size (:mod:`elmo.model.blocks`): the
-    recurrent product and the projection on :func:`~elmo.model.blocks.row_block` rows, the input
-    half of the gates on :data:`~elmo.model.blocks.GATE_BLOCK` (row, step) pairs (larger blocks on
-    a GPU: :data:`~elmo.model.blocks.BLOCK_SIZES`), so a row's numbers never depend on the other
+    Every matrix product runs on row blocks of a fixed size (:mod:`elmo.kernels.blocks`): the
+    recurrent product and the projection on :func:`~elmo.kernels.blocks.row_block` rows, the input
+    half of the gates on :data:`~elmo.kernels.blocks.GATE_BLOCK` (row, step) pairs (larger blocks on
+    a GPU: :data:`~elmo.kernels.blocks.BLOCK_SIZES`), so a row's numbers never depend on the other
     rows, on any CPU. Per layer-step: the recurrent products,
     the input half added, :func:`lstm_cell_inplace` on the running rows' cell state, and the
     projections written into a time-major output buffer, which is the next step's ``h`` (in
