@@ -36,7 +36,7 @@ from elmo.model.chars import BOS_TOKEN, EOS_TOKEN, batch_to_char_ids
 from elmo.model.network import BACKWARD, FORWARD, BiLMState
 from elmo.model.vocab import Vocabulary
 from elmo.model.weights import load_bilm_tf
-from elmo.training.lm import LanguageModel, stack_states
+from elmo.lm.model import LanguageModel, stack_states
 
 
 def sentences_from(path: str, min_len: int = 5, max_len: int = 40) -> list[list[str]]:

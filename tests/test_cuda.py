@@ -234,7 +234,7 @@ def test_cuda_graph_of_the_training_window_equals_eager():
     same losses and weights to float32 GEMM rounding."""
     import copy
 
-    from elmo.training.lm import LanguageModel
+    from elmo.lm.model import LanguageModel
 
     config = load_fixture_model("allennlp").config
     torch.manual_seed(15)

@@ -18,7 +18,7 @@ from elmo.kernels.cudnn_lstm import from_torch_lstm, load_torch_lstm, lstm_cudnn
 from elmo.model.config import BiLMConfig, ConfigError
 from elmo.model.network import LstmLayer, lstm_plain
 from elmo.model.weights import load_bilm_tf
-from elmo.training.lm import LanguageModel
+from elmo.lm.model import LanguageModel
 
 # The numbers' promises: CI runs these again with the CPU kernels held to AVX2.
 pytestmark = pytest.mark.exactness

@@ -21,7 +21,7 @@ from elmo.hub.manylangs import save_manylangs
 from elmo.hub.pretrained import packaged_model_dir
 from elmo.model.vocab import Vocabulary
 from elmo.model.weights import bilm_tf_reader_notes
-from elmo.training.lm import LanguageModel
+from elmo.lm.model import LanguageModel
 
 
 def _number_or_none(value) -> bool:

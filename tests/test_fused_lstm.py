@@ -25,7 +25,7 @@ import elmo.kernels.fused_lstm as fused_module
 from elmo.kernels.fused_lstm import lstm_fused
 from elmo.model.config import BiLMConfig
 from elmo.model.network import DEFAULT_LSTM_PATH, LSTM_PATHS, LstmLayer, lstm_plain
-from elmo.training.lm import LanguageModel
+from elmo.lm.model import LanguageModel
 
 # The numbers' promises: CI runs these again with the CPU kernels held to AVX2.
 pytestmark = pytest.mark.exactness

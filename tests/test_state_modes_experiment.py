@@ -11,8 +11,8 @@ from elmo.model.network import BACKWARD, FORWARD
 from elmo.model.vocab import Vocabulary
 from elmo.model.weights import load_bilm_tf
 from elmo.training.evaluate import evaluate
-from elmo.training.lm import LanguageModel
-from elmo.training.softmax import Softmax
+from elmo.lm.model import LanguageModel
+from elmo.lm.softmax import Softmax
 
 WORDS = "the cat sat on a mat and dog ran far away".split()
 

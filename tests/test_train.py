@@ -36,7 +36,7 @@ from elmo.training.recipe import (
     TrainSettings,
     finetune_batch_size,
 )
-from elmo.training.softmax import Softmax, expected_count, log_uniform_sample
+from elmo.lm.softmax import Softmax, expected_count, log_uniform_sample
 from elmo.training.train import train
 
 CORPUS = FIXTURES / "bilm-tf" / "train" / "data.txt"
@@ -664,7 +664,7 @@ def test_the_softmax_is_made_where_it_will_train():
     passes its device: the original vocabulary's took 93 s on 2 CPU cores before a GPU run
     moved it); on the CPU the numbers are the ones made without it."""
     from elmo.model.config import preset_config
-    from elmo.training.lm import LanguageModel
+    from elmo.lm.model import LanguageModel
 
     config = preset_config("tiny")
     torch.manual_seed(5)

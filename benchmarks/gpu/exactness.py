@@ -27,7 +27,7 @@ def training_paths() -> list[str]:
     import inspect
 
     from elmo.model import network as bilm
-    from elmo.training import lm
+    from elmo.lm import model as lm
 
     default = getattr(bilm, "DEFAULT_LSTM_PATH", "fast")
     fast = [p for p in getattr(bilm, "LSTM_PATHS", ("plain", "fast")) if p not in ("plain", "cudnn")]
@@ -213,7 +213,7 @@ def graphs_exactness(reference, fixture: str, tokens, state, top_weight, device:
 
     import torch
 
-    from elmo.training.lm import LstmWindow
+    from elmo.lm.model import LstmWindow
 
     row = {"fixture": fixture, "path": "fused+graphs", "device": device.name, "dtype": "float32",
            "graph": "captured and replayed" if device.cuda else "not captured (no CUDA): the window ran eager"}

@@ -478,7 +478,7 @@ def language_model_of_folder(path: str | os.PathLike):
     weights and a softmax over its vocabulary that starts from random weights, with a warning.
     Fine-tuning then learns the softmax along with the biLM."""
     from elmo.hub.checkpoints import SOFTMAX_FILE
-    from elmo.training.lm import LanguageModel
+    from elmo.lm.model import LanguageModel
     from elmo.model.vocab import Vocabulary
 
     with ModelFolder(path) as folder:

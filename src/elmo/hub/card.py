@@ -26,7 +26,7 @@ from elmo.hub.resolve import ModelSource, load_language_model_with_origin
 from elmo.jsonio import field as json_field, read_json
 from elmo.model.vocab import Vocabulary
 from elmo.model.weights import STORAGE_DTYPES
-from elmo.training.lm import LanguageModel
+from elmo.lm.model import LanguageModel
 
 # A training run's files (elmo.training.train writes them; read here as files, not imported,
 # so that the hub package stays below training).

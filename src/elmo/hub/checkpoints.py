@@ -41,8 +41,8 @@ from elmo.model.weights import (
     load_bilm_tf,
     save_bilm_tf,
 )
-from elmo.training.lm import LanguageModel
-from elmo.training.softmax import Softmax
+from elmo.lm.model import LanguageModel
+from elmo.lm.softmax import Softmax
 
 SOFTMAX_FILE = "softmax_weights.hdf5"
 VOCAB_FILE = "vocab.txt"

@@ -72,7 +72,7 @@ from elmo.hub.pretrained import (
 from elmo.model.network import BiLM
 from elmo.model.vocab import Vocabulary
 from elmo.model.weights import load_bilm_tf
-from elmo.training.lm import LanguageModel
+from elmo.lm.model import LanguageModel
 
 ModelSource = str | os.PathLike | tuple[str | os.PathLike, str | os.PathLike] | None
 URL_SCHEMES = ("https://", "http://", "s3://")

@@ -2,4 +2,4 @@
 character CNN token encoder, the LSTM with projection, the biLM, the scalar mix), its config
 (``options.json``), byte ids and character dictionaries, word vocabularies, and the bilm-tf HDF5
 weight layout. Its fast paths are :mod:`elmo.kernels`, the language model it trains as
-:mod:`elmo.training.lm`."""
+:mod:`elmo.lm.model`."""

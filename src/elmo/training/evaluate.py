@@ -19,7 +19,7 @@ from elmo.model.network import BACKWARD, FORWARD
 from elmo.model.vocab import Vocabulary
 from elmo.progress import progress_bar
 from elmo.training.data import LMBatcher, SentenceStream
-from elmo.training.lm import LanguageModel
+from elmo.lm.model import LanguageModel
 
 # Running streams read side by side, and tokens per stream per window, when evaluating.
 EVAL_BATCH_SIZE = 64

@@ -57,7 +57,7 @@ from elmo.training.data import (
 )
 from elmo.training.distributed import gather_rows, setup_distributed, use_deterministic_kernels
 from elmo.training.evaluate import evaluate
-from elmo.training.lm import LanguageModel, predicted
+from elmo.lm.model import LanguageModel, predicted
 from elmo.training.recipe import (
     DEFAULT_PRESET,
     RECIPE,
@@ -77,7 +77,7 @@ from elmo.training.resume import (
     previous_run,
     resume_conflicts,
 )
-from elmo.training.softmax import log_uniform_sample
+from elmo.lm.softmax import log_uniform_sample
 
 METRIC_FIELDS = ["step", "tokens", "loss", "forward_perplexity", "backward_perplexity", "learning_rate",
                  "tokens_per_second", "elapsed_seconds", "heldout_forward_perplexity",

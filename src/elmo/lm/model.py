@@ -16,7 +16,7 @@ from elmo.kernels.encoder import Words, encode_distinct
 from elmo.kernels.fused_lstm import autocast_dtype
 from elmo.model.config import BiLMConfig
 from elmo.model.network import BACKWARD, FORWARD, BiLM, BiLMState
-from elmo.training.softmax import Softmax, log_uniform_sample
+from elmo.lm.softmax import Softmax, log_uniform_sample
 
 
 @dataclass
@@ -75,7 +75,7 @@ class LanguageModel(nn.Module):
         The two directions' sampled negatives are drawn from ``generator`` forward first, and the
         dropout masks from the global generator in the per-direction path's order, so every
         LSTM path trains on the same random numbers. ``samples``: the two directions' negatives
-        (:func:`elmo.training.softmax.log_uniform_sample`'s results), when the caller drew them
+        (:func:`elmo.lm.softmax.log_uniform_sample`'s results), when the caller drew them
         (then ``n_samples`` and ``generator`` are not used). ``softmax_rows``: ``(rows, index)``,
         a leaf tensor of softmax weight rows and, for every target and negative in
         :meth:`Softmax.sampled_losses`' order, its row there: the weight's gradient then lands,
