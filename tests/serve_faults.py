@@ -25,3 +25,22 @@ def fragile_embedder(spec):
 
     embedder.embed_sentences = fragile  # on this instance only, which this function made
     return embedder
+
+
+def overflowing_embedder(spec):
+    """The served model, whose runs give NaN vectors to the row of any sentence holding the token
+    ``OVERFLOW`` (as weights that overflow float32 on an input would): what the embedder's own
+    finite-output guard then finds, in the worker's process."""
+    from elmo.inference.runtime import Runtime
+
+    real = Runtime.run_batch
+
+    def run_batch(self, rows, *args, **kwargs):
+        out = real(self, rows, *args, **kwargs)
+        for i, row in enumerate(rows):
+            if "OVERFLOW" in row:
+                out.layers[i, :, 0] = float("nan")
+        return out
+
+    Runtime.run_batch = run_batch  # this worker process is the test's own
+    return serving_embedder_of(spec)

@@ -353,6 +353,33 @@ def test_a_failing_batch_fails_only_its_own_requests(fixture_model, alone, runne
     assert after.status_code == 200
 
 
+@pytest.mark.parametrize("runner", ["thread", "process"])
+def test_an_input_whose_vectors_overflow_is_a_422_naming_it_on_every_endpoint(alone, runner, monkeypatch):
+    """Vectors that come out NaN for one input (weights that overflow float32 on it) were a 500,
+    "embedding failed": now a 422 naming that input's field, in the model's own process as in
+    this one, and the other inputs' requests are answered as before."""
+    if runner == "thread":
+        from serve_faults import overflowing_embedder
+
+        from elmo.inference.runtime import Runtime
+
+        monkeypatch.setattr(Runtime, "run_batch", Runtime.run_batch)  # undone after the test
+        model = overflowing_embedder(WorkerSpec(source=FIXTURE_SOURCE))
+    else:
+        model = worker_for(FIXTURE_SOURCE, factory="serve_faults:overflowing_embedder")
+    app = create_app(model, access_log=False)
+    with serving(app) as base, httpx.Client(base_url=base, timeout=60) as client:
+        for path, field in (("/embed_all", "inputs"), ("/embed", "inputs"), ("/v1/embeddings", "input")):
+            for inputs, named in (("an OVERFLOW here", field), (["the cat", "an OVERFLOW here"], f"{field}[1]")):
+                answer = client.post(path, json={field: inputs})
+                assert answer.status_code == 422, (path, answer.text)
+                message = answer.text
+                assert f"{named}: the model's vectors for this input hold NaN or infinite values" in message, message
+        fine = client.post("/embed_all", json={"inputs": "the cat sat", "layers": "top"})
+    assert fine.status_code == 200
+    assert np.array_equal(as_f32(fine.json()[0]), alone.embed_sentence("the cat sat", layers="top"))
+
+
 def test_a_dead_model_process_gives_503s_and_is_replaced(alone, monkeypatch):
     """The model's process is killed (SIGKILL) in the middle of a batch: that batch's requests
     get a 503 saying so, /health is 503 until a new process is warm, then the answers are right

@@ -59,7 +59,7 @@ except ImportError as e:  # pragma: no cover - the message is the point
     raise ImportError(f"elmo serve needs the [serve] extra (FastAPI, uvicorn, prometheus_client): "
                       f"{install_hint('serve')} ({e})") from e
 
-from elmo.checks import check_count, check_number
+from elmo.checks import NonFiniteOutputError, check_count, check_number
 from elmo.inference.embed import Embedder
 from elmo.serve.batching import (
     DEFAULT_MAX_BATCH_TOKENS,
@@ -508,9 +508,12 @@ def create_app(model: ProcessModel | Embedder, *, model_name: str = DEFAULT_MODE
     def deadline_of(request: Request) -> float | None:
         return request.state.elmo_deadline
 
-    async def embed(request: Request, sentences: list[list[str]], output: Output) -> list[np.ndarray]:
+    async def embed(request: Request, sentences: list[list[str]], output: Output, field: str = "inputs",
+                    one_text: bool = False) -> list[np.ndarray]:
         """What the batcher gives for ``sentences``, shaped by ``output``; given up (and dropped
-        from the queue) if the client leaves or the request's time runs out."""
+        from the queue) if the client leaves or the request's time runs out. ``field``: the
+        request's field the sentences came from (``one_text``: a single string, not a list), named
+        when an input's vectors come out non-finite."""
         request.state.elmo_work = f" inputs={len(sentences)} tokens={sum(len(s) for s in sentences)}"
         work = asyncio.ensure_future(batcher.embed(sentences, request.state.elmo_coming, output=output))
         watcher = asyncio.ensure_future(until_disconnected(request.receive))
@@ -537,6 +540,10 @@ def create_app(model: ProcessModel | Embedder, *, model_name: str = DEFAULT_MODE
                            headers={"Retry-After": str(e.retry_after)}) from None
         except (ServerClosed, WorkerCrashed, BatchLost) as e:
             raise ApiError(503, f"{e}; try again", headers={"Retry-After": "1"}) from None
+        except NonFiniteOutputError as e:  # this input overflows the model: nothing to retry
+            at = field if one_text else f"{field}[{e.row}]"
+            raise ApiError(422, f"{at}: the model's vectors for this input hold NaN or infinite values (its weights "
+                                "overflow float32 on it); nothing was returned for it", field=at) from None
         except EmbeddingFailed as e:  # raised in the model's process: the message names its type
             raise ApiError(500, f"embedding failed: {e}") from None
         except Exception as e:  # the batch failed: this request's error, the server goes on
@@ -592,7 +599,8 @@ def create_app(model: ProcessModel | Embedder, *, model_name: str = DEFAULT_MODE
         body = await read_request(request, EMBED_ALL_FIELDS)
         sentences = read_inputs(body.get("inputs"), "inputs", limits, read_truncation(body))
         layers = read_layers(body.get("layers", embed_all_default), n_layers, pooled=False)
-        return _answer(await embed(request, sentences, Output(layers=layers)))
+        return _answer(await embed(request, sentences, Output(layers=layers), "inputs",
+                                   isinstance(body.get("inputs"), str)))
 
     async def tei_embed(request: Request):
         body = await read_request(request, EMBED_FIELDS)
@@ -603,7 +611,8 @@ def create_app(model: ProcessModel | Embedder, *, model_name: str = DEFAULT_MODE
         pooling = read_choice(body, "pooling", POOLINGS, DEFAULT_POOLING)
         normalize = read_bool(body, "normalize", True)  # TEI's default
         read_dimensions(body)
-        return _answer(await embed(request, sentences, Output(layers, pooling, normalize)))
+        return _answer(await embed(request, sentences, Output(layers, pooling, normalize), "inputs",
+                                   isinstance(inputs, str)))
 
     # TEI answers its clients (huggingface_hub's InferenceClient.feature_extraction) on "/".
     app.post("/embed")(batched(tei_embed))
@@ -623,7 +632,7 @@ def create_app(model: ProcessModel | Embedder, *, model_name: str = DEFAULT_MODE
         pooling = read_choice(body, "pooling", POOLINGS, DEFAULT_POOLING)
         normalize = read_bool(body, "normalize", False)
         read_dimensions(body)
-        vectors = await embed(request, sentences, Output(layers, pooling, normalize))
+        vectors = await embed(request, sentences, Output(layers, pooling, normalize), "input", isinstance(inputs, str))
         return _answer(openai_response(vectors, model_name, encoding, sum(len(s) for s in sentences)))
 
     @app.post("/tokenize")

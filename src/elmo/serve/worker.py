@@ -44,6 +44,7 @@ from multiprocessing.connection import Connection
 
 import numpy as np
 
+from elmo.checks import NonFiniteOutputError
 from elmo.inference.embed import Embedder
 from elmo.serve.batching import (
     DEFAULT_MAX_BATCH_TOKENS,
@@ -119,6 +120,9 @@ def _answer(conn: Connection, outcomes: Sequence[Outcome]) -> None:
     """Send one batch's outcomes: a JSON header, then the arrays' bytes, in order."""
     described, chunks, size = [], [], 0
     for outcome in outcomes:
+        if isinstance(outcome, NonFiniteOutputError):  # the input's fault, told apart from a failure
+            described.append({"error": _one_line(outcome), "non_finite_row": outcome.row})
+            continue
         if isinstance(outcome, BaseException):
             described.append({"error": _one_line(outcome)})
             continue
@@ -288,6 +292,9 @@ class ProcessModel:
         outcomes: list[Outcome] = []
         offset = 0
         for described in header["outcomes"]:
+            if "non_finite_row" in described:
+                outcomes.append(NonFiniteOutputError(int(described["non_finite_row"])))
+                continue
             if "error" in described:
                 outcomes.append(EmbeddingFailed(described["error"]))
                 continue
