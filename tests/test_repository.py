@@ -79,10 +79,11 @@ def test_no_committed_file_names_a_path_of_one_machine():
 
 
 def experiment_scripts() -> list[str]:
-    """The runnable files of experiments/ and benchmarks/: shell scripts, and Python files with a
+    """The runnable files of experiments/ and benchmarks/ (and their folders, as benchmarks/gpu/):
+    shell scripts, and Python files with a
     main (not the modules that scripts import, such as common.py)."""
     return sorted(name for name in committed_files()
-                  if re.fullmatch(r"(experiments|benchmarks)/[^/]+\.(sh|py)", name)
+                  if re.fullmatch(r"(experiments|benchmarks)/([^/]+/)?[^/]+\.(sh|py)", name)
                   and (name.endswith(".sh") or '__name__ == "__main__"' in (ROOT / name).read_text()))
 
 
