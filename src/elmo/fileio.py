@@ -526,6 +526,14 @@ def atomic_write_text(path: str | os.PathLike, text: str, make_parents: bool = F
             f.write(text)
 
 
+def atomic_write_bytes(path: str | os.PathLike, data: bytes, make_parents: bool = False) -> None:
+    """Write ``data`` to ``path`` atomically (an HDF5 file's image from
+    :func:`elmo.hdf5io.hdf5_image`, so that HDF5 never meets a failed write)."""
+    with atomic_path(path, make_parents) as tmp:
+        with open(tmp, "wb") as f:
+            f.write(data)
+
+
 # ------------------------------------------------------------------ the folders elmo makes
 # Every folder elmo makes holds this marker, a small JSON file with a random id and what the folder
 # is: elmo replaces or deletes a folder only when it can show it made it (see check_folder).

@@ -19,8 +19,9 @@ room may use it.
 
 from __future__ import annotations
 
+import io
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 import h5py
 import numpy as np
@@ -155,4 +156,19 @@ def read_dataset(dataset: h5py.Dataset, where: str) -> np.ndarray:
                             "checksummed block); the file is damaged (an interrupted copy?)") from None
 
 
-__all__ = ["FLOAT_BYTES", "DamagedDatasetError", "HDF5FileError", "check_numbers", "dtype_words", "open_hdf5", "read_dataset"]
+def hdf5_image(datasets: Mapping[str, np.ndarray]) -> bytes:
+    """The bytes of an HDF5 file holding ``datasets`` (name, such as ``"softmax/W"``, to array),
+    built in memory, for :func:`elmo.fileio.atomic_write_bytes` to write. A model's files are
+    written this way because HDF5 does not survive a failed write: past ``ulimit -f`` or on a full
+    disk, its cleanup raised from destructors and the next file the process opened crashed it (a
+    segfault), where Python's own write fails with an error that names the file. The cost is one
+    copy of the file in memory while it is written."""
+    buffer = io.BytesIO()
+    with h5py.File(buffer, "w") as f:
+        for name, array in datasets.items():
+            f.create_dataset(name, data=array)
+    return buffer.getvalue()
+
+
+__all__ = ["FLOAT_BYTES", "DamagedDatasetError", "HDF5FileError", "check_numbers", "dtype_words", "hdf5_image",
+           "open_hdf5", "read_dataset"]

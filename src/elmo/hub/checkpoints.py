@@ -27,8 +27,8 @@ import h5py
 import numpy as np
 import torch
 
-from elmo.fileio import atomic_folder, atomic_path, check_folder, save_torch
-from elmo.hdf5io import HDF5FileError, open_hdf5, read_dataset
+from elmo.fileio import atomic_folder, atomic_path, atomic_write_bytes, check_folder, save_torch
+from elmo.hdf5io import HDF5FileError, hdf5_image, open_hdf5, read_dataset
 from elmo.hub.pickles import torch_reason, unsafe_global
 from elmo.model.config import BiLMConfig, ConfigError
 from elmo.model.dictionary import CharacterDictionary, DictionaryError
@@ -171,9 +171,8 @@ def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = 
 def save_softmax(softmax: Softmax, path: str | os.PathLike, dtype: str = STORAGE_DTYPES[0]) -> None:
     """Write ``softmax/W`` ``(vocab, dim)`` and ``softmax/b`` ``(vocab,)``, the layout of the
     published softmax weights files; ``dtype="float16"`` halves the file (loading gives float32)."""
-    with atomic_path(path) as tmp, h5py.File(tmp, "w") as f:
-        f["softmax/W"] = softmax.weight.detach().float().cpu().numpy().astype(dtype)
-        f["softmax/b"] = softmax.bias.detach().float().cpu().numpy().astype(dtype)
+    atomic_write_bytes(path, hdf5_image({"softmax/W": softmax.weight.detach().float().cpu().numpy().astype(dtype),
+                                         "softmax/b": softmax.bias.detach().float().cpu().numpy().astype(dtype)}))
 
 
 def load_softmax(path: str | os.PathLike, vocab_size: int, dim: int) -> Softmax:

@@ -16,8 +16,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from elmo.fileio import atomic_path
-from elmo.hdf5io import HDF5FileError, open_hdf5, read_dataset
+from elmo.fileio import atomic_write_bytes, atomic_write_text
+from elmo.hdf5io import HDF5FileError, hdf5_image, open_hdf5, read_dataset
 from elmo.model.config import BiLMConfig, ConfigError
 from elmo.model.network import BiLM
 
@@ -258,16 +258,11 @@ def save_bilm_tf(model: BiLM, output_dir: str | os.PathLike, *, weights_name: st
         arrays["CNN_proj/W_proj"] = np.eye(n, dtype=np.float32)
         arrays["CNN_proj/b_proj"] = np.zeros(n, dtype=np.float32)
     weights_path = os.path.join(output_dir, weights_name)
-    with atomic_path(weights_path) as tmp:
-        with h5py.File(tmp, "w") as fout:
-            for name, array in arrays.items():
-                fout.create_dataset(name, data=array.astype(dtype))
+    atomic_write_bytes(weights_path, hdf5_image({name: array.astype(dtype) for name, array in arrays.items()}))
     options_path = os.path.join(output_dir, options_name)
     options = model.config.to_dict()
     # bilm-tf's inference code refuses any other value (its training uses 261; the model is the same).
     options["char_cnn"]["n_characters"] = 262
-    from elmo.fileio import atomic_write_text
-
     atomic_write_text(options_path, json.dumps(options, indent=2) + "\n")
     return options_path, weights_path
 
