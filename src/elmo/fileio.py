@@ -341,6 +341,14 @@ def save_torch(payload, path: str | os.PathLike, **options) -> None:
 _HDF5_ERRNO = re.compile(r"\berrno = (\d+)")
 
 
+def give_plain_permissions(path: str | os.PathLike, *, folder: bool = False) -> None:
+    """Give a file (or, with ``folder``, a folder) that elmo made owner-only, as temporary files
+    are, the permissions a plain ``open()`` (``mkdir``) would have given it under the umask."""
+    umask = os.umask(0)  # the only way to read the umask is to set it: set it straight back
+    os.umask(umask)
+    os.chmod(path, (0o777 if folder else 0o666) & ~umask)
+
+
 @contextlib.contextmanager
 def atomic_path(path: str | os.PathLike, make_parents: bool = False) -> Iterator[str]:
     """Yield a temporary path beside ``path``; rename it onto ``path`` only if the block succeeds.
@@ -366,10 +374,7 @@ def atomic_path(path: str | os.PathLike, make_parents: bool = False) -> Iterator
         raise type(error)(error.errno, os.strerror(error.errno), path) from None
     try:
         yield tmp
-        # The temporary file is owner-only; give it the permissions a plain open() would have.
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)
+        give_plain_permissions(tmp)  # the temporary file is owner-only
         os.replace(tmp, path)
     except BaseException as error:
         with contextlib.suppress(FileNotFoundError):
@@ -584,9 +589,7 @@ def _new_folder_beside(path: str, tag: str) -> str:
         if error.errno is None:
             raise
         raise type(error)(error.errno, os.strerror(error.errno), path) from None
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(tmp, 0o777 & ~umask)
+    give_plain_permissions(tmp, folder=True)
     return tmp
 
 

@@ -17,6 +17,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from elmo.checks import check_count
 from elmo.allennlp import names
 from elmo.allennlp.scalar_mix import ScalarMix
 from elmo.hub import load_model
@@ -404,8 +405,7 @@ class Elmo(nn.Module):
                  keep_sentence_boundaries: bool = False, scalar_mix_parameters: list[float] | None = None,
                  module: nn.Module | None = None, *, state: str = ALLENNLP_STATE):
         super().__init__()
-        if num_output_representations < 1:
-            raise ValueError(f"num_output_representations: must be at least 1, got {num_output_representations}")
+        check_count(num_output_representations, "num_output_representations")
         if module is not None:
             if options_file is not None or weight_file is not None:
                 raise ValueError("module: Don't provide options_file or weight_file with module")

@@ -29,7 +29,7 @@ import torch
 from tqdm import tqdm
 
 from elmo import jsonio
-from elmo.checks import NonFiniteOutputError
+from elmo.checks import NonFiniteOutputError, check_count
 from elmo.fileio import (
     MAX_LINE_BYTES,
     STDIN,
@@ -104,8 +104,7 @@ class FileEmbedder:
                  dtype: str = DEFAULT_DTYPE, compression: str | None = DEFAULT_COMPRESSION,
                  chunk_sentences: int = DEFAULT_CHUNK_SENTENCES, max_line_tokens: int = MAX_LINE_TOKENS,
                  progress: bool | None = None, progress_position: int = 0):
-        if max_line_tokens < 1:
-            raise ValueError(f"max_line_tokens: must be at least 1, got {max_line_tokens}")
+        check_count(max_line_tokens, "max_line_tokens")
         self.embedder = embedder
         self.options = OutputOptions(layout, layers if isinstance(layers, (str, int)) else tuple(layers), dtype,
                                      compression)

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 
 import torch
 
+from elmo.checks import check_count
 from elmo.kernels.cpu_lstm import StackedWeights, bilstm_static_chunk
 from elmo.model.network import LstmLayer
 
@@ -65,8 +66,7 @@ class LstmGraphs:
     def __init__(self, layers: Sequence[tuple[LstmLayer, LstmLayer]], dtype: torch.dtype,
                  skip_connections: bool, *, capture: bool | None = None, capture_after: int = 2,
                  max_graphs: int = 8, steps: int | None = None):
-        if capture_after < 1:
-            raise ValueError(f"capture_after: must be at least 1, got {capture_after}")
+        check_count(capture_after, "capture_after")
         self.layers = list(layers)
         self.dtype, self.skip_connections = dtype, skip_connections
         self.device = self.layers[0][0].state_weight.device

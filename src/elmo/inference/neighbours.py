@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from elmo.checks import check_count
 from elmo.inference.embed import Embedder
 from elmo.model.chars import tokenize
 
@@ -60,8 +61,7 @@ def contextual_neighbours(embedder: Embedder, query: str | Sequence[str], word: 
     positions = word_positions(tokens, word)
     if not positions:
         raise ValueError(f"word: {word!r} is not a token of the query {' '.join(tokens)!r}")
-    if k < 1:
-        raise ValueError(f"k: must be at least 1, got {k}")
+    check_count(k, "k")
     n_layers = embedder.model.config.n_output_layers
     layer = n_layers - 1 if layer is None else layer
     if not 0 <= layer < n_layers:

@@ -395,7 +395,7 @@ def export_onnx(model: BiLM, path: str | os.PathLike, state: str = "warm", overw
     the data files of earlier exports to ``path`` are deleted only after that (with
     ``overwrite``, so is the ``NAME.onnx.data`` of earlier versions)."""
     onnx = _require_onnx()
-    from elmo.fileio import atomic_path, check_output_file
+    from elmo.fileio import atomic_path, check_output_file, give_plain_permissions
 
     path = Path(path)
     check_output_file(path, overwrite, option="--output")
@@ -415,10 +415,8 @@ def export_onnx(model: BiLM, path: str | os.PathLike, state: str = "warm", overw
     try:
         onnx.save_model(proto, str(folder / path.name), save_as_external_data=True, all_tensors_to_one_file=True,
                         location=data.name, size_threshold=1024)
-        umask = os.umask(0)
-        os.umask(umask)
         for name in (data.name, path.name):  # as any file the user writes (onnx makes its data file 0600)
-            os.chmod(folder / name, 0o666 & ~umask)
+            give_plain_permissions(folder / name)
         os.replace(folder / data.name, data)  # a new name: the data of the graph in place is untouched
         os.replace(folder / path.name, path)
     finally:

@@ -15,6 +15,8 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
+from elmo.checks import check_count
+
 MAX_CHARS = 50
 MAX_BYTES = MAX_CHARS - 2  # room for the begin- and end-of-word markers
 
@@ -95,8 +97,7 @@ class CharIdTable:
     """
 
     def __init__(self, max_words: int = 200_000):
-        if max_words < 1:
-            raise ValueError(f"max_words: must be at least 1, got {max_words}")
+        check_count(max_words, "max_words")
         self.max_words = max_words
         self._lock = threading.Lock()
         self._clear()

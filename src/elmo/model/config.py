@@ -217,17 +217,16 @@ class BiLMConfig:
     def validate(self) -> None:
         """Raise :class:`ConfigError` naming the first inconsistent field."""
         cnn, lstm = self.char_cnn, self.lstm
-        _positive("char_cnn.embedding.dim", cnn.embedding_dim)
+        _check_count("char_cnn.embedding.dim", cnn.embedding_dim)
         if not cnn.filters:
             raise ConfigError("char_cnn.filters: needs at least one [width, n_filters] pair")
         for i, (width, n) in enumerate(cnn.filters):
-            _positive(f"char_cnn.filters[{i}] width", width)
-            _positive(f"char_cnn.filters[{i}] n_filters", n)
+            _check_count(f"char_cnn.filters[{i}] width", width)
+            _check_count(f"char_cnn.filters[{i}] n_filters", n)
             if width > cnn.max_characters_per_token:
                 raise ConfigError(f"char_cnn.filters[{i}]: width {width} is wider than "
                                   f"max_characters_per_token={cnn.max_characters_per_token}")
-        if cnn.n_highway < 0:
-            raise ConfigError(f"char_cnn.n_highway: must be >= 0, got {cnn.n_highway}")
+        _check_count("char_cnn.n_highway", cnn.n_highway, least=0)
         if cnn.activation not in ACTIVATIONS:
             raise ConfigError(f"char_cnn.activation: must be one of {ACTIVATIONS}, got {cnn.activation!r}")
         if cnn.characters not in CHARACTER_SCHEMES:
@@ -243,18 +242,18 @@ class BiLMConfig:
                 raise ConfigError("char_cnn.word_embedding: a word embedding needs a word dictionary, which only "
                                   "'dictionary' models carry (char_cnn.characters)")
         else:
-            _positive("char_cnn.n_characters", cnn.n_characters)
+            _check_count("char_cnn.n_characters", cnn.n_characters)
             if cnn.max_characters_per_token < 3:
                 raise ConfigError(f"char_cnn.max_characters_per_token: needs room for both markers and a "
                                   f"character, got {cnn.max_characters_per_token}")
         if cnn.word_dim:
-            _positive("char_cnn.word_embedding.dim", cnn.word_dim)
-            _positive("char_cnn.word_embedding.n_words", cnn.n_words)
-        elif cnn.word_dim != 0:
-            raise ConfigError(f"char_cnn.word_embedding.dim: must be >= 0, got {cnn.word_dim}")
-        _positive("lstm.dim", lstm.dim)
-        _positive("lstm.projection_dim", lstm.projection_dim)
-        _positive("lstm.n_layers", lstm.n_layers)
+            _check_count("char_cnn.word_embedding.dim", cnn.word_dim)
+            _check_count("char_cnn.word_embedding.n_words", cnn.n_words)
+        else:
+            _check_count("char_cnn.word_embedding.dim", cnn.word_dim, least=0)
+        _check_count("lstm.dim", lstm.dim)
+        _check_count("lstm.projection_dim", lstm.projection_dim)
+        _check_count("lstm.n_layers", lstm.n_layers)
         for name in ("cell_clip", "proj_clip"):
             value = getattr(lstm, name)
             # NaN compares false with everything: it would pass "<= 0" and make every vector NaN.
@@ -279,9 +278,9 @@ class BiLMConfig:
             raise ConfigError("bidirectional: only bidirectional biLMs are supported")
         for name in ("n_epochs", "batch_size", "unroll_steps", "n_tokens_vocab", "n_train_tokens"):
             if name in self.training:
-                _positive(name, self.training[name])
-        if self.training.get("n_negative_samples_batch", 0) < 0:  # 0 means the full softmax
-            raise ConfigError("n_negative_samples_batch: must be >= 0 (0: full softmax)")
+                _check_count(name, self.training[name])
+        # 0 negative samples: the full softmax.
+        _check_count("n_negative_samples_batch", self.training.get("n_negative_samples_batch", 0), least=0)
         self._check_size()
 
     def parameter_count(self) -> int:
@@ -380,10 +379,10 @@ def _check_type(name: str, value: Any, expected: type | tuple[type, ...]) -> Non
         raise ConfigError(f"{name}: expected {want}, got {value!r}")
 
 
-def _positive(name: str, value: Any) -> None:
+def _check_count(name: str, value: Any, least: int = 1) -> None:
     """:func:`elmo.checks.check_count`'s check and words, as a :class:`ConfigError`."""
     try:
-        check_count(value, name)
+        check_count(value, name, least)
     except ValueError as error:
         raise ConfigError(str(error)) from None
 

@@ -9,6 +9,7 @@ import warnings
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 
+from elmo.checks import check_count
 from elmo.fileio import atomic_write_text, read_lines
 
 BOS, EOS, UNK = "<S>", "</S>", "<UNK>"
@@ -139,8 +140,7 @@ def build_vocabulary(paths: Iterable[str | os.PathLike], min_count: int = 1,
     Returns the vocabulary and the token counts of the text (literal ``<S>`` etc. counted as
     they occur, but listed once in the vocabulary).
     """
-    if min_count < 1:
-        raise ValueError(f"min_count: must be at least 1, got {min_count}")
+    check_count(min_count, "min_count")
     if max_size is not None and max_size < len(SPECIALS):
         raise ValueError(f"max_size: must be at least {len(SPECIALS)} (it counts {' '.join(SPECIALS)}), "
                          f"got {max_size}")

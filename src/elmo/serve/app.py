@@ -446,9 +446,7 @@ def create_app(model: ProcessModel | Embedder, *, model_name: str = DEFAULT_MODE
     if max_concurrent_requests is not None:
         check_count(max_concurrent_requests, "max_concurrent_requests")
     if request_timeout is not None:
-        check_number(request_timeout, "request_timeout")
-        if request_timeout <= 0:
-            raise ValueError(f"request_timeout: must be more than 0, got {request_timeout}")
+        check_number(request_timeout, "request_timeout", above=True)
     if isinstance(model, ProcessModel) and not model.info:
         model.start()  # the model loads and warms in its process before the app exists
     metrics = Metrics()

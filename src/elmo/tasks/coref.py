@@ -282,8 +282,7 @@ DISTANCE_BUCKETS = (0, 1, 2, 3, 4, 7, 15, 31, 63)
 def enumerate_spans(sentence_lengths: Sequence[int], max_width: int) -> list[tuple[int, int]]:
     """Every candidate mention ``(start, end)`` (inclusive document positions) of at most
     ``max_width`` tokens that does not cross a sentence boundary, ordered by start then end."""
-    if max_width < 1:
-        raise ValueError(f"max_width: must be at least 1, got {max_width}")
+    check_count(max_width, "max_width")
     spans, offset = [], 0
     for length in sentence_lengths:
         for start in range(offset, offset + length):
@@ -413,9 +412,9 @@ class CorefModel(nn.Module):
                  max_antecedents: int = CorefSettings.max_antecedents, feature_dim: int = CorefSettings.feature_dim,
                  ffnn_hidden: int = CorefSettings.ffnn_hidden, mention_loss: float = CorefSettings.mention_loss):
         super().__init__()
-        if max_span_width < 1 or max_antecedents < 1 or not 0.0 < spans_per_word:
-            raise ValueError("CorefModel: max_span_width and max_antecedents must be at least 1, "
-                             "spans_per_word positive")
+        check_count(max_span_width, "max_span_width")
+        check_count(max_antecedents, "max_antecedents")
+        check_number(spans_per_word, "spans_per_word", 0.0, above=True)
         self.features = features
         self.elmo = elmo
         self.max_span_width = max_span_width

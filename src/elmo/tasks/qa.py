@@ -292,8 +292,8 @@ class BiDAF(nn.Module):
                  dropout: float = QaSettings.dropout, modelling_layers: int = QaSettings.modelling_layers,
                  max_answer_length: int = QaSettings.max_answer_length):
         super().__init__()
-        if modelling_layers < 1 or max_answer_length < 1:
-            raise ValueError("BiDAF: modelling_layers and max_answer_length must be at least 1")
+        check_count(modelling_layers, "modelling_layers")
+        check_count(max_answer_length, "max_answer_length")
         self.features = features
         self.elmo = elmo
         self.max_answer_length = max_answer_length

@@ -23,6 +23,7 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 import torch
 
+from elmo.checks import check_count
 from elmo.fileio import MAX_LINE_BYTES, check_input_file, open_text, read_lines
 from elmo.model.chars import BOS_TOKEN, EOS_TOKEN, MAX_CHARS, words_to_char_ids
 from elmo.model.vocab import Vocabulary
@@ -398,8 +399,7 @@ class PrefetchingBatcher:
     """
 
     def __init__(self, batcher: LMBatcher, depth: int = 2, pin_memory: bool = False):
-        if depth < 1:
-            raise ValueError(f"prefetch depth must be at least 1, not {depth}")
+        check_count(depth, "depth")
         self.batcher, self.depth, self.pin_memory = batcher, depth, pin_memory
         self._queue: queue.Queue | None = None
         self._thread: threading.Thread | None = None

@@ -24,7 +24,7 @@ from importlib.metadata import version
 from typing import TYPE_CHECKING
 
 
-from elmo.checks import check_count
+from elmo.checks import check_count, check_number
 from elmo.jsonio import read_json
 from elmo.fileio import (
     atomic_folder,
@@ -319,8 +319,8 @@ def prepare_corpus(inputs: Sequence[str | os.PathLike], output_dir: str | os.Pat
     output_dir = os.fspath(output_dir)
     if not inputs:
         raise ValueError("no input files given")
-    if not 0.0 <= heldout_fraction <= 1.0:
-        raise ValueError(f"heldout_fraction: must be in [0, 1], got {heldout_fraction}")
+    if heldout_fraction != 1.0:  # 1: everything held out, the one value at the top that makes sense
+        check_number(heldout_fraction, "heldout_fraction", 0.0, below=1.0)
     check_count(sentences_per_shard, "sentences_per_shard")
     check_count(min_tokens, "min_tokens")
     _check_lang(lang)

@@ -1,0 +1,87 @@
+"""One rule per concern, held by a scan of ``src/``: every JSON read goes through ``elmo.jsonio``'s
+bounded reader, every number a caller gives is checked by ``elmo.checks`` (one wording of "must be
+at least"), and the umask idiom lives in ``elmo.fileio``. A new module that does any of these its
+own way fails here, not in a user's hands. Each exception below says why it is one."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+SRC = Path(__file__).resolve().parents[1] / "src" / "elmo"
+
+# (module, why its json.loads is not jsonio's)
+JSON_EXCEPTIONS = {
+    "serve/protocol.py": "a request body, read after the server bounded its size; its errors are 400s naming the "
+                         "byte at fault, which the clients' tests hold",
+    "serve/worker.py": "messages between the server and its own model process over a pipe, never a user's bytes",
+}
+# (module, the owner of the words)
+CHECK_EXCEPTIONS = {
+    "checks.py": "the one check itself",
+    "inference/outputs.py": "a field of an output's attribute, checked with jsonio's words",
+    "inference/precision.py": "a field of the precision cache, checked with jsonio's words",
+    "model/dropout.py": "a probability from 0 to 1, both allowed, where check_number's upper bound is strict",
+    "model/config.py": "lstm.cell_clip and proj_clip, where Infinity is allowed and check_number refuses it",
+    "model/vocab.py": "max_size, whose least is the count of the special tokens, which the message names",
+}
+# A bound worded by hand: "must be at least", "must be >= 0", "must be more than", "must be in [0, 1]"...
+HAND_WORDED_BOUND = re.compile(r"must be (at least|at most|more than|less than|above|below|between|positive|"
+                               r"a positive|>=|<=|>|<|in \[)")
+
+
+def modules():
+    for path in sorted(SRC.rglob("*.py")):
+        yield path.relative_to(SRC).as_posix(), ast.parse(path.read_text(encoding="utf-8"), str(path))
+
+
+def test_every_json_read_goes_through_the_bounded_reader():
+    found = []
+    for name, tree in modules():
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                    and node.func.attr in ("load", "loads") and isinstance(node.func.value, ast.Name)
+                    and node.func.value.id == "json" and name != "jsonio.py" and name not in JSON_EXCEPTIONS):
+                found.append(f"{name}:{node.lineno}")
+    assert not found, f"read JSON with elmo.jsonio.read_json or loads (bounded size and depth): {found}"
+
+
+def test_the_json_exceptions_are_still_needed():
+    """An exception whose module no longer reads JSON its own way leaves the list."""
+    readers = {name for name, tree in modules() for node in ast.walk(tree)
+               if isinstance(node, ast.Attribute) and node.attr in ("load", "loads")
+               and isinstance(node.value, ast.Name) and node.value.id == "json"}
+    assert set(JSON_EXCEPTIONS) <= readers, set(JSON_EXCEPTIONS) - readers
+
+
+def _raised_strings(tree: ast.AST):
+    """(line, text) of every string constant inside a ``raise``."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Raise) and node.exc is not None:
+            for inner in ast.walk(node.exc):
+                if isinstance(inner, ast.Constant) and isinstance(inner.value, str):
+                    yield inner.lineno, inner.value
+
+
+def test_every_bound_on_a_number_is_worded_by_elmo_checks():
+    found = [f"{name}:{line}: {text.strip()!r}" for name, tree in modules() if name not in CHECK_EXCEPTIONS
+             for line, text in _raised_strings(tree) if HAND_WORDED_BOUND.search(text)]
+    assert not found, f"check the number with elmo.checks.check_count or check_number: {found}"
+
+
+def test_the_check_exceptions_are_still_needed():
+    worded = {name for name, tree in modules() for _, text in _raised_strings(tree) if HAND_WORDED_BOUND.search(text)}
+    assert set(CHECK_EXCEPTIONS) - {"checks.py"} <= worded, set(CHECK_EXCEPTIONS) - worded - {"checks.py"}
+
+
+def test_the_scan_finds_a_hand_worded_bound():
+    """The scan itself can fail: a module written the old way is caught."""
+    tree = ast.parse('def f(k):\n    if k < 1:\n        raise ValueError(f"k: must be at least 1, got {k}")\n')
+    assert [text for _, text in _raised_strings(tree) if HAND_WORDED_BOUND.search(text)] == ["k: must be at least 1, got "]
+
+
+def test_the_umask_is_read_only_in_fileio():
+    found = [f"{name}:{node.lineno}" for name, tree in modules() if name != "fileio.py" for node in ast.walk(tree)
+             if isinstance(node, ast.Attribute) and node.attr in ("umask", "chmod")]
+    assert not found, f"give a file plain permissions with elmo.fileio.give_plain_permissions: {found}"
