@@ -48,3 +48,10 @@ def test_no_user_page_points_into_the_project_history():
     offending = [f"{page.relative_to(ROOT)}:{number}: {kind}: {match}"
                  for page in PAGES for number, kind, match in history_references(page.read_text(encoding="utf-8"))]
     assert not offending, "\n".join(offending)
+
+
+def test_the_readme_is_a_first_page_not_a_manual():
+    """At most 200 lines: what elmo is, the two set-up commands, a taste of each use and the map
+    of the docs. Everything longer belongs in docs/ (the layout in docs/architecture.md)."""
+    lines = (ROOT / "README.md").read_text(encoding="utf-8").splitlines()
+    assert len(lines) <= 200, f"README.md has {len(lines)} lines; move the detail into docs/"
