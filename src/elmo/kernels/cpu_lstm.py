@@ -321,6 +321,10 @@ def bilstm_inference(forward_layer: LstmLayer, backward_layer: LstmLayer, inputs
     the input half added, :func:`lstm_cell_inplace` on the running rows' cell state, and the
     projections written into a time-major output buffer, which is the next step's ``h`` (in
     reduced precision, into a low-precision ``h`` copied out).
+
+    Long on purpose: the buffers made before the step loop are written in place by every step, and
+    one function keeps their lifetimes and the block arithmetic in one view (the specification,
+    :func:`elmo.model.network.lstm_plain`, is the short reading).
     """
     _, batch, time, input_dim = inputs.shape
     dim, proj = forward_layer.dim, forward_layer.projection_dim

@@ -281,6 +281,14 @@ def _window_forward(ctx, x, c0, h0, plan: _Plan, weights):
 
 
 def _window_backward(ctx, d_out, d_c, d_h):
+    """The gradients of :func:`_window_forward`'s window (``d_out`` ``(n, time, batch, proj)``, the
+    final states' ``d_c`` and ``d_h``), step by step from the last, through the clipped cell and
+    the projection, to the inputs and the three weights.
+
+    Long on purpose: one reverse pass over the saved activations, whose running ``d_c``/``d_h``
+    and weight-gradient accumulators live across every step; split, each piece would take and
+    return all of them. tests/test_fused_lstm.py holds it to autograd through the specification.
+    """
     xs, acts, raw_c, all_c, ms, raw_h, all_h, w_x, w_h, w_p = ctx.saved_tensors
     plan: _Plan = ctx.plan
     cells = plan.cells
