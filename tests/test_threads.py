@@ -3,6 +3,7 @@ quota, read from fake cgroup files here), the OpenMP wait policy set before PyTo
 where the user set none, one ``--threads`` on every verb that computes, and its one check, which
 names the option instead of letting the OpenMP runtime abort the process."""
 
+import json
 import os
 import subprocess
 import sys
@@ -75,25 +76,53 @@ def test_the_default_is_the_users_omp_num_threads_else_the_available_cpus():
 def test_the_wait_policy_is_set_only_where_the_user_set_none():
     # PyTorch is loaded in this test process: too late for any change, so nothing is changed.
     environ: dict = {}
-    assert "torch" in sys.modules and threads.prepare_openmp(environ) is False and environ == {}
+    assert "torch" in sys.modules and threads.prepare_openmp(environ, load=99.0) is False and environ == {}
     code = ("import os, sys; from elmo.threads import prepare_openmp; env = {}; "
-            "print(prepare_openmp(env), env, 'torch' in sys.modules); "
-            "print(prepare_openmp({'GOMP_SPINCOUNT': '1000'}), prepare_openmp({'OMP_WAIT_POLICY': 'active'}), "
-            "prepare_openmp({'KMP_BLOCKTIME': '0'}))")
+            "print(prepare_openmp(env, load=99.0), env, 'torch' in sys.modules); "
+            "print(prepare_openmp({'GOMP_SPINCOUNT': '1000'}, load=99.0), "
+            "prepare_openmp({'OMP_WAIT_POLICY': 'active'}, load=99.0), "
+            "prepare_openmp({'KMP_BLOCKTIME': '0'}, load=99.0))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == ["True {'OMP_WAIT_POLICY': 'PASSIVE'} False", "False False False"]
 
 
+def test_passive_waiting_only_where_other_work_needs_the_cores():
+    """Quiet cores keep OpenMP's own spin-then-sleep (passive waiting cost 2x there); cores that
+    other work keeps busy get passive waiting (spinning cost 2-3x there)."""
+    code = ("import json; from elmo.threads import prepare_openmp, available_cpus; n = available_cpus(); "
+            "cases = [({}, 0.0), ({}, n - 0.4), ({}, n + 0.0), ({'OMP_NUM_THREADS': '1'}, n - 1.0), "
+            "({'OMP_NUM_THREADS': '1'}, n - 0.2), ({}, float('inf'))]; "
+            "print(json.dumps([n] + [prepare_openmp(dict(env), load=load) for env, load in cases]))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    n, *chosen = json.loads(done.stdout)
+    # all threads on all CPUs: busy past half a core; one thread: past n - 0.5 cores.
+    assert chosen == [False, n >= 1 and n - 0.4 > 0.5, True, n - 1.0 > n - 0.5, True, True]
+
+
+def test_the_load_of_others_reads_the_average_and_the_tasks_running_now():
+    assert threads.others_load("0.25 0.20 0.10 1/90 123\n") == 0.25  # only this process runs
+    assert threads.others_load("0.25 0.20 0.10 4/90 123\n") == 3  # three others running now
+    assert threads.others_load("3.50 2.00 1.00 1/90 123\n") == 3.5  # busy for the last minute
+    assert threads.others_load("garbage") >= 0  # unreadable: os.getloadavg, else taken as busy
+
+
 @pytest.mark.parametrize("user", [None, "ACTIVE"])
-def test_importing_elmo_before_torch_asks_openmp_for_passive_waiting_unless_the_user_chose(user):
+def test_importing_elmo_before_torch_decides_the_wait_policy_unless_the_user_chose(user):
     env = {k: v for k, v in os.environ.items() if k not in threads.WAIT_VARIABLES}
     if user:
         env["OMP_WAIT_POLICY"] = user
-    code = "import os, elmo, torch; print(os.environ.get('OMP_WAIT_POLICY'))"
+    code = ("import json, os, elmo, torch; print(json.dumps([os.environ.get('OMP_WAIT_POLICY'), "
+            "elmo.threads.LAST_DECISION]))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.split() == [user or "PASSIVE"]
+    policy, decision = json.loads(done.stdout)
+    if user:
+        assert policy == user and decision is None
+    else:  # what it saw decides: passive exactly where the machine was busy
+        assert policy == ("PASSIVE" if decision["passive"] else None), decision
+        assert decision["passive"] == (decision["load"] > decision["cpus"] - decision["threads"] + 0.5)
 
 
 def test_check_threads_names_the_option_and_the_bound():

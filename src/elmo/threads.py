@@ -37,15 +37,53 @@ WAIT_POLICY = "PASSIVE"
 CGROUP_ROOT = "/sys/fs/cgroup"
 
 
-def prepare_openmp(environ: MutableMapping[str, str] | None = None) -> bool:
+def others_load(loadavg: str | None = None) -> float:
+    """How many cores other work keeps busy, by ``/proc/loadavg`` (``loadavg``: its text): the
+    larger of the 1-minute load average and the tasks running at this moment besides this
+    process. The average catches a machine busy for a while, the count one that just became
+    busy (the average lags by a minute). Where it cannot be read, ``inf``: taken as busy."""
+    text = _read("/proc/loadavg") if loadavg is None else loadavg
+    try:
+        fields = (text or "").split()
+        average, running = float(fields[0]), int(fields[3].split("/")[0])
+    except (IndexError, ValueError):
+        try:
+            return os.getloadavg()[0]
+        except OSError:
+            return math.inf
+    return max(average, running - 1)
+
+
+def prepare_openmp(environ: MutableMapping[str, str] | None = None, load: float | None = None) -> bool:
     """Ask for passive OpenMP waiting (``OMP_WAIT_POLICY=PASSIVE`` in ``environ``, default
-    ``os.environ``) if PyTorch is not loaded yet and the user set none of
-    :data:`WAIT_VARIABLES`. Returns whether it set it. Children started later inherit it."""
+    ``os.environ``) when other work already needs the cores this process's threads would take,
+    if PyTorch is not loaded yet and the user set none of :data:`WAIT_VARIABLES`. Returns whether
+    it set it; children started later inherit it.
+
+    The machine counts as busy when ``load`` (default :func:`others_load`) is more than half a
+    core beyond the CPUs our threads leave free. Both choices are measured (docs/speed.md, "Under
+    contention"): on busy cores, OpenMP's spinning threads hold the cores their descheduled
+    siblings need (``elmo embed`` 2.09x and ``elmo train`` 3.05x slower than their best thread
+    count, passive waiting: within 1.29x); on quiet ones, passive waiting makes every parallel
+    region wake sleeping threads (the packaged model's ``elmo embed`` about 2x slower, the small
+    size in-process 2.6x), so there OpenMP's own spin-then-sleep default stays."""
+    global LAST_DECISION
     environ = os.environ if environ is None else environ
     if "torch" in sys.modules or any(name in environ for name in WAIT_VARIABLES):
         return False
-    environ["OMP_WAIT_POLICY"] = WAIT_POLICY
-    return True
+    load = others_load() if load is None else load
+    cpus = available_cpus()
+    threads = min(default_threads(environ), cpus)
+    busy = load > cpus - threads + 0.5
+    LAST_DECISION = {"load": load, "cpus": cpus, "threads": threads, "passive": busy}
+    if busy:
+        environ["OMP_WAIT_POLICY"] = WAIT_POLICY
+    return busy
+
+
+# What prepare_openmp saw and chose when it last decided (None: the user had chosen, or PyTorch was
+# already loaded), for a user asking why, and for the tests.
+LAST_DECISION: dict | None = None
 
 
 def _read(path: str) -> str | None:
