@@ -22,7 +22,9 @@ at most ``max_concurrent_requests`` embedding requests at once, 429 past it; a b
 before it was read is read and thrown away first (up to a bound), so that a client that sends
 it whole still receives the refusal; a client that leaves is one line of the access log, and
 its queued work is dropped. Each request is logged on one line (``elmo.serve.access``); what
-the requests ask and what they get back is :mod:`elmo.serve.protocol`'s business.
+the requests ask and what they get back is :mod:`elmo.serve.protocol`'s business. Behind it,
+:class:`Admission` gives each request its deadline and its place in the batcher's queue, and
+:class:`Endpoints` holds the handlers, put in the route table by :func:`add_routes`.
 """
 
 from __future__ import annotations
@@ -417,6 +419,292 @@ async def read_body(request: Request, limit: int, deadline: float | None = None)
             return b"".join(chunks)
 
 
+def deadline_of(request: Request) -> float | None:
+    """The ``time.monotonic()`` by which the request must be answered (None: no bound), set once
+    on entry by :meth:`Admission.timed`."""
+    return request.state.elmo_deadline
+
+
+async def read_request(request: Request, limits: Limits, fields: tuple[str, ...]) -> dict:
+    """The request's JSON body, read within :data:`BODY_SECONDS` (or the request's deadline, if
+    sooner), holding only ``fields``, and no TEI ``prompt_name``."""
+    deadline = deadline_of(request)
+    body_deadline = time.monotonic() + BODY_SECONDS
+    body = parse_json(await read_body(request, limits.max_body_bytes,
+                                      body_deadline if deadline is None else min(deadline, body_deadline)))
+    check_fields(body, fields)
+    if body.get("prompt_name") is not None:
+        raise ApiError(422, "prompt_name: this model has no prompts; leave it out", field="prompt_name")
+    return body
+
+
+class Admission:
+    """How far one app lets a request in, after :class:`Front`'s bound on concurrent requests:
+    its deadline (``request_timeout``, set once on entry), the tokens the batcher queues
+    (``max_queued_tokens``, 429 past it), and the batcher's errors turned into answers."""
+
+    def __init__(self, batcher: Batcher, metrics: Metrics, request_timeout: float | None):
+        self.batcher, self.metrics, self.request_timeout = batcher, metrics, request_timeout
+
+    def timed(self, handler, batched: bool = False):
+        """``handler`` within the request's time: the one place its deadline is set. ``batched``:
+        the batcher expects the request from its start (it waits for it while forming a batch,
+        :meth:`~elmo.serve.batching.Batcher.expecting`)."""
+        @functools.wraps(handler)
+        async def expected(request: Request):
+            request.state.elmo_deadline = (None if self.request_timeout is None
+                                           else time.monotonic() + self.request_timeout)
+            if not batched:
+                return await handler(request)
+            with self.batcher.expecting() as coming:
+                request.state.elmo_coming = coming
+                return await handler(request)
+
+        return expected
+
+    def overloaded(self, error: Overloaded) -> ApiError:
+        """The 429 for a request past ``max_queued_tokens``, counted."""
+        self.metrics.refused.labels("max_queued_tokens").inc()
+        return ApiError(429, str(error), limit="max_queued_tokens", headers={"Retry-After": str(error.retry_after)})
+
+    def timed_out(self) -> ApiError:
+        """The 503 for a request past ``request_timeout``, counted."""
+        self.metrics.refused.labels("request_timeout").inc()
+        return ApiError(503, f"no answer within request_timeout ({self.request_timeout:g} s): the model is busy or "
+                             "stuck; try again", limit="request_timeout",
+                        headers={"Retry-After": str(self.batcher.retry_after())})
+
+    async def embed(self, request: Request, sentences: list[list[str]], output: Output, field: str = "inputs",
+                    one_text: bool = False) -> list[np.ndarray]:
+        """What the batcher gives for ``sentences``, shaped by ``output``; given up (and dropped
+        from the queue) if the client leaves or the request's time runs out. ``field``: the
+        request's field the sentences came from (``one_text``: a single string, not a list), named
+        when an input's vectors come out non-finite."""
+        request.state.elmo_work = f" inputs={len(sentences)} tokens={sum(len(s) for s in sentences)}"
+        work = asyncio.ensure_future(self.batcher.embed(sentences, request.state.elmo_coming, output=output))
+        watcher = asyncio.ensure_future(until_disconnected(request.receive))
+        deadline = deadline_of(request)
+        try:
+            done, _ = await asyncio.wait({work, watcher}, return_when=asyncio.FIRST_COMPLETED,
+                                         timeout=None if deadline is None else max(0.0, deadline - time.monotonic()))
+        finally:
+            watcher.cancel()
+            if not work.done():
+                work.cancel()  # its job leaves the queue, or its answer is thrown away
+        if work not in done:
+            if watcher in done:
+                raise ClientGone()
+            raise self.timed_out()
+        return self._result(work, field, one_text)
+
+    def _result(self, work: asyncio.Future, field: str, one_text: bool) -> list[np.ndarray]:
+        """The finished ``work``'s vectors, or its failure as the request's answer."""
+        try:
+            return work.result()
+        except Overloaded as e:
+            raise self.overloaded(e) from None
+        except (ServerClosed, WorkerCrashed, BatchLost) as e:
+            raise ApiError(503, f"{e}; try again", headers={"Retry-After": "1"}) from None
+        except NonFiniteOutputError as e:  # this input overflows the model: nothing to retry
+            at = field if one_text else f"{field}[{e.row}]"
+            raise ApiError(422, f"{at}: the model's vectors for this input hold NaN or infinite values (its weights "
+                                "overflow float32 on it); nothing was returned for it", field=at) from None
+        except EmbeddingFailed as e:  # raised in the model's process: the message names its type
+            raise ApiError(500, f"embedding failed: {e}") from None
+        except Exception as e:  # the batch failed: this request's error, the server goes on
+            LOG.exception("elmo serve: a request's embedding failed")
+            raise ApiError(500, f"embedding failed: {type(e).__name__}: {e}") from None
+
+    async def off_loop(self, cost: int, work: Callable[[], bytes]) -> bytes:
+        """``work`` run on a thread, ``cost`` tokens counted against ``max_queued_tokens`` while
+        it runs (what ``/tokenize`` does instead of a batch)."""
+        try:
+            with self.batcher.admitted(cost):
+                return await asyncio.to_thread(work)
+        except Overloaded as e:
+            raise self.overloaded(e) from None
+        except ServerClosed as e:
+            raise ApiError(503, f"{e}; try again", headers={"Retry-After": "1"}) from None
+
+
+class Endpoints:
+    """The endpoint handlers of one app and what they share: the model's shape, the request
+    limits, the name served, and the :class:`Admission` that runs the model for them. The
+    handlers have comments, not docstrings: FastAPI would put a docstring in ``/openapi.json``."""
+
+    def __init__(self, admission: Admission, model_name: str, info: dict, limits: Limits):
+        self.admission, self.batcher, self.metrics = admission, admission.batcher, admission.metrics
+        self.model_name, self.info, self.limits = model_name, info, limits
+        self.n_layers, self.dim = info["layers"], info["dimensions"]
+        self.embed_all_default = info["embed_all_layers"]
+        self.created = int(time.time())
+
+    def read_dimensions(self, body: dict) -> None:
+        """Refuse (422) a ``dimensions`` other than the model's: vectors are not cut."""
+        wanted = body.get("dimensions")
+        if wanted is not None and wanted != self.dim:
+            raise ApiError(422, f"dimensions: this model's vectors have {self.dim} dimensions, got {shown(wanted)}",
+                           field="dimensions")
+
+    async def health(self):
+        if not self.batcher.ready:
+            raise ApiError(503, f"not ready: {self.batcher.status}")
+        return _json({"status": "ok"})
+
+    async def get_info(self):
+        return _json(self.info)
+
+    async def get_metrics(self):
+        return Response(generate_latest(self.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+    # TEI's ``/embed_all``: one (layers, tokens, dim) or (tokens, dim) array per input.
+    async def embed_all(self, request: Request):
+        body = await read_request(request, self.limits, EMBED_ALL_FIELDS)
+        sentences = read_inputs(body.get("inputs"), "inputs", self.limits, read_truncation(body))
+        layers = read_layers(body.get("layers", self.embed_all_default), self.n_layers, pooled=False)
+        return _answer(await self.admission.embed(request, sentences, Output(layers=layers), "inputs",
+                                                  isinstance(body.get("inputs"), str)))
+
+    # TEI's ``/embed`` (and ``/``): one pooled vector per input.
+    async def tei_embed(self, request: Request):
+        body = await read_request(request, self.limits, EMBED_FIELDS)
+        inputs = body.get("inputs")
+        sentences = read_inputs(inputs, "inputs", self.limits, read_truncation(body))
+        refuse_empty(sentences, "inputs", isinstance(inputs, str))
+        layers = read_layers(body.get("layers", DEFAULT_POOLED_LAYERS), self.n_layers, pooled=True)
+        pooling = read_choice(body, "pooling", POOLINGS, DEFAULT_POOLING)
+        normalize = read_bool(body, "normalize", True)  # TEI's default
+        self.read_dimensions(body)
+        return _answer(await self.admission.embed(request, sentences, Output(layers, pooling, normalize), "inputs",
+                                                  isinstance(inputs, str)))
+
+    # OpenAI's ``/v1/embeddings``: one pooled vector per input, float or base64.
+    async def openai_embeddings(self, request: Request):
+        body = await read_request(request, self.limits, OPENAI_FIELDS)
+        inputs = body.get("input")
+        sentences = read_inputs(inputs, "input", self.limits)
+        refuse_empty(sentences, "input", isinstance(inputs, str))
+        if not isinstance(body.get("model", ""), str):
+            raise ApiError(422, f"model: expected a string, got {shown(body['model'])}", field="model")
+        encoding = read_choice(body, "encoding_format", ENCODINGS, "float")
+        layers = read_layers(body.get("layers", DEFAULT_POOLED_LAYERS), self.n_layers, pooled=True)
+        pooling = read_choice(body, "pooling", POOLINGS, DEFAULT_POOLING)
+        normalize = read_bool(body, "normalize", False)
+        self.read_dimensions(body)
+        vectors = await self.admission.embed(request, sentences, Output(layers, pooling, normalize), "input",
+                                             isinstance(inputs, str))
+        return _answer(openai_response(vectors, self.model_name, encoding, sum(len(s) for s in sentences)))
+
+    # TEI's ``/tokenize``: the tokens each input is embedded as, under the same bounds.
+    async def tokenize(self, request: Request):
+        body = await read_request(request, self.limits, TOKENIZE_FIELDS)
+        inputs = body.get("inputs")
+        texts = [inputs] if isinstance(inputs, str) else inputs
+        if not isinstance(texts, list) or not texts or not all(isinstance(t, str) for t in texts):
+            raise ApiError(422, f"inputs: expected a string or a non-empty list of strings, got {shown(inputs)}",
+                           field="inputs")
+        special = read_bool(body, "add_special_tokens", True)
+
+        def counted() -> int:  # the same bounds as an embedding request's, off the event loop
+            for i, text in enumerate(texts):
+                refuse_surrogates(text, "inputs" if isinstance(inputs, str) else f"inputs[{i}]")
+            return batch_tokens(read_inputs(inputs, "inputs", self.limits))
+
+        cost = await asyncio.to_thread(counted)
+        answer = await self.admission.off_loop(cost, lambda: dumps(tokenize_response(texts, special)))
+        return Response(answer, media_type="application/json")
+
+    def model_card(self) -> dict:
+        return {"id": self.model_name, "object": "model", "created": self.created, "owned_by": "elmo"}
+
+    async def list_models(self):
+        return _json({"object": "list", "data": [self.model_card()]})
+
+    async def get_model(self, name: str):
+        if name != self.model_name:
+            raise ApiError(404, f"model: no model {shown(name)} here; this server serves {self.model_name!r}",
+                           field="model", limit="model_not_found")
+        return _json(self.model_card())
+
+
+async def _api_error(request: Request, error: ApiError):
+    return _error_response(error, request.url.path)
+
+
+async def _http_error(request: Request, error: HTTPException):
+    """Starlette's own refusals (404, 405) in the API's error body, a 404 naming the endpoints."""
+    message = f"{request.method} {shown(request.url.path, 200)}: {error.detail}"
+    if error.status_code == 404:
+        message += f" (endpoints: {', '.join(ENDPOINTS)})"
+    return _error_response(ApiError(error.status_code, message), request.url.path)
+
+
+def add_routes(app: FastAPI, endpoints: Endpoints) -> None:
+    """The route table: each endpoint's method, path and handler, the POST ones within the
+    request's time (:meth:`Admission.timed`), those that run the model expected by the batcher;
+    and the handlers that answer errors."""
+    timed = endpoints.admission.timed
+    routes = (
+        ("GET", "/health", endpoints.health),
+        ("GET", "/info", endpoints.get_info),
+        ("GET", "/metrics", endpoints.get_metrics),
+        ("POST", "/embed_all", timed(endpoints.embed_all, batched=True)),
+        ("POST", "/embed", timed(endpoints.tei_embed, batched=True)),
+        # TEI answers its clients (huggingface_hub's InferenceClient.feature_extraction) on "/".
+        ("POST", "/", timed(endpoints.tei_embed, batched=True)),
+        ("POST", "/v1/embeddings", timed(endpoints.openai_embeddings, batched=True)),
+        ("POST", "/tokenize", timed(endpoints.tokenize)),
+        ("GET", "/v1/models", endpoints.list_models),
+        ("GET", "/v1/models/{name:path}", endpoints.get_model),
+    )
+    for method, path, handler in routes:
+        app.add_api_route(path, handler, methods=[method])
+    app.add_exception_handler(ApiError, _api_error)
+    app.add_exception_handler(HTTPException, _http_error)
+
+
+def _lifespan(batcher: Batcher, *, model_name: str, warmup: bool, request_timeout: float | None, in_process: bool,
+              on_ready: Callable[[], None] | None):
+    """The app's lifespan: the model warm before it answers, the batcher stopped (within
+    ``request_timeout``) after."""
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI):
+        started = time.perf_counter()
+        await batcher.start(warmup=warmup)
+        info = batcher.runner.info
+        LOG.info("elmo serve: model %s warm in %.1f s (%d layers of %d, %s, state %s, in a %s)", model_name,
+                 time.perf_counter() - started, info["layers"], info["dimensions"], info["precision"], info["state"],
+                 "process of its own" if in_process else "thread of this process")
+        if on_ready is not None:
+            on_ready()
+        try:
+            yield
+        finally:
+            await batcher.stop(timeout=request_timeout)
+            LOG.info("elmo serve: stopped")
+
+    return lifespan
+
+
+def _check_options(model_name: str, max_concurrent_requests: int | None, request_timeout: float | None) -> None:
+    """Refuse (ValueError) options :func:`create_app` cannot serve with."""
+    check_model_name(model_name)
+    if max_concurrent_requests is not None:
+        check_count(max_concurrent_requests, "max_concurrent_requests")
+    if request_timeout is not None:
+        check_number(request_timeout, "request_timeout", above=True)
+
+
+def _new_batcher(model: ProcessModel | Embedder, metrics: Metrics, on_fatal: Callable[[str], None] | None,
+                 **options) -> Batcher:
+    """The app's :class:`Batcher` for ``model``, reporting to ``metrics``."""
+    batcher = Batcher(model, on_batch=metrics.batch, on_restart=metrics.restarts.inc, on_fatal=on_fatal,
+                      on_dropped=lambda stage: metrics.abandoned.labels(stage).inc(), **options)
+    metrics.queued.set_function(lambda: batcher.queued)
+    metrics.queued_tokens.set_function(lambda: batcher.queued_tokens)
+    return batcher
+
+
 def create_app(model: ProcessModel | Embedder, *, model_name: str = DEFAULT_MODEL_NAME, limits: Limits | None = None,
                max_batch_tokens: int = DEFAULT_MAX_BATCH_TOKENS, max_wait_ms: float = DEFAULT_MAX_WAIT_MS,
                max_concurrent_requests: int | None = DEFAULT_MAX_CONCURRENT_REQUESTS,
@@ -442,239 +730,33 @@ def create_app(model: ProcessModel | Embedder, *, model_name: str = DEFAULT_MODE
     ``on_fatal`` with a message if the model's process died and could not be restarted, or the
     batching task kept failing (the app then answers 503 to everything: time to exit)."""
     limits = limits or Limits()
-    check_model_name(model_name)
-    if max_concurrent_requests is not None:
-        check_count(max_concurrent_requests, "max_concurrent_requests")
-    if request_timeout is not None:
-        check_number(request_timeout, "request_timeout", above=True)
+    _check_options(model_name, max_concurrent_requests, request_timeout)
     if isinstance(model, ProcessModel) and not model.info:
         model.start()  # the model loads and warms in its process before the app exists
     metrics = Metrics()
-    batcher = Batcher(model, max_batch_tokens=max_batch_tokens, max_wait_ms=max_wait_ms,
-                      max_queued_tokens=max_queued_tokens, on_batch=metrics.batch, model_thread=model_thread,
-                      on_restart=metrics.restarts.inc, on_fatal=on_fatal,
-                      on_dropped=lambda stage: metrics.abandoned.labels(stage).inc())
-    metrics.queued.set_function(lambda: batcher.queued)
-    metrics.queued_tokens.set_function(lambda: batcher.queued_tokens)
+    batcher = _new_batcher(model, metrics, on_fatal, max_batch_tokens=max_batch_tokens, max_wait_ms=max_wait_ms,
+                           max_queued_tokens=max_queued_tokens, model_thread=model_thread)
     model_info = batcher.runner.info
-    n_layers, dim = model_info["layers"], model_info["dimensions"]
     try:
-        embed_all_default = read_layers(embed_all_layers, n_layers, pooled=False, field="embed_all_layers")
+        embed_all_default = read_layers(embed_all_layers, model_info["layers"], pooled=False,
+                                        field="embed_all_layers")
     except ApiError as e:  # an option, not a request: the caller's ValueError
         raise ValueError(e.message) from None
-    created = int(time.time())
-    info = {"model": model_name, "version": __version__, **model_info,
-            "worker": "process" if isinstance(model, ProcessModel) else "thread",
+    in_process = isinstance(model, ProcessModel)
+    info = {"model": model_name, "version": __version__, **model_info, "worker": "process" if in_process else "thread",
             "max_batch_tokens": max_batch_tokens, "max_wait_ms": max_wait_ms, "limits": limits.as_dict(),
             "max_concurrent_requests": max_concurrent_requests, "max_queued_tokens": max_queued_tokens,
             "request_timeout": request_timeout, "auth": api_key is not None and api_key != "",
             "embed_all_layers": embed_all_default,
             "pooling": {"default": DEFAULT_POOLING, "layers": DEFAULT_POOLED_LAYERS, "choices": list(POOLINGS)}}
-
-    @contextlib.asynccontextmanager
-    async def lifespan(app: FastAPI):
-        started = time.perf_counter()
-        await batcher.start(warmup=warmup)
-        LOG.info("elmo serve: model %s warm in %.1f s (%d layers of %d, %s, state %s, in a %s)", model_name,
-                 time.perf_counter() - started, n_layers, dim, model_info["precision"], model_info["state"],
-                 "process of its own" if isinstance(model, ProcessModel) else "thread of this process")
-        if on_ready is not None:
-            on_ready()
-        try:
-            yield
-        finally:
-            await batcher.stop(timeout=request_timeout)
-            LOG.info("elmo serve: stopped")
-
+    lifespan = _lifespan(batcher, model_name=model_name, warmup=warmup, request_timeout=request_timeout,
+                         in_process=in_process, on_ready=on_ready)
     app = FastAPI(title="elmo serve", version=__version__, lifespan=lifespan,
                   description="ELMo embeddings: text-embeddings-inference's and OpenAI's HTTP APIs.")
     app.state.batcher, app.state.metrics = batcher, metrics
     app.add_middleware(Front, metrics=metrics, enabled=access_log, api_key=api_key,
                        max_concurrent_requests=max_concurrent_requests, retry_after=batcher.retry_after)
-
-    @app.exception_handler(ApiError)
-    async def api_error(request: Request, error: ApiError):
-        return _error_response(error, request.url.path)
-
-    @app.exception_handler(HTTPException)
-    async def http_error(request: Request, error: HTTPException):
-        message = f"{request.method} {shown(request.url.path, 200)}: {error.detail}"
-        if error.status_code == 404:
-            message += f" (endpoints: {', '.join(ENDPOINTS)})"
-        return _error_response(ApiError(error.status_code, message), request.url.path)
-
-    def deadline_of(request: Request) -> float | None:
-        return request.state.elmo_deadline
-
-    async def embed(request: Request, sentences: list[list[str]], output: Output, field: str = "inputs",
-                    one_text: bool = False) -> list[np.ndarray]:
-        """What the batcher gives for ``sentences``, shaped by ``output``; given up (and dropped
-        from the queue) if the client leaves or the request's time runs out. ``field``: the
-        request's field the sentences came from (``one_text``: a single string, not a list), named
-        when an input's vectors come out non-finite."""
-        request.state.elmo_work = f" inputs={len(sentences)} tokens={sum(len(s) for s in sentences)}"
-        work = asyncio.ensure_future(batcher.embed(sentences, request.state.elmo_coming, output=output))
-        watcher = asyncio.ensure_future(until_disconnected(request.receive))
-        deadline = deadline_of(request)
-        try:
-            done, _ = await asyncio.wait({work, watcher}, return_when=asyncio.FIRST_COMPLETED,
-                                         timeout=None if deadline is None else max(0.0, deadline - time.monotonic()))
-        finally:
-            watcher.cancel()
-            if not work.done():
-                work.cancel()  # its job leaves the queue, or its answer is thrown away
-        if work not in done:
-            if watcher in done:
-                raise ClientGone()
-            metrics.refused.labels("request_timeout").inc()
-            raise ApiError(503, f"no answer within request_timeout ({request_timeout:g} s): the model is busy or "
-                                "stuck; try again", limit="request_timeout",
-                           headers={"Retry-After": str(batcher.retry_after())})
-        try:
-            return work.result()
-        except Overloaded as e:
-            metrics.refused.labels("max_queued_tokens").inc()
-            raise ApiError(429, str(e), limit="max_queued_tokens",
-                           headers={"Retry-After": str(e.retry_after)}) from None
-        except (ServerClosed, WorkerCrashed, BatchLost) as e:
-            raise ApiError(503, f"{e}; try again", headers={"Retry-After": "1"}) from None
-        except NonFiniteOutputError as e:  # this input overflows the model: nothing to retry
-            at = field if one_text else f"{field}[{e.row}]"
-            raise ApiError(422, f"{at}: the model's vectors for this input hold NaN or infinite values (its weights "
-                                "overflow float32 on it); nothing was returned for it", field=at) from None
-        except EmbeddingFailed as e:  # raised in the model's process: the message names its type
-            raise ApiError(500, f"embedding failed: {e}") from None
-        except Exception as e:  # the batch failed: this request's error, the server goes on
-            LOG.exception("elmo serve: a request's embedding failed")
-            raise ApiError(500, f"embedding failed: {type(e).__name__}: {e}") from None
-
-    async def read_request(request: Request, fields: tuple[str, ...]) -> dict:
-        deadline = deadline_of(request)
-        body_deadline = time.monotonic() + BODY_SECONDS
-        body = parse_json(await read_body(request, limits.max_body_bytes,
-                                          body_deadline if deadline is None else min(deadline, body_deadline)))
-        check_fields(body, fields)
-        if body.get("prompt_name") is not None:
-            raise ApiError(422, "prompt_name: this model has no prompts; leave it out", field="prompt_name")
-        return body
-
-    def read_dimensions(body: dict) -> None:
-        wanted = body.get("dimensions")
-        if wanted is not None and wanted != dim:
-            raise ApiError(422, f"dimensions: this model's vectors have {dim} dimensions, got {shown(wanted)}",
-                           field="dimensions")
-
-    @app.get("/health")
-    async def health():
-        if not batcher.ready:
-            raise ApiError(503, f"not ready: {batcher.status}")
-        return _json({"status": "ok"})
-
-    @app.get("/info")
-    async def get_info():
-        return _json(info)
-
-    @app.get("/metrics")
-    async def get_metrics():
-        return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
-
-    def batched(handler):
-        """An endpoint whose request the batcher expects from its start (it waits for it while
-        forming a batch, :meth:`~elmo.serve.batching.Batcher.expecting`), within the request's
-        time."""
-        @functools.wraps(handler)
-        async def expected(request: Request):
-            request.state.elmo_deadline = None if request_timeout is None else time.monotonic() + request_timeout
-            with batcher.expecting() as coming:
-                request.state.elmo_coming = coming
-                return await handler(request)
-
-        return expected
-
-    @app.post("/embed_all")
-    @batched
-    async def embed_all(request: Request):
-        body = await read_request(request, EMBED_ALL_FIELDS)
-        sentences = read_inputs(body.get("inputs"), "inputs", limits, read_truncation(body))
-        layers = read_layers(body.get("layers", embed_all_default), n_layers, pooled=False)
-        return _answer(await embed(request, sentences, Output(layers=layers), "inputs",
-                                   isinstance(body.get("inputs"), str)))
-
-    async def tei_embed(request: Request):
-        body = await read_request(request, EMBED_FIELDS)
-        inputs = body.get("inputs")
-        sentences = read_inputs(inputs, "inputs", limits, read_truncation(body))
-        refuse_empty(sentences, "inputs", isinstance(inputs, str))
-        layers = read_layers(body.get("layers", DEFAULT_POOLED_LAYERS), n_layers, pooled=True)
-        pooling = read_choice(body, "pooling", POOLINGS, DEFAULT_POOLING)
-        normalize = read_bool(body, "normalize", True)  # TEI's default
-        read_dimensions(body)
-        return _answer(await embed(request, sentences, Output(layers, pooling, normalize), "inputs",
-                                   isinstance(inputs, str)))
-
-    # TEI answers its clients (huggingface_hub's InferenceClient.feature_extraction) on "/".
-    app.post("/embed")(batched(tei_embed))
-    app.post("/")(batched(tei_embed))
-
-    @app.post("/v1/embeddings")
-    @batched
-    async def openai_embeddings(request: Request):
-        body = await read_request(request, OPENAI_FIELDS)
-        inputs = body.get("input")
-        sentences = read_inputs(inputs, "input", limits)
-        refuse_empty(sentences, "input", isinstance(inputs, str))
-        if not isinstance(body.get("model", ""), str):
-            raise ApiError(422, f"model: expected a string, got {shown(body['model'])}", field="model")
-        encoding = read_choice(body, "encoding_format", ENCODINGS, "float")
-        layers = read_layers(body.get("layers", DEFAULT_POOLED_LAYERS), n_layers, pooled=True)
-        pooling = read_choice(body, "pooling", POOLINGS, DEFAULT_POOLING)
-        normalize = read_bool(body, "normalize", False)
-        read_dimensions(body)
-        vectors = await embed(request, sentences, Output(layers, pooling, normalize), "input", isinstance(inputs, str))
-        return _answer(openai_response(vectors, model_name, encoding, sum(len(s) for s in sentences)))
-
-    @app.post("/tokenize")
-    async def tokenize(request: Request):
-        request.state.elmo_deadline = None if request_timeout is None else time.monotonic() + request_timeout
-        body = await read_request(request, TOKENIZE_FIELDS)
-        inputs = body.get("inputs")
-        texts = [inputs] if isinstance(inputs, str) else inputs
-        if not isinstance(texts, list) or not texts or not all(isinstance(t, str) for t in texts):
-            raise ApiError(422, f"inputs: expected a string or a non-empty list of strings, got {shown(inputs)}",
-                           field="inputs")
-        special = read_bool(body, "add_special_tokens", True)
-
-        def counted() -> int:  # the same bounds as an embedding request's, off the event loop
-            for i, text in enumerate(texts):
-                refuse_surrogates(text, "inputs" if isinstance(inputs, str) else f"inputs[{i}]")
-            return batch_tokens(read_inputs(inputs, "inputs", limits))
-
-        cost = await asyncio.to_thread(counted)
-        try:
-            with batcher.admitted(cost):
-                answer = await asyncio.to_thread(lambda: dumps(tokenize_response(texts, special)))
-        except Overloaded as e:
-            metrics.refused.labels("max_queued_tokens").inc()
-            raise ApiError(429, str(e), limit="max_queued_tokens", headers={"Retry-After": str(e.retry_after)}) \
-                from None
-        except ServerClosed as e:
-            raise ApiError(503, f"{e}; try again", headers={"Retry-After": "1"}) from None
-        return Response(answer, media_type="application/json")
-
-    def model_card() -> dict:
-        return {"id": model_name, "object": "model", "created": created, "owned_by": "elmo"}
-
-    @app.get("/v1/models")
-    async def list_models():
-        return _json({"object": "list", "data": [model_card()]})
-
-    @app.get("/v1/models/{name:path}")
-    async def get_model(name: str):
-        if name != model_name:
-            raise ApiError(404, f"model: no model {shown(name)} here; this server serves {model_name!r}",
-                           field="model", limit="model_not_found")
-        return _json(model_card())
-
+    add_routes(app, Endpoints(Admission(batcher, metrics, request_timeout), model_name, info, limits))
     return app
 
 
