@@ -101,11 +101,12 @@ def test_passive_waiting_only_where_other_work_needs_the_cores():
     assert chosen == [False, n >= 1 and n - 0.4 > 0.5, True, n - 1.0 > n - 0.5, True, True]
 
 
-def test_the_load_of_others_reads_the_average_and_the_tasks_running_now():
-    assert threads.others_load("0.25 0.20 0.10 1/90 123\n") == 0.25  # only this process runs
+def test_the_load_of_others_is_the_tasks_running_now_besides_this_one():
+    assert threads.others_load("0.25 0.20 0.10 1/90 123\n") == 0  # only this process runs
     assert threads.others_load("0.25 0.20 0.10 4/90 123\n") == 3  # three others running now
-    assert threads.others_load("3.50 2.00 1.00 1/90 123\n") == 3.5  # busy for the last minute
-    assert threads.others_load("garbage") >= 0  # unreadable: os.getloadavg, else taken as busy
+    assert threads.others_load("3.50 2.00 1.00 1/90 123\n") == 0  # a past minute's load is not now's
+    assert threads.others_load("garbage") == float("inf")  # unreadable: taken as busy
+    assert 0 <= threads.others_load() < float("inf")  # this machine's, read five times
 
 
 @pytest.mark.parametrize("user", [None, "ACTIVE"])

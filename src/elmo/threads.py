@@ -26,6 +26,7 @@ from __future__ import annotations
 import math
 import os
 import sys
+import time
 from collections.abc import MutableMapping
 
 from elmo.checks import check_count
@@ -37,21 +38,22 @@ WAIT_POLICY = "PASSIVE"
 CGROUP_ROOT = "/sys/fs/cgroup"
 
 
-def others_load(loadavg: str | None = None) -> float:
-    """How many cores other work keeps busy, by ``/proc/loadavg`` (``loadavg``: its text): the
-    larger of the 1-minute load average and the tasks running at this moment besides this
-    process. The average catches a machine busy for a while, the count one that just became
-    busy (the average lags by a minute). Where it cannot be read, ``inf``: taken as busy."""
-    text = _read("/proc/loadavg") if loadavg is None else loadavg
-    try:
-        fields = (text or "").split()
-        average, running = float(fields[0]), int(fields[3].split("/")[0])
-    except (IndexError, ValueError):
+def others_load(loadavg: str | None = None, samples: int = 5) -> float:
+    """How many cores other work keeps busy now: the tasks running besides this process, by the
+    fourth field of ``/proc/loadavg`` (``loadavg``: one reading's text, for tests), the median of
+    ``samples`` readings a millisecond apart so that a passing task does not count. Not the load
+    average: it still holds elmo's own previous command for a minute, and would take the second
+    of two runs in a row for a busy machine. Where it cannot be read, ``inf``: taken as busy."""
+    readings = []
+    for i in range(1 if loadavg is not None else samples):
+        if i:
+            time.sleep(0.001)
+        text = _read("/proc/loadavg") if loadavg is None else loadavg
         try:
-            return os.getloadavg()[0]
-        except OSError:
+            readings.append(int((text or "").split()[3].split("/")[0]) - 1)
+        except (IndexError, ValueError):
             return math.inf
-    return max(average, running - 1)
+    return float(sorted(readings)[len(readings) // 2])
 
 
 def prepare_openmp(environ: MutableMapping[str, str] | None = None, load: float | None = None) -> bool:
@@ -60,8 +62,8 @@ def prepare_openmp(environ: MutableMapping[str, str] | None = None, load: float 
     if PyTorch is not loaded yet and the user set none of :data:`WAIT_VARIABLES`. Returns whether
     it set it; children started later inherit it.
 
-    The machine counts as busy when ``load`` (default :func:`others_load`) is more than half a
-    core beyond the CPUs our threads leave free. Both choices are measured (docs/speed.md, "Under
+    The machine counts as busy when ``load`` (default :func:`others_load`: other tasks running
+    now) is more than half a core beyond the CPUs our threads leave free. Both choices are measured (docs/speed.md, "Under
     contention"): on busy cores, OpenMP's spinning threads hold the cores their descheduled
     siblings need (``elmo embed`` 2.09x and ``elmo train`` 3.05x slower than their best thread
     count, passive waiting: within 1.29x); on quiet ones, passive waiting makes every parallel
