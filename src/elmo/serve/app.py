@@ -659,8 +659,9 @@ def add_routes(app: FastAPI, endpoints: Endpoints) -> None:
     )
     for method, path, handler in routes:
         app.add_api_route(path, handler, methods=[method])
-    app.add_exception_handler(ApiError, _api_error)
-    app.add_exception_handler(HTTPException, _http_error)
+    # The decorator's form: Starlette's add_exception_handler is typed for handlers of any Exception.
+    app.exception_handler(ApiError)(_api_error)
+    app.exception_handler(HTTPException)(_http_error)
 
 
 def _lifespan(batcher: Batcher, *, model_name: str, warmup: bool, request_timeout: float | None, in_process: bool,
