@@ -6,10 +6,12 @@ library and the server follow.
   other jobs) a spinning thread holds the core its descheduled sibling needs, and every operator
   waits for that sibling: on a 2-core machine with other jobs running, a 300-line ``elmo embed``
   took 69 s at the default threads against 13 s with passive waiting (docs/speed.md, "Under
-  contention"). :func:`prepare_openmp` asks for passive waiting (``OMP_WAIT_POLICY=PASSIVE``)
-  before PyTorch is first imported, unless the user chose a wait policy (``OMP_WAIT_POLICY``,
-  ``GOMP_SPINCOUNT``, or Intel OpenMP's ``KMP_BLOCKTIME``): the OpenMP runtime reads them once,
-  when it loads, so afterwards nothing can be changed (and nothing is).
+  contention"). On quiet cores the spin is what makes small operators fast (passive waiting cost
+  2.46x there). :func:`prepare_openmp` asks for passive waiting (``OMP_WAIT_POLICY=PASSIVE``)
+  before PyTorch is first imported where other tasks are running (:func:`others_load`), unless
+  the user chose a wait policy (``OMP_WAIT_POLICY``, ``GOMP_SPINCOUNT``, or Intel OpenMP's
+  ``KMP_BLOCKTIME``): the OpenMP runtime reads them once, when it loads, so afterwards nothing
+  can be changed (and nothing is).
 * **How many.** :func:`available_cpus`: the CPUs this process may run on (its affinity mask,
   ``taskset``/``cpuset``) and, under a container's CPU quota (cgroup v2 ``cpu.max``, v1
   ``cpu.cfs_quota_us``), no more than the quota rounded up. The default thread count is that,
