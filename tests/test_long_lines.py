@@ -37,6 +37,24 @@ def test_a_long_sentence_in_windows_equals_it_whole(model):
                                rtol=0, atol=1e-5)
 
 
+def test_the_batch_path_streamed_is_the_batch_path_whole(model):
+    """stream_batch, the file pipeline's one path, gives embed_batch's vectors token by token: a
+    long sentence in pieces of at most max_tokens, every other sentence in one piece."""
+    rng = random.Random(11)
+    long = [rng.choice(EMBED_WORDS) for _ in range(300)]
+    embedder = Embedder(model, max_tokens=128)
+    pieces = list(embedder.stream_batch([long]))
+    assert len(pieces) == 3 and all(len(p) <= 128 for p in pieces)
+    (whole,) = embedder.embed_batch([long])
+    np.testing.assert_array_equal(np.concatenate(pieces).transpose(1, 0, 2), whole)
+    short = corpus(4, seed=12)
+    arrays = embedder.embed_batch([s.split() for s in short])
+    streamed = list(embedder.stream_batch([s.split() for s in short]))
+    assert [p.shape[0] for p in streamed] == [len(s.split()) for s in short]
+    for piece, array in zip(streamed, arrays):
+        np.testing.assert_array_equal(piece.transpose(1, 0, 2), array)
+
+
 @pytest.mark.parametrize("layout", ["allennlp", "packed"])
 def test_a_file_with_a_long_line_streams_it_in_windows(tmp_path, model, layout):
     lines = corpus(12, seed=8)

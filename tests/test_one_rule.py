@@ -90,9 +90,6 @@ def test_the_umask_is_read_only_in_fileio():
 
 LONGEST = 80  # lines of a function, its def to its last line
 REASON = "Long on purpose"
-# Long functions not yet split: this list only shrinks (a function that gets short leaves it).
-NOT_YET_SPLIT = {"inference/embed_file.py:write", "inference/embed_file.py:_embed_into_journal",
-                 "inference/onnx_export.py:build_onnx"}
 
 
 def long_functions():
@@ -106,9 +103,5 @@ def long_functions():
 
 def test_no_function_is_long_without_saying_why():
     """A function over 80 lines splits into named steps, or its docstring says why it may not."""
-    found = {where: length for where, length in long_functions() if where not in NOT_YET_SPLIT}
+    found = dict(long_functions())
     assert not found, f"split these, or say in the docstring why not ({REASON!r}): {found}"
-
-
-def test_the_list_of_functions_not_yet_split_only_shrinks():
-    assert NOT_YET_SPLIT <= {where for where, _ in long_functions()}, "take the split ones off the list"

@@ -1,11 +1,18 @@
 """Embedding text with a biLM in memory: the :class:`Embedder` API.
 
-``Embedder(model, batch_size=..., ...)`` holds the settings of every call; :meth:`Embedder.embed`
-embeds sentences with per-call options (as sentence-transformers' ``encode``), and the older
-methods (:meth:`~Embedder.embed_sentences`, :meth:`~Embedder.embed_sentence`,
-:meth:`~Embedder.embed_batch`, :meth:`~Embedder.embed_long_sentence`) stay as they were. Files
-go through the resumable, sharded pipeline of :mod:`elmo.inference.embed_file`, which uses an
-Embedder (:meth:`Embedder.embed_file` is a thin wrapper over it).
+``Embedder(model, batch_size=..., ...)`` holds the settings of every call. Three methods embed:
+
+* :meth:`Embedder.embed`: sentences in, one array per sentence out, with per-call options (as
+  sentence-transformers' ``encode``);
+* :meth:`Embedder.embed_sentence`: one sentence, one array;
+* :meth:`Embedder.embed_batch`: one batch as the caller formed it, the path both of them, the file
+  pipeline and the server run; :meth:`Embedder.stream_batch` gives the same vectors token by token,
+  so that a sentence of any length is never held whole.
+
+:meth:`~Embedder.embed_sentences` (the older name of :meth:`~Embedder.embed`, positional options)
+and :meth:`~Embedder.embed_file` (``FileEmbedder(...).write(...)``) are thin aliases, kept because
+public code calls them. Files go through the resumable, sharded pipeline of
+:mod:`elmo.inference.embed_file`, which uses an Embedder.
 """
 
 from __future__ import annotations
@@ -168,10 +175,43 @@ class Embedder:
 
     @torch.inference_mode()
     def embed_batch(self, batch: Sequence[Sequence[str]]) -> list[np.ndarray]:
-        """One batch through the biLM (:meth:`Runtime.run_batch <elmo.inference.runtime.Runtime.run_batch>`,
-        under the state policy): a ``(L+1, n_tokens, dim)`` float32 array per sentence. The one
-        batch path: :meth:`embed` and :class:`~elmo.inference.embed_file.FileEmbedder` both run it."""
+        """One batch through the biLM, under the state policy: a ``(L+1, n_tokens, dim)`` float32
+        array per sentence. A batch of one sentence over the token budget (``max_tokens``) runs in
+        windows (:mod:`elmo.inference.long_lines`) and comes back whole; every other batch runs at
+        once (:meth:`Runtime.run_batch <elmo.inference.runtime.Runtime.run_batch>`). A non-finite
+        vector raises :class:`~elmo.checks.NonFiniteOutputError` naming its row."""
         rows = [as_tokens(s, "batch") for s in batch]
+        if self._in_windows(rows):
+            return [np.concatenate(list(self._windows(rows[0]))).transpose(1, 0, 2)]
+        return self._run_rows(rows)
+
+    def stream_batch(self, batch: Sequence[Sequence[str]], *, spill_dir: str | os.PathLike | None = None,
+                     progress=None) -> Iterator[np.ndarray]:
+        """The vectors :meth:`embed_batch` gives, token by token: ``(tokens, L+1, dim)`` float32
+        pieces, the batch's sentences in order, which is how the file pipeline stores them. A lone
+        sentence over the token budget comes in pieces of at most ``max_tokens`` tokens and is
+        never held whole (its temporary files go to ``spill_dir``; ``progress(done, total)`` is
+        called after each window); every other sentence comes as one piece."""
+        rows = [as_tokens(s, "batch") for s in batch]
+        if self._in_windows(rows):
+            return self._windows(rows[0], spill_dir, progress)
+        return (array.transpose(1, 0, 2) for array in self._run_rows(rows))
+
+    def _in_windows(self, rows: Sequence[Sequence[str]]) -> bool:
+        """Whether a batch is a lone sentence over the batch budget, which runs in windows (never in
+        stateful mode, where a sentence's state depends on the rows around it)."""
+        return len(rows) == 1 and len(rows[0]) + 2 > self.max_tokens and self.state != "stateful"
+
+    def _windows(self, tokens: Sequence[str], spill_dir: str | os.PathLike | None = None,
+                 progress=None) -> Iterator[np.ndarray]:
+        """One sentence in windows: ``(tokens, L+1, dim)`` pieces (:mod:`elmo.inference.long_lines`)."""
+        pieces = embed_long_sentence(self.runtime, tokens, self.max_tokens,
+                                     None if spill_dir is None else os.fspath(spill_dir), progress)
+        return _finite_pieces(pieces)
+
+    @torch.inference_mode()
+    def _run_rows(self, rows: list[list[str]]) -> list[np.ndarray]:
+        """A batch at once: ``(L+1, n_tokens, dim)`` views of one array, per sentence."""
         out = self.runtime.run_batch(rows)
         values = out.layers.float().cpu()
         layers = values.numpy()
@@ -208,20 +248,6 @@ class Embedder:
         if batch:
             yield batch
 
-    def runs_in_windows(self, sentence: Sequence[str]) -> bool:
-        """Whether a sentence is over the batch budget and goes through the windowed path
-        (:mod:`elmo.inference.long_lines`); never in stateful mode."""
-        return len(sentence) + 2 > self.max_tokens and self.state != "stateful"
-
-    def embed_long_sentence(self, sentence: Sequence[str], spill_dir: str | os.PathLike | None = None,
-                            progress=None) -> Iterator[np.ndarray]:
-        """One sentence of any length in bounded memory: ``(tokens, L+1, dim)`` float32 pieces of
-        at most ``max_tokens`` tokens, in order (see :mod:`elmo.inference.long_lines`; ``progress``
-        is called there after each window)."""
-        pieces = embed_long_sentence(self.runtime, as_tokens(sentence), self.max_tokens,
-                                     None if spill_dir is None else os.fspath(spill_dir), progress)
-        return _finite_pieces(pieces)
-
     def embed(self, sentences: str | Sequence[str | Sequence[str]], *, layers: Layers = DEFAULT_LAYERS,
               batch_size: int | None = None, progress: bool = False) -> list[np.ndarray]:
         """Embed sentences, with this call's options: each sentence a string (split on
@@ -241,12 +267,8 @@ class Embedder:
         with progress_bar(progress, total=len(tokenized), unit="sent") as bar:
             for indices in self.batches(tokenized, batch_size):
                 try:
-                    if len(indices) == 1 and self.runs_in_windows(tokenized[indices[0]]):
-                        whole = np.concatenate(list(self.embed_long_sentence(tokenized[indices[0]])))
-                        results[indices[0]] = select_layers(whole.transpose(1, 0, 2), layers)
-                    else:
-                        for i, array in zip(indices, self.embed_batch([tokenized[i] for i in indices])):
-                            results[i] = select_layers(array, layers)
+                    for i, array in zip(indices, self.embed_batch([tokenized[i] for i in indices])):
+                        results[i] = select_layers(array, layers)
                 except NonFiniteOutputError as e:  # its row: now the sentence's index in this call
                     raise NonFiniteOutputError(indices[e.row], f"sentence {indices[e.row]}") from None
                 bar.update(len(indices))
@@ -254,7 +276,9 @@ class Embedder:
 
     def embed_sentences(self, sentences: str | Sequence[str | Sequence[str]], layers: Layers = DEFAULT_LAYERS,
                         batch_size: int | None = None, progress: bool = False) -> list[np.ndarray]:
-        """:meth:`embed` with its options given by position too (the older signature)."""
+        """The older name of :meth:`embed`, whose options may also come by position (``elmo.allennlp``,
+        the server and much public code call it): ``embed(sentences, layers=..., batch_size=...,
+        progress=...)``."""
         return self.embed(sentences, layers=layers, batch_size=batch_size, progress=progress)
 
     def embed_sentence(self, sentence: str | Sequence[str], layers: Layers = DEFAULT_LAYERS) -> np.ndarray:

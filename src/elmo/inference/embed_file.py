@@ -91,8 +91,8 @@ class FileEmbedder:
     The embedder is used, never changed (in stateful mode a file starts from zero state, so the
     state it carries between calls is reset, as ``Embedder.embed_file`` always did). It is used
     through public names only: its settings, :meth:`~elmo.inference.embed.Embedder.batches`,
-    :meth:`~elmo.inference.embed.Embedder.embed_batch` (the runtime's one batch path) and the
-    windowed path for long lines; of its runtime, what the run's fingerprint records
+    :meth:`~elmo.inference.embed.Embedder.stream_batch` (the embedder's one batch path, token by
+    token, long lines in windows); of its runtime, what the run's fingerprint records
     (:meth:`~elmo.inference.runtime.Runtime.weights_fingerprint`,
     :meth:`~elmo.inference.runtime.Runtime.vocab_cache_fingerprint`, ``precision``) and, in
     stateful mode, :meth:`~elmo.inference.runtime.Runtime.reset_state` and
@@ -162,39 +162,15 @@ class FileEmbedder:
         fingerprint = jsonio.loads(json.dumps(self.fingerprint(chunk, (rank, world))), "the run's fingerprint")
         work = WorkFolder(target)
         try:
-            if os.path.exists(target):
-                try:
-                    info = file_info(target) if resume else None
-                except jsonio.JSONFileError:  # its elmo_info is not elmo's: refused, named, unless replaced
-                    if not overwrite:
-                        raise
-                    info = None
-                if info is not None and info.get("fingerprint") == fingerprint:
-                    work.remove()  # a run killed after its output was in place, before cleaning up
-                    if world > 1:
-                        write_manifest(output_path, world, fingerprint)
-                    return EmbedReport(target, info["sentences"], info["tokens"], os.path.getsize(target), 0,
-                                       time.perf_counter() - started, already_complete=True)
-                if not overwrite:
-                    finished = " and is not the finished output of a run with these settings" if resume else ""
-                    raise FileExistsError(f"{target}: already exists{finished}; pass --force (overwrite=True) to "
-                                          "replace it")
-            about = {"input": os.fspath(input_path), "output": os.fspath(target),
-                     "model_source": embedder.source}
-            if work.exists():
-                work.check_ours()  # never take over or delete a folder that is not ours
-            if work.exists() and resume:
-                work.open(fingerprint)
-            elif work.exists() and overwrite:
-                work.remove()
-                work.create(fingerprint, about)
-            elif work.exists():
-                raise FileExistsError(f"{work.path}: the work file of an interrupted run of {target}: continue it "
-                                      "with --resume (resume=True), or start over with --force (overwrite=True)")
-            elif os.path.exists(work.path):
-                raise FileExistsError(f"{work.path}: in the way of this run's work file; move it away")
-            else:
-                work.create(fingerprint, about)
+            finished = self._finished_output(target, fingerprint, resume, overwrite)
+            if finished is not None:
+                work.remove()  # a run killed after its output was in place, before cleaning up
+                if world > 1:
+                    write_manifest(output_path, world, fingerprint)
+                return EmbedReport(target, finished["sentences"], finished["tokens"], os.path.getsize(target), 0,
+                                   time.perf_counter() - started, already_complete=True)
+            about = {"input": os.fspath(input_path), "output": os.fspath(target), "model_source": embedder.source}
+            open_work_folder(work, target, fingerprint, about, resume=resume, overwrite=overwrite)
             try:
                 # Every frame is verified (CRC-32) before it is reused; a damaged one is embedded again.
                 frames = work.scan(chained=embedder.state == "stateful")
@@ -203,14 +179,7 @@ class FileEmbedder:
                                                            world)
                 frames = sorted(frames + appended, key=lambda f: (f.chunk, f.batch))
                 writing = time.perf_counter()
-                with atomic_path(target) as tmp, h5py.File(tmp, "w") as fout:
-                    writer = create_writer(fout, options, token_shape)
-                    write_from_journal(work, frames, writer, token_shape, np.dtype(DTYPES[options.dtype]),
-                                       window_for(embedder.max_tokens))
-                    # The source is recorded, not fingerprinted: the weights' fingerprint decides.
-                    writer.finish({"fingerprint": fingerprint, "input": os.fspath(input_path),
-                                   "shard": [rank, world], "state": embedder.state,
-                                   "model_source": embedder.source})
+                written = self._write_output(work, frames, target, token_shape, fingerprint, input_path, (rank, world))
                 writing = time.perf_counter() - writing
                 if world > 1:
                     write_manifest(output_path, world, fingerprint)
@@ -221,8 +190,40 @@ class FileEmbedder:
                 raise
         finally:
             work.release()
-        return EmbedReport(target, writer.sentences, writer.tokens, os.path.getsize(target), resumed,
+        return EmbedReport(target, written.sentences, written.tokens, os.path.getsize(target), resumed,
                            time.perf_counter() - started, write_seconds=writing, reembedded=again)
+
+    def _finished_output(self, target: str, fingerprint: dict, resume: bool, overwrite: bool) -> dict | None:
+        """The ``elmo_info`` of an output already in place from a run with these settings (only when
+        resuming), else None; an output in the way without ``overwrite`` is refused."""
+        if not os.path.exists(target):
+            return None
+        try:
+            info = file_info(target) if resume else None
+        except jsonio.JSONFileError:  # its elmo_info is not elmo's: refused, named, unless replaced
+            if not overwrite:
+                raise
+            info = None
+        if info is not None and info.get("fingerprint") == fingerprint:
+            return info
+        if not overwrite:
+            finished = " and is not the finished output of a run with these settings" if resume else ""
+            raise FileExistsError(f"{target}: already exists{finished}; pass --force (overwrite=True) to replace it")
+        return None
+
+    def _write_output(self, work: WorkFolder, frames: list[Frame], target: str, token_shape: tuple[int, ...],
+                      fingerprint: dict, input_path, shard: tuple[int, int]):
+        """The output, from the journal's frames, written to a temporary file renamed into place;
+        returns the layout's writer (its ``sentences`` and ``tokens``)."""
+        embedder, options = self.embedder, self.options
+        with atomic_path(target) as tmp, h5py.File(tmp, "w") as fout:
+            writer = create_writer(fout, options, token_shape)
+            write_from_journal(work, frames, writer, token_shape, np.dtype(DTYPES[options.dtype]),
+                               window_for(embedder.max_tokens))
+            # The source is recorded, not fingerprinted: the weights' fingerprint decides.
+            writer.finish({"fingerprint": fingerprint, "input": os.fspath(input_path), "shard": list(shard),
+                           "state": embedder.state, "model_source": embedder.source})
+        return writer
 
     def _embed_into_journal(self, input_path, work: WorkFolder, frames: list[Frame], token_shape: tuple[int, ...],
                             chunk: int, rank: int, world: int) -> tuple[list[Frame], int]:
@@ -230,8 +231,7 @@ class FileEmbedder:
         batch by batch, one frame per batch. Returns the frames appended, and how many of their
         sentences were embedded again because the journal's frame for them was damaged (the
         user is warned, in one line)."""
-        embedder, options, max_line_tokens = self.embedder, self.options, self.max_line_tokens
-        progress, position = self.progress, self.progress_position
+        embedder = self.embedder
         done_batches: dict[int, dict[int, Frame]] = {}  # chunk -> batch -> its frame
         for frame in frames:
             done_batches.setdefault(frame.chunk, {})[frame.batch] = frame
@@ -240,23 +240,16 @@ class FileEmbedder:
         lost = set().union(*(d.lost() for d in work.damage))
         frontier = (frames[-1].chunk, frames[-1].batch) if frames else (-1, -1)
         lost_tail_bytes, again = work.lost_tail_bytes, 0
-        row_bytes = int(np.prod(token_shape)) * np.dtype(DTYPES[options.dtype]).itemsize
-        if embedder.state == "stateful":
-            embedder.runtime.reset_state()
-            if frames:
-                with open(work.journal_path, "rb") as f:
-                    embedder.runtime.carried_state = self._decode_state(work.read_state(f, frames[-1]))
-        total: list[int | None] = [None]
-        counter = threading.Thread(target=lambda: total.__setitem__(0, count_lines(input_path)), daemon=True)
-        counter.start()
-        counter.join(timeout=1.0)  # a plain file is counted by then; a big .gz goes on in the background
+        row_bytes = int(np.prod(token_shape)) * np.dtype(DTYPES[self.options.dtype]).itemsize
+        self._restore_state(work, frames)
+        total = count_lines_in_background(input_path)
         desc = f"shard {rank}/{world}" if world > 1 else None
-        done = sum(f.sentences for f in frames)
         tokens_done = 0
-        max_bytes = max_line_tokens * MAX_BYTES_PER_TOKEN
+        max_bytes = self.max_line_tokens * MAX_BYTES_PER_TOKEN
         lines = ((n, line) for n, line in enumerate(read_lines(input_path, max_bytes)) if n % world == rank)
-        with work.appender() as journal, progress_bar(progress, unit="sent", initial=done, desc=desc,
-                                                      position=position) as bar:
+        with work.appender() as journal, progress_bar(self.progress, unit="sent", desc=desc,
+                                                      initial=sum(f.sentences for f in frames),
+                                                      position=self.progress_position) as bar:
             started = time.perf_counter()
             for c, block in enumerate(chunks(lines, chunk)):
                 digest = chunk_digest(line for _, line in block)
@@ -267,58 +260,25 @@ class FileEmbedder:
                                      "same input, or start over with --force (overwrite=True)")
                 if have and have[max(have)].last and len(have) == max(have) + 1:
                     continue  # complete
-                texts = [line.strip() for _, line in block]
-                tokenized = [tokenize(t) for t in texts]
-                for (number, _), tokens in zip(block, tokenized):
-                    if len(tokens) > max_line_tokens:
-                        raise ValueError(f"{input_path}:{number + 1}: {len(tokens):,} tokens, more than the limit of "
-                                         f"{max_line_tokens:,} for one line (max_line_tokens, --max-line-tokens)")
-                    if embedder.state == "stateful" and len(tokens) + 2 > embedder.max_tokens:
-                        raise ValueError(f"{input_path}:{number + 1}: {len(tokens):,} tokens; stateful mode embeds a "
-                                         f"line only within a batch, of at most max_tokens ({embedder.max_tokens:,}) "
-                                         "padded tokens per row: raise --max-tokens, or use --state warm or reset, "
-                                         "which embed long lines in windows")
+                texts, tokenized = self._read_block(input_path, block)
                 batches = list(embedder.batches(tokenized))
-                # A chunk the interrupted run was in: its batches come again, alike.
-                for b, frame in have.items():
-                    if b >= len(batches) or frame.sentences != len(batches[b]) or frame.last != (b == len(batches) - 1):
-                        raise ValueError(f"{work.path}: its batches do not match this run's for lines "
-                                         f"{block[0][0] + 1}..{block[-1][0] + 1}; start over with --force")
+                check_batches_alike(work, block, have, batches)
                 for b, indices in enumerate(batches):
                     if bar.total is None and total[0] is not None:
                         bar.total = shard_lines(total[0], rank, world)
                         bar.refresh()
                     if b in have:
                         continue
-                    rows = [tokenized[i] for i in indices]
-                    n_tokens = [len(r) for r in rows]
-                    try:  # a batch with a NaN vector fails the run, naming its line (never exit 0)
-                        if len(rows) == 1 and embedder.runs_in_windows(rows[0]):
-                            moving = _LongLineProgress(bar, f"line {block[indices[0]][0] + 1}")
-                            pieces = (options.select(p) for p in embedder.embed_long_sentence(
-                                rows[0], spill_dir=work.path, progress=moving))
-                        else:  # the embedder's one batch path, stored token by token: (tokens, *token_shape)
-                            pieces = [options.select(layers.transpose(1, 0, 2)) for layers in embedder.embed_batch(rows)]
-                        state = b""
-                        if embedder.state == "stateful":
-                            carried = embedder.runtime.carried_state
-                            state = (carried.c.float().cpu().numpy().tobytes()
-                                     + carried.h.float().cpu().numpy().tobytes())
-                        frame = journal.append(chunk=c, batch=b, last=b == len(batches) - 1, digest=digest,
-                                               line_numbers=[block[i][0] for i in indices], n_tokens=n_tokens,
-                                               texts=[texts[i] for i in indices], vectors=pieces,
-                                               vector_bytes=sum(n_tokens) * row_bytes,
-                                               state=state)
-                    except NonFiniteOutputError as e:
-                        raise e.at(f"{input_path}:{block[indices[e.row]][0] + 1}") from None
-                    bar.n = int(bar.n)  # drops a long line's fraction (_LongLineProgress): whole lines count here
+                    sentences = [(block[i][0], texts[i], tokenized[i]) for i in indices]
+                    frame = self._append_batch(journal, input_path, work, sentences, chunk=c, batch=b,
+                                               last=b == len(batches) - 1, digest=digest, row_bytes=row_bytes, bar=bar)
                     if (c, b) in lost or (c, b) < frontier:
                         again += len(indices)
                     elif lost_tail_bytes > 0:
                         again += len(indices)
                         lost_tail_bytes -= frame.end - frame.offset
                     bar.update(len(indices))
-                    tokens_done += sum(n_tokens)
+                    tokens_done += frame.tokens
                     bar.set_postfix_str(f"{tokens_done / max(1e-9, time.perf_counter() - started):,.0f} tok/s",
                                         refresh=False)
             if bar.total is None:
@@ -327,6 +287,59 @@ class FileEmbedder:
         if work.damage:
             warnings.warn(work.damage_report(again), stacklevel=3)
         return journal.frames, again
+
+    def _restore_state(self, work: WorkFolder, frames: list[Frame]) -> None:
+        """Stateful mode: a file starts from zero state, a resumed one from the state its journal's last frame carries."""
+        runtime = self.embedder.runtime
+        if self.embedder.state != "stateful":
+            return
+        runtime.reset_state()
+        if frames:
+            with open(work.journal_path, "rb") as f:
+                runtime.carried_state = self._decode_state(work.read_state(f, frames[-1]))
+
+    def _read_block(self, input_path, block: list[tuple[int, str]]) -> tuple[list[str], list[list[str]]]:
+        """A chunk's lines (``(number, line)``) as texts and token lists; a line over the token limit,
+        or in stateful mode over the batch budget, is refused with its line number."""
+        embedder, max_line_tokens = self.embedder, self.max_line_tokens
+        texts = [line.strip() for _, line in block]
+        tokenized = [tokenize(t) for t in texts]
+        for (number, _), tokens in zip(block, tokenized):
+            if len(tokens) > max_line_tokens:
+                raise ValueError(f"{input_path}:{number + 1}: {len(tokens):,} tokens, more than the limit of "
+                                 f"{max_line_tokens:,} for one line (max_line_tokens, --max-line-tokens)")
+            if embedder.state == "stateful" and len(tokens) + 2 > embedder.max_tokens:
+                raise ValueError(f"{input_path}:{number + 1}: {len(tokens):,} tokens; stateful mode embeds a "
+                                 f"line only within a batch, of at most max_tokens ({embedder.max_tokens:,}) "
+                                 "padded tokens per row: raise --max-tokens, or use --state warm or reset, "
+                                 "which embed long lines in windows")
+        return texts, tokenized
+
+    def _append_batch(self, journal, input_path, work: WorkFolder, sentences: list[tuple[int, str, list[str]]], *,
+                      chunk: int, batch: int, last: bool, digest: bytes, row_bytes: int, bar) -> Frame:
+        """Embed one batch (``sentences``: ``(line number, text, tokens)``) and append its frame to the
+        journal: the vectors token by token, and in stateful mode the state it leaves. A NaN vector
+        fails the run, naming its line (never exit 0)."""
+        embedder = self.embedder
+        rows = [tokens for _, _, tokens in sentences]
+        n_tokens = [len(r) for r in rows]
+        try:
+            # Token by token, (tokens, *token_shape); a long line moves the bar as it goes.
+            moving = _LongLineProgress(bar, f"line {sentences[0][0] + 1}")
+            pieces = (self.options.select(p) for p in embedder.stream_batch(rows, spill_dir=work.path,
+                                                                            progress=moving))
+            state = b""
+            if embedder.state == "stateful":
+                carried = embedder.runtime.carried_state
+                state = carried.c.float().cpu().numpy().tobytes() + carried.h.float().cpu().numpy().tobytes()
+            frame = journal.append(chunk=chunk, batch=batch, last=last, digest=digest,
+                                   line_numbers=[number for number, _, _ in sentences], n_tokens=n_tokens,
+                                   texts=[text for _, text, _ in sentences], vectors=pieces,
+                                   vector_bytes=sum(n_tokens) * row_bytes, state=state)
+        except NonFiniteOutputError as e:
+            raise e.at(f"{input_path}:{sentences[e.row][0] + 1}") from None
+        bar.n = int(bar.n)  # drops a long line's fraction (_LongLineProgress): whole lines count here
+        return frame
 
     def _decode_state(self, data: bytes) -> BiLMState:
         """The LSTM state a journal frame stored (float32 ``c`` then ``h``): ``c`` ``(2, L, rows, dim)``,
@@ -406,6 +419,46 @@ def write_from_journal(work: WorkFolder, frames: list[Frame], writer, token_shap
             for _, n, text, offset in sentences:
                 writer.add(text, n, WorkFolder.read_vectors(f, offset, n, token_shape, dtype, piece_rows))
             start = stop + 1
+
+
+def count_lines_in_background(input_path) -> list[int | None]:
+    """The input's line count, for the progress bar: a one-item list that a background thread fills
+    in (a plain file is counted within a second, a big ``.gz`` goes on while embedding starts)."""
+    total: list[int | None] = [None]
+    counter = threading.Thread(target=lambda: total.__setitem__(0, count_lines(input_path)), daemon=True)
+    counter.start()
+    counter.join(timeout=1.0)
+    return total
+
+
+def check_batches_alike(work: WorkFolder, block: list[tuple[int, str]], have: dict[int, Frame],
+                        batches: list[list[int]]) -> None:
+    """A chunk the interrupted run was in: its batches (``have``: batch -> frame) must come again, alike."""
+    for b, frame in have.items():
+        if b >= len(batches) or frame.sentences != len(batches[b]) or frame.last != (b == len(batches) - 1):
+            raise ValueError(f"{work.path}: its batches do not match this run's for lines "
+                             f"{block[0][0] + 1}..{block[-1][0] + 1}; start over with --force")
+
+
+def open_work_folder(work: WorkFolder, target: str, fingerprint: dict, about: dict, *, resume: bool,
+                     overwrite: bool) -> None:
+    """Open an interrupted run's work folder to resume it, or create a fresh one (discarding the old
+    one with ``overwrite``); a folder that is not ours, or an interrupted run without ``resume`` or
+    ``overwrite``, is refused."""
+    if work.exists():
+        work.check_ours()  # never take over or delete a folder that is not ours
+    if work.exists() and resume:
+        work.open(fingerprint)
+    elif work.exists() and overwrite:
+        work.remove()
+        work.create(fingerprint, about)
+    elif work.exists():
+        raise FileExistsError(f"{work.path}: the work file of an interrupted run of {target}: continue it "
+                              "with --resume (resume=True), or start over with --force (overwrite=True)")
+    elif os.path.exists(work.path):
+        raise FileExistsError(f"{work.path}: in the way of this run's work file; move it away")
+    else:
+        work.create(fingerprint, about)
 
 
 def check_shard(shard: tuple[int, int]) -> tuple[int, int]:

@@ -212,23 +212,60 @@ def build_onnx(model: BiLM, state: str = "warm") -> "onnx.ModelProto":
     Refuses, in one line, what the graph cannot hold: a model of ELMoForManyLangs' character
     dictionary (its ids are not bilm-tf's)."""
     _require_onnx()
-    from onnx import TensorProto, helper
+    from onnx import helper
 
     if state not in EXPORT_STATES:
         raise ValueError(f"state: expected one of {', '.join(EXPORT_STATES)}, got {state!r}")
     if not isinstance(model.characters, ByteCharacters):
         raise ConfigError("char_cnn.characters: the ONNX export takes bilm-tf's character ids; this model reads "
                           "ELMoForManyLangs' dictionary ids, which the graph cannot make")
-    config = model.config
-    lstm = config.lstm
-    n_layers, dim, proj = lstm.n_layers, lstm.dim, lstm.projection_dim
+    lstm = model.config.lstm
     b = _Builder([], [])
     b.weight("one", np.array(1.0, dtype=np.float32))
     b.weight("zero", np.array(0.0, dtype=np.float32))
     b.weight("forget_bias", np.array(1.0, dtype=np.float32))  # elmo.model.network.FORGET_BIAS, not in the bias
-    b.weight("gate_split", np.array([dim] * 4, dtype=np.int64))
+    b.weight("gate_split", np.array([lstm.dim] * 4, dtype=np.int64))
+    masks = _masks(b)
+    tokens = b.node("Mul", [_token_encoder(model, b, "char_ids", masks.batch_time), masks.keep_float],
+                    "tokens_masked")
+    initial = _initial_state(model, state)
+    if initial is not None:
+        b.weight("initial_c", initial[0])
+        b.weight("initial_h", initial[1])
+    outputs, finals_c, finals_h = {}, [], []
+    for d, (direction, layers) in enumerate((("forward", model.forward_layers), ("backward", model.backward_layers))):
+        outputs[direction], final_c, final_h = _direction(b, lstm, d, direction, layers, tokens, masks,
+                                                          initial is not None)
+        finals_c.append(final_c)
+        finals_h.append(final_h)
+    _layers_output(b, tokens, outputs, masks.token_mask)
+    proto = _model_proto(b, model, state, finals_c, finals_h)
+    from elmo.version import __version__
 
-    # A row is a real one (a boundary or a token) where any of its ids is non-zero, as in bilm-tf.
+    helper.set_model_props(proto, {"elmo_version": __version__, "state": state, "n_layers": str(lstm.n_layers),
+                                   "output_dim": str(2 * lstm.projection_dim),
+                                   "char_ids": "bilm-tf, with <S> and </S> rows"})
+    proto.ir_version = min(proto.ir_version, 8)  # what onnxruntime 1.13+ reads (opset 17's IR)
+    return proto
+
+
+@dataclass
+class _Masks:
+    """The graph's names for which rows are real: ``token_mask`` (batch, time + 2) bool, ``lengths``
+    (batch,), ``keep`` (batch, time + 2, 1) bool and ``keep_float``, and the shapes ``batch_time``, ``batch``."""
+
+    token_mask: str
+    lengths: str
+    keep: str
+    keep_float: str
+    batch_time: str
+    batch: str
+
+
+def _masks(b: "_Builder") -> _Masks:
+    """Which rows of ``char_ids`` are real: a boundary or a token, where any of its ids is non-zero (as in bilm-tf)."""
+    from onnx import TensorProto
+
     token_mask = b.node("Greater", [b.node("ReduceMax", [b.node("Cast", ["char_ids"], to=TensorProto.FLOAT)],
                                            "row_max", axes=[2], keepdims=0), "zero"], "token_mask")
     lengths = b.node("ReduceSum", [b.node("Cast", [token_mask], to=TensorProto.INT64),
@@ -237,55 +274,68 @@ def build_onnx(model: BiLM, state: str = "warm") -> "onnx.ModelProto":
     keep_float = b.node("Cast", [keep], "keep_float", to=TensorProto.FLOAT)
     batch_time = b.node("Shape", ["char_ids"], "batch_time", start=0, end=2)
     batch = b.node("Shape", ["char_ids"], "batch", start=0, end=1)
+    return _Masks(token_mask, lengths, keep, keep_float, batch_time, batch)
 
-    tokens = b.node("Mul", [_token_encoder(model, b, "char_ids", batch_time), keep_float], "tokens_masked")
 
-    initial = _initial_state(model, state)
-    if initial is not None:
-        b.weight("initial_c", initial[0])
-        b.weight("initial_h", initial[1])
-    directions = (("forward", model.forward_layers), ("backward", model.backward_layers))
-    outputs, finals_c, finals_h = {}, [], []
-    for d, (direction, layers) in enumerate(directions):
-        x = tokens if d == 0 else b.node("ReverseSequence", [tokens, lengths], "backward_in", batch_axis=0,
-                                         time_axis=1)
-        layer_outputs, layer_c, layer_h = [], [], []
-        for index, layer in enumerate(layers):
-            prefix = f"{direction}{index}"
-            starts = []
-            b.weight(f"{prefix}_d", np.array(d, dtype=np.int64))
-            for part, size in (("c", dim), ("h", proj)):
-                # This layer's (batch, size) slice of the initial state (2, L, rows, size).
-                one = b.node("Gather", [b.node("Gather", [f"initial_{part}", f"{prefix}_d"],
-                                               axis=0), b.weight(f"{prefix}_{part}_l", np.array(index, dtype=np.int64))], axis=0)
-                if initial is not None:  # one row for every sentence
-                    one = b.node("Expand", [one, b.node("Concat", [batch, b.weight(f"{prefix}_{part}_size",
-                                                                                   np.array([size], dtype=np.int64))],
-                                                        axis=0)], f"{prefix}_{part}0")
-                starts.append(one)
-            x_gates = b.node("Add", [b.node("MatMul", [x, b.weight(f"{prefix}_input_t", _array(layer.input_weight).T)]),
-                                     b.weight(f"{prefix}_bias", _array(layer.bias))], f"{prefix}_x_gates")
-            b.weight(f"{prefix}_state_t", _array(layer.state_weight).T)
-            b.weight(f"{prefix}_projection_t", _array(layer.projection).T)
-            for clip, which in ((lstm.cell_clip, "cell"), (lstm.proj_clip, "proj")):
-                if clip is not None:
-                    b.weight(f"{prefix}_{which}_min", np.array(-clip, dtype=np.float32))
-                    b.weight(f"{prefix}_{which}_max", np.array(clip, dtype=np.float32))
-            body = _lstm_body(layer, prefix, lstm.cell_clip, lstm.proj_clip)
-            c_final, h_final, out = b.node("Scan", [*starts, x_gates, keep], f"{prefix}_scan", outputs=3, body=body,
-                                           num_scan_inputs=2, scan_input_axes=[1, 1], scan_output_axes=[1])
-            if index > 0 and lstm.use_skip_connections:
-                out = b.node("Add", [out, x], f"{prefix}_residual")  # the output only: the state stays the cell's
-            layer_outputs.append(out)
-            layer_c.append(b.node("Unsqueeze", [c_final, b.weight(f"{prefix}_axis0", np.array([0], dtype=np.int64))]))
-            layer_h.append(b.node("Unsqueeze", [h_final, f"{prefix}_axis0"]))
-            x = out
-        if d == 1:
-            layer_outputs = [b.node("ReverseSequence", [out, lengths], "backward_out", batch_axis=0, time_axis=1)
-                             for out in layer_outputs]
-        outputs[direction] = layer_outputs
-        finals_c.append(b.node("Concat", layer_c, f"{direction}_c", axis=0))
-        finals_h.append(b.node("Concat", layer_h, f"{direction}_h", axis=0))
+def _direction(b: "_Builder", lstm, d: int, direction: str, layers, tokens: str, masks: _Masks,
+               initial_per_row: bool) -> tuple[list[str], str, str]:
+    """One direction's LSTM stack over ``tokens`` (the backward one on the reversed sequence, its
+    outputs reversed back): the layers' outputs (batch, time + 2, proj) and the final ``c``
+    (L, batch, dim) and ``h`` (L, batch, proj)."""
+    x = tokens if d == 0 else b.node("ReverseSequence", [tokens, masks.lengths], "backward_in", batch_axis=0,
+                                     time_axis=1)
+    layer_outputs, layer_c, layer_h = [], [], []
+    for index, layer in enumerate(layers):
+        prefix = f"{direction}{index}"
+        out, c_final, h_final = _lstm_layer(b, lstm, layer, prefix, d, index, x, masks, initial_per_row)
+        if index > 0 and lstm.use_skip_connections:
+            out = b.node("Add", [out, x], f"{prefix}_residual")  # the output only: the state stays the cell's
+        layer_outputs.append(out)
+        layer_c.append(b.node("Unsqueeze", [c_final, b.weight(f"{prefix}_axis0", np.array([0], dtype=np.int64))]))
+        layer_h.append(b.node("Unsqueeze", [h_final, f"{prefix}_axis0"]))
+        x = out
+    if d == 1:
+        layer_outputs = [b.node("ReverseSequence", [out, masks.lengths], "backward_out", batch_axis=0, time_axis=1)
+                         for out in layer_outputs]
+    return (layer_outputs, b.node("Concat", layer_c, f"{direction}_c", axis=0),
+            b.node("Concat", layer_h, f"{direction}_h", axis=0))
+
+
+def _lstm_layer(b: "_Builder", lstm, layer, prefix: str, d: int, index: int, x: str, masks: _Masks,
+                initial_per_row: bool) -> tuple[str, str, str]:
+    """One LSTM layer as a ``Scan`` over time: its input product for all steps at once, then the
+    step (:func:`_lstm_body`) from this layer's slice of the initial state. Returns the names of
+    its output (batch, time + 2, proj), final ``c`` and final ``h``."""
+    dim, proj = lstm.dim, lstm.projection_dim
+    starts = []
+    b.weight(f"{prefix}_d", np.array(d, dtype=np.int64))
+    for part, size in (("c", dim), ("h", proj)):
+        # This layer's (batch, size) slice of the initial state (2, L, rows, size).
+        one = b.node("Gather", [b.node("Gather", [f"initial_{part}", f"{prefix}_d"],
+                                       axis=0), b.weight(f"{prefix}_{part}_l", np.array(index, dtype=np.int64))], axis=0)
+        if initial_per_row:  # one row for every sentence
+            one = b.node("Expand", [one, b.node("Concat", [masks.batch, b.weight(f"{prefix}_{part}_size",
+                                                                                 np.array([size], dtype=np.int64))],
+                                                axis=0)], f"{prefix}_{part}0")
+        starts.append(one)
+    x_gates = b.node("Add", [b.node("MatMul", [x, b.weight(f"{prefix}_input_t", _array(layer.input_weight).T)]),
+                             b.weight(f"{prefix}_bias", _array(layer.bias))], f"{prefix}_x_gates")
+    b.weight(f"{prefix}_state_t", _array(layer.state_weight).T)
+    b.weight(f"{prefix}_projection_t", _array(layer.projection).T)
+    for clip, which in ((lstm.cell_clip, "cell"), (lstm.proj_clip, "proj")):
+        if clip is not None:
+            b.weight(f"{prefix}_{which}_min", np.array(-clip, dtype=np.float32))
+            b.weight(f"{prefix}_{which}_max", np.array(clip, dtype=np.float32))
+    body = _lstm_body(layer, prefix, lstm.cell_clip, lstm.proj_clip)
+    c_final, h_final, out = b.node("Scan", [*starts, x_gates, masks.keep], f"{prefix}_scan", outputs=3, body=body,
+                                   num_scan_inputs=2, scan_input_axes=[1, 1], scan_output_axes=[1])
+    return out, c_final, h_final
+
+
+def _layers_output(b: "_Builder", tokens: str, outputs: dict[str, list[str]], token_mask: str) -> None:
+    """The graph's outputs ``layers`` (batch, L+1, time, 2*proj), the token layer twice then each
+    layer's two directions, boundary rows dropped and padding zero, and ``mask`` (batch, time)."""
+    from onnx import TensorProto, helper
 
     stack = [b.node("Concat", [tokens, tokens], "layer0", axis=2)]
     stack += [b.node("Concat", [f, bw], f"layer{k + 1}", axis=2)
@@ -304,6 +354,13 @@ def build_onnx(model: BiLM, state: str = "warm") -> "onnx.ModelProto":
     b.nodes.append(helper.make_node("Mul", [cut, out_keep], ["layers"]))
     b.nodes.append(helper.make_node("Identity", [out_mask], ["mask"]))
 
+
+def _model_proto(b: "_Builder", model: BiLM, state: str, finals_c: list[str], finals_h: list[str]) -> "onnx.ModelProto":
+    """The graph's inputs and outputs (in stateful mode also the state in and out) around its nodes, as a model."""
+    from onnx import TensorProto, helper
+
+    lstm = model.config.lstm
+    n_layers, dim, proj = lstm.n_layers, lstm.dim, lstm.projection_dim
     value = helper.make_tensor_value_info
     width = model.token_encoder.n_slots
     inputs = [value("char_ids", TensorProto.INT64, ["batch", "time_with_boundaries", width])]
@@ -322,14 +379,8 @@ def build_onnx(model: BiLM, state: str = "warm") -> "onnx.ModelProto":
     inputs[0].doc_string = ("bilm-tf character ids (batch, time + 2, 50) int64: <S>, one row per token, </S>, "
                             "then zero rows (docs/onnx.md)")
     graph = helper.make_graph(b.nodes, "elmo_bilm", inputs, graph_outputs, b.initializers)
-    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="elmo",
-                              doc_string="ELMo biLM (elmo export --format onnx); inputs and outputs: docs/onnx.md")
-    from elmo.version import __version__
-
-    helper.set_model_props(proto, {"elmo_version": __version__, "state": state, "n_layers": str(n_layers),
-                                   "output_dim": str(2 * proj), "char_ids": "bilm-tf, with <S> and </S> rows"})
-    proto.ir_version = min(proto.ir_version, 8)  # what onnxruntime 1.13+ reads (opset 17's IR)
-    return proto
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="elmo",
+                             doc_string="ELMo biLM (elmo export --format onnx); inputs and outputs: docs/onnx.md")
 
 
 def weight_bytes(proto: "onnx.ModelProto") -> int:
