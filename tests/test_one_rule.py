@@ -1,6 +1,6 @@
 """One rule per concern, held by a scan of ``src/``: every JSON read goes through ``elmo.jsonio``'s
 bounded reader, every number a caller gives is checked by ``elmo.checks`` (one wording of "must be
-at least"), and the umask idiom lives in ``elmo.fileio``. A new module that does any of these its
+at least"), the umask idiom lives in ``elmo.fileio`` and so does every HDF5 file written to disk. A new module that does any of these its
 own way fails here, not in a user's hands. Each exception below says why it is one."""
 
 from __future__ import annotations
@@ -86,6 +86,37 @@ def test_the_umask_is_read_only_in_fileio():
     found = [f"{name}:{node.lineno}" for name, tree in modules() if name != "fileio.py" for node in ast.walk(tree)
              if isinstance(node, ast.Attribute) and node.attr in ("umask", "chmod")]
     assert not found, f"give a file plain permissions with elmo.fileio.give_plain_permissions: {found}"
+
+
+# (module, why it makes an HDF5 file itself)
+HDF5_WRITER_EXCEPTIONS = {
+    "fileio.py": "the one writer itself (atomic_hdf5)",
+    "hdf5io.py": "a file image built in memory (hdf5_image), which fileio.atomic_write_bytes writes",
+}
+
+
+def _writes_hdf5(node: ast.AST) -> bool:
+    """A call ``h5py.File(..., mode)`` that creates or changes a file (any mode but ``"r"``, h5py's default)."""
+    if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "File"
+            and isinstance(node.func.value, ast.Name) and node.func.value.id == "h5py"):
+        return False
+    modes = [a for a in node.args[1:2]] + [k.value for k in node.keywords if k.arg == "mode"]
+    return not all(isinstance(m, ast.Constant) and m.value == "r" for m in modes)
+
+
+def test_every_hdf5_file_is_written_by_the_one_writer():
+    """h5py's own driver does not survive a failed write (a full disk, ``ulimit -f``): a segfault in
+    the next file opened. elmo.fileio.atomic_hdf5 keeps the error from HDF5 and names the output."""
+    found = [f"{name}:{node.lineno}" for name, tree in modules() if name not in HDF5_WRITER_EXCEPTIONS
+             for node in ast.walk(tree) if _writes_hdf5(node)]
+    assert not found, f"write HDF5 with elmo.fileio.atomic_hdf5: {found}"
+    opened = [name for name, tree in modules() if any(_writes_hdf5(node) for node in ast.walk(tree))]
+    assert sorted(opened) == sorted(HDF5_WRITER_EXCEPTIONS)
+
+
+def test_the_hdf5_scan_sees_a_writer():
+    tree = ast.parse('import h5py\nh5py.File(p, "w")\nh5py.File(p, mode="a")\nh5py.File(p)\nh5py.File(p, "r")\n')
+    assert [_writes_hdf5(node) for node in ast.walk(tree) if isinstance(node, ast.Call)] == [True, True, False, False]
 
 
 LONGEST = 80  # lines of a function, its def to its last line

@@ -9,6 +9,7 @@ every input is byte for byte what it was. A new verb joins by being in the parse
 output and no base command below fails the test that checks the table against the parser."""
 
 import argparse
+import contextlib
 import hashlib
 import os
 import shutil
@@ -286,58 +287,125 @@ def test_a_full_device_names_the_output(capsys):
 
 
 # --------------------------------------------------------------------- OS errors name the output
-_UNDER_A_FILE_SIZE_LIMIT = r"""
+_WRITERS_UNDER_A_LIMIT = r"""
 import json, os, resource, signal, sys
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # as a shell's `ulimit -f` with the signal ignored: EFBIG
 from elmo.cli.main import main, _quiet_unraisable
+from elmo.allennlp.command import main as allennlp_main
 sys.unraisablehook = _quiet_unraisable  # as the command line sets it
-out, cases = sys.argv[1], json.loads(sys.argv[2])
-resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))
+cases, limit = json.loads(sys.argv[1]), int(sys.argv[2])
+if limit:
+    resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
 for argv in cases:
-    print(json.dumps([argv, main(argv)]), flush=True)
+    code = allennlp_main(argv[1:]) if argv[0] == "allennlp" else main(argv)
+    print(json.dumps([argv, code]), flush=True)
 """
+MODEL = ["--options", str(ALLENNLP / "options.json"), "--weights", str(ALLENNLP / "lm_weights.hdf5")]
 
 
-@pytest.mark.slow  # two processes that import PyTorch: about 20 s on 2 busy cores
-def test_a_file_size_limit_names_the_output_in_every_writer(tmp_path):
-    """``ulimit -f``: PyTorch's writer said "unexpected pos 576 vs 534" (a traceback), Python's
-    file writes "File too large" naming nothing. Every writer names its output now."""
-    model = ["--options", str(ALLENNLP / "options.json"), "--weights", str(ALLENNLP / "lm_weights.hdf5")]
-    (tmp_path / "words.txt").write_text("".join(f"w{i}\n" for i in range(2000)))
-    m = tmp_path / "in" / "M"
-    m.mkdir(parents=True)
-    shutil.copy(ALLENNLP / "options.json", m / "options.json")
-    shutil.copy(ALLENNLP / "lm_weights.hdf5", m / "weights.hdf5")
-    outputs = {"convert --to elmo": ["convert", str(m), str(tmp_path / "m.pt"), "--to", "elmo"],
-               "convert": ["convert", str(m), str(tmp_path / "bilm")],
-               "cache-vocab": ["cache-vocab", str(tmp_path / "words.txt"), str(tmp_path / "c.hdf5"), *model],
-               "vocab": ["vocab", str(tmp_path / "words.txt"), "--output", str(tmp_path / "v.txt"), "--min-count", "1"],
-               "export": ["export", str(tmp_path / "in" / "run"), "--output", str(tmp_path / "exported")]}
+def _written_by(argv: list[str]) -> str:
+    return argv[argv.index("--output") + 1] if "--output" in argv else argv[2 + (argv[0] == "allennlp")]
+
+
+@pytest.fixture(scope="module")
+def writer_inputs(tmp_path_factory):
+    """What the writers read: a word list, 300 lines, a model folder and a tiny training run."""
     from elmo.training.train import Trainer
 
-    Trainer(tiny_settings(tmp_path / "in" / "run", max_tokens=4 * 10 * 5)).run()
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1] / "src"), "OMP_NUM_THREADS": "1"}
+    w = tmp_path_factory.mktemp("writer-inputs")
+    (w / "words.txt").write_text("".join(f"w{i}\n" for i in range(2000)))
+    (w / "lines.txt").write_text("".join(f"the cat number {i} sat on the mat .\n" for i in range(300)))
+    (w / "M").mkdir()
+    shutil.copy(ALLENNLP / "options.json", w / "M" / "options.json")
+    shutil.copy(ALLENNLP / "lm_weights.hdf5", w / "M" / "weights.hdf5")
+    Trainer(tiny_settings(w / "run", max_tokens=4 * 10 * 5)).run()
+    return w
+
+
+def _writers(w: Path, o: Path) -> dict[str, list[str]]:
+    """Every kind of writer (PyTorch's, HDF5's, a model folder, a text file, an ONNX file, the
+    journal of embed, the AllenNLP command's), its outputs in ``o``."""
+    lines = str(w / "lines.txt")
+    return {"convert --to elmo": ["convert", str(w / "M"), str(o / "m.pt"), "--to", "elmo"],
+            "convert": ["convert", str(w / "M"), str(o / "bilm")],
+            "cache-vocab": ["cache-vocab", str(w / "words.txt"), str(o / "c.hdf5"), *MODEL],
+            "vocab": ["vocab", str(w / "words.txt"), "--output", str(o / "v.txt"), "--min-count", "1"],
+            "export": ["export", str(w / "run"), "--output", str(o / "exported")],
+            "export --format onnx": ["export", str(w / "M"), "--format", "onnx", "--output", str(o / "m.onnx")],
+            "embed": ["embed", lines, str(o / "e.hdf5"), *MODEL],
+            "allennlp elmo": ["allennlp", "elmo", lines, str(o / "a.hdf5"), "--all", "--options-file",
+                              str(ALLENNLP / "options.json"), "--weight-file", str(ALLENNLP / "lm_weights.hdf5")]}
+
+
+def _every_writer_names_its_output(w: Path, folder: Path, failing: set[str], words: str, limit: int = 0) -> None:
+    """Run every writer into ``folder`` in one process (under ``ulimit -f limit`` if given): none may
+    crash the process; each in ``failing``, and any other that fails, exits 2 with one line that
+    names its output and says ``words``; no temporary file and no failed output is left."""
     import json
 
-    # A model's files are built in memory and written by Python, so one process runs them all
-    # (export crashed with a segfault here, in HDF5's cleanup after its failed write). The vocabulary
-    # cache still writes through HDF5 (its size is the vocabulary's), and after a failed write HDF5
-    # may crash the next file the process opens: it runs alone, as a user runs one command.
-    groups = [["convert --to elmo", "export", "convert", "vocab"], ["cache-vocab"]]
-    running = [subprocess.Popen([sys.executable, "-c", _UNDER_A_FILE_SIZE_LIMIT, str(tmp_path),
-                                 json.dumps([outputs[label] for label in group])], stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True, env=env) for group in groups]
-    for group, process in zip(groups, running):
-        stdout, stderr = process.communicate(timeout=120)
-        codes = [json.loads(line)[1] for line in stdout.splitlines()]
-        assert codes == [2] * len(group), (group, stderr[-3000:])
-        errors = [line for line in stderr.splitlines() if ": error: " in line]
-        assert len(errors) == len(group), (group, stderr[-3000:])
-        for label, line in zip(group, errors):
-            argv = outputs[label]
-            written = argv[argv.index("--output") + 1] if "--output" in argv else argv[2]
-            assert "ulimit -f" in line and written in line and "elmo-tmp" not in line, (label, line)
-    assert sorted(os.listdir(tmp_path)) == ["in", "words.txt"]  # no temporary left
+    cases = _writers(w, folder)
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1] / "src"), "OMP_NUM_THREADS": "1"}
+    process = subprocess.run([sys.executable, "-c", _WRITERS_UNDER_A_LIMIT, json.dumps(list(cases.values())),
+                              str(limit)], capture_output=True, text=True, env=env, timeout=180)
+    assert process.returncode == 0, process.stderr[-3000:]  # no crash: every command returned
+    codes = dict(zip(cases, (json.loads(line)[1] for line in process.stdout.splitlines())))
+    errors = iter(line for line in process.stderr.splitlines() if ": error: " in line)
+    assert len(codes) == len(cases), process.stderr[-3000:]
+    for label, argv in cases.items():
+        if codes[label] == 0 and label not in failing:
+            continue
+        line = next(errors)
+        assert codes[label] == 2 and words in line and _written_by(argv) in line and "elmo-tmp" not in line, \
+            (limit, label, line)
+    assert next(errors, None) is None
+    shutil.rmtree(folder / "e.hdf5.partial", ignore_errors=True)  # the interrupted run's work file, to resume
+    kept = set(os.listdir(folder))
+    assert not any("elmo-tmp" in n for n in kept), kept  # no temporary left
+    assert not kept & {os.path.basename(_written_by(cases[label])) for label in failing}
+
+
+@pytest.mark.slow  # processes that import PyTorch: about 20 s on 2 busy cores
+def test_a_file_size_limit_names_the_output_in_every_writer(writer_inputs, tmp_path):
+    """``ulimit -f``: PyTorch's writer said "unexpected pos 576 vs 534" (a traceback), Python's
+    file writes "File too large" naming nothing, and HDF5's own driver crashed the process (a
+    segfault in the next file it opened). Every writer names its output now, all in one process,
+    with a limit the first block meets and one that HDF5's outputs (embed's and the AllenNLP
+    command's, about 1.1 MB each) meet midway, after HDF5 wrote its metadata."""
+    for limit, failing in {4096: set(_writers(writer_inputs, tmp_path)), 300_000: {"embed", "allennlp elmo"}}.items():
+        folder = tmp_path / f"under-{limit}"
+        folder.mkdir()
+        _every_writer_names_its_output(writer_inputs, folder, failing, "ulimit -f", limit)
+
+
+@contextlib.contextmanager
+def _small_file_system(path: Path, size: str):
+    """A tmpfs of ``size`` at ``path`` (root only; skips where mounting is not allowed)."""
+    path.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], capture_output=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"a small file system for a real full disk needs mount (as root): {mounted.stderr.decode()[:200]}")
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", str(path)], check=True)
+
+
+@pytest.mark.slow  # processes that import PyTorch: about 20 s on 2 busy cores
+def test_a_full_disk_names_the_output_in_every_writer(writer_inputs, tmp_path):
+    """A real full disk (ENOSPC from a file system, not /dev/full's first write): a disk with no
+    block free, where every writer fails, and one with 300 KB free, where HDF5's outputs fail
+    midway and HDF5 then read back metadata that never reached the disk ("bad heap index")."""
+    words = "no space left on the device"
+    cases = _writers(writer_inputs, tmp_path)
+    with _small_file_system(tmp_path / "full", "1m") as full:
+        (full / "out").mkdir()
+        with pytest.raises(OSError), open(full / "filler", "wb") as f:
+            while True:
+                f.write(b"\0" * 4096)
+                f.flush()
+        _every_writer_names_its_output(writer_inputs, full / "out", set(cases), words)
+    with _small_file_system(tmp_path / "small", "300k") as small:
+        _every_writer_names_its_output(writer_inputs, small, {"embed", "allennlp elmo"}, words)
 
 
 def test_a_write_error_without_a_name_is_the_outputs(tmp_path):

@@ -337,6 +337,61 @@ def save_torch(payload, path: str | os.PathLike, **options) -> None:
             raise type(found)(found.errno, os.strerror(found.errno), os.fspath(path)) from error
 
 
+class _HeldErrorFile:
+    """A binary file for HDF5 to write through (h5py's file-object driver) that never lets a write
+    error reach HDF5: it keeps the first OSError of a write, truncate or flush and drops what comes
+    after, so that HDF5 closes cleanly (its own handling of a failed write raised from destructors,
+    and the next file the process opened crashed it: a segfault) and the error is raised after."""
+
+    def __init__(self, f):
+        self.f, self.error = f, None
+
+    def _held(self, call, *args, done=None):
+        if self.error is None:
+            try:
+                return call(*args)
+            except OSError as error:
+                self.error = error
+        return done
+
+    def write(self, data):
+        return self._held(self.f.write, data, done=memoryview(data).nbytes)
+
+    def truncate(self, size=None):
+        return self._held(self.f.truncate, size, done=size)
+
+    def flush(self):
+        return self._held(self.f.flush)
+
+    def __getattr__(self, name):
+        return getattr(self.f, name)
+
+
+@contextlib.contextmanager
+def atomic_hdf5(path: str | os.PathLike, make_parents: bool = False) -> Iterator:
+    """Yield a new ``h5py.File`` written to a temporary file that :func:`atomic_path` renames onto
+    ``path`` if the block succeeds. A write error (a full disk, a quota, ``ulimit -f``) is raised,
+    naming ``path``, once HDF5 has closed the file: HDF5 never meets it (see :class:`_HeldErrorFile`).
+    Its writes go through Python, a little slower than HDF5's own driver."""
+    import h5py
+
+    path = os.fspath(path)
+    with atomic_path(path, make_parents) as tmp, open(tmp, "w+b") as raw:
+        held = _HeldErrorFile(raw)
+        try:
+            with h5py.File(held, "w") as f:
+                yield f
+            held.flush()
+        except Exception:
+            # After a write that failed, HDF5 may read back what never reached the disk and fail on
+            # it ("bad heap index"): the write error is what happened.
+            if held.error is None:
+                raise
+        if held.error is not None:
+            found = held.error
+            raise type(found)(found.errno, os.strerror(found.errno), path) from None
+
+
 # The errno HDF5 puts in its messages (h5py raises some write errors as RuntimeError, on close).
 _HDF5_ERRNO = re.compile(r"\berrno = (\d+)")
 
@@ -399,6 +454,19 @@ def _about_output(error: BaseException, tmp: str, path: str) -> BaseException:
     if translated is error and error.errno in WRITE_ERRNOS and error.filename is None:
         return type(error)(error.errno, os.strerror(error.errno), path)
     return translated
+
+
+@contextlib.contextmanager
+def writes_for(path: str | os.PathLike) -> Iterator[None]:
+    """Name ``path`` in a write error that names no file (a full disk, a quota, ``ulimit -f``) met
+    in the block: for writers whose files on the way are not one temporary file, as the work
+    folder of ``elmo embed`` beside its output. An error that names its file passes unchanged."""
+    try:
+        yield
+    except OSError as error:
+        if error.errno in WRITE_ERRNOS and error.filename is None:
+            raise type(error)(error.errno, os.strerror(error.errno), os.fspath(path)) from None
+        raise
 
 
 @contextlib.contextmanager
@@ -775,11 +843,11 @@ def atomic_folder(output: str | os.PathLike, write, overwrite: bool = False, *, 
 
     tmp = Path(_new_folder_beside(os.fspath(output), "new"))
     try:
-        _write_owner(os.fspath(tmp), kind)
         try:
+            _write_owner(os.fspath(tmp), kind)
             write(tmp)
-        except OSError as error:
-            translated = _naming_the_target(error, os.fspath(tmp), os.fspath(output))
+        except (OSError, RuntimeError) as error:  # a full disk names the output, not the temporary folder
+            translated = _about_output(error, os.fspath(tmp), os.fspath(output))
             if translated is not error:
                 raise translated from None
             raise

@@ -108,6 +108,7 @@ def run(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    from elmo.fileio import os_error_message
     from elmo.hub.download import DownloadError
 
     def show_warning(message, category, filename, lineno, file=None, line=None):
@@ -118,7 +119,10 @@ def main(argv: list[str] | None = None) -> int:
         return run(args)
     except (ValueError, OSError, DownloadError) as e:
         # Bad input gets one clear line naming the file, line or option, not a traceback.
-        message = e.message_for(LOCAL_FILES) if isinstance(e, DownloadError) else str(e)
+        if isinstance(e, DownloadError):
+            message = e.message_for(LOCAL_FILES)
+        else:
+            message = os_error_message(e) if isinstance(e, OSError) else str(e)
         print(f"{COMMAND}: error: {message}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

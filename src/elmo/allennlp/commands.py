@@ -124,7 +124,7 @@ class ElmoEmbedder:
         import h5py
         from tqdm import tqdm
 
-        from elmo.fileio import atomic_path, check_output_file
+        from elmo.fileio import atomic_hdf5, check_output_file
 
         if output_format not in OUTPUT_FORMATS:
             raise ValueError(f"output_format: expected 'all', 'top' or 'average', got {output_format!r}")
@@ -134,7 +134,7 @@ class ElmoEmbedder:
             check_lines(sentences, source, use_sentence_keys)
         keys = sentences if use_sentence_keys else [str(i) for i in range(len(sentences))]
         vectors = self.embed_sentences((s.split() for s in sentences), batch_size)
-        with atomic_path(output_file_path) as tmp, h5py.File(tmp, "w") as fout, \
+        with atomic_hdf5(output_file_path) as fout, \
                 tqdm(total=len(sentences), unit="sent", **(progress if progress is not None else {"disable": True})) \
                 as bar:
             for number, (key, array) in enumerate(zip(keys, vectors), start=1):

@@ -23,7 +23,6 @@ import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import h5py
 import numpy as np
 import torch
 from tqdm import tqdm
@@ -33,7 +32,7 @@ from elmo.checks import NonFiniteOutputError, check_count
 from elmo.fileio import (
     MAX_LINE_BYTES,
     STDIN,
-    atomic_path,
+    atomic_hdf5,
     atomic_write_text,
     check_output_file,
     chunks,
@@ -41,6 +40,7 @@ from elmo.fileio import (
     count_lines,
     is_regular_file,
     read_lines,
+    writes_for,
 )
 from elmo.inference.journal import Frame, WorkFolder, chunk_digest
 from elmo.inference.long_lines import window_for
@@ -161,6 +161,15 @@ class FileEmbedder:
         # As work.json and elmo_info will hold it (tuples as lists), to compare with what they hold.
         fingerprint = jsonio.loads(json.dumps(self.fingerprint(chunk, (rank, world))), "the run's fingerprint")
         work = WorkFolder(target)
+        with writes_for(target):  # the work folder's errors too name the output the user gave
+            return self._write(input_path, output_path, target, work, fingerprint, token_shape, chunk, rank, world,
+                               resume=resume, overwrite=overwrite, started=started)
+
+    def _write(self, input_path, output_path, target: str, work: WorkFolder, fingerprint: dict,
+               token_shape: tuple[int, ...], chunk: int, rank: int, world: int, *, resume: bool, overwrite: bool,
+               started: float) -> EmbedReport:
+        """:meth:`write`'s work once its settings are checked: the journal, then the output from it."""
+        embedder = self.embedder
         try:
             finished = self._finished_output(target, fingerprint, resume, overwrite)
             if finished is not None:
@@ -216,7 +225,7 @@ class FileEmbedder:
         """The output, from the journal's frames, written to a temporary file renamed into place;
         returns the layout's writer (its ``sentences`` and ``tokens``)."""
         embedder, options = self.embedder, self.options
-        with atomic_path(target) as tmp, h5py.File(tmp, "w") as fout:
+        with atomic_hdf5(target) as fout:
             writer = create_writer(fout, options, token_shape)
             write_from_journal(work, frames, writer, token_shape, np.dtype(DTYPES[options.dtype]),
                                window_for(embedder.max_tokens))
@@ -285,7 +294,7 @@ class FileEmbedder:
                 bar.total = bar.n
                 bar.refresh()
         if work.damage:
-            warnings.warn(work.damage_report(again), stacklevel=3)
+            warnings.warn(work.damage_report(again), stacklevel=4)
         return journal.frames, again
 
     def _restore_state(self, work: WorkFolder, frames: list[Frame]) -> None:

@@ -15,11 +15,10 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
-import h5py
 import numpy as np
 import torch
 
-from elmo.fileio import atomic_path
+from elmo.fileio import atomic_hdf5
 from elmo.hdf5io import DamagedDatasetError, HDF5FileError, open_hdf5, read_dataset
 from elmo.inference.embed import Embedder
 from elmo.inference.precision import DEFAULT_PRECISION
@@ -106,7 +105,7 @@ def load_or_compute(embedder: Embedder, sentences: Sequence[Sequence[str]], cach
     layers = np.zeros((offsets[-1], n_layers, dim), dtype=dtype)
     for array, start in zip(arrays, offsets[:-1]):
         layers[start:start + array.shape[1]] = array.transpose(1, 0, 2)
-    with atomic_path(path, make_parents=True) as tmp, h5py.File(tmp, "w") as f:
+    with atomic_hdf5(path, make_parents=True) as f:
         f.attrs["format"] = FORMAT
         f.attrs["state"] = embedder.state
         f.attrs["precision"] = embedder.precision

@@ -18,7 +18,7 @@ import h5py
 import numpy as np
 import torch
 
-from elmo.fileio import atomic_path, check_output_file
+from elmo.fileio import atomic_hdf5, check_output_file
 from elmo.hdf5io import HDF5FileError, open_hdf5, read_dataset
 from elmo.kernels.encoder import encode_words_fast
 from elmo.model.network import BiLM
@@ -50,7 +50,7 @@ def save_vocab_cache(model: BiLM, words: Sequence[str], path: str | os.PathLike,
     check_output_file(path, overwrite)
     unique = list(dict.fromkeys(w for w in words if w))
     vectors = compute_token_vectors(model, unique)
-    with atomic_path(path) as tmp, h5py.File(tmp, "w") as f:
+    with atomic_hdf5(path) as f:
         f["embedding"] = vectors
         f.create_dataset("words", data=unique, dtype=h5py.string_dtype())
         f.attrs["fingerprint"] = encoder_fingerprint(model)
