@@ -298,13 +298,14 @@ if limit:
     resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
 for argv in cases:
     code = allennlp_main(argv[1:]) if argv[0] == "allennlp" else main(argv)
-    print(json.dumps([argv, code]), flush=True)
+    print("exit:", json.dumps([argv, code]), flush=True)  # beside what the commands print
 """
 MODEL = ["--options", str(ALLENNLP / "options.json"), "--weights", str(ALLENNLP / "lm_weights.hdf5")]
 
 
 def _written_by(argv: list[str]) -> str:
-    return argv[argv.index("--output") + 1] if "--output" in argv else argv[2 + (argv[0] == "allennlp")]
+    option = next((o for o in ("--output", "--json") if o in argv), None)
+    return argv[argv.index(option) + 1] if option else argv[2 + (argv[0] == "allennlp")]
 
 
 @pytest.fixture(scope="module")
@@ -324,7 +325,8 @@ def writer_inputs(tmp_path_factory):
 
 def _writers(w: Path, o: Path) -> dict[str, list[str]]:
     """Every kind of writer (PyTorch's, HDF5's, a model folder, a text file, an ONNX file, the
-    journal of embed, the AllenNLP command's), its outputs in ``o``."""
+    journal of embed, the AllenNLP command's, shards, a JSON report, a training run), its outputs
+    in ``o``."""
     lines = str(w / "lines.txt")
     return {"convert --to elmo": ["convert", str(w / "M"), str(o / "m.pt"), "--to", "elmo"],
             "convert": ["convert", str(w / "M"), str(o / "bilm")],
@@ -333,6 +335,12 @@ def _writers(w: Path, o: Path) -> dict[str, list[str]]:
             "export": ["export", str(w / "run"), "--output", str(o / "exported")],
             "export --format onnx": ["export", str(w / "M"), "--format", "onnx", "--output", str(o / "m.onnx")],
             "embed": ["embed", lines, str(o / "e.hdf5"), *MODEL],
+            "prepare": ["prepare", lines, "--output", str(o / "shards"), "--no-progress"],
+            "evaluate --json": ["evaluate", str(w / "run"), "--data", str(CORPUS), "--json", str(o / "ev.json"),
+                                "--no-progress"],
+            "train": ["train", "--vocab", str(VOCAB), "--train", str(CORPUS), "--output", str(o / "run"), "--config",
+                      "tiny", "--batch-size", "4", "--unroll-steps", "10", "--max-tokens", "800", "--checkpoint-every",
+                      "5", "--no-progress"],
             "allennlp elmo": ["allennlp", "elmo", lines, str(o / "a.hdf5"), "--all", "--options-file",
                               str(ALLENNLP / "options.json"), "--weight-file", str(ALLENNLP / "lm_weights.hdf5")]}
 
@@ -348,7 +356,8 @@ def _every_writer_names_its_output(w: Path, folder: Path, failing: set[str], wor
     process = subprocess.run([sys.executable, "-c", _WRITERS_UNDER_A_LIMIT, json.dumps(list(cases.values())),
                               str(limit)], capture_output=True, text=True, env=env, timeout=180)
     assert process.returncode == 0, process.stderr[-3000:]  # no crash: every command returned
-    codes = dict(zip(cases, (json.loads(line)[1] for line in process.stdout.splitlines())))
+    codes = dict(zip(cases, (json.loads(line[len("exit:"):])[1] for line in process.stdout.splitlines()
+                             if line.startswith("exit:"))))
     errors = iter(line for line in process.stderr.splitlines() if ": error: " in line)
     assert len(codes) == len(cases), process.stderr[-3000:]
     for label, argv in cases.items():
@@ -358,7 +367,9 @@ def _every_writer_names_its_output(w: Path, folder: Path, failing: set[str], wor
         assert codes[label] == 2 and words in line and _written_by(argv) in line and "elmo-tmp" not in line, \
             (limit, label, line)
     assert next(errors, None) is None
-    shutil.rmtree(folder / "e.hdf5.partial", ignore_errors=True)  # the interrupted run's work file, to resume
+    # What a resumed run continues from: embed's work file, a training run's folder.
+    shutil.rmtree(folder / "e.hdf5.partial", ignore_errors=True)
+    shutil.rmtree(folder / "run", ignore_errors=True)
     kept = set(os.listdir(folder))
     assert not any("elmo-tmp" in n for n in kept), kept  # no temporary left
     assert not kept & {os.path.basename(_written_by(cases[label])) for label in failing}
@@ -371,7 +382,9 @@ def test_a_file_size_limit_names_the_output_in_every_writer(writer_inputs, tmp_p
     segfault in the next file it opened). Every writer names its output now, all in one process,
     with a limit the first block meets and one that HDF5's outputs (embed's and the AllenNLP
     command's, about 1.1 MB each) meet midway, after HDF5 wrote its metadata."""
-    for limit, failing in {4096: set(_writers(writer_inputs, tmp_path)), 300_000: {"embed", "allennlp elmo"}}.items():
+    small = {"prepare", "evaluate --json"}  # outputs under 4 KiB: written
+    every = set(_writers(writer_inputs, tmp_path)) - small
+    for limit, failing in {4096: every, 300_000: {"embed", "allennlp elmo"}}.items():
         folder = tmp_path / f"under-{limit}"
         folder.mkdir()
         _every_writer_names_its_output(writer_inputs, folder, failing, "ulimit -f", limit)

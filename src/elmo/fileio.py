@@ -674,11 +674,14 @@ def make_owned_folder(path: str | os.PathLike, kind: str, make_parents: bool = F
     try:
         owner_id = _write_owner(tmp, kind)
         os.rename(tmp, path)  # onto an empty folder: replaces it; onto anything else: fails
-    except BaseException:
+    except BaseException as error:
         shutil.rmtree(tmp, ignore_errors=True)
         if os.path.lexists(path) and read_owner(path) is None:
             raise ForeignFolderError(f"{path}: already exists, and elmo did not make it; choose another "
                                      "output, or move it away") from None
+        translated = _about_output(error, tmp, path)  # a full disk: the folder asked for, not ours
+        if translated is not error:
+            raise translated from None
         raise
     return owner_id
 
