@@ -119,6 +119,50 @@ def test_the_hdf5_scan_sees_a_writer():
     assert [_writes_hdf5(node) for node in ast.walk(tree) if isinstance(node, ast.Call)] == [True, True, False, False]
 
 
+# (module, why it opens a file for writing other than the temporary of elmo.fileio.atomic_path)
+WRITE_EXCEPTIONS = {
+    "fileio.py": "the one writer itself",
+    "hub/checkpoints.py": "a model card inside the temporary folder of fileio.atomic_folder, renamed whole",
+    "inference/journal.py": "the journal in embed's own work folder, appended frame by frame and checked by CRC",
+    "training/prepare.py": "a shard's atomic_path temporary, held open across lines through an ExitStack",
+    "training/train.py": "metrics.csv in the run folder elmo owns, appended a row per logged step",
+}
+
+
+def _write_opens(tree: ast.AST) -> list[int]:
+    """Lines of ``open(path, mode)`` calls with a writing mode whose path is not a name bound by
+    ``with atomic_path(...) as name``."""
+    bound = {item.optional_vars.id for node in ast.walk(tree) if isinstance(node, (ast.With, ast.AsyncWith))
+             for item in node.items if isinstance(item.context_expr, ast.Call)
+             and getattr(item.context_expr.func, "id", getattr(item.context_expr.func, "attr", None)) == "atomic_path"
+             and isinstance(item.optional_vars, ast.Name)}
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "open" and node.args:
+            modes = node.args[1:2] + [k.value for k in node.keywords if k.arg == "mode"]
+            mode = modes[0].value if modes and isinstance(modes[0], ast.Constant) else "r"
+            path = node.args[0]
+            if any(c in mode for c in "wax+") and not (isinstance(path, ast.Name) and path.id in bound):
+                found.append(node.lineno)
+    return found
+
+
+def test_every_file_is_written_through_the_one_writer():
+    """A file opened for writing is an atomic_path temporary (renamed into place whole, its OS
+    errors naming the output, never an input), or its module says here why not."""
+    found = [f"{name}:{line}" for name, tree in modules() if name not in WRITE_EXCEPTIONS
+             for line in _write_opens(tree)]
+    assert not found, f"write through elmo.fileio (atomic_path, atomic_write_text, atomic_hdf5...): {found}"
+    writers = {name for name, tree in modules() if _write_opens(tree)}
+    assert set(WRITE_EXCEPTIONS) <= writers, set(WRITE_EXCEPTIONS) - writers  # an exception still needed
+
+
+def test_the_write_scan_sees_a_plain_open():
+    tree = ast.parse('with atomic_path(p) as tmp, open(tmp, "w") as f:\n    pass\nopen(p, "wb")\nopen(p)\n'
+                     'open(p, mode="a")\n')
+    assert _write_opens(tree) == [3, 5]
+
+
 LONGEST = 80  # lines of a function, its def to its last line
 REASON = "Long on purpose"
 

@@ -289,3 +289,40 @@ def test_a_heldout_fraction_that_gives_no_heldout_shard_is_said(tmp_path, capsys
     # No fraction asked for: nothing to say.
     assert main(["prepare", str(raw), "--output", str(tmp_path / "plain")]) == 0
     assert "warning" not in capsys.readouterr().err
+
+
+_NLTK_TIMEOUT = "regular-expression match exceeded its 5.0s time limit; the text may be hostile"
+
+
+def test_the_splitters_time_limit_in_training_names_the_inputs(tmp_path, monkeypatch):
+    """NLTK bounds its regular expressions in time (TimeoutError): the training's refusal names the inputs."""
+    src = tmp_path / "raw.txt"
+    write_articles(src, numbered_articles(2))
+
+    def gives_up(cls, paragraphs, lang="en", **kwargs):
+        next(iter(paragraphs))
+        raise TimeoutError(_NLTK_TIMEOUT)
+
+    monkeypatch.setattr(ParagraphTokenizer, "train", classmethod(gives_up))
+    with pytest.raises(ValueError) as refused:
+        prepare_corpus([src], tmp_path / "out")
+    message = str(refused.value)
+    assert message.startswith(f"{src}: the sentence splitter's training gave up") and "5.0s time limit" in message
+    assert "hostile" not in message and "\n" not in message and not (tmp_path / "out").exists()
+
+
+def test_the_splitters_time_limit_on_a_paragraph_names_its_file_and_line(tmp_path, monkeypatch):
+    src = tmp_path / "raw.txt"
+    write_articles(src, [["A first paragraph. It is fine."], ["Then this one, on line 3, is too hard."]])
+    real = ParagraphTokenizer.tokenize
+
+    def hard_on_line_3(self, paragraph):
+        if "line 3" in paragraph:
+            raise TimeoutError(_NLTK_TIMEOUT)
+        return real(self, paragraph)
+
+    monkeypatch.setattr(ParagraphTokenizer, "tokenize", hard_on_line_3)
+    with pytest.raises(ValueError, match=rf"^{re.escape(str(src))}:3: the sentence splitter gave up on this paragraph "
+                                         r"of 38 characters \(regular-expression match exceeded its 5.0s time limit\)"):
+        prepare_corpus([src], tmp_path / "out")
+    assert not (tmp_path / "out").exists()
