@@ -16,8 +16,12 @@ check would choose float32. Each timed run's peak resident memory is recorded to
 process's own ``ru_maxrss``). Each configuration runs once untimed first (the warm state is
 computed and cached per precision). The deviation compares the last round's outputs: for every
 token vector of every layer, its cosine to float32's (the minimum and the 0.1% quantile) and the
-largest absolute difference. Prints a table and writes JSON with the CPU's model and vector
-extensions.
+largest absolute difference. After each size's rounds, this CPU's own matrix products are timed in
+both precisions (``common.product_peaks``: the LSTM's product and a 2048 square one, through oneDNN
+and ``torch.matmul``): the products' own bfloat16 gain, against which each bfloat16 row's gain is
+given as a share ("of products' gain": the whole command's speed-up over the products' best-rate
+ratio, and over the LSTM shape's oneDNN ratio). Prints a table and writes JSON with the CPU's
+model and vector extensions.
 
     python benchmarks/bf16_whole_process.py --text SENTENCES --sizes small original \
         --before ../elmo-before/src --output results/benchmarks/bf16_whole_process.json
@@ -44,7 +48,7 @@ import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from common import random_model, time_and_peak_process, time_process, write_results  # noqa: E402
+from common import product_peaks, random_model, time_and_peak_process, time_process, write_results  # noqa: E402
 from embed_speed import write_sentences  # noqa: E402
 
 
@@ -69,6 +73,18 @@ def deviation(reference: str, other: str) -> dict:
     values = np.concatenate(cosines)
     return {"token_vectors": int(values.size), "min_cosine": float(values.min()),
             "cosine_quantile_0.001": float(np.quantile(values, 0.001)), "max_abs_difference": worst}
+
+
+def products_gain(found: dict) -> dict:
+    """bfloat16's gain over float32 in this CPU's own products (``common.product_peaks``): at
+    each one's best rate (``peak``) and for the LSTM's shape through oneDNN; empty where bfloat16
+    products were not measured."""
+    if "bfloat16" not in found or "float32" not in found:
+        return {}
+    gains = {"peak": found["bfloat16"]["peak"] / found["float32"]["peak"]}
+    if found["float32"].get("lstm_onednn") and found["bfloat16"].get("lstm_onednn"):
+        gains["lstm_onednn"] = found["bfloat16"]["lstm_onednn"] / found["float32"]["lstm_onednn"]
+    return gains
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -114,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
         sources["bfloat16 before"] = ("bfloat16", os.path.abspath(args.before))
     if args.int8:
         sources["int8"] = ("int8", here)
-    rows, deviations = [], {}
+    rows, deviations, products = [], {}, {}
     for size in args.sizes:
         folder = os.path.join(work, size)
         with torch.no_grad():
@@ -136,12 +152,19 @@ def main(argv: list[str] | None = None) -> int:
                 took, peak = time_and_peak_process(command, envs[name])
                 seconds[name].append(took)
                 peaks[name].append(peak)
+        if args.threads:
+            torch.set_num_threads(args.threads)
+        products[size] = product_peaks(random_model(size).config, square=512 if args.quick else 2048)
+        gains = products_gain(products[size])
         median_float32 = statistics.median(seconds["float32"])
         for name, runs in seconds.items():
             median = statistics.median(runs)
-            rows.append({"size": size, "configuration": name, "sentences": len(sentences), "tokens": tokens,
-                         "seconds": runs, "median_seconds": median, "speedup_over_float32": median_float32 / median,
-                         "peak_mb": peaks[name], "median_peak_mb": statistics.median(peaks[name])})
+            row = {"size": size, "configuration": name, "sentences": len(sentences), "tokens": tokens,
+                   "seconds": runs, "median_seconds": median, "speedup_over_float32": median_float32 / median,
+                   "peak_mb": peaks[name], "median_peak_mb": statistics.median(peaks[name])}
+            if sources[name][0] == "bfloat16" and gains:
+                row["share_of_products_gain"] = {k: row["speedup_over_float32"] / v for k, v in gains.items()}
+            rows.append(row)
         for name in commands:
             if name != "float32":
                 deviations[f"{size} {name}"] = deviation(outputs["float32"], outputs[name])
@@ -150,10 +173,19 @@ def main(argv: list[str] | None = None) -> int:
         assert done.stdout.strip().startswith(here), done.stdout  # this checkout ran
     shutil.rmtree(work)  # the outputs of every size and configuration: gigabytes at the original size
     print(f"{len(sentences)} sentences, {tokens} tokens, whole elmo embed processes, median of {args.rounds}")
-    print(f"{'size':9}{'configuration':>18}{'seconds':>9}{'vs float32':>12}{'peak MB':>9}")
+    print(f"{'size':9}{'configuration':>18}{'seconds':>9}{'vs float32':>12}{'peak MB':>9}{'of products gain':>18}")
     for r in rows:
+        share = r.get("share_of_products_gain")
+        shown = f"{share['peak']:.0%} / {share['lstm_onednn']:.0%}" if share and "lstm_onednn" in share else ""
         print(f"{r['size']:9}{r['configuration']:>18}{r['median_seconds']:>9.2f}{r['speedup_over_float32']:>11.2f}x"
-              f"{r['median_peak_mb']:>9.0f}")
+              f"{r['median_peak_mb']:>9.0f}{shown:>18}")
+    for size, found in products.items():
+        gains = products_gain(found)
+        rates = "; ".join(f"{k} {found['float32'][k] / 1e9:.0f} -> {found['bfloat16'][k] / 1e9:.0f}"
+                          for k in ("lstm_onednn", "square_onednn", "lstm_matmul", "square_matmul")
+                          if found["float32"].get(k) and found["bfloat16"].get(k))
+        print(f"{size} products, GFLOP/s float32 -> bfloat16: {rates}; gain at the best rate "
+              f"{gains.get('peak', float('nan')):.2f}x, LSTM shape (oneDNN) {gains.get('lstm_onednn', float('nan')):.2f}x")
     print(f"{'deviation from float32':32}{'min cosine':>12}{'0.1% cosine':>13}{'max |diff|':>12}")
     for name, d in deviations.items():
         print(f"{name:32}{d['min_cosine']:>12.6f}{d['cosine_quantile_0.001']:>13.6f}{d['max_abs_difference']:>12.4f}")
@@ -161,7 +193,8 @@ def main(argv: list[str] | None = None) -> int:
     write_results(args.output, {"quick": args.quick, "sentences": len(sentences),
                                 "tokens": tokens, "text": "generated" if args.generate else "given",
                                 "threads": args.threads, "batch_size": args.batch_size, "rounds": args.rounds,
-                                "before": args.before, "rows": rows, "deviation": deviations})
+                                "before": args.before, "rows": rows, "deviation": deviations,
+                                "product_peaks": products})
     return 0
 
 
