@@ -286,6 +286,35 @@ def test_a_full_device_names_the_output(capsys):
                            "or write elsewhere")
 
 
+# What each file writer's output starts with, written through a link to a descriptor.
+_FILE_WRITERS_THROUGH = {"convert --to elmo": b"PK", "cache-vocab": b"\x89HDF", "vocab": b"<S>\n</S>\n<UNK>\n",
+                         "export --format onnx": b"\x08", "evaluate --json": b"{", "allennlp elmo": b"\x89HDF"}
+
+
+@pytest.mark.parametrize("label", list(_FILE_WRITERS_THROUGH))
+def test_every_file_writer_writes_through_a_link_to_a_descriptor(writer_inputs, tmp_path, capsys, label):
+    """What `/dev/stdout` is (a link to /proc/self/fd/1), as every writer of one file's output,
+    with --force: the link stays a link and the descriptor's file gets the whole output. (embed
+    keeps its work beside its output, so it refuses a device: the test above.)"""
+    from elmo.allennlp.command import main as allennlp_main
+
+    target = tmp_path / "received"
+    target.write_bytes(b"")
+    fd = os.open(target, os.O_WRONLY)
+    try:
+        link = tmp_path / "out"
+        link.symlink_to(f"/proc/self/fd/{fd}")
+        argv = _writers(writer_inputs, tmp_path)[label]
+        argv[argv.index(_written_by(argv))] = str(link)
+        code = allennlp_main(argv[1:]) if argv[0] == "allennlp" else main([*argv, "--force"])
+        assert code in (0, None), capsys.readouterr().err
+    finally:
+        os.close(fd)
+    assert link.is_symlink() and os.readlink(link) == f"/proc/self/fd/{fd}"
+    assert target.read_bytes().startswith(_FILE_WRITERS_THROUGH[label]) and target.stat().st_size > 100
+    assert not [n for n in os.listdir(tmp_path) if "elmo-tmp" in n]
+
+
 # --------------------------------------------------------------------- OS errors name the output
 _WRITERS_UNDER_A_LIMIT = r"""
 import json, os, resource, signal, sys
