@@ -59,18 +59,27 @@ def time_process(command: list[str], env: dict | None = None) -> float:
 
 
 def time_and_peak_process(command: list[str], env: dict | None = None) -> tuple[float, float]:
-    """Wall-clock seconds and peak resident memory (MB: the kernel's ``ru_maxrss``) of one whole
-    process, started from a small launcher (this file run as a script, see :func:`launch`), whose
-    own start-up is not counted. The launcher is there for the peak: Linux gives a child the
+    """Wall-clock seconds and peak resident memory (MB) of one whole process: see
+    :func:`measure_process`."""
+    measured = measure_process(command, env)
+    return measured["seconds"], measured["peak_mb"]
+
+
+def measure_process(command: list[str], env: dict | None = None) -> dict:
+    """``seconds`` (wall clock), ``cpu_seconds`` (user and system, all its threads and children)
+    and ``peak_mb`` (peak resident memory: the kernel's ``ru_maxrss``) of one whole process,
+    started from a small launcher (this file run as a script, see :func:`launch`), whose own
+    start-up is not counted. The launcher is there for the peak: Linux gives a child the
     high-water mark of the memory it was forked from (the benchmark's, which holds models) as its
-    own ``ru_maxrss``, so the command must be started from a small process for its peak to be its own."""
+    own ``ru_maxrss``, so the command must be started from a small process for its peak to be its
+    own. Its standard output is discarded; a failure stops the benchmark with its standard error."""
     done = subprocess.run([sys.executable, os.path.abspath(__file__), *command], capture_output=True, text=True,
                           env=env)
     lines = done.stdout.strip().splitlines()
     result = json.loads(lines[-1]) if lines else {"returncode": done.returncode}
     if result["returncode"] != 0:
         raise SystemExit(f"{' '.join(command)} failed ({result['returncode']}):\n{done.stderr}")
-    return result["seconds"], result["peak_mb"]
+    return {key: result[key] for key in ("seconds", "cpu_seconds", "peak_mb")}
 
 
 def launch(command: list[str]) -> int:

@@ -29,13 +29,21 @@ largest and mean deviation from float32. Batch 1 also reports the latency of sen
 command (start-up included) for each size and option, ``--repeats`` times, the runs of all
 configurations interleaved so that the machine's drift falls on all of them alike; with
 ``--allennlp-src`` (an unpacked AllenNLP 0.9.0 wheel, run by ``allennlp_embed.py`` as ``allennlp
-elmo --all`` would), AllenNLP's ``ElmoEmbedder`` is timed in the same rounds on the same weights. One
-further process per configuration splits the time into imports, weight loading, warm state and
-embedding with writing.
+elmo --all`` would), AllenNLP's ``ElmoEmbedder`` is timed in the same rounds on the same weights;
+with ``--bilm-tf-src`` and ``--bilm-tf-python`` (a bilm-tf checkout and a TensorFlow 2
+interpreter, run by ``bilm_tf_dump.py``), bilm-tf's own ``dump_bilm_embeddings``, one sentence per
+``session.run``, and its output checked against ``--state stateful``'s (the states carried alike).
+Each row has its wall-clock and CPU seconds (user and system, every thread) and its peak memory.
+One further process per configuration splits the time into imports, weight loading, warm state
+and embedding with writing.
 
     python benchmarks/embed_speed.py --whole-process --text DATA/wiki-heldout/train/shard-00000.txt \
         --cache-words DATA/vocab-50k.txt --allennlp-src "$WORK/allennlp-0.9.0" \
         --output results/benchmarks/embed_whole_process.json
+    python benchmarks/embed_speed.py --whole-process --text sentences.txt --cache-words DATA/words.txt \
+        --sentences 200 --batch-sizes 1 --configurations float32 float32+stateful \
+        --bilm-tf-src "$BILM_TF" --bilm-tf-python "$TFENV/bin/python" \
+        --output results/benchmarks/one_sentence_against_bilm_tf.json
 
 ``--quick`` (either mode) runs the tiny preset on 12 sentences of the built-in warm-up text, at
 batch 1, or (whole process) in float32 with the vocabulary cache: the code, in seconds, no data needed.
@@ -55,11 +63,13 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from allennlp_embed import allennlp_command  # noqa: E402
+from bilm_tf_dump import bilm_tf_command, bilm_tf_env  # noqa: E402
 from common import (  # noqa: E402
     embedding_work_flops,
     installed_env,
     lstm_flops,
     matmul_peak_flops,
+    measure_process,
     peak_rss_bytes,
     product_peaks,
     quick_sentences,
@@ -163,10 +173,13 @@ def run_one(args) -> dict:
     return result
 
 
-# The whole-process configurations: (precision, with the vocabulary cache).
-WHOLE_PROCESS_CONFIGURATIONS = {"float32": ("float32", False), "bfloat16": ("bfloat16", False),
-                                "int8": ("int8", False), "float32+cache": ("float32", True),
-                                "bfloat16+cache": ("bfloat16", True)}
+# The whole-process configurations: (precision, with the vocabulary cache, state policy).
+WHOLE_PROCESS_CONFIGURATIONS = {"float32": ("float32", False, "warm"), "bfloat16": ("bfloat16", False, "warm"),
+                                "int8": ("int8", False, "warm"), "float32+cache": ("float32", True, "warm"),
+                                "bfloat16+cache": ("bfloat16", True, "warm"),
+                                "float32+stateful": ("float32", False, "stateful")}
+ALLENNLP = "AllenNLP ElmoEmbedder"
+BILM_TF = "bilm-tf dump_bilm_embeddings"
 
 
 def whole_process(args, work: str) -> list[dict]:
@@ -182,7 +195,13 @@ def whole_process(args, work: str) -> list[dict]:
     if args.allennlp_src:
         subprocess.run([sys.executable, "-m", "compileall", "-q", args.allennlp_src], check=True,
                        stdout=subprocess.DEVNULL, env=env)
-    output = os.path.join(work, "out.hdf5")
+    envs = {BILM_TF: bilm_tf_env(env)}
+    vocab = os.path.join(work, "bilm-tf-vocab.txt")  # bilm-tf's Batcher wants one; characters need only these
+    with open(vocab, "w", encoding="utf-8") as f:
+        f.write("<S>\n</S>\n<UNK>\n")
+    outputs = {name: os.path.join(work, f"out-{index}.hdf5")
+               for index, name in enumerate([*WHOLE_PROCESS_CONFIGURATIONS, ALLENNLP, BILM_TF])}
+    batch = str(args.batch_sizes[0])
     rows = []
     for size in args.sizes:
         folder = os.path.join(work, size)
@@ -191,41 +210,83 @@ def whole_process(args, work: str) -> list[dict]:
         cache = os.path.join(folder, "cache.hdf5")
         subprocess.run([sys.executable, "-m", "elmo.cli.main", "cache-vocab", args.cache_words, cache,
                         "--options", options, "--weights", weights], check=True, stdout=subprocess.DEVNULL, env=env)
-        base = [sys.executable, "-m", "elmo.cli.main", "embed", text, output, "--force",
-                "--options", options, "--weights", weights, "--batch-size", str(args.batch_sizes[0])]
-        commands = {name: base + ["--precision", precision] + (["--vocab-cache", cache] if cached else [])
-                    for name, (precision, cached) in WHOLE_PROCESS_CONFIGURATIONS.items()
-                    if name in args.configurations}
+
+        def elmo_embed(name):
+            precision, cached, state = WHOLE_PROCESS_CONFIGURATIONS[name]
+            return [sys.executable, "-m", "elmo.cli.main", "embed", text, outputs[name], "--force",
+                    "--options", options, "--weights", weights, "--batch-size", batch, "--precision", precision,
+                    "--state", state, *(["--vocab-cache", cache] if cached else [])]
+
+        commands = {name: elmo_embed(name) for name in WHOLE_PROCESS_CONFIGURATIONS if name in args.configurations}
         if args.allennlp_src:
-            commands["AllenNLP ElmoEmbedder"] = allennlp_command(args.allennlp_src, options, weights, text, output,
-                                                                 "--batch-size", str(args.batch_sizes[0]))
-        for precision in {WHOLE_PROCESS_CONFIGURATIONS[name][0] for name in args.configurations}:
-            time_process(base + ["--precision", precision], env)  # computes and caches its warm state; not counted
-        seconds = {name: [] for name in commands}
+            commands[ALLENNLP] = allennlp_command(args.allennlp_src, options, weights, text, outputs[ALLENNLP],
+                                                  "--batch-size", batch)
+        if args.bilm_tf_src:
+            commands[BILM_TF] = bilm_tf_command(args.bilm_tf_python, args.bilm_tf_src, vocab, text, options, weights,
+                                                outputs[BILM_TF])
+        warmed = set()
+        for name in commands:
+            precision, _, state = WHOLE_PROCESS_CONFIGURATIONS.get(name, (None, None, None))
+            if state == "warm" and precision not in warmed:
+                time_process(commands[name], env)  # computes and caches its warm state; not counted
+                warmed.add(precision)
+        runs = {name: [] for name in commands}
         for _ in range(args.repeats):
             for name, command in commands.items():
-                seconds[name].append(time_process(command, env))
-        for name, runs in seconds.items():
+                if os.path.exists(outputs[name]):
+                    os.remove(outputs[name])  # every run writes its output from nothing
+                runs[name].append(measure_process(command, envs.get(name, env)))
+        size_rows = []
+        for name, measured in runs.items():
+            seconds = [m["seconds"] for m in measured]
             row = {"size": size, "configuration": name, "sentences": len(sentences), "tokens": tokens,
-                   "batch_size": args.batch_sizes[0], "seconds": runs, "median_seconds": statistics.median(runs)}
+                   "batch_size": 1 if name == BILM_TF else args.batch_sizes[0], "seconds": seconds,
+                   "median_seconds": statistics.median(seconds),
+                   "cpu_seconds": [m["cpu_seconds"] for m in measured],
+                   "median_cpu_seconds": statistics.median(m["cpu_seconds"] for m in measured),
+                   "peak_mb": max(m["peak_mb"] for m in measured)}
             if name in WHOLE_PROCESS_CONFIGURATIONS:
-                precision, cached = WHOLE_PROCESS_CONFIGURATIONS[name]
-                command = breakdown_command(options, weights, "--text", text, "--embed-output", output,
-                                            "--batch-size", str(args.batch_sizes[0]), "--precision", precision,
+                precision, cached, state = WHOLE_PROCESS_CONFIGURATIONS[name]
+                command = breakdown_command(options, weights, "--text", text, "--embed-output", outputs[name],
+                                            "--batch-size", batch, "--precision", precision, "--state", state,
                                             *(["--vocab-cache", cache] if cached else []))
                 row["breakdown_seconds"] = run_breakdown(command, env)
-            rows.append(row)
-        if args.allennlp_src:
-            reference = statistics.median(seconds["AllenNLP ElmoEmbedder"])
-            for row in rows[-len(commands):]:
-                row["speedup_over_allennlp"] = reference / row["median_seconds"]
-    print(f"{'size':9} {'configuration':24}{'median s':>9}{'runs':>24}{'x AllenNLP':>11}  breakdown")
+            size_rows.append(row)
+        for reference, key in ((ALLENNLP, "allennlp"), (BILM_TF, "bilm_tf")):
+            if reference in runs:
+                base = next(r for r in size_rows if r["configuration"] == reference)
+                for row in size_rows:
+                    row[f"speedup_over_{key}"] = base["median_seconds"] / row["median_seconds"]
+                    row[f"cpu_seconds_of_{key}"] = row["median_cpu_seconds"] / base["median_cpu_seconds"]
+        if BILM_TF in runs and "float32+stateful" in runs:
+            # bilm-tf carries the LSTM states from sentence to sentence, as --state stateful does:
+            # the same numbers, so the two did the same work.
+            next(r for r in size_rows if r["configuration"] == BILM_TF)["max_abs_difference_from_stateful"] = (
+                max_abs_difference(outputs[BILM_TF], outputs["float32+stateful"], len(sentences)))
+        rows += size_rows
+    print(f"{'size':9} {'configuration':30}{'batch':>6}{'median s':>9}{'CPU s':>8}{'peak MB':>8}{'runs':>20}"
+          f"{'x AllenNLP':>11}{'x bilm-tf':>10}{'CPU of bilm-tf':>15}  breakdown")
     for r in rows:
-        runs = " ".join(f"{x:.1f}" for x in r["seconds"])
-        ratio = f"{r['speedup_over_allennlp']:.2f}" if "speedup_over_allennlp" in r else ""
+        shown = " ".join(f"{x:.1f}" for x in r["seconds"])
+        ratios = "".join(f"{r[key]:>{width}.2f}" if key in r else " " * width for key, width in (
+            ("speedup_over_allennlp", 11), ("speedup_over_bilm_tf", 10), ("cpu_seconds_of_bilm_tf", 15)))
         parts = " ".join(f"{k} {v:.2f}" for k, v in r.get("breakdown_seconds", {}).items())
-        print(f"{r['size']:9} {r['configuration']:24}{r['median_seconds']:>9.2f}{runs:>24}{ratio:>11}  {parts}")
+        print(f"{r['size']:9} {r['configuration']:30}{r['batch_size']:>6}{r['median_seconds']:>9.2f}"
+              f"{r['median_cpu_seconds']:>8.1f}{r['peak_mb']:>8.0f}{shown:>20}{ratios}  {parts}")
+        if "max_abs_difference_from_stateful" in r:
+            print(f"{'':9} bilm-tf against elmo --state stateful: largest difference "
+                  f"{r['max_abs_difference_from_stateful']:.2e} over every layer of every sentence")
     return rows
+
+
+def max_abs_difference(left: str, right: str, sentences: int) -> float:
+    """The largest absolute difference between two outputs that hold every layer of each line
+    under the line's index (bilm-tf's layout and elmo's default)."""
+    import h5py
+    import numpy as np
+
+    with h5py.File(left, "r") as a, h5py.File(right, "r") as b:
+        return max(float(np.abs(a[str(i)][()] - b[str(i)][()]).max()) for i in range(sentences))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -241,6 +302,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--whole-process", action="store_true", help="time whole elmo embed commands")
     parser.add_argument("--repeats", type=int, default=3, help="runs of each whole-process configuration")
     parser.add_argument("--allennlp-src", help="an unpacked allennlp 0.9.0 wheel: time its ElmoEmbedder too")
+    parser.add_argument("--bilm-tf-src", help="a checkout of allenai/bilm-tf: time its dump_bilm_embeddings too "
+                                              "(one sentence per session.run, whatever the batch size)")
+    parser.add_argument("--bilm-tf-python", help="the interpreter of an environment with TensorFlow 2 and tf-keras "
+                                                 "(see bilm_tf_dump.py), for --bilm-tf-src")
     parser.add_argument("--configurations", nargs="+", choices=list(WHOLE_PROCESS_CONFIGURATIONS),
                         default=list(WHOLE_PROCESS_CONFIGURATIONS),
                         help="the whole-process configurations to time (all by default); each precision runs once "
@@ -268,10 +333,12 @@ def main(argv: list[str] | None = None) -> int:
                     out.writelines(f"{word}\n" for word in sorted({w for line in f for w in line.split()}))
         if not (args.text and args.cache_words):
             parser.error("--text and --cache-words are needed (or --quick)")
+        if bool(args.bilm_tf_src) != bool(args.bilm_tf_python):
+            parser.error("--bilm-tf-src and --bilm-tf-python go together")
         if args.whole_process:
             rows = whole_process(args, work)
             write_results(args.output, {"quick": args.quick, "matmul_peak_flops": matmul_peak_flops(),
-                                        "results": rows})
+                                        "load_average": os.getloadavg(), "results": rows})
         else:
             in_process(args)
     return 0

@@ -35,7 +35,8 @@ SENTENCE = ["The", "cat", "sat", "on", "the", "mat", "."]
 
 
 def breakdown(options: str, weights: str, text: str | None = None, output: str | None = None,
-              batch_size: int | None = None, precision: str | None = None, vocab_cache: str | None = None) -> dict:
+              batch_size: int | None = None, precision: str | None = None, vocab_cache: str | None = None,
+              state: str | None = None) -> dict:
     """Seconds of the parts of an ``elmo embed`` run, in this fresh process: importing what the
     command imports, loading the weights, the warm state, then embedding :data:`SENTENCE`
     (``first_batch``) or, given ``text`` and ``output``, embedding and writing that file."""
@@ -50,7 +51,8 @@ def breakdown(options: str, weights: str, text: str | None = None, output: str |
     model = load_model((options, weights))
     t2 = time.perf_counter()
     embedder = Embedder(model, **{key: value for key, value in (("batch_size", batch_size), ("precision", precision),
-                                                                 ("vocab_cache", vocab_cache)) if value is not None})
+                                                                 ("vocab_cache", vocab_cache), ("state", state))
+                                  if value is not None})
     embedder.runtime.initial_state(1)
     t3 = time.perf_counter()
     if text is None:
@@ -88,10 +90,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch-size", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--precision", help=argparse.SUPPRESS)
     parser.add_argument("--vocab-cache", help=argparse.SUPPRESS)
+    parser.add_argument("--state", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.breakdown:
         print(json.dumps(breakdown(*args.breakdown, text=args.text, output=args.embed_output,
-                                   batch_size=args.batch_size, precision=args.precision, vocab_cache=args.vocab_cache)))
+                                   batch_size=args.batch_size, precision=args.precision, vocab_cache=args.vocab_cache,
+                                   state=args.state)))
         return 0
     from allennlp_embed import allennlp_command
     from common import installed_env, time_process, write_results

@@ -20,7 +20,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 BENCHMARKS = ROOT / "benchmarks"
 # Imported by the benchmarks, not benchmarks themselves.
-SUPPORT = {"common.py", "allennlp_embed.py", "pytest_progress.py", "gpu_lease_prepare.py"}
+SUPPORT = {"common.py", "allennlp_embed.py", "bilm_tf_dump.py", "pytest_progress.py", "gpu_lease_prepare.py"}
 
 
 def listed() -> dict[str, str]:
@@ -94,7 +94,8 @@ def test_embedding_work_counts_real_positions_and_distinct_words():
 def test_embed_speed_whole_process(tmp_path):
     rows = quick(tmp_path, "embed_speed", "--whole-process")["results"]
     assert [(r["size"], r["configuration"]) for r in rows] == [("tiny", "float32+cache")]
-    assert rows[0]["median_seconds"] > 0
+    assert rows[0]["median_seconds"] > 0 and rows[0]["peak_mb"] > 0
+    assert 0 < rows[0]["median_cpu_seconds"] == rows[0]["cpu_seconds"][0]
     assert set(rows[0]["breakdown_seconds"]) == {"imports", "weight_loading", "warm_state", "embedding_and_writing"}
 
 
