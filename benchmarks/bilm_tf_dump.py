@@ -18,8 +18,8 @@ Get it once, in an environment of its own (not elmo's: TensorFlow brings its own
 
 Run (``one_sentence.py --bilm-tf-src`` calls it)::
 
-    TF_USE_LEGACY_KERAS=1 "$TFENV/bin/python" benchmarks/bilm_tf_dump.py --bilm-tf-src "$BILM_TF" \
-        VOCAB.txt TEXT OPTIONS.json WEIGHTS.hdf5 OUT.hdf5
+    TF_USE_LEGACY_KERAS=1 PATH="$TFENV/bin:$PATH" python benchmarks/bilm_tf_dump.py \
+        --bilm-tf-src "$BILM_TF" VOCAB.txt TEXT OPTIONS.json WEIGHTS.hdf5 OUT.hdf5
 """
 
 from __future__ import annotations
