@@ -16,7 +16,7 @@ Get it once, in an environment of its own (not elmo's: TensorFlow brings its own
     python -m venv "$TFENV" && "$TFENV/bin/pip" install tensorflow-cpu tf-keras h5py
     git clone https://github.com/allenai/bilm-tf "$BILM_TF"
 
-Run (``one_sentence.py --bilm-tf-src`` calls it)::
+Run (``embed_speed.py --whole-process --bilm-tf-src`` calls it)::
 
     TF_USE_LEGACY_KERAS=1 PATH="$TFENV/bin:$PATH" python benchmarks/bilm_tf_dump.py \
         --bilm-tf-src "$BILM_TF" VOCAB.txt TEXT OPTIONS.json WEIGHTS.hdf5 OUT.hdf5
