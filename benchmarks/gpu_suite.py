@@ -220,8 +220,7 @@ def goal_figures(report: dict, wanted: list[str]) -> dict:
     elif res is None:
         goals["train_original_bf16_tokens_per_s_per_direction"] = {"target": target, "not_measured": why}
     else:
-        rows = [r for r in res.get("rows", []) if r["precision"] == "bfloat16" and "error" not in r
-                and r.get("path") != "cudnn"]
+        rows = [r for r in res.get("rows", []) if r["precision"] == "bfloat16" and "error" not in r]
         if not rows:
             goals["train_original_bf16_tokens_per_s_per_direction"] = {
                 "target": target, "not_measured": why_not(res, "train_original", lambda r: r.get("precision") == "bfloat16")}

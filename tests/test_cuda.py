@@ -264,29 +264,6 @@ def test_cuda_graph_of_the_training_window_equals_eager():
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
 
 
-def test_cudnn_lstm_on_cuda_matches_the_cpu_specification():
-    """A cuDNN model's window through cuDNN against lstm_plain (no clipping) on the CPU."""
-    import copy
-
-    from elmo.kernels.cudnn_lstm import lstm_cudnn
-
-    layers = _random_layers(2, 16, 24, 8, None, seed=18)
-    torch.manual_seed(19)
-    inputs = torch.randn(2, 3, 30, 16, requires_grad=True)
-    c0, h0 = torch.randn(2, 3, 24), torch.randn(2, 3, 8)
-    spec = _spec_window(layers, inputs, torch.full((2, 3), 30), c0, h0)
-    weight = torch.randn(2, 3, 30, 8)
-    spec_grads = torch.autograd.grad((spec[0] * weight).sum(), [inputs, *layers[0].parameters()])
-    gpu = [copy.deepcopy(layer).cuda() for layer in layers]
-    x = inputs.detach().cuda().requires_grad_()
-    out, (c, h) = lstm_cudnn(gpu, x.transpose(1, 2), (c0.cuda(), h0.cuda()))
-    torch.testing.assert_close(out.transpose(1, 2).cpu(), spec[0], rtol=0, atol=1e-5)
-    torch.testing.assert_close(c.cpu(), spec[1], rtol=0, atol=1e-5)
-    grads = torch.autograd.grad((out.transpose(1, 2) * weight.cuda()).sum(), [x, *gpu[0].parameters()])
-    for a, b in zip(grads, spec_grads):
-        torch.testing.assert_close(a.cpu(), b, rtol=1e-4, atol=1e-5)
-
-
 TRAIN_WAYS = """
 import json, sys
 from elmo.training.train import Trainer, TrainSettings

@@ -55,14 +55,14 @@ def test_the_training_plan_starts_with_the_default_and_keeps_the_plain_path_to_t
 
     assert paths[0] == DEFAULT_LSTM_PATH and paths[-1] == "plain"
     assert {"fused+graphs", "fused+compile"} <= set(paths)
-    plan = sections.train.training_plan(paths, [512, 128], cudnn=True)
-    assert [(t["batch"], t["options"]) for t in plan] == [(512, "model"), (512, "cudnn"), (128, "model")]
+    plan = sections.train.training_plan(paths, [512, 128])
+    assert [(t["batch"], t["options"]) for t in plan] == [(512, "model"), (128, "model")]
     first = plan[0]["rows"]
     assert first[:3] == [(DEFAULT_LSTM_PATH, True), ("fused+graphs", True), (DEFAULT_LSTM_PATH, False)]
     assert first[-1] == ("fused+compile", True)  # it compiles first: last
     assert all(path != "plain" for path, _ in first)
     assert ("plain", False) in plan[-1]["rows"] and plan[-1]["rows"][0] == (DEFAULT_LSTM_PATH, True)
-    single = sections.train.training_plan(paths, [4], cudnn=False)
+    single = sections.train.training_plan(paths, [4])
     assert len(single) == 1 and single[0]["rows"][-2:] == [("plain", True), ("plain", False)]
 
 
@@ -89,7 +89,6 @@ def test_rows_are_estimated_from_what_was_measured_and_left_out_when_they_do_not
 def test_mfu_divides_by_the_peak_of_the_mode_that_ran(sections, monkeypatch):
     cpu, gpu = sections.common.Device("cpu"), sections.common.Device("cuda")
     assert sections.common.peak_mode(cpu, "bfloat16") == "bfloat16"
-    assert sections.common.peak_mode(gpu, "bfloat16", lstm_ran_in="float16") == "float16"
     monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", False)
     torch.set_float32_matmul_precision("highest")
     assert sections.common.peak_mode(gpu, "float32") == "float32"

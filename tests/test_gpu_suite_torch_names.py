@@ -33,8 +33,7 @@ IN_2_11 = {
     "torch.cuda.max_memory_allocated": H200 + " (peak GiB)", "torch.cuda.reset_peak_memory_stats": H200,
     "torch.autocast": "since 1.10 (the trainer's own autocast ran on the H200)", "torch.enable_grad": H200, "torch.no_grad": H200, "torch.inference_mode": H200 + "; since 1.9",
     "torch.get_float32_matmul_precision": "since 1.12", "torch.get_num_threads": H200,
-    "torch.set_num_threads": "since 0.x", "torch.manual_seed": H200, "torch.nn.LSTM": H200 + " (cudnn rows)",
-    "torch.ones": H200, "torch.randn": H200, "torch.randn_like": H200, "torch.stack": H200,
+    "torch.set_num_threads": "since 0.x", "torch.manual_seed": H200, "torch.ones": H200, "torch.randn": H200, "torch.randn_like": H200, "torch.stack": H200,
     "torch.profiler": H200 + " (profiled steps); since 1.8.1", "torch.profiler.profile": H200,
     "torch.profiler.ProfilerActivity": H200,
 }

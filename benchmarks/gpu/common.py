@@ -334,11 +334,11 @@ def measured_peaks(device: Device, quick: bool) -> dict:
     return {mode: matmul_peak(device, mode, size, repeats) for mode in device.matmul_modes()}
 
 
-def peak_mode(device: Device, precision: str, lstm_ran_in: str | None = None) -> str:
-    """The matmul mode whose peak a row's MFU divides by: the precision that ran (a cuDNN row
-    asked for bfloat16 may run its LSTM in float16), and for float32 whether TF32 was allowed."""
+def peak_mode(device: Device, precision: str) -> str:
+    """The matmul mode whose peak a row's MFU divides by: the precision that ran, and for float32
+    whether TF32 was allowed."""
     if precision == "bfloat16":
-        return "float16" if lstm_ran_in == "float16" else "bfloat16"
+        return "bfloat16"
     return device.float32_matmul_mode()
 
 

@@ -22,15 +22,15 @@ def training_paths() -> list[str]:
     """The LSTM paths of training in this checkout, default first: the model's fast paths
     (``elmo.model.network.LSTM_PATHS``, its default first), "fused+graphs" (the training window as
     CUDA graphs) and "fused+compile" (the cells through torch.compile) where the model has them,
-    and "plain" (the specification) last. The cuDNN backend is another model (no clipping): see
-    :func:`cudnn_config`. The same list on any device: :meth:`Device.why_not` says which run."""
+    and "plain" (the specification) last. The same list on any device: :meth:`Device.why_not`
+    says which run."""
     import inspect
 
     from elmo.model import network as bilm
     from elmo.lm import model as lm
 
     default = getattr(bilm, "DEFAULT_LSTM_PATH", "fast")
-    fast = [p for p in getattr(bilm, "LSTM_PATHS", ("plain", "fast")) if p not in ("plain", "cudnn")]
+    fast = [p for p in getattr(bilm, "LSTM_PATHS", ("plain", "fast")) if p != "plain"]
     paths = [default] + [p for p in fast if p != default]
     if "fused" in fast:
         if hasattr(lm.LanguageModel, "use_cuda_graphs"):
@@ -44,18 +44,6 @@ def path_needs(path: str) -> str | None:
     """What a training path needs beyond a CPU (:meth:`Device.why_not`): compiled cells need
     torch.compile's kernels; the window's CUDA graphs run eager on a CPU, so they need nothing."""
     return "compile" if "compile" in path else None
-
-
-def cudnn_config(config):
-    """``config`` as a cuDNN-backend model (no clipping), where this checkout has that backend."""
-    import dataclasses
-
-    from elmo.model import network as bilm
-
-    if "cudnn" not in getattr(bilm, "LSTM_PATHS", ()) or not hasattr(config.lstm, "backend"):
-        return None
-    lstm = dataclasses.replace(config.lstm, cell_clip=None, proj_clip=None, backend="cudnn")
-    return dataclasses.replace(config, lstm=lstm)
 
 
 @contextlib.contextmanager

@@ -57,8 +57,7 @@ def training_tables(result: dict, title: str) -> list[tuple[str, list[str], list
              f"{model.get('vocab', 0):,}, {model.get('negatives', 0):,} negatives, random weights)")
     if result.get("rows"):
         rows = [[_fmt(r["batch"]), r["path"],
-                 r["precision"] + (f" (LSTM ran {r['lstm_ran_in']})" if r.get("lstm_ran_in", r["precision"])
-                                   != r["precision"] else ""), _fmt(r.get("tokens_per_s_per_direction")),
+                 r["precision"], _fmt(r.get("tokens_per_s_per_direction")),
                  _fmt(r.get("s_per_step"), 3), _fmt(r.get("peak_memory_gib"), 2), _fmt(r.get("gflop_per_token"), 3),
                  # (a row of a run before the documented count has no "peak": its MFU is not shown)
                  f"{100 * r['mfu']:.1f}% of {r['peak']}" if "peak" in r else "", _kernels(r), r.get("error", "")[:60]]

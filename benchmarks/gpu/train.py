@@ -23,7 +23,7 @@ if __name__ == "__main__":  # run alone: benchmarks/ on the path in this folder'
 from common import encoder_step_flops  # (benchmarks/common.py: the FLOP counts)
 from gpu.common import (PROFILE_TOP, Deadline, Device, OutOfTime, Recorder, count_kernels, generate_sentences,
                         measured_peaks, packaged_words, peak_mode, run_alone, run_group, write_corpus, write_vocab)
-from gpu.exactness import cudnn_config, path_needs, training_path, training_paths
+from gpu.exactness import path_needs, training_path, training_paths
 
 ORIGINAL_VOCAB = 793_471  # the 1B Word Benchmark vocabulary the original model was trained with
 
@@ -72,12 +72,11 @@ def train_sizes(name: str, quick: bool) -> dict:
             "prior": PRIOR_S_PER_STEP[name]}
 
 
-def training_plan(paths: list[str], batches: list[int], cudnn: bool, larger: list[int] = ()) -> list[dict]:
+def training_plan(paths: list[str], batches: list[int], larger: list[int] = ()) -> list[dict]:
     """The trainers of a training section and their rows, ``[{"batch", "options", "rows": [(path,
     bf16), ...]}]``, most valuable first: at the largest batch, what a GPU user gets by default
     (``paths[0]`` in bfloat16), the window as CUDA graphs, both again in float32, the other fast
-    paths, compiled cells last (they compile first); the cuDNN model (another trainer); at the
-    smallest batch the default and graphs in bfloat16 and the plain path (the specification,
+    paths, compiled cells last (they compile first); at the smallest batch the default and graphs in bfloat16 and the plain path (the specification,
     slow), which at one batch size only joins the first trainer. Each batch of ``larger`` comes
     before all of them, with the default and the window's graphs in bfloat16 alone."""
     default, large, small = paths[0], max(batches), min(batches)
@@ -90,8 +89,6 @@ def training_plan(paths: list[str], batches: list[int], cudnn: bool, larger: lis
     plan = [{"batch": b, "options": "model", "rows": [(default, True), *[(p, True) for p in graphs]]}
             for b in larger]
     plan.append({"batch": large, "options": "model", "rows": first + (plain if small == large else [])})
-    if cudnn:
-        plan.append({"batch": large, "options": "cudnn", "rows": [("cudnn", True), ("cudnn", False)]})
     if small != large:
         plan.append({"batch": small, "options": "model",
                      "rows": [(default, True), *[(p, True) for p in graphs], *plain]})
@@ -158,12 +155,8 @@ def section_train(rec: Recorder, args, name: str) -> None:
                 "dropout": 0.1, "all_clip_norm_val": 10.0, "optimizer": "adagrad", "learning_rate": 0.2}
     options = {"model": folder / f"{name}-options.json"}
     BiLMConfig(char_cnn=config.char_cnn, lstm=config.lstm, training=training).to_json(options["model"])
-    cudnn = cudnn_config(config)
-    if cudnn is not None:
-        options["cudnn"] = folder / f"{name}-cudnn-options.json"
-        BiLMConfig(char_cnn=cudnn.char_cnn, lstm=cudnn.lstm, training=training).to_json(options["cudnn"])
     paths = training_paths()
-    plan = training_plan(paths, size["batches"], cudnn is not None, size.get("larger", []))
+    plan = training_plan(paths, size["batches"], size.get("larger", []))
     rec.set("plan", [{**t, "rows": [f"{p} {'bfloat16' if bf16 else 'float32'}" for p, bf16 in t["rows"]]}
                      for t in plan])
     measured: list[dict] = []
@@ -206,15 +199,12 @@ def section_train(rec: Recorder, args, name: str) -> None:
                     row = {**key, "estimate_s": round(estimate, 1)}
                     start = time.monotonic()
                     try:
-                        lstm_ran_in = autocast_lstm_dtype(trainer, bf16, args.device) if path == "cudnn" else None
-                        if lstm_ran_in is not None:  # what autocast makes of torch's LSTM kernel
-                            row["lstm_ran_in"] = lstm_ran_in
                         with deadline.stop_at():  # every bfloat16 row profiled: the goal's host and device time
                             row.update(time_training(trainer, path, bf16, *size["steps"], device, deadline,
                                                      profile=not profiled or bf16))
                         profiled = True
                         tokens = row["tokens_per_s_per_direction"]
-                        mode = peak_mode(device, row["precision"], lstm_ran_in)
+                        mode = peak_mode(device, row["precision"])
                         row.update(gflop_per_token=round(flops / 1e9, 4), peak=mode,
                                    achieved_tflops=round(flops * tokens / 1e12, 3),
                                    mfu=round(flops * tokens / peaks[mode], 4))
@@ -222,11 +212,6 @@ def section_train(rec: Recorder, args, name: str) -> None:
                         rec.not_measured(key, f"no time: {stopped} (estimated {estimate:.0f} s)")
                         return  # the deadline has passed: nothing else fits
                     except Exception as error:
-                        if not device.cuda and path == "cudnn" and "primitive descriptor" in str(error):
-                            # torch's own LSTM kernel in bfloat16 needs a CPU with bfloat16
-                            # instructions (oneDNN); this one has none: the row cannot run here.
-                            rec.not_measured(key, f"not run on this CPU: {type(error).__name__}: {str(error)[:200]}")
-                            continue
                         row["error"] = f"{type(error).__name__}: {error}"
                         row["traceback"] = traceback.format_exc()[-1500:]
                         rec.fail(f"{name}: {key}: {row['error']}")
@@ -240,19 +225,6 @@ def section_train(rec: Recorder, args, name: str) -> None:
                         batcher.close()
                 del trainer
                 device.release()
-
-
-def autocast_lstm_dtype(trainer, bf16: bool, device: str) -> str:
-    """The dtype of torch's LSTM kernel's output under the trainer's autocast: a cuDNN row asked
-    for bfloat16 may run in another precision, and its row says which."""
-    import torch
-
-    # The trainer's autocast, as its settings define it (bfloat16, weight casts not cached under graphs).
-    layer = torch.nn.LSTM(8, 8).to(device)
-    with torch.no_grad(), torch.autocast(torch.device(device).type, dtype=torch.bfloat16, enabled=bf16,
-                                         cache_enabled=not trainer.settings.cuda_graphs):
-        out, _ = layer(torch.randn(3, 2, 8, device=device))
-    return str(out.dtype).replace("torch.", "")
 
 
 def time_training(trainer, path: str, bf16: bool, warmup: int, min_steps: int, max_steps: int, min_seconds: float,

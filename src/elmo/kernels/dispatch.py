@@ -9,10 +9,10 @@ model's own methods always compute the specification, and the functions here run
 * ``"plain"``: the per-timestep specification (:func:`elmo.model.network.lstm_plain`).
 * ``"fused"`` (the default): every direction of a layer at once as one autograd Function over the
   window (:func:`elmo.kernels.fused_lstm.lstm_fused`), which CUDA graphs and ``torch.compile`` wrap.
-* ``"cudnn"``: torch's LSTM kernel for full windows (:func:`elmo.kernels.cudnn_lstm.lstm_cudnn`),
-  only for models whose options say ``"backend": "cudnn"`` (no clipping), and their default;
-  their padded windows take the fused path. It stays while the GPU suite's cuDNN rows (``train_*``
-  sections, planned, not yet measured on a GPU) have not shown whether it wins there.
+
+No third path runs torch's own LSTM kernel (cuDNN on a GPU): it cannot clip, so it could run only
+models without clipping, and it never had a measured row where it wins, so it is not here. A model
+whose options say ``"backend": "cudnn"`` (no clipping) runs the fused path like any other.
 
 Why ``"fused"`` is the default: it trained the packaged size 1.9x faster than the per-direction
 ``fast`` path it replaced on the 2-core development CPU (docs/training.md, "Training speed"), and
@@ -34,13 +34,8 @@ from __future__ import annotations
 
 import torch
 
-from elmo.kernels.cudnn_lstm import lstm_cudnn
 from elmo.kernels.fused_lstm import lstm_fused
 from elmo.model.network import BACKWARD, FORWARD, BiLM, BiLMOutput, BiLMState, State, reverse_within_length
-
-# The paths that run through :func:`fused_stacks` (fused windows; cuDNN's full ones).
-WINDOW_PATHS = ("fused", "cudnn")
-
 
 def dropout_masks(p: float, count: int, shape: tuple[int, ...], like: torch.Tensor) -> torch.Tensor:
     """``count`` dropout multipliers of ``shape`` (0, or ``1 / (1 - p)`` with probability ``1 - p``),
@@ -61,18 +56,14 @@ def dropout_masks(p: float, count: int, shape: tuple[int, ...], like: torch.Tens
 
 def run_fused_stacks(stacks: list, inputs: torch.Tensor, c0: torch.Tensor, h0: torch.Tensor,
                      drop: torch.Tensor | None, lengths: torch.Tensor | None, skip_connections: bool,
-                     compiled: bool = False, cudnn: bool = False) -> tuple[list[torch.Tensor], torch.Tensor, torch.Tensor]:
-    """:func:`fused_stacks` on explicit ``lengths`` ``(n, batch)`` (None: every row full).
-    ``cudnn``: full windows through torch's LSTM kernel (layers without clipping)."""
+                     compiled: bool = False) -> tuple[list[torch.Tensor], torch.Tensor, torch.Tensor]:
+    """:func:`fused_stacks` on explicit ``lengths`` ``(n, batch)`` (None: every row full)."""
     x = inputs.transpose(1, 2)  # (n, time, batch, proj): time-major, as the fused window wants it
     outputs, finals_c, finals_h = [], [], []
     for index in range(len(stacks[0])):
         x_in = x if drop is None else x * drop[:, index].transpose(1, 2)
         layers = [stack[index] for stack in stacks]
-        if cudnn and lengths is None:
-            out, (c, h) = lstm_cudnn(layers, x_in, (c0[:, index], h0[:, index]))
-        else:
-            out, (c, h) = lstm_fused(layers, x_in, (c0[:, index], h0[:, index]), lengths, compiled=compiled)
+        out, (c, h) = lstm_fused(layers, x_in, (c0[:, index], h0[:, index]), lengths, compiled=compiled)
         if index > 0 and skip_connections:
             out = out + x  # the residual joins the output only; the carried state h stays the cell's own
         outputs.append(out)
@@ -86,8 +77,7 @@ def fused_stacks(bilm: BiLM, inputs: torch.Tensor, mask: torch.Tensor, c0: torch
                  stacks: list, drop: torch.Tensor | None = None, full: bool | None = None,
                  ) -> tuple[list[torch.Tensor], torch.Tensor, torch.Tensor]:
     """Run ``n`` stacks of ``bilm``'s layers (``stacks``: ``n`` lists of its LSTM layers, e.g.
-    ``[forward_layers, backward_layers]``) side by side with :func:`lstm_fused` (cuDNN's kernel
-    for full windows where the path is ``"cudnn"``), layer by layer.
+    ``[forward_layers, backward_layers]``) side by side with :func:`lstm_fused`, layer by layer.
 
     ``inputs``: ``(n, batch, time, projection_dim)``, each in its stack's reading order;
     ``mask``: ``(n, batch, time)``; ``c0`` ``(n, L, batch, dim)`` and ``h0`` ``(n, L, batch,
@@ -99,7 +89,7 @@ def fused_stacks(bilm: BiLM, inputs: torch.Tensor, mask: torch.Tensor, c0: torch
         full = bool(mask.all())
     lengths = None if full else mask.sum(dim=2)
     return run_fused_stacks(stacks, inputs, c0, h0, drop, lengths, bilm.config.lstm.use_skip_connections,
-                            bilm.compile_cells, cudnn=bilm.lstm_path == "cudnn")
+                            bilm.compile_cells)
 
 
 def run_stack(bilm: BiLM, direction: int, inputs: torch.Tensor, mask: torch.Tensor, state: BiLMState,
@@ -108,7 +98,7 @@ def run_stack(bilm: BiLM, direction: int, inputs: torch.Tensor, mask: torch.Tens
     one direction's layers over ``inputs`` ``(batch, time, projection_dim)`` in its reading order
     -> each layer's output ``(batch, time, projection_dim)`` and final ``(c, h)``. ``full``: whether
     ``mask`` is all True, when the caller knows it (None: asked of ``mask``)."""
-    if bilm.lstm_path not in WINDOW_PATHS:
+    if bilm.lstm_path != "fused":
         return bilm.run_stack(direction, inputs, mask, state, dropout)
     layers = bilm.forward_layers if direction == FORWARD else bilm.backward_layers
     drop = None
@@ -124,8 +114,8 @@ def bilm_forward(bilm: BiLM, char_ids: torch.Tensor, mask: torch.Tensor, state: 
     """``bilm(char_ids, mask, state, keep_boundaries)`` through its LSTM path, with or without
     gradients: ``char_ids`` ``(batch, time, 50)``, ``mask`` ``(batch, time)`` -> the layers
     ``(batch, L+1, time, 2*projection_dim)`` (``time + 2`` when ``keep_boundaries``). The plain
-    path is ``BiLM.forward`` itself; the others run both stacks side by side (:func:`fused_stacks`)."""
-    if bilm.lstm_path not in WINDOW_PATHS:
+    path is ``BiLM.forward`` itself; the fused path runs both stacks side by side (:func:`fused_stacks`)."""
+    if bilm.lstm_path != "fused":
         return bilm(char_ids, mask, state, keep_boundaries=keep_boundaries)
     if state is None:
         state = bilm.zero_state(char_ids.shape[0])

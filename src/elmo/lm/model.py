@@ -91,7 +91,7 @@ class LanguageModel(nn.Module):
         elif samples is None and n_samples > 0:
             samples = [log_uniform_sample(self.softmax.vocab_size, n_samples, tokens.device, generator)
                        for _ in (FORWARD, BACKWARD)]
-        if self.bilm.lstm_path in ("fused", "cudnn"):
+        if self.bilm.lstm_path == "fused":
             top, c, h = self._fused_top(tokens, masks, state, dropout, full)
         else:
             tops, finals = [], []

@@ -75,7 +75,9 @@ class CharCNNConfig:
 # Values of ``options["lstm"]["backend"]``, an extension key of ours (bilm-tf and AllenNLP read the
 # lstm section by name and ignore it). Absent (None): bilm-tf's cell, clipping as the options say.
 # "cudnn": a model trained with torch's LSTM kernel (cuDNN on a GPU), which has no clipping: the
-# same cell with cell_clip and proj_clip null, so every reader computes it as it is written.
+# same cell with cell_clip and proj_clip null, so every reader computes it as it is written. Files
+# that say so load and train as any model without clipping does (the fused path); the key is kept
+# so that they round-trip.
 LSTM_BACKENDS = ("cudnn",)
 
 
@@ -83,7 +85,7 @@ LSTM_BACKENDS = ("cudnn",)
 class LSTMConfig:
     """The two LSTM stacks: ``options["lstm"]``. ``cell_clip``/``proj_clip`` of None mean no clipping
     (an options file may also say ``Infinity``, which is read as null and written back as null).
-    ``backend``: None, or ``"cudnn"`` for a model trained with torch's LSTM kernel (no clipping)."""
+    ``backend``: None, or ``"cudnn"`` for a model trained with torch's LSTM kernel (no clipping), kept as written."""
 
     dim: int = 1024
     projection_dim: int = 128

@@ -14,7 +14,7 @@
    per token, ``ELMo_k = gamma * sum_j softmax(s)_j * h_{k,j}`` (Peters et al. 2018, eq. 1).
 
 Plain PyTorch, one timestep at a time: what each number is, not how to compute it quickly. The
-fast paths (oneDNN's blocked products, the fused training window, cuDNN, CUDA graphs, the
+fast paths (oneDNN's blocked products, the fused training window, CUDA graphs, the
 inference encoder) are :mod:`elmo.kernels`, which imports this module and is tested against it;
 :mod:`elmo.kernels.dispatch` chooses between them. Parameter names are bilm-tf's, one to one, so
 its weight files (:mod:`elmo.model.weights`) and this library's checkpoints load unchanged.
@@ -241,9 +241,9 @@ def lstm_plain(layer: LstmLayer, inputs: torch.Tensor, mask: torch.Tensor,
 FORWARD, BACKWARD = 0, 1
 
 # The ways the LSTM layers may run under autograd, as a model is told (BiLM(lstm_path=...),
-# ``--lstm-path``): "plain", this module's specification; "fused" and "cudnn", fast paths. What
-# runs each, and why "fused" is the default, is elmo.kernels.dispatch.
-LSTM_PATHS = ("plain", "fused", "cudnn")
+# ``--lstm-path``): "plain", this module's specification; "fused", the fast path. What runs each,
+# and why, is elmo.kernels.dispatch.
+LSTM_PATHS = ("plain", "fused")
 DEFAULT_LSTM_PATH = "fused"
 
 
@@ -381,11 +381,11 @@ class BiLM(nn.Module):
         _check_memory(config)
         self.config = config
         self.characters = _check_characters(config, characters)
-        # lstm_path: one of LSTM_PATHS; None: DEFAULT_LSTM_PATH ("cudnn" for a cuDNN model), or
+        # lstm_path: one of LSTM_PATHS; None: DEFAULT_LSTM_PATH, or
         # "plain" when not fast. fast=False (or "plain") also makes inference run the specification
         # (elmo.inference.runtime honours it).
         if lstm_path is None:
-            lstm_path = ("cudnn" if config.lstm.backend == "cudnn" else DEFAULT_LSTM_PATH) if fast else "plain"
+            lstm_path = DEFAULT_LSTM_PATH if fast else "plain"
         elif not fast and lstm_path != "plain":
             raise ValueError(f"BiLM: fast=False is the plain path; lstm_path={lstm_path!r} contradicts it")
         self.lstm_path = lstm_path
@@ -409,17 +409,13 @@ class BiLM(nn.Module):
 
     @property
     def lstm_path(self) -> str:
-        """How the LSTM runs with autograd: ``"plain"``, ``"fused"`` or ``"cudnn"`` (see :data:`LSTM_PATHS`)."""
+        """How the LSTM runs with autograd: ``"plain"`` or ``"fused"`` (see :data:`LSTM_PATHS`)."""
         return self._lstm_path
 
     @lstm_path.setter
     def lstm_path(self, path: str) -> None:
         if path not in LSTM_PATHS:
             raise ValueError(f"lstm_path: expected one of {', '.join(LSTM_PATHS)}, got {path!r}")
-        if path == "cudnn" and self.config.lstm.backend != "cudnn":
-            raise ValueError("lstm_path 'cudnn': torch's LSTM kernel cannot clip, so it runs only models whose "
-                             "options say \"backend\": \"cudnn\" (cell_clip and proj_clip null); this one has "
-                             f"cell_clip {self.config.lstm.cell_clip}, proj_clip {self.config.lstm.proj_clip}")
         self._lstm_path = path
 
     @property
@@ -433,7 +429,7 @@ class BiLM(nn.Module):
         if not value:
             self._lstm_path = "plain"
         elif self._lstm_path == "plain":
-            self._lstm_path = "cudnn" if self.config.lstm.backend == "cudnn" else DEFAULT_LSTM_PATH
+            self._lstm_path = DEFAULT_LSTM_PATH
 
     @property
     def n_layers(self) -> int:

@@ -1,7 +1,7 @@
-"""The opt-in cuDNN backend (issue 37): torch's LSTM kernel for new models trained without
-clipping. The gate layouts mapped both ways, parity with the specification on the CPU (where
-``nn.LSTM(proj_size=...)`` runs too), the options key, and a trained model exported to bilm-tf's
-files read back through the ordinary path."""
+"""Models without clipping (``cell_clip`` and ``proj_clip`` null), as options files that say
+``"backend": "cudnn"`` describe them: the options key round-trips and refuses clipping, the files
+stay readable by bilm-tf's and AllenNLP's readers, such a model trains on the fused path equal to
+the specification, and a trained one exported to bilm-tf's files embeds the same through it."""
 
 import json
 import subprocess
@@ -14,9 +14,7 @@ from conftest import FIXTURES
 
 from elmo import Embedder, batch_to_char_ids
 from elmo.hub import load_language_model
-from elmo.kernels.cudnn_lstm import from_torch_lstm, load_torch_lstm, lstm_cudnn, to_torch_lstm
 from elmo.model.config import BiLMConfig, ConfigError
-from elmo.model.network import LstmLayer, lstm_plain
 from elmo.model.weights import load_bilm_tf
 from elmo.lm.model import LanguageModel
 
@@ -33,64 +31,6 @@ def cudnn_options(**lstm):
                      "use_skip_connections": True, "backend": "cudnn", **lstm},
             "char_cnn": {"embedding": {"dim": 4}, "filters": [[1, 4], [2, 8], [3, 8]], "n_highway": 1,
                          "activation": "relu", "n_characters": 262, "max_characters_per_token": 50}}
-
-
-def random_layer(dtype=torch.float64, seed=0):
-    torch.manual_seed(seed)
-    layer = LstmLayer(6, 10, 5, None, None).to(dtype)
-    with torch.no_grad():
-        layer.bias.uniform_(-1.0, 1.0)
-    return layer
-
-
-def test_gate_layouts_map_both_ways():
-    """bilm-tf's i, j, f, o with one bias and +1 on f <-> torch's i, f, g, o with two biases:
-    ours -> torch -> ours is bit for bit; torch's own weights come back as one bias b_ih + b_hh - 1."""
-    layer = random_layer(torch.float32)
-    weights = to_torch_lstm(layer)
-    w_ih, w_hh, b_ih, b_hh, w_hr = weights
-    dim = layer.dim
-    i, j, f, o = layer.input_weight.chunk(4)
-    assert torch.equal(w_ih, torch.cat([i, f, j, o]))  # torch's g is bilm-tf's j
-    assert torch.equal(b_hh, torch.tensor([0.0] * dim + [1.0] * dim + [0.0] * (2 * dim)))  # the forget bias
-    assert w_hr is layer.projection
-    back = from_torch_lstm(*weights)
-    for a, b in zip(back, (layer.input_weight, layer.state_weight, layer.bias, layer.projection)):
-        assert torch.equal(a, b)
-    torch.manual_seed(1)
-    lstm = torch.nn.LSTM(6, 10, proj_size=5)
-    other = LstmLayer(6, 10, 5, None, None)
-    load_torch_lstm(other, lstm)
-    b = lstm.bias_ih_l0 + lstm.bias_hh_l0
-    torch.testing.assert_close(other.bias[2 * dim:3 * dim], b[dim:2 * dim] - 1.0)  # f: torch's second block
-    torch.testing.assert_close(other.bias[dim:2 * dim], b[2 * dim:3 * dim])  # j: torch's third
-
-
-def test_torch_lstm_equals_the_specification_values_and_gradients():
-    """nn.LSTM(proj_size) with weights from a layer, against lstm_plain without clipping, in
-    float64: outputs, final states, and the gradients of the input, the initial state and every
-    bilm-tf weight (through the mapping)."""
-    layers = [random_layer(seed=s) for s in (2, 3)]
-    torch.manual_seed(4)
-    inputs = torch.randn(2, 3, 7, 6, dtype=torch.float64, requires_grad=True)
-    c0 = torch.randn(2, 3, 10, dtype=torch.float64, requires_grad=True)
-    h0 = torch.randn(2, 3, 5, dtype=torch.float64, requires_grad=True)
-    weights = torch.randn(2, 3, 7, 5, dtype=torch.float64)
-    wrt = [inputs, c0, h0] + [p for layer in layers for p in layer.parameters()]
-    mask = torch.ones(3, 7, dtype=torch.bool)
-    spec = [lstm_plain(layers[d], inputs[d], mask, (c0[d], h0[d])) for d in range(2)]
-    spec_values = (torch.stack([o for o, _ in spec]), torch.stack([s[0] for _, s in spec]),
-                   torch.stack([s[1] for _, s in spec]))
-    out, (c, h) = lstm_cudnn(layers, inputs.transpose(1, 2), (c0, h0))
-    values = (out.transpose(1, 2), c, h)
-
-    def loss(v):
-        return (v[0] * weights).sum() + v[1].sum() + (v[2] * 2).sum()
-
-    for a, b in zip(values, spec_values):
-        torch.testing.assert_close(a, b, rtol=0, atol=1e-12)
-    for a, b in zip(torch.autograd.grad(loss(values), wrt), torch.autograd.grad(loss(spec_values), wrt)):
-        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
 
 
 def test_options_key_round_trips_and_refuses_clipping():
@@ -148,13 +88,16 @@ def read_like_allennlp(options_file):
             "n_characters": cnn["n_characters"], "activation": cnn["activation"]}
 
 
-def test_cudnn_model_trains_through_torchs_kernel_and_the_language_model_matches_the_fused_path():
+def test_an_unclipped_model_trains_on_the_fused_path_as_the_specification_does():
+    """Values and gradients of the language model's loss, fused path against the plain one, on a
+    model without clipping (the fused cell's clip branches off), dropout drawn alike. (Clipping's
+    own branches are tests/test_fused_lstm.py's.)"""
     torch.manual_seed(5)
     config = BiLMConfig.from_dict(cudnn_options())
-    cudnn = LanguageModel(config, 30).train()
-    assert cudnn.bilm.lstm_path == "cudnn"
-    fused = LanguageModel(config, 30, lstm_path="fused").train()
-    fused.load_state_dict(cudnn.state_dict())
+    fused = LanguageModel(config, 30).train()
+    assert fused.bilm.lstm_path == "fused"  # the default, whatever the backend key says
+    plain = LanguageModel(config, 30, lstm_path="plain").train()
+    plain.load_state_dict(fused.state_dict())
     generator = torch.Generator().manual_seed(0)
 
     def batch():
@@ -164,9 +107,9 @@ def test_cudnn_model_trains_through_torchs_kernel_and_the_language_model_matches
                 "mask": torch.ones(3, 5, dtype=torch.bool)}
 
     forward_batch, backward_batch = batch(), batch()
-    state = cudnn.bilm.zero_state(3)
+    state = fused.bilm.zero_state(3)
     results = []
-    for model in (cudnn, fused):
+    for model in (fused, plain):
         torch.manual_seed(6)
         nll_f, nll_b, new_state = model(forward_batch, backward_batch, state, dropout=0.2, full=True)
         grads = torch.autograd.grad(nll_f.mean() + nll_b.mean(), list(model.parameters()))
@@ -178,10 +121,10 @@ def test_cudnn_model_trains_through_torchs_kernel_and_the_language_model_matches
 
 
 @pytest.mark.slow  # several processes: CI runs it in its slow pass
-def test_a_trained_cudnn_model_exported_to_bilm_tf_files_embeds_the_same_through_the_spec(tmp_path):
-    """Train a cuDNN model with `elmo train` (a few steps on the CPU), export it, load the
-    bilm-tf files with the ordinary loader, and embed through the plain path (the specification):
-    the vectors are the trained model's own (its cuDNN path, values of BiLM.forward)."""
+def test_a_trained_unclipped_model_exported_to_bilm_tf_files_embeds_the_same_through_the_spec(tmp_path):
+    """Train a model without clipping with `elmo train` (a few steps on the CPU), export it, load
+    the bilm-tf files with the ordinary loader, and embed through the plain path (the
+    specification): the vectors are the trained model's own (its fused path)."""
     options = tmp_path / "cudnn.json"
     tiny = json.loads(open(FIXTURES.parent.parent / "src" / "elmo" / "resources" / "presets" / "tiny.json").read())
     tiny["lstm"].update({"cell_clip": None, "proj_clip": None, "backend": "cudnn", "dim": 32, "projection_dim": 16})
@@ -200,14 +143,14 @@ def test_a_trained_cudnn_model_exported_to_bilm_tf_files_embeds_the_same_through
     assert (read["cell_size"], read["hidden_size"]) == (32, 16)
     trained, _ = load_language_model(run)
     trained_bilm = trained.bilm.eval()
-    assert trained_bilm.lstm_path == "cudnn"
+    assert trained_bilm.lstm_path == "fused"
     spec = load_bilm_tf(out / "options.json", out / "weights.hdf5").eval()
     spec.fast = False
     assert spec.lstm_path == "plain"
     sentences = [["The", "cat", "sat"], ["a"] * 9, []]
     ids, mask = batch_to_char_ids(sentences)
     with torch.no_grad():
-        ours = trained_bilm(ids, torch.ones_like(mask)).layers  # full rows: the cuDNN kernel runs
+        ours = trained_bilm(ids, torch.ones_like(mask)).layers
         theirs = spec(ids, torch.ones_like(mask)).layers
     torch.testing.assert_close(ours, theirs, rtol=0, atol=1e-5)
     vectors = Embedder(load_bilm_tf(out / "options.json", out / "weights.hdf5")).embed_sentences(sentences)
