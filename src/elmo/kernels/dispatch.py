@@ -17,12 +17,13 @@ whose options say ``"backend": "cudnn"`` (no clipping) runs the fused path like 
 Why ``"fused"`` is the default: it trained the packaged size 1.9x faster than the per-direction
 ``fast`` path it replaced on the 2-core development CPU (docs/training.md, "Training speed"), and
 on the H200 (docs/gpu.md, the training tables) it was faster than ``fast`` in every row where both
-ran. It was not faster than the ``legacy`` path (the one before issue 37, kept as a copy for the
-suite) everywhere: at the original size ``legacy`` ran 35,347 tokens/s per direction in bfloat16
-against 31,936 for ``fused+graphs`` (the fastest fused row), and 33,530 in float32 against 29,667
-(``fused+compile``); at the packaged size ``legacy`` ran 144,019 in float32 against 128,192
-(``fused``) and 127,258 (``fused+graphs``), while in bfloat16 ``fused+graphs`` ran 120,375 against
-``legacy``'s 91,815. ``fused+graphs`` also took about half ``legacy``'s peak memory in every row.
+ran. It was not faster than the ``legacy`` path (the per-direction path before the fused one, which
+the GPU suite times from an older checkout, ``--before-src``) everywhere: at the original size
+``legacy`` ran 35,347 tokens/s per direction in bfloat16 against 31,936 for ``fused+graphs`` (the
+fastest fused row), and 33,530 in float32 against 29,667 (``fused+compile``); at the packaged size
+``legacy`` ran 144,019 in float32 against 128,192 (``fused``) and 127,258 (``fused+graphs``), while
+in bfloat16 ``fused+graphs`` ran 120,375 against ``legacy``'s 91,815. ``fused+graphs`` also took
+about half ``legacy``'s peak memory in every row.
 
 Inference without gradients goes through :class:`elmo.inference.runtime.Runtime`, which runs the
 specification when the model is not ``fast`` and the kernels of :mod:`elmo.kernels.cpu_lstm` and
