@@ -76,9 +76,10 @@ def training_plan(paths: list[str], batches: list[int], larger: list[int] = ()) 
     """The trainers of a training section and their rows, ``[{"batch", "options", "rows": [(path,
     bf16), ...]}]``, most valuable first: at the largest batch, what a GPU user gets by default
     (``paths[0]`` in bfloat16), the window as CUDA graphs, both again in float32, the other fast
-    paths, compiled cells last (they compile first); at the smallest batch the default and graphs in bfloat16 and the plain path (the specification,
-    slow), which at one batch size only joins the first trainer. Each batch of ``larger`` comes
-    before all of them, with the default and the window's graphs in bfloat16 alone."""
+    paths, compiled cells last (they compile first); at the smallest batch the default and graphs
+    in bfloat16 and the plain path (the specification, slow), which at one batch size only joins
+    the first trainer. Each batch of ``larger`` comes before all of them, with the default and
+    the window's graphs in bfloat16 alone."""
     default, large, small = paths[0], max(batches), min(batches)
     graphs = [p for p in paths if "graphs" in p]
     others = [p for p in paths if p not in (default, "plain", *graphs) and "compile" not in p]
