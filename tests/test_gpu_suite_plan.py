@@ -56,7 +56,7 @@ def test_the_training_plan_starts_with_the_default_and_keeps_the_plain_path_to_t
     assert paths[0] == DEFAULT_LSTM_PATH and paths[-1] == "plain"
     assert {"fused+graphs", "fused+compile"} <= set(paths)
     plan = sections.train.training_plan(paths, [512, 128])
-    assert [(t["batch"], t["options"]) for t in plan] == [(512, "model"), (128, "model")]
+    assert [t["batch"] for t in plan] == [512, 128]
     first = plan[0]["rows"]
     assert first[:3] == [(DEFAULT_LSTM_PATH, True), ("fused+graphs", True), (DEFAULT_LSTM_PATH, False)]
     assert first[-1] == ("fused+compile", True)  # it compiles first: last

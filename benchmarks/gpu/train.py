@@ -73,8 +73,8 @@ def train_sizes(name: str, quick: bool) -> dict:
 
 
 def training_plan(paths: list[str], batches: list[int], larger: list[int] = ()) -> list[dict]:
-    """The trainers of a training section and their rows, ``[{"batch", "options", "rows": [(path,
-    bf16), ...]}]``, most valuable first: at the largest batch, what a GPU user gets by default
+    """The trainers of a training section and their rows, ``[{"batch", "rows": [(path, bf16),
+    ...]}]``, most valuable first: at the largest batch, what a GPU user gets by default
     (``paths[0]`` in bfloat16), the window as CUDA graphs, both again in float32, the other fast
     paths, compiled cells last (they compile first); at the smallest batch the default and graphs
     in bfloat16 and the plain path (the specification, slow), which at one batch size only joins
@@ -87,12 +87,10 @@ def training_plan(paths: list[str], batches: list[int], larger: list[int] = ()) 
     first = [(default, True), *[(p, True) for p in graphs], (default, False), *[(p, False) for p in graphs],
              *[(p, True) for p in others], *[(p, False) for p in others], *[(p, True) for p in compiled]]
     plain = [("plain", True), ("plain", False)] if "plain" in paths else []
-    plan = [{"batch": b, "options": "model", "rows": [(default, True), *[(p, True) for p in graphs]]}
-            for b in larger]
-    plan.append({"batch": large, "options": "model", "rows": first + (plain if small == large else [])})
+    plan = [{"batch": b, "rows": [(default, True), *[(p, True) for p in graphs]]} for b in larger]
+    plan.append({"batch": large, "rows": first + (plain if small == large else [])})
     if small != large:
-        plan.append({"batch": small, "options": "model",
-                     "rows": [(default, True), *[(p, True) for p in graphs], *plain]})
+        plan.append({"batch": small, "rows": [(default, True), *[(p, True) for p in graphs], *plain]})
     return plan
 
 
@@ -154,8 +152,8 @@ def section_train(rec: Recorder, args, name: str) -> None:
                       "vocab": size["vocab"], "negatives": size["negatives"], "unroll_steps": 20})
     training = {"batch_size": max(size["batches"] + size.get("larger", [])), "unroll_steps": 20, "n_negative_samples_batch": size["negatives"],
                 "dropout": 0.1, "all_clip_norm_val": 10.0, "optimizer": "adagrad", "learning_rate": 0.2}
-    options = {"model": folder / f"{name}-options.json"}
-    BiLMConfig(char_cnn=config.char_cnn, lstm=config.lstm, training=training).to_json(options["model"])
+    options = folder / f"{name}-options.json"
+    BiLMConfig(char_cnn=config.char_cnn, lstm=config.lstm, training=training).to_json(options)
     paths = training_paths()
     plan = training_plan(paths, size["batches"], size.get("larger", []))
     rec.set("plan", [{**t, "rows": [f"{p} {'bfloat16' if bf16 else 'float32'}" for p, bf16 in t["rows"]]}
@@ -176,13 +174,13 @@ def section_train(rec: Recorder, args, name: str) -> None:
         with tempfile.TemporaryDirectory(dir=work) as output:
             built = time.monotonic()
             trainer = Trainer(TrainSettings(train=[str(corpus)], vocab=str(vocab), output=output,
-                                            config=str(options[trainer_plan["options"]]), batch_size=batch,
+                                            config=str(options), batch_size=batch,
                                             max_tokens=10 ** 12, progress=False, device=args.device,
                                             checkpoint_every=10 ** 9, log_every=10 ** 9))
             setup_s = time.monotonic() - built
             try:
                 host = host_preparation(trainer, device)
-                rec.add("trainers", {"batch": batch, "options": options[trainer_plan["options"]].name,
+                rec.add("trainers", {"batch": batch, "options": options.name,
                                      "setup_s": round(setup_s, 1), "host_s": host.pop("seconds"),
                                      "at_s": round(time.monotonic() - section_start, 1)})
                 rec.add("host_preparation", {"batch": batch, **host})
